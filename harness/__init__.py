@@ -1,0 +1,1 @@
+"""The differential harness: identical seeded runs, checks, work accounting, reports."""

@@ -1,0 +1,248 @@
+"""Cases: the complete, serialisable description of one sampler run.
+
+A case is a plain value. Every tensor of a run (weights, hidden states, anchors,
+sampling parameters) is generated on the CPU from the case seed and only then
+moved to the case's device, so a case means the same numbers on every machine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from reference import (
+    HEAD_KINDS,
+    LinearProbeConfidence,
+    SamplingInfo,
+    ToyDraftModel,
+    make_toy_draft_model,
+    query_rows_per_request,
+)
+
+CASE_SCHEMA = "dspark-harness/case"
+CASE_SCHEMA_VERSION = 1
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+TOP_K_ALL = 1 << 30  # what the server stages for "no top-k": a sampled row
+
+
+class CaseError(ValueError):
+    """A case (or case file) that does not describe a valid run."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """Shapes, head, layout, dtype, device, sampling mode, per-row parameters, seed."""
+
+    bs: int
+    gamma: int
+    vocab_size: int
+    hidden_size: int
+    markov_rank: int
+    head_kind: str = "vanilla"
+    sample_from_anchor: bool = True
+    dtype: str = "float32"
+    device: str = "cpu"
+    folded_sampling: bool = True
+    fused_greedy: bool = False
+    temperatures: tuple[float, ...] = ()
+    greedy_rows: tuple[bool, ...] = ()
+    confidence: bool = False
+    seed: int = 0
+    max_bs: int = 0  # 0: same as bs
+    vocab_padding: int = 0
+    name: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        # Normalise sequences so JSON lists and tuples give equal cases.
+        object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
+        object.__setattr__(self, "greedy_rows", tuple(bool(g) for g in self.greedy_rows))
+        if self.max_bs == 0:
+            object.__setattr__(self, "max_bs", self.bs)
+        self.validate()
+
+    # -- validation ---------------------------------------------------------------------------
+    def validate(self) -> None:
+        for name in ("bs", "gamma", "vocab_size", "hidden_size", "markov_rank"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise CaseError(f"{name} must be a positive integer, got {value!r}")
+        if self.max_bs < self.bs:
+            raise CaseError(f"max_bs ({self.max_bs}) must be >= bs ({self.bs})")
+        if self.head_kind not in HEAD_KINDS:
+            raise CaseError(f"head_kind must be one of {HEAD_KINDS}, got {self.head_kind!r}")
+        if self.dtype not in DTYPES:
+            raise CaseError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+        if self.device != "cpu" and not self.device.startswith("cuda"):
+            raise CaseError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+        if len(self.temperatures) != self.bs or len(self.greedy_rows) != self.bs:
+            raise CaseError(
+                f"temperatures and greedy_rows need one entry per row (bs={self.bs}), "
+                f"got {len(self.temperatures)} and {len(self.greedy_rows)}"
+            )
+        for t in self.temperatures:
+            if not math.isfinite(t) or t < 0:
+                raise CaseError(f"temperatures must be finite and >= 0, got {t!r}")
+        if self.vocab_padding < 0:
+            raise CaseError(f"vocab_padding must be >= 0, got {self.vocab_padding}")
+
+    # -- derived facts ------------------------------------------------------------------------
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def query_rows(self) -> int:
+        return query_rows_per_request(gamma=self.gamma, sample_from_anchor=self.sample_from_anchor)
+
+    @property
+    def sampled_rows(self) -> tuple[int, ...]:
+        return tuple(i for i, greedy in enumerate(self.greedy_rows) if not greedy)
+
+    @property
+    def has_sampled_rows(self) -> bool:
+        return self.folded_sampling and bool(self.sampled_rows)
+
+    @property
+    def fused_path_available(self) -> bool:
+        """Whether a correct sampler takes the fused greedy fast path."""
+        return not self.folded_sampling and self.fused_greedy and self.head_kind == "vanilla"
+
+    def label(self) -> str:
+        """A short, readable identifier of the case."""
+        if self.name:
+            return self.name
+        mode = (
+            "folded"
+            if self.folded_sampling
+            else ("greedy+fused" if self.fused_greedy else "greedy")
+        )
+        layout = "anchor" if self.sample_from_anchor else "no-anchor"
+        return (
+            f"{self.head_kind}/{layout}/{mode}/{self.dtype} bs={self.bs} g={self.gamma} "
+            f"V={self.vocab_size} H={self.hidden_size} r={self.markov_rank} seed={self.seed}"
+        )
+
+    # -- JSON ---------------------------------------------------------------------------------
+    def to_json_dict(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["temperatures"] = list(self.temperatures)
+        body["greedy_rows"] = list(self.greedy_rows)
+        return {"schema": CASE_SCHEMA, "schema_version": CASE_SCHEMA_VERSION, "case": body}
+
+    @classmethod
+    def from_json_dict(cls, data: object) -> Case:
+        if not isinstance(data, dict) or data.get("schema") != CASE_SCHEMA:
+            raise CaseError(f"not a case: expected an object with schema {CASE_SCHEMA!r}")
+        version = data.get("schema_version")
+        if not isinstance(version, int):
+            raise CaseError(f"case schema_version must be an integer, got {version!r}")
+        if version > CASE_SCHEMA_VERSION:
+            raise CaseError(
+                f"case schema_version {version} is newer than this harness supports "
+                f"({CASE_SCHEMA_VERSION}); upgrade the harness to read it"
+            )
+        body = data.get("case")
+        if not isinstance(body, dict):
+            raise CaseError("case file has no 'case' object")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(body) - known)
+        if unknown:
+            raise CaseError(f"unknown case fields {unknown}")
+        try:
+            return cls(**body)
+        except TypeError as error:
+            raise CaseError(f"malformed case: {error}") from None
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Case:
+        try:
+            data = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as error:
+            raise CaseError(f"{path}: not valid JSON ({error})") from None
+        except OSError as error:
+            raise CaseError(f"{path}: cannot read ({error.strerror})") from None
+        return cls.from_json_dict(data)
+
+    def with_changes(self, **changes: Any) -> Case:
+        return replace(self, **changes)
+
+
+def make_case(
+    *,
+    bs: int,
+    gamma: int,
+    vocab_size: int,
+    hidden_size: int,
+    markov_rank: int,
+    temperature: float = 1.0,
+    greedy_rows: tuple[bool, ...] | None = None,
+    **options: Any,
+) -> Case:
+    """A case with one temperature for every row (all rows sampled unless told)."""
+    return Case(
+        bs=bs,
+        gamma=gamma,
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        markov_rank=markov_rank,
+        temperatures=(temperature,) * bs,
+        greedy_rows=greedy_rows if greedy_rows is not None else (False,) * bs,
+        **options,
+    )
+
+
+@dataclass(frozen=True)
+class CaseInputs:
+    """Everything a run needs, on the case's device."""
+
+    model: ToyDraftModel
+    hidden_states: torch.Tensor  # [bs*Q, H]
+    input_ids: torch.Tensor  # [bs*Q] int64
+    sampling_info: SamplingInfo
+    confidence_fn: LinearProbeConfidence | None
+
+
+def build_inputs(case: Case) -> CaseInputs:
+    """Generate the case's tensors on the CPU from its seed, then move them."""
+    device = torch.device(case.device)
+    model = make_toy_draft_model(
+        vocab_size=case.vocab_size,
+        hidden_size=case.hidden_size,
+        markov_rank=case.markov_rank,
+        head_kind=case.head_kind,
+        sample_from_anchor=case.sample_from_anchor,
+        seed=case.seed,
+        dtype=case.torch_dtype,
+        vocab_padding=case.vocab_padding,
+    )
+    generator = torch.Generator().manual_seed(case.seed + 2)
+    rows = case.bs * case.query_rows
+    hidden_states = torch.randn(rows, case.hidden_size, generator=generator)
+    input_ids = torch.randint(0, case.vocab_size, (rows,), generator=generator)
+    top_ks = [1 if greedy else TOP_K_ALL for greedy in case.greedy_rows]
+    confidence_fn = (
+        LinearProbeConfidence(markov_head=model.markov_head, seed=case.seed + 3).to(device)
+        if case.confidence
+        else None
+    )
+    return CaseInputs(
+        model=model.to(device),
+        hidden_states=hidden_states.to(case.torch_dtype).to(device),
+        input_ids=input_ids.to(device),
+        sampling_info=SamplingInfo.from_lists(
+            temperatures=list(case.temperatures), top_ks=top_ks, device=device
+        ),
+        confidence_fn=confidence_fn,
+    )

@@ -1,0 +1,111 @@
+"""Observation of one sampler call: ATen operators, noise drawn, Markov walks.
+
+Two instruments, both exact and deterministic on any device:
+
+- ``DispatchObserver``: a ``TorchDispatchMode`` that counts every ATen operator
+  and intercepts ``exponential_`` to record the noise the sampler drew;
+- ``HeadObserver``: wraps the Markov head's entry points on the instance for the
+  duration of a call, counting walks, fused greedy calls, head steps and step
+  sampler calls, and keeping the tokens each walk returned.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from reference import MarkovHead
+from reference.step_samplers import StepSampler
+
+_EXPONENTIAL = torch.ops.aten.exponential_.default
+
+
+class DispatchObserver(TorchDispatchMode):
+    """Counts ATen operators by name and records every ``exponential_`` draw."""
+
+    def __init__(self, *, record_noise: bool) -> None:
+        super().__init__()
+        self.record_noise = record_noise
+        self.op_counts: Counter[str] = Counter()
+        self.noise_calls = 0
+        self.noise_elements = 0
+        self.noise_draws: list[torch.Tensor] = []
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        result = func(*args, **(kwargs or {}))
+        self.op_counts[str(func.overloadpacket)] += 1
+        if func is _EXPONENTIAL:
+            self.noise_calls += 1
+            self.noise_elements += args[0].numel()
+            if self.record_noise:
+                self.noise_draws.append(args[0].detach().clone())
+        return result
+
+
+@dataclass
+class HeadCounts:
+    """What the Markov head was asked to do during one call."""
+
+    walks: int = 0
+    fused_calls: int = 0
+    head_steps: int = 0
+    sampler_calls: int = 0
+    walk_tokens: list[torch.Tensor] = field(default_factory=list)
+
+
+@contextmanager
+def observe_head(head: MarkovHead) -> Iterator[HeadCounts]:
+    """Count the head's walks, fused calls, steps and step-sampler calls.
+
+    The wrappers are instance attributes, removed on exit, so the class and any
+    other instance are untouched.
+    """
+    counts = HeadCounts()
+    sample_block, fused, step_bias = (
+        head.sample_block,
+        head.sample_block_greedy_fused,
+        head.step_bias,
+    )
+
+    def counting_sample_block(*args: Any, sampler: StepSampler, **kwargs: Any) -> Any:
+        def counting_sampler(step_logits: torch.Tensor, step_idx: int) -> torch.Tensor:
+            counts.sampler_calls += 1
+            return sampler(step_logits, step_idx)
+
+        counts.walks += 1
+        tokens, corrected = sample_block(*args, sampler=counting_sampler, **kwargs)
+        counts.walk_tokens.append(tokens)  # fresh per walk; no copy, so no counted op
+        return tokens, corrected
+
+    def counting_fused(*args: Any, **kwargs: Any) -> Any:
+        counts.fused_calls += 1
+        return fused(*args, **kwargs)
+
+    def counting_step_bias(*args: Any, **kwargs: Any) -> Any:
+        counts.head_steps += 1
+        return step_bias(*args, **kwargs)
+
+    patches = {
+        "sample_block": counting_sample_block,
+        "sample_block_greedy_fused": counting_fused,
+        "step_bias": counting_step_bias,
+    }
+    for name, wrapper in patches.items():
+        object.__setattr__(head, name, wrapper)
+    try:
+        yield counts
+    finally:
+        for name in patches:
+            object.__delattr__(head, name)
