@@ -97,7 +97,7 @@ def exact_comparison(run: CaseRun) -> bool:
     return run.case.dtype == "float32"
 
 
-# -- self-consistency ---------------------------------------------------------------------------
+# -- self-consistency ----------------------------------------------------------------------
 def check_ran(result: ImplResult) -> CheckResult:
     if result.error is not None:
         return CheckResult("ran", "fail", f"raised {result.error.summary()}")
@@ -221,6 +221,20 @@ def check_support(run: CaseRun, result: ImplResult) -> CheckResult:
     return _passed(name)
 
 
+def check_single_walk(run: CaseRun, result: ImplResult) -> CheckResult:
+    """One proposal, one walk: at most one ``sample_block`` or fused call, and at most
+    ``gamma`` Markov head steps (an implementation with its own loop counts by steps)."""
+    name = "single_walk"
+    work, gamma = result.work, run.case.gamma
+    if work.walks + work.fused_calls > 1 or work.head_steps > gamma:
+        return _failed(
+            name,
+            f"{work.walks} walk(s), {work.fused_calls} fused call(s) and {work.head_steps} "
+            f"head steps for one proposal of gamma={gamma}",
+        )
+    return _passed(name)
+
+
 def self_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
     """Every self-consistency check of one implementation on one case."""
     ran = check_ran(result)
@@ -232,10 +246,11 @@ def self_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
         check_noise_replay(run, result),
         check_greedy_consistency(run, result),
         check_support(run, result),
+        check_single_walk(run, result),
     ]
 
 
-# -- differential --------------------------------------------------------------------------------
+# -- differential --------------------------------------------------------------------------
 def check_matches_reference(run: CaseRun, result: ImplResult, reference: ImplResult) -> CheckResult:
     """Same tokens, corrected logits and confidence as the single-pass reference."""
     name = "matches_reference"

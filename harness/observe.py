@@ -59,7 +59,7 @@ class HeadCounts:
     """What the Markov head was asked to do during one call."""
 
     walks: int = 0
-    fused_calls: int = 0
+    fused_calls: int = 0  # fused greedy calls that produced tokens
     head_steps: int = 0
     sampler_calls: int = 0
     walk_tokens: list[torch.Tensor] = field(default_factory=list)
@@ -90,8 +90,9 @@ def observe_head(head: MarkovHead) -> Iterator[HeadCounts]:
         return tokens, corrected
 
     def counting_fused(*args: Any, **kwargs: Any) -> Any:
-        counts.fused_calls += 1
-        return fused(*args, **kwargs)
+        tokens = fused(*args, **kwargs)
+        counts.fused_calls += tokens is not None  # a head without a fused path did no work
+        return tokens
 
     def counting_step_bias(*args: Any, **kwargs: Any) -> Any:
         counts.head_steps += 1

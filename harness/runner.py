@@ -39,7 +39,7 @@ class WorkCounts:
     """Work of one call, counted exactly."""
 
     walks: int = 0
-    fused_calls: int = 0
+    fused_calls: int = 0  # fused greedy calls that produced tokens
     head_steps: int = 0
     sampler_calls: int = 0
     noise_calls: int = 0

@@ -282,7 +282,8 @@ def make_markov_head(
     """
     if kind not in _HEAD_CLASSES:
         raise ValueError(f"unknown Markov head kind {kind!r}; expected one of {HEAD_KINDS}")
-    head = _HEAD_CLASSES[kind](vocab_size=vocab_size, rank=rank, hidden_size=hidden_size)
+    with torch.random.fork_rng(devices=[]):  # nn layers' default init must not move the global RNG
+        head = _HEAD_CLASSES[kind](vocab_size=vocab_size, rank=rank, hidden_size=hidden_size)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in head.named_parameters():

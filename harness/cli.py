@@ -1,0 +1,350 @@
+"""Command line: ``python -m harness [COMMAND] [options]``.
+
+Commands: ``report`` (the default: the standard matrix, the statistical oracle
+and the eliminated work), ``compare``, ``repro``, ``stats``, ``work``, ``sweep``.
+Exit status: 0 when every expectation holds, 1 when any fails, 2 on bad usage
+or bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.case import Case, CaseError
+from harness.compare import compare, comparison_sections, verdicts_json
+from harness.implementations import (
+    BUILTIN_IMPLEMENTATIONS,
+    Implementation,
+    ImplementationError,
+    builtin_implementations,
+    parse_impl_spec,
+)
+from harness.matrix import standard_matrix
+from harness.report import render_markdown, render_text, report_json, write_report
+from harness.sections import Section
+
+COMMANDS = ("report", "compare", "repro", "stats", "work", "sweep")
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad usage or bad input: exit status 2."""
+
+
+def progress_printer(args: argparse.Namespace) -> Callable[[str], None]:
+    """Progress lines on stderr (silent with --quiet)."""
+
+    def emit(message: str) -> None:
+        if not args.quiet:
+            print(message, file=sys.stderr, flush=True)
+
+    return emit
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--seed", type=int, default=0, help="base seed of every case (default 0)")
+    common.add_argument(
+        "--device", default="cpu", help="device the cases run on: cpu or cuda[:N] (default cpu)"
+    )
+    common.add_argument("--json", action="store_true", help="print JSON instead of text")
+    common.add_argument(
+        "--out-dir",
+        type=Path,
+        default=Path("harness-report"),
+        help="where report files are written (default ./harness-report)",
+    )
+    common.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+    return common
+
+
+def _impl_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--impl",
+        action="append",
+        default=[],
+        metavar="NAME=module:Class",
+        help="add a DsparkDraftSampler-compatible implementation (repeatable)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common_options()
+    parser = argparse.ArgumentParser(
+        prog="python -m harness",
+        description="Differential harness for DSpark draft samplers "
+        "(legacy double walk vs fixed single walk).",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    report = commands.add_parser(
+        "report", parents=[common], help="the main job (default): matrix, stats, work"
+    )
+    _impl_option(report)
+    report.add_argument("--no-stats", action="store_true", help="skip the statistical oracle")
+    report.add_argument("--no-work", action="store_true", help="skip the eliminated-work section")
+
+    comp = commands.add_parser(
+        "compare", parents=[common], help="chosen cases and implementations side by side"
+    )
+    _impl_option(comp)
+    comp.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="a case JSON file (repeatable); default: the standard matrix",
+    )
+    comp.add_argument(
+        "--only",
+        default=",".join(BUILTIN_IMPLEMENTATIONS),
+        metavar="NAMES",
+        help="built-in implementations to run, comma-separated (default: all three)",
+    )
+
+    repro = commands.add_parser(
+        "repro", parents=[common], help="write the smallest failing case, or replay one"
+    )
+    _impl_option(repro)
+    repro.add_argument("file", nargs="?", type=Path, help="a repro file to replay")
+    repro.add_argument("--out", type=Path, help="find, shrink and write a failing case here")
+    repro.add_argument(
+        "--target", help="implementation to reproduce (default: the --impl given, else legacy)"
+    )
+
+    from harness import stats, sweep, work
+
+    for name, module, text in (
+        ("stats", stats, "statistical losslessness oracle"),
+        ("work", work, "work the fix eliminates (counters, model)"),
+        ("sweep", sweep, "scaling sweep over bs, gamma and V"),
+    ):
+        sub = commands.add_parser(name, parents=[common], help=text)
+        module.add_arguments(sub)
+    return parser
+
+
+def _implementations(args: argparse.Namespace, names: Sequence[str]) -> list[Implementation]:
+    unknown = [n for n in names if n not in BUILTIN_IMPLEMENTATIONS]
+    if unknown:
+        raise UsageError(
+            f"unknown built-in implementation(s) {unknown}; "
+            f"expected some of {list(BUILTIN_IMPLEMENTATIONS)}"
+        )
+    implementations = builtin_implementations(tuple(names))
+    for spec in args.impl:
+        extra = parse_impl_spec(spec)
+        if extra.name in {i.name for i in implementations}:
+            raise UsageError(f"--impl name {extra.name!r} given twice")
+        implementations.append(extra)
+    return implementations
+
+
+def _check_device(device: str) -> None:
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as error:
+        raise UsageError(f"--device: {error}") from None
+    if parsed.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device must be cpu or cuda[:N], got {device!r}")
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda asked for, but no CUDA device is available")
+
+
+def _emit(
+    args: argparse.Namespace,
+    *,
+    command: str,
+    heading: str,
+    sections: list[Section],
+    cases: list[dict[str, Any]],
+    timing: dict[str, float],
+) -> int:
+    data = report_json(
+        command=command,
+        seed=args.seed,
+        device=args.device,
+        sections=sections,
+        cases=cases,
+        timing=timing,
+    )
+    text = render_text(heading=heading, sections=sections)
+    paths = write_report(
+        args.out_dir,
+        stem=command,
+        data=data,
+        text=text,
+        markdown=render_markdown(heading=heading, sections=sections),
+    )
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(text, end="")
+        print(f"\nwritten: {', '.join(str(p) for p in paths)}")
+    return EXIT_OK if data["ok"] else EXIT_FAIL
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    progress = progress_printer(args)
+    started = time.perf_counter()
+    cases = standard_matrix(seed=args.seed, device=args.device)
+    verdicts = compare(
+        cases,
+        _implementations(args, list(BUILTIN_IMPLEMENTATIONS)),
+        require_observable=True,
+        progress=progress,
+    )
+    timing = {"matrix_s": round(time.perf_counter() - started, 3)}
+    sections = comparison_sections(verdicts, require_coverage=True)
+    if not args.no_stats:
+        from harness import stats
+
+        progress("statistical oracle ...")
+        started = time.perf_counter()
+        sections.insert(-1, stats.report_section(seed=args.seed, progress=progress))
+        timing["stats_s"] = round(time.perf_counter() - started, 3)
+    if not args.no_work:
+        from harness import work
+
+        progress("eliminated work ...")
+        started = time.perf_counter()
+        sections.insert(-1, work.report_section(seed=args.seed, progress=progress))
+        timing["work_s"] = round(time.perf_counter() - started, 3)
+    heading = (
+        f"DSpark draft-sampler harness: standard matrix ({len(cases)} cases, "
+        f"seed {args.seed}, {args.device})"
+    )
+    return _emit(
+        args,
+        command="report",
+        heading=heading,
+        sections=sections,
+        cases=verdicts_json(verdicts),
+        timing=timing,
+    )
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    implementations = _implementations(args, names)
+    if args.case:
+        cases = [Case.load(path) for path in args.case]
+        if args.device != "cpu":
+            cases = [c.with_changes(device=args.device) for c in cases]
+    else:
+        cases = standard_matrix(seed=args.seed, device=args.device)
+    started = time.perf_counter()
+    verdicts = compare(
+        cases, implementations, require_observable=not args.case, progress=progress_printer(args)
+    )
+    sections = comparison_sections(verdicts, require_coverage=not args.case)
+    heading = f"DSpark draft-sampler harness: compare ({len(cases)} cases, {args.device})"
+    return _emit(
+        args,
+        command="compare",
+        heading=heading,
+        sections=sections,
+        cases=verdicts_json(verdicts),
+        timing={"compare_s": round(time.perf_counter() - started, 3)},
+    )
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    from harness import repro
+
+    progress = progress_printer(args)
+    if args.file is not None:
+        if args.out is not None:
+            raise UsageError("give either a repro FILE to replay or --out FILE, not both")
+        case, spec, recorded = repro.read_repro(args.file)
+        implementation = repro.resolve_implementation(spec)
+        if args.device != "cpu":
+            case = case.with_changes(device=args.device)
+        now = repro.outcome_of(case, implementation)
+        identical = now == recorded
+        result = {
+            "case": case.label(),
+            "implementation": spec,
+            "identical": identical,
+            "failing": now.failing,
+            "outcome": now.to_json(),
+        }
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            print(f"replayed {spec} on {case.label()}")
+            print(
+                "result: "
+                + (
+                    "IDENTICAL to the recorded one"
+                    if identical
+                    else "DIFFERS from the recorded one"
+                )
+            )
+            for name, detail, _ in now.failures:
+                print(f"  FAIL {name}: {detail}")
+            if not now.failing:
+                print("  the implementation passes every check on this case now")
+        return EXIT_FAIL if now.failing or not identical else EXIT_OK
+    if args.out is None:
+        raise UsageError("repro needs a FILE to replay or --out FILE to write one")
+    implementations = _implementations(args, [])
+    target = args.target or (implementations[0].name if len(implementations) == 1 else "legacy")
+    chosen = [i for i in implementations if i.name == target]
+    if not chosen:
+        if target not in BUILTIN_IMPLEMENTATIONS:
+            raise UsageError(f"--target {target!r} is neither built in nor given with --impl")
+        chosen = builtin_implementations((target,))
+    found = repro.find_smallest_failure(
+        standard_matrix(seed=args.seed, device=args.device), chosen[0], progress=progress
+    )
+    if found is None:
+        print(f"{target}: no failing case in the standard matrix; nothing written")
+        return EXIT_OK
+    case, outcome = found
+    repro.write_repro(args.out, case=case, implementation=chosen[0], outcome=outcome)
+    if args.json:
+        print(
+            json.dumps(
+                {"file": str(args.out), "case": case.to_json_dict(), "outcome": outcome.to_json()},
+                indent=2,
+            )
+        )
+    else:
+        print(f"{target} fails on {case.label()}")
+        for name, detail, _ in outcome.failures:
+            print(f"  FAIL {name}: {detail}")
+        print(f"written: {args.out} (replay with: python -m harness repro {args.out})")
+    return EXIT_FAIL
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help")):
+        argv = ["report", *argv]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        _check_device(args.device)
+        if args.command == "report":
+            return cmd_report(args)
+        if args.command == "compare":
+            return cmd_compare(args)
+        if args.command == "repro":
+            return cmd_repro(args)
+        from harness import stats, sweep, work
+
+        module = {"stats": stats, "work": work, "sweep": sweep}[args.command]
+        return int(module.command(args))
+    except (UsageError, CaseError, ImplementationError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE

@@ -1,0 +1,257 @@
+"""The comparison stage: run cases, check every implementation, hold legacy to the ledger.
+
+``compare`` turns cases into ``CaseVerdict`` values (checks per implementation,
+the ledger entry) and ``comparison_sections`` turns those into report sections:
+is fixed clean, does legacy reproduce the documented bug, is every extra
+implementation clean.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.case import Case
+from harness.checks import CheckResult, check_matches_reference, self_checks
+from harness.implementations import Implementation
+from harness.ledger import LEDGER_CLASSES, LedgerEntry, observe_divergence
+from harness.runner import CaseRun, ImplResult, run_case
+from harness.sections import Section
+
+Progress = Callable[[str], None]
+LEGACY, FIXED, REFERENCE = "legacy", "fixed", "reference"
+
+
+@dataclass
+class CaseVerdict:
+    """Everything the report needs to know about one case."""
+
+    case: Case
+    checks: dict[str, list[CheckResult]]
+    ledger: LedgerEntry | None
+    results: dict[str, ImplResult]
+
+    def failed_checks(self, name: str) -> list[CheckResult]:
+        return [c for c in self.checks.get(name, []) if c.failed]
+
+
+def tensor_digest(tensor: torch.Tensor | None) -> str | None:
+    """A stable fingerprint of a result tensor (dtype, shape and bytes)."""
+    if tensor is None:
+        return None
+    data = tensor.detach().cpu().contiguous()
+    header = f"{data.dtype}:{tuple(data.shape)}:".encode()
+    raw = data.view(torch.uint8) if data.dtype != torch.bool else data.to(torch.uint8)
+    return hashlib.sha256(header + raw.numpy().tobytes()).hexdigest()[:16]
+
+
+def evaluate_run(run: CaseRun, *, require_observable: bool) -> CaseVerdict:
+    """Checks per implementation and, when legacy and fixed both ran, the ledger."""
+    checks: dict[str, list[CheckResult]] = {}
+    reference = run.results.get(REFERENCE)
+    for name, result in run.results.items():
+        checks[name] = self_checks(run, result)
+        if reference is not None and name != REFERENCE and result.ok:
+            checks[name].append(check_matches_reference(run, result, reference))
+    ledger = None
+    if LEGACY in run.results and FIXED in run.results:
+        ledger = observe_divergence(
+            run,
+            run.results[LEGACY],
+            run.results[FIXED],
+            require_observable=require_observable,
+        )
+    return CaseVerdict(case=run.case, checks=checks, ledger=ledger, results=run.results)
+
+
+def compare(
+    cases: list[Case],
+    implementations: list[Implementation],
+    *,
+    require_observable: bool,
+    progress: Progress | None = None,
+) -> list[CaseVerdict]:
+    """Run and evaluate every case, reporting progress per case."""
+    verdicts = []
+    for index, case in enumerate(cases, start=1):
+        if progress is not None:
+            progress(f"[{index}/{len(cases)}] {case.label()}")
+        run = run_case(case, implementations)
+        verdicts.append(evaluate_run(run, require_observable=require_observable))
+    return verdicts
+
+
+# -- sections ------------------------------------------------------------------------------
+def _clean_section(name: str, verdicts: list[CaseVerdict], *, title: str) -> Section:
+    failing = [(v.case.label(), c) for v in verdicts for c in v.failed_checks(name)]
+    clean_cases = sum(1 for v in verdicts if not v.failed_checks(name))
+    if failing:
+        lines = [f"{label}: {check.name}: {check.detail}" for label, check in failing]
+        return Section(
+            title=title,
+            ok=False,
+            verdict=f"{name}: FAILS {len(failing)} check(s) on {len(verdicts) - clean_cases} "
+            f"of {len(verdicts)} cases",
+            text="\n".join(lines),
+        )
+    exactness = (
+        "bit-exact vs reference in float32, within dtype tolerance otherwise"
+        if name != REFERENCE
+        else "self-consistent"
+    )
+    return Section(
+        title=title,
+        ok=True,
+        verdict=f"{name}: clean on {len(verdicts)}/{len(verdicts)} cases ({exactness})",
+    )
+
+
+def _ledger_section(verdicts: list[CaseVerdict], *, require_coverage: bool) -> Section:
+    entries = [(v.case.label(), v.ledger) for v in verdicts if v.ledger is not None]
+    broken = [(label, e) for label, e in entries if not e.holds]
+    seen = set().union(*(e.observed for _, e in entries)) if entries else set()
+    missing = sorted(set(LEDGER_CLASSES) - seen) if require_coverage else []
+    width = max((len(label) for label, _ in entries), default=10)
+    lines = [f"{'case'.ljust(width)}  divergence classes observed (evidence)"]
+    for label, entry in entries:
+        mark = "ok  " if entry.holds else "FAIL"
+        classes = ", ".join(sorted(entry.observed)) or "-"
+        lines.append(f"{label.ljust(width)}  {mark} {classes}")
+        for name in sorted(entry.observed):
+            lines.append(f"{'':{width}}         {name}: {entry.evidence.get(name, '')}")
+        if entry.latent:
+            lines.append(
+                f"{'':{width}}         latent (walks drew equal tokens): {sorted(entry.latent)}"
+            )
+        lines.extend(f"{'':{width}}         PROBLEM: {p}" for p in entry.problems)
+    ok = not broken and not missing and bool(entries)
+    if ok:
+        verdict = (
+            f"legacy: reproduces the documented bug — ledger holds on {len(entries)}/"
+            f"{len(entries)} cases"
+        )
+    else:
+        parts = []
+        if broken:
+            parts.append(f"ledger broken on {len(broken)} case(s)")
+        if missing:
+            parts.append(f"classes never observed: {', '.join(missing)}")
+        if not entries:
+            parts.append("legacy and fixed were not both run")
+        verdict = "legacy: does NOT reproduce the documented bug — " + "; ".join(parts)
+    return Section(title="Legacy divergence ledger", ok=ok, verdict=verdict, text="\n".join(lines))
+
+
+CHECK_CODES = {
+    "ran": "RAN",
+    "teacher_forcing": "TF",
+    "noise_replay": "NR",
+    "greedy_consistency": "GC",
+    "support": "SUP",
+    "single_walk": "SW",
+    "matches_reference": "REF",
+}
+
+
+def _checks_table(verdicts: list[CaseVerdict], names: list[str]) -> str:
+    width = max(len(v.case.label()) for v in verdicts)
+    cell = 18
+    header = f"{'case'.ljust(width)}  " + "  ".join(n.ljust(cell) for n in names)
+    legend = "failed checks: " + ", ".join(f"{code}={name}" for name, code in CHECK_CODES.items())
+    lines = [legend, header]
+    for verdict in verdicts:
+        cells = []
+        for name in names:
+            checks = verdict.checks.get(name, [])
+            failed = [c.name for c in checks if c.failed]
+            if not checks:
+                cells.append("-".ljust(cell))
+            elif failed:
+                cells.append(
+                    ("FAIL " + ",".join(CHECK_CODES.get(f, f) for f in failed)).ljust(cell)
+                )
+            else:
+                cells.append("pass".ljust(cell))
+        lines.append(f"{verdict.case.label().ljust(width)}  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+def comparison_sections(verdicts: list[CaseVerdict], *, require_coverage: bool) -> list[Section]:
+    """Verdict sections: fixed, legacy (ledger), reference, then every extra implementation."""
+    names = list(verdicts[0].results) if verdicts else []
+    sections: list[Section] = []
+    if FIXED in names:
+        sections.append(_clean_section(FIXED, verdicts, title="Fixed sampler"))
+    if LEGACY in names and FIXED in names:
+        sections.append(_ledger_section(verdicts, require_coverage=require_coverage))
+    if REFERENCE in names:
+        sections.append(_clean_section(REFERENCE, verdicts, title="Reference oracle"))
+    for name in names:
+        if name not in (FIXED, LEGACY, REFERENCE):
+            sections.append(_clean_section(name, verdicts, title=f"Implementation {name}"))
+    if verdicts:
+        sections.append(
+            Section(
+                title="Checks per implementation",
+                ok=True,
+                verdict="",
+                text=_checks_table(verdicts, names),
+            )
+        )
+    return sections
+
+
+def verdicts_json(verdicts: list[CaseVerdict]) -> list[dict[str, Any]]:
+    """The per-case evidence as plain JSON-able data (deterministic: no timings)."""
+    out = []
+    for verdict in verdicts:
+        implementations = {}
+        for name, result in verdict.results.items():
+            implementations[name] = {
+                "error": None
+                if result.error is None
+                else {"type": result.error.type, "message": result.error.message},
+                "tokens_sha256": tensor_digest(result.tokens),
+                "corrected_sha256": tensor_digest(result.corrected),
+                "confidence_sha256": tensor_digest(result.confidence),
+                "work": {
+                    "walks": result.work.walks,
+                    "fused_calls": result.work.fused_calls,
+                    "head_steps": result.work.head_steps,
+                    "sampler_calls": result.work.sampler_calls,
+                    "noise_calls": result.work.noise_calls,
+                    "noise_elements": result.work.noise_elements,
+                    "aten_ops": result.work.total_ops,
+                },
+                "checks": [
+                    {
+                        "name": c.name,
+                        "status": c.status,
+                        "detail": c.detail,
+                        "positions": [list(p) for p in c.positions],
+                    }
+                    for c in verdict.checks.get(name, [])
+                ],
+            }
+        ledger = None
+        if verdict.ledger is not None:
+            ledger = {
+                "expected": sorted(verdict.ledger.expected),
+                "observed": sorted(verdict.ledger.observed),
+                "latent": sorted(verdict.ledger.latent),
+                "holds": verdict.ledger.holds,
+                "problems": list(verdict.ledger.problems),
+                "evidence": dict(sorted(verdict.ledger.evidence.items())),
+            }
+        out.append(
+            {
+                "case": verdict.case.to_json_dict()["case"],
+                "implementations": implementations,
+                "ledger": ledger,
+            }
+        )
+    return out

@@ -1,0 +1,128 @@
+"""The report stage: format sections for people (terminal, Markdown) and machines (JSON).
+
+It only formats and writes; every number it shows was computed by an earlier
+stage. The JSON report is deterministic for a given case set and seed: wall
+times live in a separate ``timing`` object so everything else is byte-identical
+between runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.sections import Section
+
+REPORT_SCHEMA = "dspark-harness/report"
+REPORT_SCHEMA_VERSION = 1
+
+
+def overall_ok(sections: list[Section]) -> bool:
+    return all(section.ok for section in sections)
+
+
+def render_text(*, heading: str, sections: list[Section]) -> str:
+    """Verdict first (one line per section), then the evidence of each section."""
+    ok = overall_ok(sections)
+    lines = [heading, "", f"VERDICT: {'PASS' if ok else 'FAIL'}"]
+    for section in sections:
+        if section.verdict:
+            lines.append(f"  [{'ok' if section.ok else 'FAIL'}] {section.verdict}")
+    for section in sections:
+        if not section.text:
+            continue
+        lines += ["", f"== {section.title} ==", section.text]
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(*, heading: str, sections: list[Section]) -> str:
+    ok = overall_ok(sections)
+    lines = [f"# {heading}", "", f"**Verdict: {'PASS' if ok else 'FAIL'}**", ""]
+    for section in sections:
+        if section.verdict:
+            lines.append(f"- {'✅' if section.ok else '❌'} {section.verdict}")
+    for section in sections:
+        if section.text:
+            lines += ["", f"## {section.title}", "", "```", section.text, "```"]
+    return "\n".join(lines) + "\n"
+
+
+def environment() -> dict[str, Any]:
+    """Versions that define what the numbers mean."""
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "cuda": torch.version.cuda,
+        "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    }
+
+
+def report_json(
+    *,
+    command: str,
+    seed: int,
+    device: str,
+    sections: list[Section],
+    cases: list[dict[str, Any]],
+    timing: dict[str, float],
+) -> dict[str, Any]:
+    return {
+        "schema": REPORT_SCHEMA,
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "command": command,
+        "seed": seed,
+        "device": device,
+        "ok": overall_ok(sections),
+        "environment": environment(),
+        "sections": [
+            {
+                "title": s.title,
+                "ok": s.ok,
+                "verdict": s.verdict,
+                "text": s.text,
+                "data": s.data,
+            }
+            for s in sections
+        ],
+        "cases": cases,
+        "timing": timing,
+    }
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so a reader never sees a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_report(
+    out_dir: Path, *, stem: str, data: dict[str, Any], text: str, markdown: str
+) -> list[Path]:
+    """Write ``STEM.json``, ``STEM.md`` and ``STEM.txt`` under ``out_dir``."""
+    paths = [out_dir / f"{stem}.json", out_dir / f"{stem}.md", out_dir / f"{stem}.txt"]
+    contents = [json.dumps(data, indent=2, sort_keys=False) + "\n", markdown, text]
+    for path, content in zip(paths, contents, strict=True):
+        write_atomically(path, content)
+    return paths

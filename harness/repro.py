@@ -1,0 +1,219 @@
+"""Reproducers: find the smallest failing case for an implementation, write it, replay it.
+
+A repro file holds the case, where the implementation came from, the checks it
+failed (names, details, positions) and digests of its output buffers. Replaying
+runs the case again and says whether the result is identical.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.case import Case, CaseError
+from harness.compare import REFERENCE, evaluate_run, tensor_digest
+from harness.implementations import (
+    BUILTIN_IMPLEMENTATIONS,
+    Implementation,
+    builtin_implementations,
+    parse_impl_spec,
+)
+from harness.report import write_atomically
+from harness.runner import run_case
+
+REPRO_SCHEMA = "dspark-harness/repro"
+REPRO_SCHEMA_VERSION = 1
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The observable result of one implementation on one case."""
+
+    failures: tuple[tuple[str, str, tuple[tuple[int, int], ...]], ...]  # (check, detail, where)
+    tokens_sha256: str | None
+    corrected_sha256: str | None
+
+    @property
+    def failing(self) -> bool:
+        return bool(self.failures)
+
+    @property
+    def signature(self) -> str:
+        """What shrinking must preserve: the first failing check."""
+        return self.failures[0][0] if self.failures else ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "failures": [
+                {"check": name, "detail": detail, "positions": [list(p) for p in where]}
+                for name, detail, where in self.failures
+            ],
+            "tokens_sha256": self.tokens_sha256,
+            "corrected_sha256": self.corrected_sha256,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Outcome:
+        failures = tuple(
+            (f["check"], f["detail"], tuple(tuple(p) for p in f["positions"]))
+            for f in data["failures"]
+        )
+        return cls(failures, data["tokens_sha256"], data["corrected_sha256"])  # type: ignore[arg-type]
+
+
+def outcome_of(case: Case, implementation: Implementation) -> Outcome:
+    """Run the reference and the implementation on the case; collect its failures."""
+    implementations = builtin_implementations((REFERENCE,))
+    if implementation.name != REFERENCE:
+        implementations.append(implementation)
+    verdict = evaluate_run(run_case(case, implementations), require_observable=False)
+    result = verdict.results[implementation.name]
+    failures = tuple(
+        (c.name, c.detail, c.positions) for c in verdict.checks[implementation.name] if c.failed
+    )
+    return Outcome(failures, tensor_digest(result.tokens), tensor_digest(result.corrected))
+
+
+def _size(case: Case) -> int:
+    return case.bs * case.gamma * case.vocab_size * case.hidden_size * case.markov_rank
+
+
+def _smaller(case: Case) -> Iterator[Case]:
+    """Candidate one-step reductions of a case, most aggressive first."""
+
+    def rows(keep: slice) -> dict[str, Any]:
+        temperatures, greedy = case.temperatures[keep], case.greedy_rows[keep]
+        return {
+            "bs": len(temperatures),
+            "max_bs": len(temperatures),
+            "temperatures": temperatures,
+            "greedy_rows": greedy,
+        }
+
+    moves: list[dict[str, Any]] = []
+    if case.bs > 1:
+        moves += [
+            rows(slice(0, case.bs // 2)),
+            rows(slice(case.bs // 2, None)),
+            rows(slice(1, None)),
+            rows(slice(0, -1)),
+        ]
+    if case.max_bs > case.bs:
+        moves.append({"max_bs": case.bs})
+    if case.gamma > 1:
+        moves += [{"gamma": max(1, case.gamma // 2)}, {"gamma": case.gamma - 1}]
+    if case.vocab_size > 2:
+        moves += [{"vocab_size": max(2, case.vocab_size // 2)}, {"vocab_size": case.vocab_size - 1}]
+    if case.hidden_size > 1:
+        moves += [
+            {"hidden_size": max(1, case.hidden_size // 2)},
+            {"hidden_size": case.hidden_size - 1},
+        ]
+    if case.markov_rank > 1:
+        moves.append({"markov_rank": max(1, case.markov_rank // 2)})
+    for field_name, simple in (
+        ("confidence", False),
+        ("vocab_padding", 0),
+        ("dtype", "float32"),
+        ("head_kind", "vanilla"),
+        ("fused_greedy", False),
+    ):
+        if getattr(case, field_name) != simple:
+            moves.append({field_name: simple})
+    for move in moves:
+        try:
+            yield case.with_changes(**move, name="")
+        except CaseError:
+            continue
+
+
+def shrink(
+    case: Case, implementation: Implementation, *, progress: Progress | None = None
+) -> tuple[Case, Outcome]:
+    """Greedy shrinking: take any smaller case that fails with the same first check."""
+    outcome = outcome_of(case, implementation)
+    if not outcome.failing:
+        raise ValueError(f"{implementation.name} does not fail on {case.label()}")
+    improved = True
+    while improved:
+        improved = False
+        for candidate in _smaller(case):
+            candidate_outcome = outcome_of(candidate, implementation)
+            if candidate_outcome.failing and candidate_outcome.signature == outcome.signature:
+                case, outcome, improved = candidate, candidate_outcome, True
+                if progress is not None:
+                    progress(f"shrunk to {case.label()}")
+                break
+    return case, outcome
+
+
+def find_smallest_failure(
+    cases: list[Case], implementation: Implementation, *, progress: Progress | None = None
+) -> tuple[Case, Outcome] | None:
+    """The smallest failing case among ``cases``, shrunk further; None if all pass."""
+    failing = []
+    for case in cases:
+        if progress is not None:
+            progress(f"trying {case.label()}")
+        if outcome_of(case, implementation).failing:
+            failing.append(case)
+    if not failing:
+        return None
+    return shrink(min(failing, key=_size), implementation, progress=progress)
+
+
+def implementation_spec(implementation: Implementation) -> str:
+    if implementation.name in BUILTIN_IMPLEMENTATIONS:
+        return f"builtin:{implementation.name}"
+    return implementation.spec
+
+
+def resolve_implementation(spec: str) -> Implementation:
+    if spec.startswith("builtin:"):
+        name = spec.removeprefix("builtin:")
+        if name not in BUILTIN_IMPLEMENTATIONS:
+            raise CaseError(f"unknown built-in implementation {name!r} in repro file")
+        return builtin_implementations((name,))[0]
+    return parse_impl_spec(spec)
+
+
+def write_repro(
+    path: Path, *, case: Case, implementation: Implementation, outcome: Outcome
+) -> None:
+    data = {
+        "schema": REPRO_SCHEMA,
+        "schema_version": REPRO_SCHEMA_VERSION,
+        "implementation": implementation_spec(implementation),
+        "case": case.to_json_dict(),
+        "outcome": outcome.to_json(),
+    }
+    write_atomically(path, json.dumps(data, indent=2) + "\n")
+
+
+def read_repro(path: Path) -> tuple[Case, str, Outcome]:
+    """Read a repro file; malformed or newer-schema files raise ``CaseError``."""
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise CaseError(f"{path}: not valid JSON ({error})") from None
+    except OSError as error:
+        raise CaseError(f"{path}: cannot read ({error.strerror})") from None
+    if not isinstance(data, dict) or data.get("schema") != REPRO_SCHEMA:
+        raise CaseError(f"{path}: not a repro file (expected schema {REPRO_SCHEMA!r})")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or version > REPRO_SCHEMA_VERSION:
+        raise CaseError(
+            f"{path}: repro schema_version {version!r} is not supported "
+            f"(this harness reads up to {REPRO_SCHEMA_VERSION})"
+        )
+    try:
+        case = Case.from_json_dict(data["case"])
+        spec = str(data["implementation"])
+        outcome = Outcome.from_json(data["outcome"])
+    except (KeyError, TypeError) as error:
+        raise CaseError(f"{path}: malformed repro file ({error!r})") from None
+    return case, spec, outcome

@@ -1,0 +1,1 @@
+"""Deliberately broken samplers that tests plug into the harness with ``--impl``."""

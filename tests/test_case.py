@@ -1,0 +1,108 @@
+"""Cases are plain values: validated, JSON round-trip, and they mean the same numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.case import CASE_SCHEMA_VERSION, Case, CaseError, build_inputs, make_case
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> Case:
+    bs = draw(st.integers(1, 8))
+    return Case(
+        bs=bs,
+        gamma=draw(st.integers(1, 8)),
+        vocab_size=draw(st.integers(1, 3000)),
+        hidden_size=draw(st.integers(1, 64)),
+        markov_rank=draw(st.integers(1, 16)),
+        head_kind=draw(st.sampled_from(["vanilla", "gated", "rnn"])),
+        sample_from_anchor=draw(st.booleans()),
+        dtype=draw(st.sampled_from(["float32", "bfloat16", "float16"])),
+        folded_sampling=draw(st.booleans()),
+        fused_greedy=draw(st.booleans()),
+        temperatures=tuple(draw(st.lists(st.floats(0, 4), min_size=bs, max_size=bs))),
+        greedy_rows=tuple(draw(st.lists(st.booleans(), min_size=bs, max_size=bs))),
+        confidence=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**31)),
+        max_bs=bs + draw(st.integers(0, 4)),
+        vocab_padding=draw(st.integers(0, 3)),
+    )
+
+
+@given(cases())
+def test_case_round_trips_through_json(case: Case) -> None:
+    text = json.dumps(case.to_json_dict())
+    assert Case.from_json_dict(json.loads(text)) == case
+
+
+def test_case_file_round_trips(tmp_path) -> None:
+    case = make_case(bs=2, gamma=3, vocab_size=11, hidden_size=4, markov_rank=2, seed=9)
+    case.save(tmp_path / "case.json")
+    assert Case.load(tmp_path / "case.json") == case
+
+
+def test_newer_schema_is_refused_with_a_clear_message() -> None:
+    data = make_case(bs=1, gamma=1, vocab_size=2, hidden_size=1, markov_rank=1).to_json_dict()
+    data["schema_version"] = CASE_SCHEMA_VERSION + 1
+    with pytest.raises(CaseError, match="newer than this harness supports"):
+        Case.from_json_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.pop("schema"), "not a case"),
+        (lambda d: d.update(schema_version="1"), "schema_version must be an integer"),
+        (lambda d: d.pop("case"), "no 'case' object"),
+        (lambda d: d["case"].update(colour="red"), "unknown case fields"),
+        (lambda d: d["case"].pop("gamma"), "malformed case"),
+        (lambda d: d["case"].update(gamma=0), "gamma must be a positive integer"),
+        (lambda d: d["case"].update(head_kind="lstm"), "head_kind must be one of"),
+        (lambda d: d["case"].update(dtype="int8"), "dtype must be one of"),
+        (lambda d: d["case"].update(temperatures=[1.0, 1.0]), "one entry per row"),
+        (lambda d: d["case"].update(temperatures=[float("nan")]), "finite and >= 0"),
+        (lambda d: d["case"].update(max_bs=1, bs=2), r"max_bs \(1\) must be >= bs"),
+        (lambda d: d["case"].update(device="tpu"), "device must be"),
+    ],
+)
+def test_malformed_case_is_refused_naming_the_problem(mutate, message) -> None:
+    data = make_case(bs=1, gamma=1, vocab_size=2, hidden_size=1, markov_rank=1).to_json_dict()
+    mutate(data)
+    with pytest.raises(CaseError, match=message):
+        Case.from_json_dict(data)
+
+
+def test_unreadable_case_file_is_a_case_error(tmp_path) -> None:
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(CaseError, match="not valid JSON"):
+        Case.load(tmp_path / "bad.json")
+    with pytest.raises(CaseError, match="cannot read"):
+        Case.load(tmp_path / "missing.json")
+
+
+def test_inputs_are_a_function_of_the_seed_alone() -> None:
+    case = make_case(bs=2, gamma=3, vocab_size=17, hidden_size=8, markov_rank=4, seed=5)
+    torch.manual_seed(123)
+    first = build_inputs(case)
+    torch.manual_seed(456)
+    second = build_inputs(case)
+    assert torch.equal(first.hidden_states, second.hidden_states)
+    assert torch.equal(first.input_ids, second.input_ids)
+    for a, b in zip(first.model.parameters(), second.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    other = build_inputs(case.with_changes(seed=6))
+    assert not torch.equal(first.hidden_states, other.hidden_states)
+
+
+def test_greedy_rows_are_staged_with_top_k_one() -> None:
+    case = make_case(
+        bs=3, gamma=1, vocab_size=5, hidden_size=2, markov_rank=1, greedy_rows=(True, False, True)
+    )
+    top_ks = build_inputs(case).sampling_info.top_ks
+    assert (top_ks <= 1).tolist() == [True, False, True]
