@@ -104,6 +104,35 @@ def check_ran(result: ImplResult) -> CheckResult:
     return _passed("ran")
 
 
+def _token_ids_valid(run: CaseRun, tokens: torch.Tensor) -> bool:
+    return bool(((tokens >= 0) & (tokens < run.case.vocab_size)).all())
+
+
+def check_outputs_written(run: CaseRun, result: ImplResult) -> CheckResult:
+    """Every output entry was written with a valid value: token ids in ``[0, V)``,
+    finite corrected logits (the inputs are finite), confidence in ``[0, 1]``."""
+    name = "outputs_written"
+    if result.tokens is None:
+        return _skipped(name, "no output")
+    problems = []
+    if not _token_ids_valid(run, result.tokens):
+        bad_tokens = (result.tokens < 0) | (result.tokens >= run.case.vocab_size)
+        problems.append((f"token ids outside [0, {run.case.vocab_size}) or unwritten", bad_tokens))
+    if result.corrected is not None:
+        not_finite = ~torch.isfinite(result.corrected).all(dim=-1)
+        if not_finite.any():
+            problems.append(("corrected_out unwritten or not finite", not_finite))
+    if result.confidence is not None:
+        bad_confidence = ~((result.confidence >= 0) & (result.confidence <= 1))
+        if bad_confidence.any():
+            problems.append(("confidence_out unwritten or outside [0, 1]", bad_confidence))
+    if problems:
+        detail, mask = problems[0]
+        others = "; ".join(d for d, _ in problems[1:])
+        return _failed(name, detail + (f" (also: {others})" if others else ""), mask)
+    return _passed(name)
+
+
 def check_teacher_forcing(run: CaseRun, result: ImplResult) -> CheckResult:
     """``corrected_out`` must equal the logits rebuilt from the emitted tokens."""
     name = "teacher_forcing"
@@ -240,8 +269,12 @@ def self_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
     ran = check_ran(result)
     if ran.failed:
         return [ran]
+    written = check_outputs_written(run, result)
+    if written.failed and result.tokens is not None and not _token_ids_valid(run, result.tokens):
+        return [ran, written]  # the remaining checks index by token id
     return [
         ran,
+        written,
         check_teacher_forcing(run, result),
         check_noise_replay(run, result),
         check_greedy_consistency(run, result),

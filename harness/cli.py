@@ -29,6 +29,7 @@ from harness.implementations import (
 )
 from harness.matrix import standard_matrix
 from harness.report import render_markdown, render_text, report_json, write_report
+from harness.runner import DEFAULT_TIME_LIMIT_S
 from harness.sections import Section
 
 COMMANDS = ("report", "compare", "repro", "stats", "work", "sweep")
@@ -63,6 +64,13 @@ def _common_options() -> argparse.ArgumentParser:
         help="where report files are written (default ./harness-report)",
     )
     common.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+    common.add_argument(
+        "--time-limit",
+        type=float,
+        default=DEFAULT_TIME_LIMIT_S,
+        metavar="SECONDS",
+        help=f"per-call limit for each implementation (default {DEFAULT_TIME_LIMIT_S:g})",
+    )
     return common
 
 
@@ -335,6 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         _check_device(args.device)
+        if args.time_limit <= 0:
+            raise UsageError(f"--time-limit must be positive, got {args.time_limit:g}")
         if args.command == "report":
             return cmd_report(args)
         if args.command == "compare":

@@ -19,7 +19,7 @@ from harness.case import Case
 from harness.checks import CheckResult, check_matches_reference, self_checks
 from harness.implementations import Implementation
 from harness.ledger import LEDGER_CLASSES, LedgerEntry, observe_divergence
-from harness.runner import CaseRun, ImplResult, run_case
+from harness.runner import DEFAULT_TIME_LIMIT_S, CaseRun, ImplResult, run_case
 from harness.sections import Section
 
 Progress = Callable[[str], None]
@@ -74,13 +74,14 @@ def compare(
     *,
     require_observable: bool,
     progress: Progress | None = None,
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
 ) -> list[CaseVerdict]:
     """Run and evaluate every case, reporting progress per case."""
     verdicts = []
     for index, case in enumerate(cases, start=1):
         if progress is not None:
             progress(f"[{index}/{len(cases)}] {case.label()}")
-        run = run_case(case, implementations)
+        run = run_case(case, implementations, time_limit_s=time_limit_s)
         verdicts.append(evaluate_run(run, require_observable=require_observable))
     return verdicts
 
@@ -148,6 +149,7 @@ def _ledger_section(verdicts: list[CaseVerdict], *, require_coverage: bool) -> S
 
 CHECK_CODES = {
     "ran": "RAN",
+    "outputs_written": "OUT",
     "teacher_forcing": "TF",
     "noise_replay": "NR",
     "greedy_consistency": "GC",

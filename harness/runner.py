@@ -9,6 +9,9 @@ a recorded result, never a crash of the harness.
 
 from __future__ import annotations
 
+import math
+import signal
+import threading
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -88,6 +91,46 @@ def same_rng_start(device: torch.device, seed: int) -> Iterator[None]:
         yield
 
 
+class OutputError(ValueError):
+    """An implementation's output buffers are missing or of the wrong shape or dtype."""
+
+
+class CallTimeout(Exception):
+    """An implementation's call ran past the per-call time limit."""
+
+
+DEFAULT_TIME_LIMIT_S = 120.0
+TOKEN_SENTINEL = -1  # never a token id: shows an unwritten ``out`` entry
+
+
+@contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise ``CallTimeout`` in the main thread after ``seconds`` (POSIX timers).
+
+    Off the main thread, or with ``None``, no limit is applied.
+    """
+    usable = (
+        seconds is not None
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+    assert seconds is not None
+
+    def on_alarm(signum: int, frame: object) -> None:
+        raise CallTimeout(f"call exceeded the time limit of {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _raised(error: BaseException) -> RaisedError:
     frames = traceback.extract_tb(error.__traceback__)
     where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
@@ -99,14 +142,64 @@ def _read_buffer(sampler: object, name: str) -> torch.Tensor | None:
     return value if isinstance(value, torch.Tensor) else None
 
 
+def _fill_sentinels(sampler: object) -> None:
+    """Poison the output buffers so an entry the call does not write is visible."""
+    out = _read_buffer(sampler, "out")
+    if out is not None:
+        out.fill_(TOKEN_SENTINEL)
+    for name in ("corrected_out", "confidence_out"):
+        buffer = _read_buffer(sampler, name)
+        if buffer is not None and buffer.is_floating_point():
+            buffer.fill_(math.nan)
+
+
+def _read_outputs(sampler: object, case: Case, result: ImplResult) -> None:
+    """Copy the written part of each output buffer, checking its shape and dtype."""
+    rows = case.bs * case.gamma
+    out = _read_buffer(sampler, "out")
+    if out is None or out.dtype != torch.int64 or out.dim() != 1 or out.numel() < rows:
+        described = "missing" if out is None else f"{out.dtype} {tuple(out.shape)}"
+        raise OutputError(f"out must be an int64 vector of >= bs*gamma={rows}, got {described}")
+    result.tokens = out[:rows].view(case.bs, case.gamma).clone()
+    corrected = _read_buffer(sampler, "corrected_out")
+    if case.folded_sampling:
+        vocab = case.vocab_size
+        if (
+            corrected is None
+            or corrected.dim() != 2
+            or corrected.shape[0] < rows
+            or (corrected.shape[1] != vocab)
+        ):
+            described = "missing" if corrected is None else str(tuple(corrected.shape))
+            raise OutputError(
+                f"corrected_out must be [>= bs*gamma={rows}, V={vocab}] with folded sampling, "
+                f"got {described}"
+            )
+        result.corrected = corrected[:rows].view(case.bs, case.gamma, vocab).clone()
+    confidence = _read_buffer(sampler, "confidence_out")
+    if case.confidence:
+        if (
+            confidence is None
+            or confidence.dim() != 2
+            or confidence.shape[0] < case.bs
+            or (confidence.shape[1] != case.gamma)
+        ):
+            described = "missing" if confidence is None else str(tuple(confidence.shape))
+            raise OutputError(
+                f"confidence_out must be [>= bs={case.bs}, gamma={case.gamma}], got {described}"
+            )
+        result.confidence = confidence[: case.bs].clone()
+
+
 def run_implementation(
     implementation: Implementation,
     *,
     case: Case,
     inputs: CaseInputs,
     record_noise: bool = True,
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
 ) -> ImplResult:
-    """One call of one implementation on the case, observed."""
+    """One call of one implementation on the case, observed and time-limited."""
     result = ImplResult(name=implementation.name)
     head = inputs.model.markov_head
     device = torch.device(case.device)
@@ -121,27 +214,18 @@ def run_implementation(
             fused_greedy=case.fused_greedy,
         )
         sampler.stage_sampling_params(bs=case.bs, sampling_info=inputs.sampling_info)
+        _fill_sentinels(sampler)
         dispatch = DispatchObserver(record_noise=record_noise)
         head_counts = HeadCounts()
         with same_rng_start(device, case.seed), torch.inference_mode():
             try:
-                with observe_head(head) as head_counts, dispatch:
+                with time_limit(time_limit_s), observe_head(head) as head_counts, dispatch:
                     sampler(inputs.hidden_states, inputs.input_ids)
             finally:
                 result.work = _work_counts(head_counts, dispatch)
                 result.noise_draws = dispatch.noise_draws
                 result.walk_tokens = head_counts.walk_tokens
-        rows = case.bs * case.gamma
-        out = _read_buffer(sampler, "out")
-        if out is None:
-            raise AttributeError("sampler has no tensor attribute 'out'")
-        result.tokens = out[:rows].view(case.bs, case.gamma).clone()
-        corrected = _read_buffer(sampler, "corrected_out")
-        if case.folded_sampling and corrected is not None:
-            result.corrected = corrected[:rows].view(case.bs, case.gamma, -1).clone()
-        confidence = _read_buffer(sampler, "confidence_out")
-        if case.confidence and confidence is not None:
-            result.confidence = confidence[: case.bs].clone()
+        _read_outputs(sampler, case, result)
     except Exception as error:  # the implementation under test failed: record, go on
         result.error = _raised(error)
     return result
@@ -164,6 +248,7 @@ def run_case(
     implementations: list[Implementation],
     *,
     record_noise: bool = True,
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
 ) -> CaseRun:
     """Run every implementation on the case from the same RNG start."""
     inputs = build_inputs(case)
@@ -176,7 +261,9 @@ def run_case(
             input_ids=inputs.input_ids,
         )
     results = {
-        impl.name: run_implementation(impl, case=case, inputs=inputs, record_noise=record_noise)
+        impl.name: run_implementation(
+            impl, case=case, inputs=inputs, record_noise=record_noise, time_limit_s=time_limit_s
+        )
         for impl in implementations
     }
     return CaseRun(case=case, inputs=inputs, block=block, results=results)
