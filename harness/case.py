@@ -229,7 +229,7 @@ def build_inputs(case: Case) -> CaseInputs:
     )
     generator = torch.Generator().manual_seed(case.seed + 2)
     rows = case.bs * case.query_rows
-    hidden_states = torch.randn(rows, case.hidden_size, generator=generator)
+    hidden_states = torch.randn(rows, case.hidden_size, generator=generator, dtype=torch.float32)
     input_ids = torch.randint(0, case.vocab_size, (rows,), generator=generator)
     top_ks = [1 if greedy else TOP_K_ALL for greedy in case.greedy_rows]
     confidence_fn = (

@@ -11,6 +11,7 @@ Two instruments, both exact and deterministic on any device:
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,19 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from reference import MarkovHead
 from reference.step_samplers import StepSampler
+
+
+def _import_dynamo_leaving_environment_as_found() -> None:
+    """Entering a dispatch mode imports ``torch._dynamo`` once per process, and that
+    import writes ``TORCHINDUCTOR_CACHE_DIR``; import it here and undo the write."""
+    environment = dict(os.environ)
+    import torch._dynamo  # noqa: F401
+
+    os.environ.clear()
+    os.environ.update(environment)
+
+
+_import_dynamo_leaving_environment_as_found()
 
 _EXPONENTIAL = torch.ops.aten.exponential_.default
 

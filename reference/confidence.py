@@ -21,9 +21,13 @@ class LinearProbeConfidence(nn.Module):
         generator = torch.Generator().manual_seed(seed)
         hidden, rank = markov_head.hidden_size, markov_head.rank
         self.markov_head = markov_head
-        self.w_hidden = nn.Parameter(torch.randn(hidden, generator=generator) / hidden**0.5)
-        self.w_embedding = nn.Parameter(torch.randn(rank, generator=generator) / rank**0.5)
-        self.bias = nn.Parameter(torch.randn((), generator=generator))
+        self.w_hidden = nn.Parameter(
+            torch.randn(hidden, generator=generator, dtype=torch.float32) / hidden**0.5
+        )
+        self.w_embedding = nn.Parameter(
+            torch.randn(rank, generator=generator, dtype=torch.float32) / rank**0.5
+        )
+        self.bias = nn.Parameter(torch.randn((), generator=generator, dtype=torch.float32))
         self.requires_grad_(False)
 
     def forward(

@@ -80,7 +80,9 @@ def make_toy_draft_model(
     if vocab_padding < 0:
         raise ValueError(f"vocab_padding must be >= 0, got {vocab_padding}")
     generator = torch.Generator().manual_seed(seed)
-    weight = torch.randn(vocab_size + vocab_padding, hidden_size, generator=generator)
+    weight = torch.randn(
+        vocab_size + vocab_padding, hidden_size, generator=generator, dtype=torch.float32
+    )
     lm_head = LmHead((weight / hidden_size**0.5).to(dtype), org_vocab_size=vocab_size)
     markov_head = make_markov_head(
         head_kind,

@@ -289,5 +289,9 @@ def make_markov_head(
         for name, param in head.named_parameters():
             fan_in = param.shape[-1] if param.dim() > 1 and not name.startswith("W1") else 1
             scale = bias_scale if name.startswith("W2") else 1.0
-            param.copy_(torch.randn(param.shape, generator=generator) * scale / fan_in**0.5)
+            param.copy_(
+                torch.randn(param.shape, generator=generator, dtype=torch.float32)
+                * scale
+                / fan_in**0.5
+            )
     return head.to(dtype).requires_grad_(False)

@@ -3,7 +3,8 @@
 Upstream contract (kept here): temperatures are clamped to at least ``1e-5``
 (greedy requests often carry ``T = 0``), a row is greedy when ``top_k <= 1``, and
 ``sampling_info=None`` means every row is greedy at ``T = 1``. A temperature that
-is negative or NaN is not a clamp case but a caller error and raises.
+is negative, NaN or infinite is not a clamp case but a caller error and raises, before
+anything is written (docs/numerics.md).
 """
 
 from __future__ import annotations
@@ -53,10 +54,15 @@ def stage_sampling_params(
             f"sampling_info.temperatures and .top_ks must both be [bs={bs}], "
             f"got {tuple(temps.shape)} and {tuple(top_ks.shape)}"
         )
-    if bool(torch.isnan(temps).any()) or bool((temps < 0).any()):
+    # Staging runs outside the graph, so reading the values on the host is fine here.
+    # +inf is refused too: -inf / inf is NaN, which would let a masked entry win the race.
+    if not bool(torch.isfinite(temps).all()) or bool((temps < 0).any()):
         raise ValueError(
-            f"temperatures must be >= 0 and not NaN (0 is clamped to {MIN_TEMPERATURE}), "
-            f"got {temps.tolist()}"
+            f"temperatures must be >= 0 and not NaN or infinite "
+            f"(0 is clamped to {MIN_TEMPERATURE}), got {temps.tolist()}"
         )
-    temperatures[:bs] = temps.to(temperatures.dtype).clamp_min(MIN_TEMPERATURE)
-    greedy_mask[:bs] = top_ks <= 1
+    # Both rows are computed before either buffer is written: a failure writes nothing.
+    staged_temperatures = temps.to(temperatures.dtype).clamp_min(MIN_TEMPERATURE)
+    staged_greedy = top_ks <= 1
+    temperatures[:bs] = staged_temperatures
+    greedy_mask[:bs] = staged_greedy

@@ -10,6 +10,12 @@ Two kinds exist upstream:
 
 The race exists twice: in plain torch (the ground truth) and as a Triton kernel
 (``reference.triton_race``). ``exponential_race`` dispatches between them.
+
+Non-finite logits follow one rule on every path (docs/numerics.md), the rule of
+``torch.argmax``: a row with a NaN yields its first NaN, else a row with a ``+inf``
+yields its first ``+inf``; a ``-inf`` entry never wins while the row has an entry that
+is not ``-inf``; a row of only ``-inf`` yields token 0. The race applies it to the scaled
+logits ``float(logits) / T``. No path reads a tensor value on the host.
 """
 
 from __future__ import annotations
@@ -21,12 +27,32 @@ import torch
 
 StepSampler = Callable[[torch.Tensor, int], torch.Tensor]
 RaceBackend = Literal["auto", "torch", "triton"]
+# A zero Exp(1) draw is raised to the smallest normal float32: 0/0 would be NaN and win the argmax.
+MIN_NOISE = torch.finfo(torch.float32).tiny
 
 
 def greedy_step(step_logits: torch.Tensor, step_idx: int) -> torch.Tensor:
-    """Greedy step sampler: the argmax of the step logits (lowest index on ties)."""
+    """Greedy step sampler: the argmax of the step logits (lowest index on ties).
+
+    ``torch.argmax`` already is the non-finite rule: it ranks NaN above ``+inf``.
+    """
     del step_idx  # greedy needs no per-step state
     return torch.argmax(step_logits, dim=-1)
+
+
+def apply_nonfinite_rule(scaled_logits: torch.Tensor, winner: torch.Tensor) -> torch.Tensor:
+    """``winner`` ``[bs]`` where the row of ``scaled_logits`` ``[bs, V]`` is NaN- and
+    ``+inf``-free; otherwise the first NaN of the row, else its first ``+inf``.
+
+    Pure tensor ops (no host read), so it runs inside a CUDA graph.
+    """
+    is_nan = torch.isnan(scaled_logits)  # [bs, V]
+    is_pos_inf = scaled_logits == float("inf")  # [bs, V]
+    # argmax of a 0/1 row is its first 1: torch.argmax returns the lowest index on ties.
+    first_nan = torch.argmax(is_nan.to(torch.uint8), dim=-1)
+    first_pos_inf = torch.argmax(is_pos_inf.to(torch.uint8), dim=-1)
+    tokens = torch.where(is_pos_inf.any(dim=-1), first_pos_inf, winner)
+    return torch.where(is_nan.any(dim=-1), first_nan, tokens)
 
 
 def exponential_race_torch(
@@ -40,11 +66,17 @@ def exponential_race_torch(
 
     logits ``[bs, V]`` (any float dtype), temperatures ``[bs]``, greedy_mask ``[bs]``
     bool, noise ``[bs, V]`` of ``Exp(1)`` draws. Returns int64 token ids ``[bs]``.
-    Greedy rows use noise 1, i.e. the argmax of ``softmax(logits / T)``.
+    Greedy rows use noise 1, i.e. the argmax of ``softmax(logits / T)``. Non-finite
+    scaled logits follow ``apply_nonfinite_rule``; a ``-inf`` entry scores -1, below
+    any real entry's score (>= 0), and a row of only ``-inf`` ties at -1 on token 0.
     """
-    probs = torch.softmax(logits.float() / temperatures.float().unsqueeze(-1), dim=-1)  # [bs, V]
-    row_noise = torch.where(greedy_mask.unsqueeze(-1), torch.ones_like(noise), noise.float())
-    return torch.argmax(probs / row_noise, dim=-1)
+    scaled = logits.float() / temperatures.float().unsqueeze(-1)  # [bs, V]
+    probs = torch.softmax(scaled, dim=-1)  # [bs, V]
+    row_noise = torch.where(
+        greedy_mask.unsqueeze(-1), torch.ones_like(noise), noise.float().clamp_min(MIN_NOISE)
+    )
+    scores = torch.where(scaled > float("-inf"), probs / row_noise, -1.0)  # [bs, V]
+    return apply_nonfinite_rule(scaled, torch.argmax(scores, dim=-1))
 
 
 def exponential_race(

@@ -3,17 +3,20 @@
 This module owns ``exponential_race_triton``, the Triton twin of
 ``reference.step_samplers.exponential_race_torch``: per row it returns
 ``argmax(softmax(float(logits) / T) / E)`` (``E = 1`` on greedy rows), lowest index
-on ties, as int64 token ids ``[bs]``.
+on ties, as int64 token ids ``[bs]``, with the same non-finite rule (first NaN, else
+first ``+inf`` of ``x = logit / T``; ``-inf`` never wins; all ``-inf`` gives token 0).
 
 Two kernels do the work:
 
 1. ``_race_tiles_kernel``, grid ``(bs, n_tiles)``: each program loads one vocab tile of
    one row, computes ``x = logit / T``, the tile max ``m_t`` and the scores
    ``exp(x - m_t) / E``, and writes the tile partials ``(m_t, best score, global index
-   of the best)``. Softmax is monotone per row, so its normaliser is never needed.
+   of the best, first NaN, first +inf)``. Softmax is monotone per row, so its
+   normaliser is never needed.
 2. ``_race_combine_kernel``, grid ``(bs,)``: rescales each tile's best score to the row
    max ``M`` (``best_t * exp(m_t - M)``) and picks the winner; the lowest global index
-   wins ties, i.e. the earliest tile among equal scores.
+   wins ties, i.e. the earliest tile among equal scores. The row's first NaN, else its
+   first ``+inf``, overrides the winner.
 
 Without CUDA, importing this module sets ``TRITON_INTERPRET=1`` for the process and
 the kernels run under the Triton interpreter on CPU tensors (slowly; keep shapes small).
@@ -25,6 +28,8 @@ import os
 
 import torch
 
+from reference.step_samplers import MIN_NOISE
+
 if not torch.cuda.is_available():
     # Set before importing triton (tl.max is @jit'd at import) and kept: a launch re-reads it.
     os.environ["TRITON_INTERPRET"] = "1"
@@ -33,6 +38,7 @@ import triton
 import triton.language as tl
 
 BLOCK_V = 1024  # vocab tile width; a power of two as tl.arange requires
+_MIN_NOISE = tl.constexpr(MIN_NOISE)  # zero draws are raised to it, as in the torch race
 
 
 @triton.jit
@@ -48,11 +54,13 @@ def _race_tiles_kernel(
     tile_max_ptr,
     tile_best_ptr,
     tile_idx_ptr,
+    tile_nan_ptr,
+    tile_inf_ptr,
     V,
     n_tiles,
     BLOCK_V: tl.constexpr,
 ):
-    """One program per (row, vocab tile): write the tile's (m_t, best, index)."""
+    """One program per (row, vocab tile): write the tile's (m_t, best, index, NaN, +inf)."""
     row = tl.program_id(0).to(tl.int64)  # int64 so row * stride cannot overflow
     tile = tl.program_id(1)
     offs = tile * BLOCK_V + tl.arange(0, BLOCK_V)
@@ -66,6 +74,11 @@ def _race_tiles_kernel(
     temp = tl.load(temps_ptr + row).to(tl.float32)
     # IEEE-rounded like torch's division (plain `/` on f32 is approximate on NVIDIA GPUs).
     x = tl.div_rn(logits.to(tl.float32), temp)
+    # The non-finite rule's candidates; V means none (lanes past V load -inf, never either).
+    first_nan = tl.min(tl.where(x != x, offs, V), axis=0)
+    first_inf = tl.min(tl.where(x == float("inf"), offs, V), axis=0)
+    # The race sees NaN and +inf as -inf: such a row is overridden, and no inf - inf arises.
+    x = tl.where((x == x) & (x < float("inf")), x, float("-inf"))
     tile_max = tl.max(x, axis=0)
 
     noise = tl.load(
@@ -74,13 +87,14 @@ def _race_tiles_kernel(
         other=1.0,
     ).to(tl.float32)
     greedy = tl.load(greedy_ptr + row) != 0
-    noise = tl.where(greedy, 1.0, noise)  # greedy rows race without noise
+    noise = tl.where(greedy, 1.0, tl.maximum(noise, _MIN_NOISE))  # greedy rows race without noise
 
     # A tile masked out of the vocabulary (all -inf) shifts by 0, not -inf: exp(-inf) = 0,
     # never exp(-inf - -inf) = nan.
     shift = tl.where(tile_max > float("-inf"), tile_max, 0.0)
     weight = tl.exp(x - shift)
-    score = tl.where(in_vocab, weight / noise, -1.0)  # lanes past V never win
+    # -inf entries and lanes past V score -1, below every real entry, as in the torch race.
+    score = tl.where(x > float("-inf"), weight / noise, -1.0)
     best = tl.max(score, axis=0)
     best_idx = tl.min(tl.where(score == best, offs, V), axis=0)  # lowest index on ties
 
@@ -88,6 +102,8 @@ def _race_tiles_kernel(
     tl.store(tile_max_ptr + out, tile_max)
     tl.store(tile_best_ptr + out, best)
     tl.store(tile_idx_ptr + out, best_idx)
+    tl.store(tile_nan_ptr + out, first_nan)
+    tl.store(tile_inf_ptr + out, first_inf)
 
 
 @triton.jit
@@ -95,12 +111,15 @@ def _race_combine_kernel(
     tile_max_ptr,
     tile_best_ptr,
     tile_idx_ptr,
+    tile_nan_ptr,
+    tile_inf_ptr,
     out_ptr,
     V,
     n_tiles,
     BLOCK_T: tl.constexpr,
 ):
-    """One program per row: rescale the tile winners to the row max and pick one."""
+    """One program per row: rescale the tile winners to the row max and pick one;
+    the row's first NaN, else its first +inf, takes precedence."""
     row = tl.program_id(0).to(tl.int64)
     tiles = tl.arange(0, BLOCK_T)
     is_tile = tiles < n_tiles
@@ -116,6 +135,11 @@ def _race_combine_kernel(
     rescaled = tl.where(is_tile, tile_best * tl.exp(tile_max - shift), -1.0)  # pads never win
     winner = tl.max(rescaled, axis=0)
     token = tl.min(tl.where(rescaled == winner, tile_idx, V), axis=0)  # earliest tile wins
+
+    first_nan = tl.min(tl.load(tile_nan_ptr + base + tiles, mask=is_tile, other=V), axis=0)
+    first_inf = tl.min(tl.load(tile_inf_ptr + base + tiles, mask=is_tile, other=V), axis=0)
+    token = tl.where(first_inf < V, first_inf, token)
+    token = tl.where(first_nan < V, first_nan, token)
     tl.store(out_ptr + row, token.to(tl.int64))
 
 
@@ -185,7 +209,8 @@ def exponential_race_triton(
 
     logits ``[bs, V]`` float (any row stride; float16/bfloat16/float32), temperatures
     ``[bs]``, greedy_mask ``[bs]`` bool, noise ``[bs, V]`` of ``Exp(1)`` draws.
-    Returns int64 token ids ``[bs]``; the lowest index wins ties.
+    Returns int64 token ids ``[bs]``; the lowest index wins ties; NaN and ``+inf``
+    follow the torch race's non-finite rule.
     """
     _validate(logits, temperatures, greedy_mask, noise)
     bs, vocab = logits.shape
@@ -202,6 +227,8 @@ def exponential_race_triton(
     tile_max = torch.empty(bs, n_tiles, dtype=torch.float32, device=device)
     tile_best = torch.empty(bs, n_tiles, dtype=torch.float32, device=device)
     tile_idx = torch.empty(bs, n_tiles, dtype=torch.int32, device=device)
+    tile_nan = torch.empty(bs, n_tiles, dtype=torch.int32, device=device)
+    tile_inf = torch.empty(bs, n_tiles, dtype=torch.int32, device=device)
     tokens = torch.empty(bs, dtype=torch.int64, device=device)
 
     _race_tiles_kernel[(bs, n_tiles)](
@@ -216,6 +243,8 @@ def exponential_race_triton(
         tile_max,
         tile_best,
         tile_idx,
+        tile_nan,
+        tile_inf,
         vocab,
         n_tiles,
         BLOCK_V=BLOCK_V,
@@ -224,6 +253,8 @@ def exponential_race_triton(
         tile_max,
         tile_best,
         tile_idx,
+        tile_nan,
+        tile_inf,
         tokens,
         vocab,
         n_tiles,

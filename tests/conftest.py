@@ -1,8 +1,10 @@
-"""Shared test configuration: Hypothesis profiles, the gpu marker, interpreter set-up."""
+"""Shared test configuration: Hypothesis profiles, the gpu marker, interpreter set-up,
+and a guard that fails any test leaking global torch or process state."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -12,6 +14,11 @@ from hypothesis import HealthCheck, settings
 # every kernel test runs interpreted.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# The first TorchDispatchMode of a process (the harness's op counter) imports torch._dynamo,
+# and that import writes TORCHINDUCTOR_CACHE_DIR into os.environ. Import it now, so the
+# variable is there before every test and the leak guard below sees only real leaks.
+import torch._dynamo
 
 settings.register_profile(
     "default",
@@ -44,3 +51,50 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+PYTEST_OWN_VARIABLE = "PYTEST_CURRENT_TEST"  # pytest rewrites it in every test phase
+
+
+def _environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != PYTEST_OWN_VARIABLE}
+
+
+def _restore_environment(before: dict[str, str]) -> list[str]:
+    """Put ``os.environ`` back to ``before``; return what had changed (+added -removed ~set)."""
+    after = _environment()
+    changes = [f"+{k}" for k in sorted(set(after) - set(before))]
+    changes += [f"-{k}" for k in sorted(set(before) - set(after))]
+    changes += [f"~{k}" for k in sorted(set(before) & set(after)) if before[k] != after[k]]
+    for key in set(after) - set(before):
+        del os.environ[key]
+    os.environ.update(before)
+    return changes
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_global_state() -> Iterator[None]:
+    """Fail a test that changes the default dtype, the default device or ``os.environ``.
+
+    Drawing from the global CPU RNG is legitimate, so its state is restored rather than
+    checked: no test sees another test's draws. The leaked state is restored too, so one
+    leak fails one test only. Runs after ``monkeypatch`` has undone its own changes.
+    """
+    rng_state = torch.get_rng_state()
+    dtype = torch.get_default_dtype()
+    device = torch.get_default_device()
+    environ = _environment()
+    yield
+    torch.set_rng_state(rng_state)
+    leaks = []
+    if torch.get_default_dtype() != dtype:
+        leaks.append(f"default dtype {dtype} -> {torch.get_default_dtype()}")
+        torch.set_default_dtype(dtype)
+    if torch.get_default_device() != device:
+        leaks.append(f"default device {device} -> {torch.get_default_device()}")
+        torch.set_default_device(device)
+    changed = _restore_environment(environ)
+    if changed:
+        leaks.append(f"os.environ changed: {', '.join(changed)}")
+    if leaks:
+        pytest.fail("test leaked global state: " + "; ".join(leaks), pytrace=False)

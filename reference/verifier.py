@@ -1,0 +1,240 @@
+"""Chain speculative verification, and the decode loop that drives a draft sampler through it.
+
+``chain_verify`` is standard speculative (rejection) sampling over a chain of
+``gamma`` drafts, vectorised over rows, drawing from its own generator: draft
+``x`` at position ``k`` is accepted with probability ``min(1, p(x)/q(x))``; the
+first rejection is replaced by a draw from ``normalize(max(0, p - q))``; when
+every draft is accepted a bonus token comes from the next target row. It is
+lossless exactly when ``q`` is the distribution each draft token was drawn from.
+
+``speculative_decode`` runs rounds of draft -> verify over many independent rows
+with the sampler under test, reading only its public interface (``out``,
+``corrected_out``, ``temperatures``, ``greedy_mask``), until every row has ``m``
+committed tokens; the next round's anchor is the row's last committed token.
+``DraftContext`` gives the drafter hidden states that depend on the round's
+context, so ``q`` changes with the anchor as it would in a real drafter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from reference.draft_model import query_rows_per_request
+from reference.sampling_params import SamplingInfo
+from reference.target_model import MarkovTargetModel
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """One verification round. Tokens past ``num_committed`` are ``-1``."""
+
+    committed: torch.Tensor  # [bs, gamma+1] int64
+    num_committed: torch.Tensor  # [bs] int64, accepted drafts + 1
+
+    @property
+    def accepted(self) -> torch.Tensor:
+        return self.num_committed - 1
+
+
+def draft_distribution(
+    corrected_logits: torch.Tensor, *, temperatures: torch.Tensor, greedy_mask: torch.Tensor
+) -> torch.Tensor:
+    """The ``q`` a verifier scores drafts with: ``[bs, gamma, V]`` float64.
+
+    corrected_logits ``[bs, gamma, V]``, temperatures and greedy_mask ``[bs]``.
+    Sampled rows: ``softmax(corrected / T)``; greedy rows: the one-hot argmax.
+    """
+    logits = corrected_logits.to(torch.float64)
+    sampled = torch.softmax(logits / temperatures.to(torch.float64).view(-1, 1, 1), dim=-1)
+    if not bool(greedy_mask.any()):
+        return sampled
+    one_hot = torch.zeros_like(sampled).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+    return torch.where(greedy_mask.view(-1, 1, 1), one_hot, sampled)
+
+
+def sample_categorical(probs: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
+    """One draw per row from unnormalised non-negative weights ``[bs, V]`` (inverse CDF)."""
+    cdf = probs.cumsum(dim=-1)  # [bs, V]
+    threshold = (
+        torch.rand(probs.shape[0], 1, generator=generator, dtype=cdf.dtype, device=cdf.device)
+        * cdf[:, -1:]
+    )
+    # token i wins when cdf[i-1] <= t < cdf[i]: a zero-weight token (flat cdf) never does
+    return (cdf <= threshold).sum(dim=-1).clamp_max(probs.shape[-1] - 1)
+
+
+def chain_verify(
+    *,
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    generator: torch.Generator,
+) -> VerifyResult:
+    """Chain speculative sampling.
+
+    target_probs ``[bs, gamma+1, V]`` (row ``k`` conditioned on the anchor and the
+    first ``k`` drafts), draft_probs ``[bs, gamma, V]``, draft_tokens ``[bs, gamma]``.
+    """
+    bs, gamma = draft_tokens.shape
+    rows = torch.arange(bs, device=draft_tokens.device)
+    p_draft = target_probs[:, :gamma].gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
+    q_draft = draft_probs.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)  # [bs, gamma]
+    uniforms = torch.rand(
+        bs, gamma, generator=generator, dtype=p_draft.dtype, device=p_draft.device
+    )
+    # u < p/q without dividing: q = 0 (a token its own q calls impossible) is accepted iff p > 0
+    accept = uniforms * q_draft < p_draft  # [bs, gamma]
+    accepted = accept.long().cumprod(dim=1).sum(dim=1)  # [bs], leading accepts
+    # at the first rejection q is subtracted; after all gamma accepted it is zero (the bonus)
+    padded_q = torch.cat([draft_probs, torch.zeros_like(draft_probs[:, :1])], dim=1)
+    p_next, q_next = target_probs[rows, accepted], padded_q[rows, accepted]  # [bs, V]
+    residual = (p_next - q_next).clamp_min(0.0)
+    # p == q leaves no residual; a rejection is then impossible unless p(x) = q(x) = 0
+    residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, p_next)
+    extra_token = sample_categorical(residual, generator=generator)  # [bs]
+    positions = torch.arange(gamma + 1, device=draft_tokens.device)
+    committed = torch.cat([draft_tokens, torch.full_like(draft_tokens[:, :1], -1)], dim=1)
+    committed = torch.where(positions < accepted.unsqueeze(1), committed, -1)
+    committed[rows, accepted] = extra_token
+    return VerifyResult(committed=committed, num_committed=accepted + 1)
+
+
+class DraftContext:
+    """Draft inputs as a deterministic function of the round's context.
+
+    Query row ``j`` of a request sees ``anchor_embedding[anchor] + position_embedding[j]``;
+    ``input_ids`` carry the anchor in row 0 and the mask token 0 after it.
+    """
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        hidden_size: int,
+        gamma: int,
+        sample_from_anchor: bool,
+        seed: int,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        self.query_rows = query_rows_per_request(gamma=gamma, sample_from_anchor=sample_from_anchor)
+        generator = torch.Generator().manual_seed(seed)
+        self.anchor_embedding = torch.randn(vocab_size, hidden_size, generator=generator).to(
+            dtype
+        )  # [V, H]
+        self.position_embedding = torch.randn(self.query_rows, hidden_size, generator=generator).to(
+            dtype
+        )  # [Q, H]
+
+    def to(self, device: str | torch.device) -> DraftContext:
+        self.anchor_embedding = self.anchor_embedding.to(device)
+        self.position_embedding = self.position_embedding.to(device)
+        return self
+
+    def hidden_states(self, anchor_tokens: torch.Tensor) -> torch.Tensor:
+        """``[bs*Q, H]`` for anchor_tokens ``[bs]``."""
+        hidden = self.anchor_embedding[anchor_tokens].unsqueeze(1) + self.position_embedding
+        return hidden.reshape(-1, hidden.shape[-1])
+
+    def input_ids(self, anchor_tokens: torch.Tensor) -> torch.Tensor:
+        """``[bs*Q]`` int64: the anchor, then mask tokens."""
+        ids = torch.zeros(
+            anchor_tokens.shape[0], self.query_rows, dtype=torch.int64, device=anchor_tokens.device
+        )
+        ids[:, 0] = anchor_tokens
+        return ids.reshape(-1)
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """The first ``m`` committed tokens of every row and the acceptance record."""
+
+    committed: torch.Tensor  # [rows, m] int64
+    accepted_lengths: torch.Tensor  # [rounds counted] int64: accepted drafts per round
+    rounds: int
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return float(self.accepted_lengths.double().mean())
+
+
+def derived_seeds(seed: int, count: int) -> list[int]:
+    """Independent seeds for the streams of one run, derived from its seed."""
+    generator = torch.Generator().manual_seed(seed)
+    return [int(s) for s in torch.randint(0, 2**62, (count,), generator=generator)]
+
+
+def speculative_decode(
+    *,
+    sampler: Any,
+    target: MarkovTargetModel,
+    context: DraftContext,
+    sampling_info: SamplingInfo,
+    m: int,
+    seed: int,
+) -> DecodeResult:
+    """Draft with ``sampler``, verify against ``target``, until every row has ``m`` tokens.
+
+    ``sampler`` is any ``DsparkDraftSampler``-compatible object built with
+    ``max_bs >= rows`` and folded sampling. Rows are ``sampling_info``'s requests.
+    The seed fixes the first anchors, the verifier's generator and the sampler's
+    noise (the global RNG is forked, so the caller's state is left as it was).
+    Rows that already have ``m`` tokens keep running; their extra tokens and
+    rounds are not counted.
+    """
+    if m <= 0:
+        raise ValueError(f"m must be positive, got {m}")
+    device = target.device
+    rows = int(sampling_info.temperatures.shape[0])
+    gamma = int(sampler.gamma)
+    anchor_seed, verifier_seed, noise_seed = derived_seeds(seed, 3)
+    target_temperatures = sampling_info.temperatures.to(device, torch.float64)
+    target_greedy = sampling_info.top_ks.to(device) <= 1
+    verifier_generator = torch.Generator(device).manual_seed(verifier_seed)
+    anchors = target.sample_anchors(
+        rows, generator=torch.Generator(device).manual_seed(anchor_seed)
+    )  # [rows]
+    committed = torch.full((rows, m), -1, dtype=torch.int64, device=device)
+    filled = torch.zeros(rows, dtype=torch.int64, device=device)
+    row_ids = torch.arange(rows, device=device).unsqueeze(1)
+    positions = torch.arange(gamma + 1, device=device)
+    accepted_lengths = []
+    rounds = 0
+    fork_devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=fork_devices):
+        torch.manual_seed(noise_seed)
+        sampler.stage_sampling_params(bs=rows, sampling_info=sampling_info)
+        while bool((filled < m).any()):
+            rounds += 1
+            sampler(context.hidden_states(anchors), context.input_ids(anchors))
+            draft_tokens = sampler.out[: rows * gamma].view(rows, gamma).to(device)
+            corrected = sampler.corrected_out[: rows * gamma].view(rows, gamma, -1).to(device)
+            draft_probs = draft_distribution(
+                corrected,
+                temperatures=sampler.temperatures[:rows].to(device),
+                greedy_mask=sampler.greedy_mask[:rows].to(device),
+            )  # [rows, gamma, V]
+            target_probs = target.block_probs(
+                anchor_tokens=anchors,
+                draft_tokens=draft_tokens,
+                temperatures=target_temperatures,
+                greedy_mask=target_greedy,
+            )  # [rows, gamma+1, V]
+            verdict = chain_verify(
+                target_probs=target_probs,
+                draft_probs=draft_probs,
+                draft_tokens=draft_tokens,
+                generator=verifier_generator,
+            )
+            active = filled < m
+            accepted_lengths.append(verdict.accepted[active])
+            slot = filled.unsqueeze(1) + positions  # [rows, gamma+1]: where each token lands
+            keep = (positions < verdict.num_committed.unsqueeze(1)) & (slot < m)
+            committed[row_ids.expand_as(slot)[keep], slot[keep]] = verdict.committed[keep]
+            filled = (filled + verdict.num_committed).clamp_max(m)
+            anchors = verdict.committed.gather(1, verdict.accepted.unsqueeze(1)).squeeze(1)
+    return DecodeResult(
+        committed=committed, accepted_lengths=torch.cat(accepted_lengths), rounds=rounds
+    )
