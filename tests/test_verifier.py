@@ -1,0 +1,302 @@
+"""The reference side of the statistical oracle: chain verifier, target model, decode loop.
+
+Exact properties where the math is exact (deterministic acceptance, enumeration,
+greedy paths); fixed-seed chi-square checks at ``ALPHA`` where it is not.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from fixed import DsparkDraftSampler as FixedSampler
+from reference import ReferenceDraftSampler, SamplingInfo, ToyDraftModel, make_toy_draft_model
+from reference.target_model import MarkovTargetModel, make_markov_target
+from reference.verifier import (
+    DecodeResult,
+    DraftContext,
+    chain_verify,
+    draft_distribution,
+    sample_categorical,
+    speculative_decode,
+)
+
+ALPHA = 1e-6  # fixed seeds: a false alarm at this level is a one-in-a-million event
+VOCAB, GAMMA, HIDDEN, RANK = 6, 3, 16, 8
+TOP_K_ALL = 1 << 30
+
+
+def chi2_p_value(observed: torch.Tensor, expected_probs: torch.Tensor) -> float:
+    """Pearson p-value over cells with positive probability (all expected >= 5 here)."""
+    keep = expected_probs > 0
+    assert int(observed[~keep].sum()) == 0, "observations in cells of probability 0"
+    expected = observed.sum() * expected_probs[keep]
+    assert bool((expected >= 5).all())
+    chi2 = ((observed[keep] - expected) ** 2 / expected).sum()
+    dof = torch.tensor((int(keep.sum()) - 1) / 2, dtype=torch.float64)
+    return float(torch.special.gammaincc(dof, chi2.double() / 2))
+
+
+def random_probs(*shape: int, generator: torch.Generator, scale: float = 1.5) -> torch.Tensor:
+    logits = torch.randn(*shape, generator=generator, dtype=torch.float64) * scale
+    return torch.softmax(logits, dim=-1)
+
+
+# -- sample_categorical ---------------------------------------------------------------------------
+def test_sample_categorical_follows_the_weights_and_skips_zero_weight_tokens() -> None:
+    weights = torch.tensor([0.0, 3.0, 0.0, 1.0, 6.0, 0.0], dtype=torch.float64)
+    rows = 200_000
+    draws = sample_categorical(weights.expand(rows, -1), generator=torch.Generator().manual_seed(0))
+    counts = torch.bincount(draws, minlength=weights.numel()).double()
+    assert counts[weights == 0].sum() == 0
+    assert chi2_p_value(counts, weights / weights.sum()) > ALPHA
+
+
+# -- draft_distribution ---------------------------------------------------------------------------
+def test_draft_distribution_is_tempered_softmax_on_sampled_rows_and_one_hot_on_greedy() -> None:
+    corrected = torch.randn(3, GAMMA, VOCAB, generator=torch.Generator().manual_seed(1))
+    temperatures = torch.tensor([0.5, 1.0, 1e-5])
+    greedy = torch.tensor([False, False, True])
+    q = draft_distribution(corrected, temperatures=temperatures, greedy_mask=greedy)
+    assert q.dtype == torch.float64
+    for row in range(2):
+        torch.testing.assert_close(
+            q[row], torch.softmax(corrected[row].double() / float(temperatures[row]), dim=-1)
+        )
+    expected_one_hot = torch.nn.functional.one_hot(corrected[2].argmax(-1), VOCAB).double()
+    assert torch.equal(q[2], expected_one_hot)
+
+
+# -- chain_verify ---------------------------------------------------------------------------------
+def test_drafts_drawn_from_the_target_itself_are_always_accepted() -> None:
+    generator = torch.Generator().manual_seed(2)
+    p = random_probs(500, GAMMA + 1, VOCAB, generator=generator)
+    drafts = torch.multinomial(p[:, :GAMMA].reshape(-1, VOCAB), 1, generator=generator)
+    result = chain_verify(
+        target_probs=p,
+        draft_probs=p[:, :GAMMA],
+        draft_tokens=drafts.view(500, GAMMA),
+        generator=generator,
+    )
+    assert torch.equal(result.num_committed, torch.full((500,), GAMMA + 1))
+    assert torch.equal(result.committed[:, :GAMMA], drafts.view(500, GAMMA))
+
+
+def test_a_draft_the_target_calls_impossible_is_replaced_and_ends_the_round() -> None:
+    generator = torch.Generator().manual_seed(3)
+    p = random_probs(4, GAMMA + 1, VOCAB, generator=generator)
+    q = random_probs(4, GAMMA, VOCAB, generator=generator)
+    drafts = torch.zeros(4, GAMMA, dtype=torch.int64)
+    p[:, 0, 0] = 0.0  # first draft (token 0) impossible under the target
+    p[:, 0] /= p[:, 0].sum(-1, keepdim=True)
+    result = chain_verify(target_probs=p, draft_probs=q, draft_tokens=drafts, generator=generator)
+    assert torch.equal(result.num_committed, torch.ones(4, dtype=torch.int64))
+    assert bool((result.committed[:, 0] != 0).all())
+    assert bool((result.committed[:, 1:] == -1).all())
+
+
+def test_greedy_verification_accepts_exactly_the_matching_prefix_then_the_target_argmax() -> None:
+    target_tokens = torch.tensor([[1, 2, 3, 4], [1, 2, 3, 4], [5, 0, 1, 2]])  # [bs, gamma+1]
+    drafts = torch.tensor([[1, 2, 3], [1, 5, 3], [0, 0, 1]])  # all, 1, 0 accepted
+    one_hot = torch.nn.functional.one_hot
+    result = chain_verify(
+        target_probs=one_hot(target_tokens, VOCAB).double(),
+        draft_probs=one_hot(drafts, VOCAB).double(),
+        draft_tokens=drafts,
+        generator=torch.Generator().manual_seed(4),
+    )
+    assert result.num_committed.tolist() == [4, 2, 1]
+    assert result.committed.tolist() == [[1, 2, 3, 4], [1, 2, -1, -1], [5, -1, -1, -1]]
+
+
+def test_chain_verification_is_lossless_on_every_committed_position() -> None:
+    """Drafts drawn from q position by position; committed position k follows p_k
+    among the rows that reach it (p and q fixed per position, so no context)."""
+    rows = 200_000
+    generator = torch.Generator().manual_seed(5)
+    p = random_probs(1, GAMMA + 1, VOCAB, generator=generator).expand(rows, -1, -1)
+    q = random_probs(1, GAMMA, VOCAB, generator=generator, scale=2.5).expand(rows, -1, -1)
+    drafts = torch.stack(
+        [
+            torch.multinomial(q[0, k], rows, replacement=True, generator=generator)
+            for k in range(GAMMA)
+        ],
+        dim=1,
+    )
+    result = chain_verify(target_probs=p, draft_probs=q, draft_tokens=drafts, generator=generator)
+    for k in range(GAMMA + 1):
+        reached = result.num_committed > k
+        counts = torch.bincount(result.committed[reached, k], minlength=VOCAB).double()
+        assert chi2_p_value(counts, p[0, k]) > ALPHA, f"position {k}"
+    accept_rate = 1 - 0.5 * float((p[0, :GAMMA] - q[0]).abs().sum(-1).mean())
+    assert 0 < accept_rate < 1  # the check above saw both acceptances and rejections
+
+
+def test_chain_verify_draws_only_from_its_own_generator() -> None:
+    generator = torch.Generator().manual_seed(6)
+    p = random_probs(64, GAMMA + 1, VOCAB, generator=generator)
+    q = random_probs(64, GAMMA, VOCAB, generator=generator)
+    drafts = torch.randint(0, VOCAB, (64, GAMMA), generator=generator)
+    global_state = torch.get_rng_state()
+    first, second = (
+        chain_verify(
+            target_probs=p,
+            draft_probs=q,
+            draft_tokens=drafts,
+            generator=torch.Generator().manual_seed(7),
+        )
+        for _ in range(2)
+    )
+    assert torch.equal(torch.get_rng_state(), global_state)
+    assert torch.equal(first.committed, second.committed)
+
+
+# -- target model ---------------------------------------------------------------------------------
+def brute_force_joint(
+    target: MarkovTargetModel, *, m: int, temperature: float, greedy: bool
+) -> torch.Tensor:
+    every = torch.arange(target.vocab_size)
+    conditional = target.next_token_probs(
+        every,
+        temperatures=torch.tensor(temperature, dtype=torch.float64),
+        greedy_mask=torch.tensor(greedy),
+    )  # [V, V]
+    joint = torch.zeros(target.vocab_size**m, dtype=torch.float64)
+    for anchor in range(target.vocab_size):
+        for cell, path in enumerate(itertools.product(range(target.vocab_size), repeat=m)):
+            prob, prev = 1.0 / target.vocab_size, anchor
+            for token in path:
+                prob, prev = prob * float(conditional[prev, token]), token
+            joint[cell] += prob
+    return joint
+
+
+@pytest.mark.parametrize(("temperature", "greedy"), [(1.0, False), (0.5, False), (0.0, True)])
+def test_target_joint_matches_brute_force_enumeration(temperature: float, greedy: bool) -> None:
+    target = make_markov_target(vocab_size=4, seed=8)
+    joint = target.joint_probs(m=3, temperature=temperature, greedy=greedy)
+    torch.testing.assert_close(
+        joint, brute_force_joint(target, m=3, temperature=temperature, greedy=greedy)
+    )
+    torch.testing.assert_close(joint.sum(), torch.tensor(1.0, dtype=torch.float64))
+
+
+def test_target_block_rows_condition_on_anchor_then_drafts_at_each_rows_temperature() -> None:
+    target = make_markov_target(vocab_size=VOCAB, seed=9)
+    anchors = torch.tensor([0, 5])
+    drafts = torch.tensor([[1, 2, 3], [4, 4, 0]])
+    temperatures = torch.tensor([0.7, 1e-5], dtype=torch.float64)
+    greedy = torch.tensor([False, True])
+    block = target.block_probs(
+        anchor_tokens=anchors, draft_tokens=drafts, temperatures=temperatures, greedy_mask=greedy
+    )
+    assert block.shape == (2, GAMMA + 1, VOCAB)
+    prev = torch.cat([anchors.unsqueeze(1), drafts], dim=1)
+    logits = target.transition_logits
+    torch.testing.assert_close(block[0], torch.softmax(logits[prev[0]] / 0.7, dim=-1))
+    one_hot = torch.nn.functional.one_hot(logits[prev[1]].argmax(-1), VOCAB).double()
+    assert torch.equal(block[1], one_hot)
+
+
+# -- decode loop ----------------------------------------------------------------------------------
+def decode_setup(
+    *, rows: int, head_kind: str, temperatures: list[float]
+) -> tuple[ToyDraftModel, MarkovTargetModel, DraftContext, SamplingInfo]:
+    model = make_toy_draft_model(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        markov_rank=RANK,
+        head_kind=head_kind,
+        sample_from_anchor=True,
+        seed=10,
+    )
+    target = make_markov_target(vocab_size=VOCAB, seed=11)
+    context = DraftContext(
+        vocab_size=VOCAB, hidden_size=HIDDEN, gamma=GAMMA, sample_from_anchor=True, seed=12
+    )
+    row_temps = [temperatures[i % len(temperatures)] for i in range(rows)]
+    sampling_info = SamplingInfo.from_lists(
+        temperatures=row_temps, top_ks=[1 if t == 0 else TOP_K_ALL for t in row_temps]
+    )
+    return model, target, context, sampling_info
+
+
+def run_decode(
+    sampler_class: type,
+    *,
+    rows: int,
+    m: int,
+    seed: int,
+    head_kind: str,
+    temperatures: list[float],
+) -> tuple[DecodeResult, MarkovTargetModel, SamplingInfo]:
+    model, target, context, sampling_info = decode_setup(
+        rows=rows, head_kind=head_kind, temperatures=temperatures
+    )
+    sampler = sampler_class(model=model, gamma=GAMMA, max_bs=rows, device="cpu")
+    return (
+        speculative_decode(
+            sampler=sampler,
+            target=target,
+            context=context,
+            sampling_info=sampling_info,
+            m=m,
+            seed=seed,
+        ),
+        target,
+        sampling_info,
+    )
+
+
+def test_draft_hidden_states_depend_on_the_anchor_and_the_query_row() -> None:
+    context = DraftContext(
+        vocab_size=VOCAB, hidden_size=HIDDEN, gamma=GAMMA, sample_from_anchor=True, seed=13
+    )
+    hidden = context.hidden_states(torch.tensor([2, 2, 3])).view(3, GAMMA, HIDDEN)
+    assert torch.equal(hidden[0], hidden[1])
+    assert not torch.equal(hidden[0], hidden[2])
+    assert not torch.equal(hidden[0, 0], hidden[0, 1])
+    assert context.input_ids(torch.tensor([2, 3])).tolist() == [2, 0, 0, 3, 0, 0]
+
+
+@pytest.mark.parametrize("head_kind", ["vanilla", "gated", "rnn"])
+def test_decode_fills_m_tokens_per_row_reproducibly_and_leaves_the_global_rng_alone(
+    head_kind: str,
+) -> None:
+    global_state = torch.get_rng_state()
+    first, _, _ = run_decode(
+        FixedSampler, rows=300, m=5, seed=14, head_kind=head_kind, temperatures=[1.0, 0.0]
+    )
+    assert torch.equal(torch.get_rng_state(), global_state)
+    second, _, _ = run_decode(
+        FixedSampler, rows=300, m=5, seed=14, head_kind=head_kind, temperatures=[1.0, 0.0]
+    )
+    assert first.committed.shape == (300, 5)
+    assert bool(((first.committed >= 0) & (first.committed < VOCAB)).all())
+    assert torch.equal(first.committed, second.committed)
+    assert 1 <= first.rounds <= 5
+    assert bool(((first.accepted_lengths >= 0) & (first.accepted_lengths <= GAMMA)).all())
+
+
+def test_greedy_rows_commit_exactly_the_target_greedy_path() -> None:
+    decoded, target, _ = run_decode(
+        FixedSampler, rows=400, m=6, seed=15, head_kind="vanilla", temperatures=[0.0]
+    )
+    greedy_next = target.transition_logits.argmax(-1)  # [V]
+    committed = decoded.committed
+    assert torch.equal(committed[:, 1:], greedy_next[committed[:, :-1]])
+
+
+def test_reference_sampler_decodes_to_the_target_joint() -> None:
+    """The whole loop at a fixed seed: the single-pass reference sampler is lossless."""
+    rows, m = 60_000, 2
+    decoded, target, _ = run_decode(
+        ReferenceDraftSampler, rows=rows, m=m, seed=16, head_kind="gated", temperatures=[1.0]
+    )
+    cells = decoded.committed[:, 0] * VOCAB + decoded.committed[:, 1]
+    counts = torch.bincount(cells, minlength=VOCAB**m).double()
+    expected = target.joint_probs(m=m, temperature=1.0, greedy=False)
+    assert chi2_p_value(counts, expected) > ALPHA
+    assert 0 < decoded.mean_accepted_length < GAMMA
