@@ -1,0 +1,529 @@
+"""Scaling sweep: legacy and fixed time over a grid of ``bs``, ``gamma`` and ``V``.
+
+Each grid point is timed with the A/B protocol of ``harness.timing`` (walk-only and
+whole call, alternating). The cost exponent is the slope of ``log time`` against
+``log(bs * gamma * V)`` (``numpy.polyfit``): a walk touches ``bs * V`` logits per step
+for ``gamma`` steps, so both samplers should scale with exponent ~1 and differ by a
+factor ~2.
+
+Durability: every finished point is appended to ``points.jsonl`` as one JSON line,
+written with a single ``write`` on an ``O_APPEND`` descriptor and ``fsync``'d. A sweep
+killed midway resumes (the default) from that file: finished points are kept, not
+recomputed, and a torn last line (a write cut short) is dropped and truncated away.
+At the end ``sweep.csv``, ``sweep.json`` and ``sweep.png`` (time and ratio) are
+written, each replaced atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.case import make_case
+from harness.timing import CLOCKS, MODES, ab_timing, times_json
+
+POINT_SCHEMA = "dspark-harness/sweep-point"
+POINTS_FILE, CSV_FILE, JSON_FILE, PNG_FILE = "points.jsonl", "sweep.csv", "sweep.json", "sweep.png"
+EXPONENT_RANGE = (0.9, 1.1)
+
+
+class SweepError(ValueError):
+    """A points file that cannot be resumed, or a bad grid."""
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """The grid and the fixed part of every point's shape."""
+
+    bs: tuple[int, ...]
+    gamma: tuple[int, ...]
+    vocab: tuple[int, ...]
+    hidden_size: int
+    markov_rank: int
+    repeats: int
+    warmup: int = 1
+    threads: int | None = 1  # intra-op threads; None: torch's default
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        for name in ("bs", "gamma", "vocab"):
+            values = getattr(self, name)
+            if not values or any(v < 1 for v in values):
+                raise SweepError(f"--{name} needs positive integers, got {values}")
+        if self.hidden_size < 1 or self.markov_rank < 1:
+            raise SweepError("hidden size and Markov rank must be positive")
+        if self.repeats < 1 or self.warmup < 0:
+            raise SweepError(f"need repeats >= 1, warmup >= 0; got {self.repeats}, {self.warmup}")
+        if self.threads is not None and self.threads < 1:
+            raise SweepError(f"threads must be positive, got {self.threads}")
+
+    @property
+    def clock(self) -> str:
+        """The clock the exponents are fitted on: process CPU time on the CPU (a shared
+        machine's neighbours barely move it), the synchronised wall clock on CUDA."""
+        return "wall" if self.device.startswith("cuda") else "cpu"
+
+    def points(self) -> list[tuple[int, int, int]]:
+        """``(bs, gamma, V)`` in run order: smallest work first."""
+        grid = [(b, g, v) for b in self.bs for g in self.gamma for v in self.vocab]
+        return sorted(grid, key=lambda p: (p[0] * p[1] * p[2], p))
+
+    def point_key(self, point: tuple[int, int, int]) -> str:
+        """Identifies a point and everything its timing depends on."""
+        bs, gamma, vocab = point
+        return (
+            f"bs={bs},gamma={gamma},V={vocab}|H={self.hidden_size},r={self.markov_rank},"
+            f"repeats={self.repeats},warmup={self.warmup},threads={self.threads},seed={self.seed},"
+            f"{self.dtype},{self.device}"
+        )
+
+    def describe(self) -> str:
+        return (
+            f"bs {list(self.bs)} x gamma {list(self.gamma)} x V {list(self.vocab)}; "
+            f"H={self.hidden_size} r={self.markov_rank} vanilla folded {self.dtype} "
+            f"{self.device}, {self.threads or 'default'} thread(s); {self.repeats} alternating "
+            f"repetitions after {self.warmup} warm-up; fitted on {self.clock} time"
+        )
+
+
+DEFAULT_CONFIG = SweepConfig(
+    bs=(8, 16, 32),
+    gamma=(2, 4, 8),
+    vocab=(8192, 16384, 32768),
+    hidden_size=64,
+    markov_rank=256,
+    repeats=3,
+)
+QUICK_CONFIG = SweepConfig(
+    bs=(1, 2), gamma=(2, 3), vocab=(256, 512), hidden_size=16, markov_rank=16, repeats=1, warmup=1
+)
+
+
+# -- the points file ------------------------------------------------------------------------
+def load_points(path: Path, *, repair: bool) -> tuple[dict[str, dict[str, Any]], int]:
+    """Finished points by key, and how many bytes of a torn last line were dropped.
+
+    A last line that is unterminated or not valid JSON is torn (the writer was
+    killed mid-write); with ``repair`` the file is truncated to the last good line.
+    A bad line before the last is not a torn write: ``SweepError``.
+    """
+    if not path.exists():
+        return {}, 0
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]  # tail: bytes after the last newline
+    points: dict[str, dict[str, Any]] = {}
+    good_bytes = 0
+    for number, line in enumerate(complete, 1):
+        record = _parse(line)
+        if record is None:
+            if number == len(complete) and not tail:
+                tail = line + b"\n"
+                break
+            raise SweepError(f"{path}:{number}: not a sweep point; remove or fix the line")
+        points[record["key"]] = record
+        good_bytes += len(line) + 1
+    dropped = len(raw) - good_bytes
+    if dropped and repair:
+        with open(path, "r+b") as handle:
+            handle.truncate(good_bytes)
+            handle.flush()
+            os.fsync(handle.fileno())
+    return points, dropped
+
+
+def _parse(line: bytes) -> dict[str, Any] | None:
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(record, dict) or record.get("schema") != POINT_SCHEMA or "key" not in record:
+        return None
+    return record
+
+
+def append_point(path: Path, record: dict[str, Any]) -> None:
+    """Append one JSON line durably: one ``write`` on an ``O_APPEND`` descriptor, then
+    ``fsync`` (a crash leaves at most a torn last line, which ``load_points`` drops)."""
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+# -- measuring ------------------------------------------------------------------------------
+def measure_point(config: SweepConfig, point: tuple[int, int, int]) -> dict[str, Any]:
+    """Time one grid point (folded sampling, all rows sampled, vanilla head)."""
+    bs, gamma, vocab = point
+    case = make_case(
+        bs=bs,
+        gamma=gamma,
+        vocab_size=vocab,
+        hidden_size=config.hidden_size,
+        markov_rank=config.markov_rank,
+        seed=config.seed,
+        device=config.device,
+        dtype=config.dtype,
+    )
+    started = time.perf_counter()
+    timing = ab_timing(case, repeats=config.repeats, warmup=config.warmup, threads=config.threads)
+    record: dict[str, Any] = {
+        "schema": POINT_SCHEMA,
+        "key": config.point_key(point),
+        "bs": bs,
+        "gamma": gamma,
+        "vocab_size": vocab,
+        "work": bs * gamma * vocab,
+        "threads": timing.threads,
+        "elapsed_s": round(time.perf_counter() - started, 3),
+        "finished_at": time.time(),
+    }
+    for mode, by_clock in timing.times.items():
+        record[mode] = times_json(by_clock)
+    return record
+
+
+def _silent(message: str) -> None:
+    del message
+
+
+def run_sweep(
+    config: SweepConfig,
+    *,
+    out_dir: Path,
+    resume: bool = True,
+    progress: Callable[[str], None] = _silent,
+    measure: Callable[[SweepConfig, tuple[int, int, int]], dict[str, Any]] = measure_point,
+) -> list[dict[str, Any]]:
+    """Measure every grid point not already in ``out_dir/points.jsonl``; return the
+    records of the whole grid in grid order."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    points_path = out_dir / POINTS_FILE
+    if not resume:
+        points_path.unlink(missing_ok=True)
+    done, dropped = load_points(points_path, repair=True)
+    grid = config.points()
+    keys = [config.point_key(p) for p in grid]
+    already = sum(k in done for k in keys)
+    progress(
+        f"sweep: {len(grid)} points ({config.describe()}); "
+        f"{already} already done in {points_path}"
+        + (f"; dropped a torn last line ({dropped} bytes)" if dropped else "")
+    )
+    for index, (point, key) in enumerate(zip(grid, keys, strict=True), 1):
+        if key in done:
+            continue
+        record = measure(config, point)
+        append_point(points_path, record)
+        done[key] = record
+        progress(f"[sweep {index}/{len(grid)}] {_point_line(record, clock=config.clock)}")
+    return [done[k] for k in keys]
+
+
+def _point_line(record: dict[str, Any], *, clock: str) -> str:
+    walk, whole = record["walk_only"][clock], record["whole_call"][clock]
+    return (
+        f"bs={record['bs']} gamma={record['gamma']} V={record['vocab_size']}: walk-only "
+        f"legacy {walk['legacy_median_s'] * 1e3:.2f} ms, fixed {walk['fixed_median_s'] * 1e3:.2f} "
+        f"ms (x{walk['ratio_median']:.2f}); whole call x{whole['ratio_median']:.2f} ({clock})"
+    )
+
+
+# -- summary and outputs --------------------------------------------------------------------
+def fit_exponent(work: list[int], seconds: list[float]) -> float:
+    """Slope of ``log seconds`` against ``log work`` (least squares)."""
+    if len(set(work)) < 2:
+        return math.nan
+    slope, _ = np.polyfit(np.log(work), np.log(seconds), 1)
+    return float(slope)
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    """Fitted exponents (clock -> mode -> sampler) and the median ratio over the grid
+    (clock -> mode); ``clock`` is the one the expectation is held on."""
+
+    clock: str
+    exponents: dict[str, dict[str, dict[str, float]]]
+    ratio_median: dict[str, dict[str, float]]
+    checked: bool  # whether the exponent expectation applies (the default grid)
+
+    @property
+    def fixed_exponent(self) -> float:
+        return self.exponents[self.clock]["walk_only"]["fixed"]
+
+    @property
+    def ok(self) -> bool:
+        low, high = EXPONENT_RANGE
+        return not self.checked or low <= self.fixed_exponent <= high
+
+
+def summarise(records: list[dict[str, Any]], *, clock: str, checked: bool) -> SweepSummary:
+    work = [r["work"] for r in records]
+    exponents = {
+        c: {
+            mode: {
+                name: fit_exponent(work, [r[mode][c][f"{name}_median_s"] for r in records])
+                for name in ("legacy", "fixed")
+            }
+            for mode in MODES
+        }
+        for c in CLOCKS
+    }
+    ratio_median = {
+        c: {mode: statistics.median(r[mode][c]["ratio_median"] for r in records) for mode in MODES}
+        for c in CLOCKS
+    }
+    return SweepSummary(clock, exponents, ratio_median, checked)
+
+
+CSV_COLUMNS = (
+    "bs",
+    "gamma",
+    "vocab_size",
+    "work",
+    *(
+        f"{mode}_{clock}_{column}"
+        for mode in MODES
+        for clock in CLOCKS
+        for column in ("legacy_ms", "fixed_ms", "ratio")
+    ),
+)
+
+
+def write_outputs(
+    *, out_dir: Path, config: SweepConfig, records: list[dict[str, Any]], summary: SweepSummary
+) -> list[Path]:
+    """``sweep.csv``, ``sweep.json`` and ``sweep.png``, each replaced atomically."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for r in records:
+        row: list[Any] = [r["bs"], r["gamma"], r["vocab_size"], r["work"]]
+        for mode in MODES:
+            for clock in CLOCKS:
+                times = r[mode][clock]
+                row += [
+                    f"{times['legacy_median_s'] * 1e3:.4f}",
+                    f"{times['fixed_median_s'] * 1e3:.4f}",
+                    f"{times['ratio_median']:.4f}",
+                ]
+        writer.writerow(row)
+    paths = [out_dir / CSV_FILE, out_dir / JSON_FILE, out_dir / PNG_FILE]
+    _write_atomically(paths[0], buffer.getvalue().encode())
+    document = {
+        "config": asdict(config),
+        "clock": summary.clock,
+        "exponents": summary.exponents,
+        "ratio_median": summary.ratio_median,
+        "exponent_range": list(EXPONENT_RANGE),
+        "exponent_checked": summary.checked,
+        "ok": summary.ok,
+        "points": records,
+    }
+    _write_atomically(paths[1], (json.dumps(document, indent=2) + "\n").encode())
+    _write_atomically(paths[2], _plot(config=config, records=records, summary=summary))
+    return paths
+
+
+def _plot(*, config: SweepConfig, records: list[dict[str, Any]], summary: SweepSummary) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    clock = summary.clock
+    work = np.array([r["work"] for r in records], dtype=float)
+    order = np.argsort(work)
+    figure, (times_ax, ratio_ax) = plt.subplots(1, 2, figsize=(12, 4.8))
+    styles = {"walk_only": "o", "whole_call": "s"}
+    colours = {"legacy": "tab:red", "fixed": "tab:blue"}
+    for mode in MODES:
+        for name in ("legacy", "fixed"):
+            ms = np.array([r[mode][clock][f"{name}_median_s"] * 1e3 for r in records])
+            exponent = summary.exponents[clock][mode][name]
+            times_ax.loglog(
+                work[order],
+                ms[order],
+                styles[mode],
+                color=colours[name],
+                fillstyle="full" if mode == "walk_only" else "none",
+                label=f"{name}, {mode.replace('_', '-')} (exponent {exponent:.2f})",
+            )
+            if len(set(work)) > 1:
+                slope, intercept = np.polyfit(np.log(work), np.log(ms), 1)
+                grid = np.geomspace(work.min(), work.max(), 20)
+                times_ax.loglog(
+                    grid, np.exp(intercept) * grid**slope, "-", color=colours[name], alpha=0.4
+                )
+        ratios = np.array([r[mode][clock]["ratio_median"] for r in records])
+        ratio_ax.semilogx(
+            work[order], ratios[order], styles[mode], alpha=0.7, label=mode.replace("_", "-")
+        )
+    ratio_ax.axhline(2.0, color="grey", linestyle=":", label="2 (one extra walk)")
+    times_ax.set(
+        xlabel="bs * gamma * V", ylabel=f"median {clock} time per call [ms]", title="time per call"
+    )
+    ratio_ax.set(
+        xlabel="bs * gamma * V",
+        ylabel="legacy / fixed (median paired ratio)",
+        title="legacy / fixed",
+    )
+    times_ax.legend(fontsize=7)
+    ratio_ax.legend(fontsize=7)
+    figure.suptitle(f"DSpark draft sampler sweep: {config.describe()}", fontsize=8)
+    figure.tight_layout()
+    out = io.BytesIO()
+    figure.savefig(out, format="png", dpi=110)
+    plt.close(figure)
+    return out.getvalue()
+
+
+def format_summary(summary: SweepSummary, *, config: SweepConfig, paths: list[Path]) -> str:
+    rows = [
+        f"sweep: {config.describe()}",
+        "cost exponent in bs*gamma*V (log-log least squares) and median legacy/fixed ratio:",
+        f"{'mode':12}  {'clock':5}  {'legacy':>7}  {'fixed':>7}  {'ratio':>7}",
+    ]
+    for clock in sorted(CLOCKS, key=lambda c: c != summary.clock):
+        for mode in MODES:
+            e = summary.exponents[clock][mode]
+            rows.append(
+                f"{mode.replace('_', '-'):12}  {clock:5}  {e['legacy']:7.3f}  {e['fixed']:7.3f}  "
+                f"{summary.ratio_median[clock][mode]:7.3f}"
+            )
+    low, high = EXPONENT_RANGE
+    rows.append(
+        f"fixed walk-only exponent ({summary.clock} time) {summary.fixed_exponent:.3f}, "
+        f"expected in [{low}, {high}]: "
+        + (("holds" if summary.ok else "FAILS") if summary.checked else "not checked on this grid")
+    )
+    rows.append("written: " + ", ".join(str(p) for p in paths))
+    return "\n".join(rows)
+
+
+# -- command --------------------------------------------------------------------------------
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``python -m harness sweep`` (--seed, --device, --json come from the CLI)."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="directory of the points file and outputs (default: OUT_DIR/sweep)",
+    )
+    parser.add_argument("--quick", action="store_true", help="a tiny grid (seconds; for tests)")
+    parser.add_argument(
+        "--resume",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep the finished points of an earlier run (default: on)",
+    )
+    parser.add_argument("--bs", type=_int_list, help="batch sizes, e.g. 8,16,32")
+    parser.add_argument("--gamma", type=_int_list, help="block lengths, e.g. 2,4,8")
+    parser.add_argument("--vocab", type=_int_list, help="vocabulary sizes, e.g. 8192,32768")
+    parser.add_argument("--repeats", type=int, help="alternating repetitions per point")
+    parser.add_argument("--hidden-size", type=int, help="hidden size H of every point")
+    parser.add_argument("--rank", type=int, help="Markov rank r of every point")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="intra-op threads while timing (default 1: CPU time then measures the work, "
+        "not the neighbours; 0: torch's default)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> tuple[SweepConfig, bool]:
+    """The grid the options ask for, and whether the exponent expectation applies."""
+    base = QUICK_CONFIG if args.quick else DEFAULT_CONFIG
+    changes = {
+        "bs": args.bs,
+        "gamma": args.gamma,
+        "vocab": args.vocab,
+        "repeats": args.repeats,
+        "hidden_size": args.hidden_size,
+        "markov_rank": args.rank,
+    }
+    fields = asdict(base)
+    fields.update({k: v for k, v in changes.items() if v is not None})
+    fields.update(
+        seed=int(getattr(args, "seed", 0)),
+        device=str(getattr(args, "device", "cpu")),
+        threads=args.threads or None,
+    )
+    config = SweepConfig(**fields)
+    default_grid = not args.quick and all(
+        changes[k] is None for k in ("bs", "gamma", "vocab", "hidden_size", "markov_rank")
+    )
+    return config, default_grid
+
+
+def command(args: argparse.Namespace) -> int:
+    """``python -m harness sweep``: 0 when done (and, on the default grid, the fixed
+    sampler's walk-only exponent lies in ``EXPONENT_RANGE``); 1 otherwise; 2 on bad usage."""
+    quiet = bool(getattr(args, "quiet", False))
+
+    def progress(message: str) -> None:
+        if not quiet:
+            print(message, file=sys.stderr, flush=True)
+
+    try:
+        config, checked = config_from_args(args)
+        out_dir = args.out or Path(getattr(args, "out_dir", "harness-report")) / "sweep"
+        records = run_sweep(config, out_dir=out_dir, resume=args.resume, progress=progress)
+    except SweepError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    summary = summarise(records, clock=config.clock, checked=checked)
+    paths = write_outputs(out_dir=out_dir, config=config, records=records, summary=summary)
+    if getattr(args, "json", False):
+        print(json.dumps({"ok": summary.ok, **json.loads(paths[1].read_text())}, indent=2))
+    else:
+        print(format_summary(summary, config=config, paths=paths))
+    return 0 if summary.ok else 1
