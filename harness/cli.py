@@ -218,7 +218,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         progress("statistical oracle ...")
         started = time.perf_counter()
-        sections.insert(-1, stats.report_section(seed=args.seed, progress=progress))
+        sections.insert(
+            -1, stats.report_section(seed=args.seed, progress=progress, device=args.device)
+        )
         timing["stats_s"] = round(time.perf_counter() - started, 3)
     if not args.no_work:
         from harness import work
@@ -340,7 +342,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help")):
         argv = ["report", *argv]
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_request:  # argparse: --help (0) or bad usage (2)
+        return int(exit_request.code or 0)
     try:
         _check_device(args.device)
         if args.time_limit <= 0:

@@ -117,7 +117,12 @@ def _ledger_section(verdicts: list[CaseVerdict], *, require_coverage: bool) -> S
     seen = set().union(*(e.observed for _, e in entries)) if entries else set()
     missing = sorted(set(LEDGER_CLASSES) - seen) if require_coverage else []
     width = max((len(label) for label, _ in entries), default=10)
-    lines = [f"{'case'.ljust(width)}  divergence classes observed (evidence)"]
+    lines = [f"{'class'.ljust(23)} {'cases':>5}  first evidence"]
+    for name in LEDGER_CLASSES:
+        showing = [(label, e) for label, e in entries if name in e.observed]
+        first = f"{showing[0][0]}: {showing[0][1].evidence.get(name, '')}" if showing else "-"
+        lines.append(f"{name.ljust(23)} {len(showing):>5}  {first[:150]}")
+    lines += ["", f"{'case'.ljust(width)}  divergence classes observed (evidence)"]
     for label, entry in entries:
         mark = "ok  " if entry.holds else "FAIL"
         classes = ", ".join(sorted(entry.observed)) or "-"

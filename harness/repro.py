@@ -62,7 +62,7 @@ class Outcome:
             (f["check"], f["detail"], tuple(tuple(p) for p in f["positions"]))
             for f in data["failures"]
         )
-        return cls(failures, data["tokens_sha256"], data["corrected_sha256"])  # type: ignore[arg-type]
+        return cls(failures, data["tokens_sha256"], data["corrected_sha256"])
 
 
 def outcome_of(case: Case, implementation: Implementation) -> Outcome:

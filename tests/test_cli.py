@@ -1,0 +1,97 @@
+"""The command line: main job verdict and exit codes, compare, repro write and replay."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.case import Case, make_case
+from harness.cli import main
+
+PLUGIN = "tests.plugins.broken_samplers"
+
+
+def test_main_job_passes_and_states_the_verdict_first(tmp_path: Path, capsys) -> None:
+    code = main(["--no-stats", "--no-work", "--quiet", "--out-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    head = out.splitlines()[:8]
+    assert any(line.startswith("VERDICT: PASS") for line in head)
+    assert any("fixed: clean on" in line for line in head)
+    assert any("legacy: reproduces the documented bug" in line for line in head)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["ok"] is True
+    assert (tmp_path / "report.md").read_text().startswith("# DSpark")
+
+
+def test_broken_plugin_is_flagged_with_its_reason(tmp_path: Path, capsys) -> None:
+    code = main(
+        [
+            "compare",
+            "--only",
+            "reference,fixed",
+            "--impl",
+            f"stale={PLUGIN}:StaleCorrectedSampler",
+            "--quiet",
+            "--out-dir",
+            str(tmp_path),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "stale: FAILS" in out
+    assert "teacher_forcing: corrected_out differs" in out
+    assert "fixed: clean on" in out
+
+
+def test_compare_runs_a_case_file(tmp_path: Path, capsys) -> None:
+    case_file = tmp_path / "case.json"
+    make_case(bs=2, gamma=3, vocab_size=31, hidden_size=8, markov_rank=4, seed=4).save(case_file)
+    code = main(
+        ["compare", "--case", str(case_file), "--json", "--quiet", "--out-dir", str(tmp_path)]
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert [c["case"]["vocab_size"] for c in data["cases"]] == [31]
+
+
+def test_repro_writes_a_small_legacy_failure_and_replays_it_identically(
+    tmp_path: Path, capsys
+) -> None:
+    repro_file = tmp_path / "legacy.json"
+    assert main(["repro", "--out", str(repro_file), "--quiet"]) == 1
+    written = json.loads(repro_file.read_text())
+    case = Case.from_json_dict(written["case"])
+    assert case.bs * case.gamma * case.vocab_size <= 4 * 5 * 257  # shrunk, never grown
+    capsys.readouterr()
+    assert main(["repro", str(repro_file), "--json", "--quiet"]) == 1
+    replay = json.loads(capsys.readouterr().out)
+    assert replay["identical"] is True
+    assert replay["outcome"] == written["outcome"]
+
+
+def test_repro_of_a_plugin_names_the_plugin(tmp_path: Path, capsys) -> None:
+    repro_file = tmp_path / "stale.json"
+    spec = f"stale={PLUGIN}:StaleCorrectedSampler"
+    assert main(["repro", "--impl", spec, "--out", str(repro_file), "--quiet"]) == 1
+    assert json.loads(repro_file.read_text())["implementation"] == spec
+    capsys.readouterr()
+    assert main(["repro", str(repro_file), "--quiet"]) == 1
+    assert "IDENTICAL" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--time-limit", "0"],
+        ["repro"],
+        ["compare", "--impl", "nope"],
+        ["nosuchcommand"],
+        ["--seed", "x"],
+    ],
+)
+def test_bad_usage_exits_2(argv: list[str], tmp_path: Path, capsys) -> None:
+    assert main([*argv, "--out-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip()
