@@ -9,14 +9,13 @@ between runs.
 from __future__ import annotations
 
 import json
-import os
 import platform
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from harness.files import write_atomically
 from harness.sections import Section
 
 REPORT_SCHEMA = "dspark-harness/report"
@@ -100,21 +99,6 @@ def report_json(
         "cases": cases,
         "timing": timing,
     }
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so a reader never sees a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_report(

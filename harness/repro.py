@@ -15,13 +15,13 @@ from typing import Any
 
 from harness.case import Case, CaseError
 from harness.compare import REFERENCE, evaluate_run, tensor_digest
+from harness.files import write_atomically
 from harness.implementations import (
     BUILTIN_IMPLEMENTATIONS,
     Implementation,
     builtin_implementations,
     parse_impl_spec,
 )
-from harness.report import write_atomically
 from harness.runner import run_case
 
 REPRO_SCHEMA = "dspark-harness/repro"

@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -191,6 +192,30 @@ def _read_outputs(sampler: object, case: Case, result: ImplResult) -> None:
         result.confidence = confidence[: case.bs].clone()
 
 
+def build_sampler(
+    sampler_class: type[Any],
+    *,
+    case: Case,
+    inputs: CaseInputs,
+    model: torch.nn.Module | None = None,
+) -> Any:
+    """A sampler for the case with its sampling parameters staged.
+
+    ``model`` replaces the case's model (timing swaps in precomputed base logits).
+    """
+    sampler = sampler_class(
+        model=inputs.model if model is None else model,
+        gamma=case.gamma,
+        max_bs=case.max_bs,
+        device=torch.device(case.device),
+        confidence_fn=inputs.confidence_fn,
+        folded_sampling=case.folded_sampling,
+        fused_greedy=case.fused_greedy,
+    )
+    sampler.stage_sampling_params(bs=case.bs, sampling_info=inputs.sampling_info)
+    return sampler
+
+
 def run_implementation(
     implementation: Implementation,
     *,
@@ -204,16 +229,7 @@ def run_implementation(
     head = inputs.model.markov_head
     device = torch.device(case.device)
     try:
-        sampler = implementation.sampler_class(
-            model=inputs.model,
-            gamma=case.gamma,
-            max_bs=case.max_bs,
-            device=device,
-            confidence_fn=inputs.confidence_fn,
-            folded_sampling=case.folded_sampling,
-            fused_greedy=case.fused_greedy,
-        )
-        sampler.stage_sampling_params(bs=case.bs, sampling_info=inputs.sampling_info)
+        sampler = build_sampler(implementation.sampler_class, case=case, inputs=inputs)
         _fill_sentinels(sampler)
         dispatch = DispatchObserver(record_noise=record_noise)
         head_counts = HeadCounts()

@@ -24,7 +24,6 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -34,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from harness.case import make_case
+from harness.files import write_atomically
 from harness.timing import CLOCKS, MODES, ab_timing, times_json
 
 POINT_SCHEMA = "dspark-harness/sweep-point"
@@ -170,19 +170,6 @@ def append_point(path: Path, record: dict[str, Any]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 # -- measuring ------------------------------------------------------------------------------
@@ -344,7 +331,7 @@ def write_outputs(
                 ]
         writer.writerow(row)
     paths = [out_dir / CSV_FILE, out_dir / JSON_FILE, out_dir / PNG_FILE]
-    _write_atomically(paths[0], buffer.getvalue().encode())
+    write_atomically(paths[0], buffer.getvalue().encode())
     document = {
         "config": asdict(config),
         "clock": summary.clock,
@@ -355,8 +342,8 @@ def write_outputs(
         "ok": summary.ok,
         "points": records,
     }
-    _write_atomically(paths[1], (json.dumps(document, indent=2) + "\n").encode())
-    _write_atomically(paths[2], _plot(config=config, records=records, summary=summary))
+    write_atomically(paths[1], (json.dumps(document, indent=2) + "\n").encode())
+    write_atomically(paths[2], _plot(config=config, records=records, summary=summary))
     return paths
 
 

@@ -44,7 +44,7 @@ import torch
 
 from harness.case import Case, CaseInputs, build_inputs, make_case
 from harness.implementations import BUILTIN_IMPLEMENTATIONS
-from harness.runner import same_rng_start
+from harness.runner import build_sampler, same_rng_start
 from harness.sections import Section
 from reference import ToyDraftModel, prepare_block
 
@@ -126,17 +126,9 @@ def make_samplers(case: Case, *, inputs: CaseInputs) -> dict[tuple[str, str], An
     samplers: dict[tuple[str, str], Any] = {}
     for mode in MODES:
         for name in SAMPLERS:
-            sampler = BUILTIN_IMPLEMENTATIONS[name](
-                model=models[mode],
-                gamma=case.gamma,
-                max_bs=case.max_bs,
-                device=torch.device(case.device),
-                confidence_fn=inputs.confidence_fn,
-                folded_sampling=case.folded_sampling,
-                fused_greedy=case.fused_greedy,
+            samplers[mode, name] = build_sampler(
+                BUILTIN_IMPLEMENTATIONS[name], case=case, inputs=inputs, model=models[mode]
             )
-            sampler.stage_sampling_params(bs=case.bs, sampling_info=inputs.sampling_info)
-            samplers[mode, name] = sampler
     return samplers
 
 

@@ -37,7 +37,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from harness.case import Case, CaseInputs, make_case
 from harness.implementations import BUILTIN_IMPLEMENTATIONS, builtin_implementations
 from harness.observe import DispatchObserver
-from harness.runner import WorkCounts, run_case, same_rng_start
+from harness.runner import WorkCounts, build_sampler, run_case, same_rng_start
 from harness.sections import Section
 from reference import prepare_block
 
@@ -348,23 +348,9 @@ class MeasuredWork:
         return int(getattr(self.counts, key))
 
 
-def _sampler(name: str, *, case: Case, inputs: CaseInputs) -> Any:
-    sampler = BUILTIN_IMPLEMENTATIONS[name](
-        model=inputs.model,
-        gamma=case.gamma,
-        max_bs=case.max_bs,
-        device=torch.device(case.device),
-        confidence_fn=inputs.confidence_fn,
-        folded_sampling=case.folded_sampling,
-        fused_greedy=case.fused_greedy,
-    )
-    sampler.stage_sampling_params(bs=case.bs, sampling_info=inputs.sampling_info)
-    return sampler
-
-
 def _cost_of_call(name: str, *, case: Case, inputs: CaseInputs) -> CallCost:
     """FLOPs and bytes of one more call, from the same RNG start as the runner's."""
-    sampler = _sampler(name, case=case, inputs=inputs)
+    sampler = build_sampler(BUILTIN_IMPLEMENTATIONS[name], case=case, inputs=inputs)
     device = torch.device(case.device)
     with same_rng_start(device, case.seed), torch.inference_mode():
         return instrumented_call(
@@ -385,7 +371,9 @@ def measure_one_walk(case: Case, *, inputs: CaseInputs) -> CallCost:
             hidden_states=inputs.hidden_states,
             input_ids=inputs.input_ids,
         )
-        step_sampler = _sampler("fixed", case=case, inputs=inputs).step_sampler(block.bs)
+        step_sampler = build_sampler(
+            BUILTIN_IMPLEMENTATIONS["fixed"], case=case, inputs=inputs
+        ).step_sampler(block.bs)
         ops = DispatchObserver(record_noise=False)  # the runner's operator counter
 
         def walk() -> None:
