@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from harness.implementations import (
     parse_impl_spec,
 )
 from harness.matrix import standard_matrix
+from harness.progress import progress_printer
 from harness.report import render_markdown, render_text, report_json, write_report
 from harness.runner import DEFAULT_TIME_LIMIT_S
 from harness.sections import Section
@@ -38,16 +39,6 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 class UsageError(Exception):
     """Bad usage or bad input: exit status 2."""
-
-
-def progress_printer(args: argparse.Namespace) -> Callable[[str], None]:
-    """Progress lines on stderr (silent with --quiet)."""
-
-    def emit(message: str) -> None:
-        if not args.quiet:
-            print(message, file=sys.stderr, flush=True)
-
-    return emit
 
 
 def _common_options() -> argparse.ArgumentParser:
@@ -202,7 +193,7 @@ def _emit(
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    progress = progress_printer(args)
+    progress = progress_printer(quiet=args.quiet)
     started = time.perf_counter()
     cases = standard_matrix(seed=args.seed, device=args.device)
     verdicts = compare(
@@ -254,7 +245,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         cases = standard_matrix(seed=args.seed, device=args.device)
     started = time.perf_counter()
     verdicts = compare(
-        cases, implementations, require_observable=not args.case, progress=progress_printer(args)
+        cases,
+        implementations,
+        require_observable=not args.case,
+        progress=progress_printer(quiet=args.quiet),
     )
     sections = comparison_sections(verdicts, require_coverage=not args.case)
     heading = f"DSpark draft-sampler harness: compare ({len(cases)} cases, {args.device})"
@@ -271,7 +265,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_repro(args: argparse.Namespace) -> int:
     from harness import repro
 
-    progress = progress_printer(args)
+    progress = progress_printer(quiet=args.quiet)
     if args.file is not None:
         if args.out is not None:
             raise UsageError("give either a repro FILE to replay or --out FILE, not both")

@@ -9,7 +9,6 @@ implementation clean.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,10 +18,10 @@ from harness.case import Case
 from harness.checks import CheckResult, check_matches_reference, self_checks
 from harness.implementations import Implementation
 from harness.ledger import LEDGER_CLASSES, LedgerEntry, observe_divergence
+from harness.progress import Progress
 from harness.runner import DEFAULT_TIME_LIMIT_S, CaseRun, ImplResult, run_case
 from harness.sections import Section
 
-Progress = Callable[[str], None]
 LEGACY, FIXED, REFERENCE = "legacy", "fixed", "reference"
 
 

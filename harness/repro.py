@@ -8,7 +8,7 @@ runs the case again and says whether the result is identical.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,11 +22,11 @@ from harness.implementations import (
     builtin_implementations,
     parse_impl_spec,
 )
+from harness.progress import Progress
 from harness.runner import run_case
 
 REPRO_SCHEMA = "dspark-harness/repro"
 REPRO_SCHEMA_VERSION = 1
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

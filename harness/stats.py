@@ -35,6 +35,7 @@ from harness.implementations import (
     builtin_implementations,
     parse_impl_spec,
 )
+from harness.progress import progress_printer
 from harness.sections import Section
 from reference import HEAD_KINDS, SamplingInfo, ToyDraftModel, make_toy_draft_model
 from reference.target_model import MarkovTargetModel, make_markov_target
@@ -833,21 +834,35 @@ def verdict_line(results: dict[str, StatsResult], *, config: StatsConfig) -> str
     return line
 
 
-# -- report section -----------------------------------------------------------------------------
-def report_section(*, seed: int, progress: Progress = _quiet, device: str = "cpu") -> Section:
-    """The statistical part of the main report: fixed and legacy at the default config,
-    plus the power curve of legacy (``POWER_SEEDS`` runs pooled)."""
-    config = replace(DEFAULT_CONFIG, seed=seed, device=device)
+# -- running the oracle ---------------------------------------------------------------------------
+@dataclass
+class OracleRun:
+    """Fixed, legacy and any extra implementation at one config, and the power curve."""
+
+    config: StatsConfig
+    results: dict[str, StatsResult]
+    curve: PowerCurve | None
+
+
+def run_oracle(
+    config: StatsConfig,
+    *,
+    extras: Sequence[Implementation] = (),
+    power: bool,
+    progress: Progress = _quiet,
+) -> OracleRun:
+    """Decode and fit fixed, legacy and ``extras``; with ``power``, also legacy's power
+    curve (the legacy run at ``config.seed`` is reused as one of its pooled runs)."""
     problem = build_problem(config)
     results: dict[str, StatsResult] = {}
     decoded: dict[int, DecodeResult] = {}
-    for impl in builtin_implementations(("fixed", "legacy")):
-        progress(f"  stats: {impl.name} ({config.rows} rows)")
+    for impl in [*builtin_implementations(("fixed", "legacy")), *extras]:
+        progress(f"stats: {impl.name} ({config.rows} rows) ...")
         results[impl.name], run = decode_and_fit(impl, problem=problem)
         if impl.name == "legacy" and run is not None:
-            decoded[seed] = run
+            decoded[config.seed] = run
     curve = None
-    if not results["legacy"].error:
+    if power and not results["legacy"].error:
         curve = run_power_curve(
             builtin_implementations(("legacy",))[0],
             config=config,
@@ -855,23 +870,37 @@ def report_section(*, seed: int, progress: Progress = _quiet, device: str = "cpu
             decoded=decoded,
             progress=progress,
         )
-    ok = expectations_hold(results)
-    text = [config.describe(), "", results_table(list(results.values()))]
-    if curve is not None:
-        text += ["", power_table(curve)]
+    return OracleRun(config=config, results=results, curve=curve)
+
+
+def _oracle_text(oracle: OracleRun) -> list[str]:
+    text = [oracle.config.describe(), "", results_table(list(oracle.results.values()))]
+    if oracle.curve is not None:
+        text += ["", power_table(oracle.curve)]
+    return text
+
+
+def _oracle_json(oracle: OracleRun) -> dict[str, Any]:
+    return {
+        "config": asdict(oracle.config),
+        "results": {name: r.to_json_dict() for name, r in oracle.results.items()},
+        "power_curve": oracle.curve.to_json_dict() if oracle.curve is not None else None,
+    }
+
+
+# -- report section -----------------------------------------------------------------------------
+def report_section(*, seed: int, progress: Progress = _quiet, device: str = "cpu") -> Section:
+    """The statistical part of the main report: fixed and legacy at the default config,
+    plus the power curve of legacy (``POWER_SEEDS`` runs pooled)."""
+    config = replace(DEFAULT_CONFIG, seed=seed, device=device)
+    oracle = run_oracle(config, power=True, progress=progress)
+    ok = expectations_hold(oracle.results)
     return Section(
         title="Statistical losslessness (SPEC 3.3)",
         ok=ok,
-        verdict=verdict_line(results, config=config),
-        text="\n".join(text),
-        data=_json_safe(
-            {
-                "config": asdict(config),
-                "results": {name: r.to_json_dict() for name, r in results.items()},
-                "power_curve": curve.to_json_dict() if curve is not None else None,
-                "ok": ok,
-            }
-        ),
+        verdict=verdict_line(oracle.results, config=config),
+        text="\n".join(_oracle_text(oracle)),
+        data=_json_safe({**_oracle_json(oracle), "ok": ok}),
     )
 
 
@@ -942,11 +971,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def command(args: argparse.Namespace) -> int:
     """``python -m harness stats``: exit 0 when fixed passes, legacy is rejected (and
     not on position 0) and no ``--impl`` is rejected; 1 otherwise; 2 on bad usage."""
-    quiet = getattr(args, "quiet", False)
-
-    def progress(message: str) -> None:
-        if not quiet:
-            print(message, file=sys.stderr, flush=True)
+    progress = progress_printer(quiet=bool(getattr(args, "quiet", False)))
 
     try:
         extras = [parse_impl_spec(spec) for spec in args.impl]
@@ -968,36 +993,18 @@ def command(args: argparse.Namespace) -> int:
     except (ImplementationError, StatsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    problem = build_problem(config)
-    results: dict[str, StatsResult] = {}
-    decoded: dict[int, DecodeResult] = {}
-    for impl in [*builtin_implementations(("fixed", "legacy")), *extras]:
-        progress(f"stats: {impl.name} ({config.rows} rows) ...")
-        results[impl.name], run = decode_and_fit(impl, problem=problem)
-        if impl.name == "legacy" and run is not None:
-            decoded[config.seed] = run
-    curve = None
-    if args.power:
-        curve = run_power_curve(
-            builtin_implementations(("legacy",))[0],
-            config=config,
-            problem=problem,
-            decoded=decoded,
-            progress=progress,
-        )
+    oracle = run_oracle(config, extras=extras, power=args.power, progress=progress)
+    results = oracle.results
     builtin_ok = expectations_hold(results)
     extras_ok = all(results[impl.name].passed for impl in extras)
     ok = builtin_ok and extras_ok
     if getattr(args, "json", False):
         body: dict[str, Any] = {
-            "config": asdict(config),
-            "results": {name: r.to_json_dict() for name, r in results.items()},
+            **_oracle_json(oracle),
             "expectations_hold": builtin_ok,
             "extra_implementations_pass": extras_ok,
             "ok": ok,
         }
-        if curve is not None:
-            body["power_curve"] = curve.to_json_dict()
         print(json.dumps(_json_safe(body), indent=2))
     else:
         lines = [
@@ -1015,8 +1022,6 @@ def command(args: argparse.Namespace) -> int:
             )
             for impl in extras
         ]
-        lines += ["", config.describe(), "", results_table(list(results.values()))]
-        if curve is not None:
-            lines += ["", power_table(curve)]
+        lines += ["", *_oracle_text(oracle)]
         print("\n".join(lines))
     return EXIT_OK if ok else EXIT_FAIL

@@ -34,6 +34,7 @@ import numpy as np
 
 from harness.case import make_case
 from harness.files import write_atomically
+from harness.progress import progress_printer
 from harness.timing import CLOCKS, MODES, ab_timing, times_json
 
 POINT_SCHEMA = "dspark-harness/sweep-point"
@@ -494,11 +495,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[SweepConfig, bool]:
 def command(args: argparse.Namespace) -> int:
     """``python -m harness sweep``: 0 when done (and, on the default grid, the fixed
     sampler's walk-only exponent lies in ``EXPONENT_RANGE``); 1 otherwise; 2 on bad usage."""
-    quiet = bool(getattr(args, "quiet", False))
-
-    def progress(message: str) -> None:
-        if not quiet:
-            print(message, file=sys.stderr, flush=True)
+    progress = progress_printer(quiet=bool(getattr(args, "quiet", False)))
 
     try:
         config, checked = config_from_args(args)

@@ -37,6 +37,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from harness.case import Case, CaseInputs, make_case
 from harness.implementations import BUILTIN_IMPLEMENTATIONS, builtin_implementations
 from harness.observe import DispatchObserver
+from harness.progress import progress_printer
 from harness.runner import WorkCounts, build_sampler, run_case, same_rng_start
 from harness.sections import Section
 from reference import prepare_block
@@ -877,11 +878,7 @@ def command(args: argparse.Namespace) -> int:
     from harness import timing
 
     seed, device = int(getattr(args, "seed", 0)), str(getattr(args, "device", "cpu"))
-    quiet = bool(getattr(args, "quiet", False))
-
-    def progress(message: str) -> None:
-        if not quiet:
-            print(message, file=sys.stderr, flush=True)
+    progress = progress_printer(quiet=bool(getattr(args, "quiet", False)))
 
     if args.repeats < 1:
         print(f"error: --repeats must be >= 1, got {args.repeats}", file=sys.stderr)

@@ -1,0 +1,23 @@
+"""Progress lines for long runs: on stderr, so stdout stays the report (or JSON)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+Progress = Callable[[str], None]
+
+
+def progress_printer(*, quiet: bool) -> Progress:
+    """A progress callback printing to stderr, silent when ``quiet``."""
+
+    def emit(message: str) -> None:
+        if not quiet:
+            print(message, file=sys.stderr, flush=True)
+
+    return emit
+
+
+def no_progress(message: str) -> None:
+    """The progress callback of a caller that wants none."""
+    del message
