@@ -17,10 +17,12 @@ import torch
 
 from reference import (
     HEAD_KINDS,
+    BlockInputs,
     LinearProbeConfidence,
     SamplingInfo,
     ToyDraftModel,
     make_toy_draft_model,
+    prepare_block,
     query_rows_per_request,
 )
 
@@ -246,3 +248,15 @@ def build_inputs(case: Case) -> CaseInputs:
         ),
         confidence_fn=confidence_fn,
     )
+
+
+def case_block(case: Case, inputs: CaseInputs) -> BlockInputs:
+    """The case's inputs after the anchor layout: base logits, anchors, head rows."""
+    with torch.inference_mode():
+        return prepare_block(
+            model=inputs.model,
+            gamma=case.gamma,
+            max_bs=case.max_bs,
+            hidden_states=inputs.hidden_states,
+            input_ids=inputs.input_ids,
+        )

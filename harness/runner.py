@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 
-from harness.case import Case, CaseInputs, build_inputs
+from harness.case import Case, CaseInputs, build_inputs, case_block
 from harness.implementations import Implementation
 from harness.observe import DispatchObserver, HeadCounts, observe_head
-from reference import BlockInputs, prepare_block
+from reference import BlockInputs
 
 
 @dataclass(frozen=True)
@@ -268,14 +268,7 @@ def run_case(
 ) -> CaseRun:
     """Run every implementation on the case from the same RNG start."""
     inputs = build_inputs(case)
-    with torch.inference_mode():
-        block = prepare_block(
-            model=inputs.model,
-            gamma=case.gamma,
-            max_bs=case.max_bs,
-            hidden_states=inputs.hidden_states,
-            input_ids=inputs.input_ids,
-        )
+    block = case_block(case, inputs)
     results = {
         impl.name: run_implementation(
             impl, case=case, inputs=inputs, record_noise=record_noise, time_limit_s=time_limit_s

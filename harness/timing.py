@@ -42,11 +42,11 @@ from typing import Any
 
 import torch
 
-from harness.case import Case, CaseInputs, build_inputs, make_case
+from harness.case import Case, CaseInputs, build_inputs, case_block, make_case
 from harness.implementations import BUILTIN_IMPLEMENTATIONS
 from harness.runner import build_sampler, same_rng_start
 from harness.sections import Section
-from reference import ToyDraftModel, prepare_block
+from reference import ToyDraftModel
 
 PRODUCTION_HIDDEN = 256  # small on purpose: the lm_head must not swamp the walk
 WALK_RATIO_RANGE = (1.9, 2.1)
@@ -110,14 +110,7 @@ class PrecomputedBaseLogits(ToyDraftModel):
 def make_samplers(case: Case, *, inputs: CaseInputs) -> dict[tuple[str, str], Any]:
     """One sampler per (mode, sampler name), each with its own buffers; walk-only
     samplers drive the ``PrecomputedBaseLogits`` drafter."""
-    with torch.inference_mode():
-        block = prepare_block(
-            model=inputs.model,
-            gamma=case.gamma,
-            max_bs=case.max_bs,
-            hidden_states=inputs.hidden_states,
-            input_ids=inputs.input_ids,
-        )
+    block = case_block(case, inputs)
     base = block.base_logits.reshape(case.bs * case.gamma, -1)  # [bs*gamma, V]
     models = {
         "walk_only": PrecomputedBaseLogits(inputs.model, base_logits=base),

@@ -34,13 +34,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness.case import Case, CaseInputs, make_case
+from harness.case import Case, CaseInputs, case_block, make_case
 from harness.implementations import BUILTIN_IMPLEMENTATIONS, builtin_implementations
 from harness.observe import DispatchObserver
 from harness.progress import progress_printer
 from harness.runner import WorkCounts, build_sampler, run_case, same_rng_start
 from harness.sections import Section
-from reference import prepare_block
 
 IMPLEMENTATIONS = ("reference", "fixed", "legacy")
 INDEX_BYTES = 8  # int64 token ids
@@ -364,14 +363,8 @@ def measure_one_walk(case: Case, *, inputs: CaseInputs) -> CallCost:
     the case's step sampler (built outside the measurement, as ``__call__`` builds it
     once for both passes), ``collect_corrected=True`` (the default pass 2 uses)."""
     device = torch.device(case.device)
+    block = case_block(case, inputs)
     with torch.inference_mode():
-        block = prepare_block(
-            model=inputs.model,
-            gamma=case.gamma,
-            max_bs=case.max_bs,
-            hidden_states=inputs.hidden_states,
-            input_ids=inputs.input_ids,
-        )
         step_sampler = build_sampler(
             BUILTIN_IMPLEMENTATIONS["fixed"], case=case, inputs=inputs
         ).step_sampler(block.bs)
