@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from harness.case import Case, CaseError
-from harness.compare import compare, comparison_sections, verdicts_json
+from harness.compare import compare, comparison_sections
+from harness.files import JournalError
 from harness.implementations import (
     BUILTIN_IMPLEMENTATIONS,
     Implementation,
@@ -33,8 +34,9 @@ from harness.report import render_markdown, render_text, report_json, write_repo
 from harness.runner import DEFAULT_TIME_LIMIT_S
 from harness.sections import Section
 
-COMMANDS = ("report", "compare", "repro", "stats", "work", "sweep")
+COMMANDS = ("report", "compare", "repro", "stats", "work", "sweep", "graphs", "gpu-figures")
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+JOURNAL = "{command}.cases.jsonl"  # one line per finished case, under --out-dir
 
 
 class UsageError(Exception):
@@ -65,6 +67,14 @@ def _common_options() -> argparse.ArgumentParser:
     return common
 
 
+def _resume_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse the cases an interrupted run already finished (its journal in --out-dir)",
+    )
+
+
 def _impl_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--impl",
@@ -88,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         "report", parents=[common], help="the main job (default): matrix, stats, work"
     )
     _impl_option(report)
+    _resume_option(report)
     report.add_argument("--no-stats", action="store_true", help="skip the statistical oracle")
     report.add_argument("--no-work", action="store_true", help="skip the eliminated-work section")
 
@@ -95,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         "compare", parents=[common], help="chosen cases and implementations side by side"
     )
     _impl_option(comp)
+    _resume_option(comp)
     comp.add_argument(
         "--case",
         action="append",
@@ -120,16 +132,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--target", help="implementation to reproduce (default: the --impl given, else legacy)"
     )
 
-    from harness import stats, sweep, work
-
-    for name, module, text in (
-        ("stats", stats, "statistical losslessness oracle"),
-        ("work", work, "work the fix eliminates (counters, model)"),
-        ("sweep", sweep, "scaling sweep over bs, gamma and V"),
-    ):
+    for name, text in SUBCOMMAND_HELP.items():
         sub = commands.add_parser(name, parents=[common], help=text)
-        module.add_arguments(sub)
+        _subcommand_module(name).add_arguments(sub)
     return parser
+
+
+SUBCOMMAND_HELP = {
+    "stats": "statistical losslessness oracle",
+    "work": "work the fix eliminates (counters, model, --timing)",
+    "sweep": "scaling sweep over bs, gamma and V",
+    "graphs": "CUDA-graph capture and replay checks, and the no-host-sync check (CUDA)",
+    "gpu-figures": "GPU timing ratios and the step kernel's bandwidth (CUDA)",
+}
+
+
+def _subcommand_module(name: str) -> Any:
+    """The module that owns a sub-command (``add_arguments`` and ``command``)."""
+    from harness import gpu_figures, graphs, stats, sweep, work
+
+    return {
+        "stats": stats,
+        "work": work,
+        "sweep": sweep,
+        "graphs": graphs,
+        "gpu-figures": gpu_figures,
+    }[name]
 
 
 def _implementations(args: argparse.Namespace, names: Sequence[str]) -> list[Implementation]:
@@ -196,14 +224,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     progress = progress_printer(quiet=args.quiet)
     started = time.perf_counter()
     cases = standard_matrix(seed=args.seed, device=args.device)
-    verdicts = compare(
+    records = compare(
         cases,
         _implementations(args, list(BUILTIN_IMPLEMENTATIONS)),
         require_observable=True,
         progress=progress,
+        time_limit_s=args.time_limit,
+        journal=args.out_dir / JOURNAL.format(command="report"),
+        resume=args.resume,
     )
     timing = {"matrix_s": round(time.perf_counter() - started, 3)}
-    sections = comparison_sections(verdicts, require_coverage=True)
+    sections = comparison_sections(records, require_coverage=True)
     if not args.no_stats:
         from harness import stats
 
@@ -229,7 +260,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         command="report",
         heading=heading,
         sections=sections,
-        cases=verdicts_json(verdicts),
+        cases=records,
         timing=timing,
     )
 
@@ -244,20 +275,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         cases = standard_matrix(seed=args.seed, device=args.device)
     started = time.perf_counter()
-    verdicts = compare(
+    records = compare(
         cases,
         implementations,
         require_observable=not args.case,
         progress=progress_printer(quiet=args.quiet),
+        time_limit_s=args.time_limit,
+        journal=args.out_dir / JOURNAL.format(command="compare"),
+        resume=args.resume,
     )
-    sections = comparison_sections(verdicts, require_coverage=not args.case)
+    sections = comparison_sections(records, require_coverage=not args.case)
     heading = f"DSpark draft-sampler harness: compare ({len(cases)} cases, {args.device})"
     return _emit(
         args,
         command="compare",
         heading=heading,
         sections=sections,
-        cases=verdicts_json(verdicts),
+        cases=records,
         timing={"compare_s": round(time.perf_counter() - started, 3)},
     )
 
@@ -350,10 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_compare(args)
         if args.command == "repro":
             return cmd_repro(args)
-        from harness import stats, sweep, work
-
-        module = {"stats": stats, "work": work, "sweep": sweep}[args.command]
-        return int(module.command(args))
-    except (UsageError, CaseError, ImplementationError) as error:
+        return int(_subcommand_module(args.command).command(args))
+    except (UsageError, CaseError, ImplementationError, JournalError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -21,7 +21,6 @@ import csv
 import io
 import json
 import math
-import os
 import statistics
 import sys
 import time
@@ -33,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from harness.case import make_case
-from harness.files import write_atomically
+from harness.files import JournalError, append_record, load_records, write_atomically
 from harness.progress import progress_printer
 from harness.timing import CLOCKS, MODES, ab_timing, times_json
 
@@ -118,59 +117,11 @@ QUICK_CONFIG = SweepConfig(
 
 # -- the points file ------------------------------------------------------------------------
 def load_points(path: Path, *, repair: bool) -> tuple[dict[str, dict[str, Any]], int]:
-    """Finished points by key, and how many bytes of a torn last line were dropped.
-
-    A last line that is unterminated or not valid JSON is torn (the writer was
-    killed mid-write); with ``repair`` the file is truncated to the last good line.
-    A bad line before the last is not a torn write: ``SweepError``.
-    """
-    if not path.exists():
-        return {}, 0
-    raw = path.read_bytes()
-    lines = raw.split(b"\n")
-    complete, tail = lines[:-1], lines[-1]  # tail: bytes after the last newline
-    points: dict[str, dict[str, Any]] = {}
-    good_bytes = 0
-    for number, line in enumerate(complete, 1):
-        record = _parse(line)
-        if record is None:
-            if number == len(complete) and not tail:
-                tail = line + b"\n"
-                break
-            raise SweepError(f"{path}:{number}: not a sweep point; remove or fix the line")
-        points[record["key"]] = record
-        good_bytes += len(line) + 1
-    dropped = len(raw) - good_bytes
-    if dropped and repair:
-        with open(path, "r+b") as handle:
-            handle.truncate(good_bytes)
-            handle.flush()
-            os.fsync(handle.fileno())
-    return points, dropped
-
-
-def _parse(line: bytes) -> dict[str, Any] | None:
+    """Finished points by key, and how many bytes of a torn last line were dropped."""
     try:
-        record = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    if not isinstance(record, dict) or record.get("schema") != POINT_SCHEMA or "key" not in record:
-        return None
-    return record
-
-
-def append_point(path: Path, record: dict[str, Any]) -> None:
-    """Append one JSON line durably: one ``write`` on an ``O_APPEND`` descriptor, then
-    ``fsync`` (a crash leaves at most a torn last line, which ``load_points`` drops)."""
-    line = (json.dumps(record, sort_keys=True) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        view = memoryview(line)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        return load_records(path, schema=POINT_SCHEMA, repair=repair, what="sweep point")
+    except JournalError as error:
+        raise SweepError(str(error)) from None
 
 
 # -- measuring ------------------------------------------------------------------------------
@@ -236,7 +187,7 @@ def run_sweep(
         if key in done:
             continue
         record = measure(config, point)
-        append_point(points_path, record)
+        append_record(points_path, record)
         done[key] = record
         progress(f"[sweep {index}/{len(grid)}] {_point_line(record, clock=config.clock)}")
     return [done[k] for k in keys]

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from harness.case import Case, make_case
-from harness.compare import compare, verdicts_json
+from harness.compare import compare
 from harness.implementations import builtin_implementations
 from harness.matrix import standard_matrix
 from harness.runner import run_case
@@ -53,7 +53,7 @@ def _matrix_cases() -> list[Case]:
 
 def _verdicts_text(cases: list[Case]) -> str:
     verdicts = compare(cases, builtin_implementations(), require_observable=True)
-    return json.dumps(verdicts_json(verdicts), sort_keys=True)
+    return json.dumps(verdicts, sort_keys=True)
 
 
 def _without_timing(report: dict[str, Any]) -> dict[str, Any]:
@@ -98,7 +98,8 @@ def test_compare_json_repeats_apart_from_timing(
         written.append({p.name: p.read_text() for p in sorted(out_dir.iterdir())})
     assert reports[0] == reports[1]
     assert json.dumps(reports[0], sort_keys=True) == json.dumps(reports[1], sort_keys=True)
-    assert written[0].keys() == {"compare.json", "compare.md", "compare.txt"}
+    assert written[0].keys() == {"compare.json", "compare.md", "compare.txt", "compare.cases.jsonl"}
+    assert written[0]["compare.cases.jsonl"] == written[1]["compare.cases.jsonl"]
     for name in ("compare.md", "compare.txt"):
         assert written[0][name] == written[1][name]
     files = [_without_timing(json.loads(w["compare.json"])) for w in written]

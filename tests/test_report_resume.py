@@ -1,0 +1,108 @@
+"""Comparison and report runs journal each finished case and resume after a kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.case import make_case
+from harness.cli import main
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+JOURNAL = "compare.cases.jsonl"
+
+
+def _case_files(tmp_path: Path) -> list[str]:
+    paths = []
+    for seed in range(3):
+        path = tmp_path / f"case{seed}.json"
+        make_case(bs=2, gamma=3, vocab_size=33, hidden_size=8, markov_rank=4, seed=seed).save(path)
+        paths += ["--case", str(path)]
+    return paths
+
+
+def _cases_of(out_dir: Path) -> list[dict]:
+    return json.loads((out_dir / "compare.json").read_text())["cases"]
+
+
+def test_a_torn_last_journal_line_is_dropped_and_its_case_rerun(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = _case_files(tmp_path)
+    fresh, resumed = tmp_path / "fresh", tmp_path / "resumed"
+    assert main(["compare", *cases, "--quiet", "--out-dir", str(fresh)]) == 0
+    lines = (fresh / JOURNAL).read_text().splitlines(keepends=True)
+    assert len(lines) == 3
+    resumed.mkdir()
+    (resumed / JOURNAL).write_text(lines[0] + lines[1][: len(lines[1]) // 2])  # killed mid-write
+    capsys.readouterr()
+    assert main(["compare", *cases, "--resume", "--out-dir", str(resumed)]) == 0
+    progress = capsys.readouterr().err
+    assert progress.count("(finished earlier)") == 1
+    assert _cases_of(resumed) == _cases_of(fresh)
+    assert (resumed / JOURNAL).read_text() == (fresh / JOURNAL).read_text()
+
+
+def test_without_resume_the_journal_starts_over(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = _case_files(tmp_path)
+    assert main(["compare", *cases, "--quiet", "--out-dir", str(tmp_path)]) == 0
+    assert main(["compare", *cases, "--out-dir", str(tmp_path)]) == 0
+    assert "(finished earlier)" not in capsys.readouterr().err
+    assert len((tmp_path / JOURNAL).read_text().splitlines()) == 3
+
+
+def test_a_damaged_journal_line_before_the_last_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = _case_files(tmp_path)
+    assert main(["compare", *cases, "--quiet", "--out-dir", str(tmp_path)]) == 0
+    lines = (tmp_path / JOURNAL).read_text().splitlines(keepends=True)
+    (tmp_path / JOURNAL).write_text("garbage\n" + "".join(lines[1:]))
+    assert main(["compare", *cases, "--resume", "--quiet", "--out-dir", str(tmp_path)]) == 2
+    assert "not a case record" in capsys.readouterr().err
+
+
+def test_a_killed_report_resumes_without_recomputing_finished_cases(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    command = [sys.executable, "-m", "harness", "compare", "--out-dir", str(tmp_path)]
+    process = subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    for line in process.stderr:
+        if line.startswith("[6/"):  # five cases are finished and journaled
+            process.send_signal(signal.SIGKILL)
+            break
+    process.wait(timeout=120)
+    assert process.returncode == -signal.SIGKILL
+    finished = len((tmp_path / JOURNAL).read_text().splitlines())
+    assert finished >= 5
+    resumed = subprocess.run(
+        [*command, "--resume"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stderr.count("(finished earlier)") == finished
+    fresh_dir = tmp_path / "fresh"
+    fresh = subprocess.run(
+        [sys.executable, "-m", "harness", "compare", "--quiet", "--out-dir", str(fresh_dir)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert fresh.returncode == 0, fresh.stderr
+    assert _cases_of(tmp_path) == _cases_of(fresh_dir)
