@@ -132,7 +132,7 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def _raised(error: BaseException) -> RaisedError:
+def raised_error(error: BaseException) -> RaisedError:
     frames = traceback.extract_tb(error.__traceback__)
     where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
     return RaisedError(type=type(error).__name__, message=str(error), where=where)
@@ -143,7 +143,7 @@ def _read_buffer(sampler: object, name: str) -> torch.Tensor | None:
     return value if isinstance(value, torch.Tensor) else None
 
 
-def _fill_sentinels(sampler: object) -> None:
+def fill_sentinels(sampler: object) -> None:
     """Poison the output buffers so an entry the call does not write is visible."""
     out = _read_buffer(sampler, "out")
     if out is not None:
@@ -154,7 +154,7 @@ def _fill_sentinels(sampler: object) -> None:
             buffer.fill_(math.nan)
 
 
-def _read_outputs(sampler: object, case: Case, result: ImplResult) -> None:
+def read_outputs(sampler: object, case: Case, result: ImplResult) -> None:
     """Copy the written part of each output buffer, checking its shape and dtype."""
     rows = case.bs * case.gamma
     out = _read_buffer(sampler, "out")
@@ -230,7 +230,7 @@ def run_implementation(
     device = torch.device(case.device)
     try:
         sampler = build_sampler(implementation.sampler_class, case=case, inputs=inputs)
-        _fill_sentinels(sampler)
+        fill_sentinels(sampler)
         dispatch = DispatchObserver(record_noise=record_noise)
         head_counts = HeadCounts()
         with same_rng_start(device, case.seed), torch.inference_mode():
@@ -238,16 +238,16 @@ def run_implementation(
                 with time_limit(time_limit_s), observe_head(head) as head_counts, dispatch:
                     sampler(inputs.hidden_states, inputs.input_ids)
             finally:
-                result.work = _work_counts(head_counts, dispatch)
+                result.work = work_counts(head_counts, dispatch)
                 result.noise_draws = dispatch.noise_draws
                 result.walk_tokens = head_counts.walk_tokens
-        _read_outputs(sampler, case, result)
+        read_outputs(sampler, case, result)
     except Exception as error:  # the implementation under test failed: record, go on
-        result.error = _raised(error)
+        result.error = raised_error(error)
     return result
 
 
-def _work_counts(head_counts: HeadCounts, dispatch: DispatchObserver) -> WorkCounts:
+def work_counts(head_counts: HeadCounts, dispatch: DispatchObserver) -> WorkCounts:
     return WorkCounts(
         walks=head_counts.walks,
         fused_calls=head_counts.fused_calls,

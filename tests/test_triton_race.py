@@ -21,6 +21,12 @@ pytestmark = pytest.mark.interpreter
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RaceInputs = dict[str, torch.Tensor]
+# The compiled kernel takes CUDA tensors; without CUDA the interpreter takes CPU ones.
+KERNEL_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _on_kernel_device(inputs: RaceInputs) -> RaceInputs:
+    return {name: tensor.to(KERNEL_DEVICE) for name, tensor in inputs.items()}
 
 
 def _race_inputs(bs: int, vocab: int, seed: int, dtype: torch.dtype = torch.float32) -> RaceInputs:
@@ -30,12 +36,9 @@ def _race_inputs(bs: int, vocab: int, seed: int, dtype: torch.dtype = torch.floa
     noise = torch.empty(bs, vocab).exponential_(generator=g)
     temperatures = torch.linspace(0.05, 2.0, bs)[torch.randperm(bs, generator=g)]
     greedy_mask = torch.arange(bs) % 2 == seed % 2  # both kinds of row once bs >= 2
-    return {
-        "logits": logits,
-        "temperatures": temperatures,
-        "greedy_mask": greedy_mask,
-        "noise": noise,
-    }
+    return _on_kernel_device(
+        {"logits": logits, "temperatures": temperatures, "greedy_mask": greedy_mask, "noise": noise}
+    )
 
 
 def _both_races(inputs: RaceInputs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,16 +91,15 @@ def test_strided_logits_and_noise_match_their_contiguous_copies(layout: str) -> 
     g = torch.Generator().manual_seed(5)
     bs, vocab = 3, 1500
     if layout == "cropped-rows":
-        logits = (torch.randn(bs, 2100, generator=g) * 3)[:, :vocab]
-        noise = torch.empty(bs, 1800).exponential_(generator=g)[:, :vocab]
+        logits = (torch.randn(bs, 2100, generator=g) * 3).to(KERNEL_DEVICE)[:, :vocab]
+        noise = torch.empty(bs, 1800).exponential_(generator=g).to(KERNEL_DEVICE)[:, :vocab]
     else:
-        logits = (torch.randn(vocab, bs, generator=g) * 3).t()
-        noise = torch.empty(vocab, bs).exponential_(generator=g).t()
+        logits = (torch.randn(vocab, bs, generator=g) * 3).to(KERNEL_DEVICE).t()
+        noise = torch.empty(vocab, bs).exponential_(generator=g).to(KERNEL_DEVICE).t()
     assert not logits.is_contiguous() and not noise.is_contiguous()
-    shared = {
-        "temperatures": torch.tensor([0.3, 1.0, 2.0]),
-        "greedy_mask": torch.tensor([0, 1, 0]) > 0,
-    }
+    shared = _on_kernel_device(
+        {"temperatures": torch.tensor([0.3, 1.0, 2.0]), "greedy_mask": torch.tensor([0, 1, 0]) > 0}
+    )
     got = exponential_race_triton(logits, noise=noise, **shared)
     copied = exponential_race_triton(logits.contiguous(), noise=noise.contiguous(), **shared)
     assert torch.equal(got, copied)
@@ -146,7 +148,7 @@ def test_auto_backend_on_cpu_tensors_uses_torch(monkeypatch: pytest.MonkeyPatch)
         raise AssertionError("auto backend launched the Triton kernel for CPU tensors")
 
     monkeypatch.setattr(triton_race, "exponential_race_triton", forbidden)
-    inputs = _race_inputs(3, 1025, seed=9)
+    inputs = {name: tensor.cpu() for name, tensor in _race_inputs(3, 1025, seed=9).items()}
     assert torch.equal(exponential_race(**inputs, backend="auto"), exponential_race_torch(**inputs))
 
 
@@ -176,7 +178,7 @@ def _bad_inputs(case: str) -> RaceInputs:
         inputs["noise"] = torch.ones(3, 5)
     elif case == "noise V":
         inputs["noise"] = torch.ones(2, 6)
-    return inputs
+    return _on_kernel_device(inputs)
 
 
 @pytest.mark.parametrize(

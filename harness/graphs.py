@@ -1,0 +1,791 @@
+"""CUDA-graph capture and replay of draft samplers, and the host-synchronisation check.
+
+In production the draft sampler runs inside a captured CUDA graph: static input and
+output buffers allocated once at ``max_bs``, ``__call__`` captured once, then replayed
+with new inputs copied into the static inputs; the in-graph ``exponential_`` advances
+the device generator on every replay, so every replay draws fresh noise. This module
+runs the implementations exactly that way and holds every replay to the harness:
+
+- ``capture_and_replay``: per implementation, build the sampler at ``max_bs``, stage its
+  parameters, warm up on a side stream, capture ``sampler(static_hidden, static_ids)``
+  under the observers, then per replay copy that replay's seeded inputs into the static
+  inputs, reseed the generator, replay and read the buffers out. Each replay becomes a
+  ``CaseRun`` evaluated by ``harness.compare.evaluate_run`` (self-checks, equality with
+  the reference, the ledger). Two more replays on identical inputs, without reseeding,
+  show that the graph redraws its noise.
+- ``no_host_sync``: one warm ``__call__`` under ``torch.cuda.set_sync_debug_mode("error")``.
+- ``graph_sections``, ``sync_section``; ``add_arguments`` / ``command`` for ``graphs``.
+
+What the observers see in a graph: no Python runs during a replay, so nothing can be
+intercepted then. The capture runs the Python once, under the same observers as the
+eager runner: the walks, fused calls and ``exponential_`` calls counted there are the
+work of every replay, and each noise draw is kept by a clone that is captured into the
+graph (a read of the noise buffer right after it is drawn; it changes no output), so
+the noise-replay check runs on every replay too. The timed graphs of
+``harness.gpu_figures`` are captured bare.
+
+Everything imports without CUDA. What needs a device raises ``RuntimeError`` naming it.
+The capture mechanism is a parameter: ``EagerReplay`` stands in for a CUDA graph on any
+device (capture runs the call; a replay runs it again and rewrites the tensors the
+capture produced, as a graph replay does), so the path from static buffers to verdicts
+is tested in CI without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import torch
+
+from harness.case import Case, CaseError, CaseInputs, build_inputs, case_block
+from harness.compare import CaseVerdict, case_record, comparison_sections, evaluate_run
+from harness.implementations import (
+    BUILTIN_IMPLEMENTATIONS,
+    Implementation,
+    ImplementationError,
+    builtin_implementations,
+    parse_impl_spec,
+)
+from harness.matrix import standard_matrix
+from harness.observe import DispatchObserver, HeadCounts, observe_head
+from harness.progress import Progress, progress_printer
+from harness.report import render_markdown, render_text, report_json, write_report
+from harness.runner import (
+    CaseRun,
+    ImplResult,
+    RaisedError,
+    build_sampler,
+    fill_sentinels,
+    raised_error,
+    read_outputs,
+    same_rng_start,
+    work_counts,
+)
+from harness.sections import Section
+
+DEFAULT_REPLAYS = 3
+WARMUP_CALLS = 3  # side-stream calls before capture: compile Triton kernels, settle the allocator
+SYNC_ERROR_TEXT = "synchronizing CUDA operation"  # what set_sync_debug_mode("error") raises
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+LEGACY = "legacy"
+
+StaticOutputsCall = Callable[[], list[torch.Tensor]]
+
+
+def require_cuda(device: str | torch.device, *, what: str) -> torch.device:
+    """``device`` as a ``torch.device``; ``RuntimeError`` unless it is a usable CUDA device."""
+    parsed = torch.device(device)
+    if parsed.type != "cuda":
+        raise RuntimeError(f"{what} needs a CUDA device; got device {str(parsed)!r}")
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"{what} needs a CUDA device, and this machine has none")
+    return parsed
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# -- capture mechanisms ------------------------------------------------------------------------
+class GraphRunner(Protocol):
+    """Captures one call and replays it.
+
+    ``call`` returns the tensors it produced that a replay must rewrite (its static
+    outputs); ``capture`` returns those of the captured call. ``replay`` is asynchronous
+    on the current stream, like ``CUDAGraph.replay``.
+    """
+
+    def capture(self, call: StaticOutputsCall) -> list[torch.Tensor]: ...
+
+    def replay(self) -> None: ...
+
+
+class CudaGraphRunner:
+    """A ``torch.cuda.CUDAGraph`` captured as the torch docs (CUDA Graphs) require:
+    warm-up calls on a side stream, then ``with torch.cuda.graph(g): call()``."""
+
+    def __init__(self, *, device: str | torch.device, warmup_calls: int = WARMUP_CALLS) -> None:
+        self.device = require_cuda(device, what="CUDA-graph capture")
+        self.warmup_calls = warmup_calls
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    def capture(self, call: StaticOutputsCall) -> list[torch.Tensor]:
+        with torch.cuda.device(self.device):
+            side = torch.cuda.Stream(device=self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(self.warmup_calls):
+                    call()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            # The outer context restores the current stream even when a failed capture
+            # leaves torch.cuda.graph's own stream context unexited.
+            with torch.cuda.stream(torch.cuda.current_stream(self.device)), torch.cuda.graph(graph):
+                outputs = call()
+        self.graph = graph
+        return outputs
+
+    def replay(self) -> None:
+        if self.graph is None:
+            raise RuntimeError("replay before capture")
+        self.graph.replay()
+
+
+class EagerReplay:
+    """Stands in for a CUDA graph on any device, to test the graph path without a GPU.
+
+    ``capture`` runs the call once and keeps what it produced; ``replay`` runs it again
+    and copies the new results into the captured tensors, as a graph replay rewrites its
+    static outputs. It proves nothing about CUDA graphs themselves.
+    """
+
+    def __init__(self) -> None:
+        self._call: StaticOutputsCall | None = None
+        self._outputs: list[torch.Tensor] = []
+
+    def capture(self, call: StaticOutputsCall) -> list[torch.Tensor]:
+        self._call = call
+        self._outputs = call()
+        return self._outputs
+
+    def replay(self) -> None:
+        if self._call is None:
+            raise RuntimeError("replay before capture")
+        for static, fresh in zip(self._outputs, self._call(), strict=True):
+            static.copy_(fresh)
+
+
+RunnerFactory = Callable[[torch.device], GraphRunner]
+
+
+def cuda_graph_runner(device: torch.device) -> GraphRunner:
+    return CudaGraphRunner(device=device)
+
+
+def eager_replay_runner(device: torch.device) -> GraphRunner:
+    del device  # the stand-in runs on whatever device the tensors live on
+    return EagerReplay()
+
+
+# -- static inputs -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StaticInputs:
+    """The graph's input buffers, allocated once at ``max_bs``; a call reads ``[:bs*Q]``."""
+
+    hidden_states: torch.Tensor  # [max_bs*Q, H], model dtype
+    input_ids: torch.Tensor  # [max_bs*Q] int64
+    rows: int  # bs*Q: the rows the captured call reads
+
+    @classmethod
+    def allocate(cls, case: Case) -> StaticInputs:
+        device = torch.device(case.device)
+        max_rows = case.max_bs * case.query_rows
+        return cls(
+            hidden_states=torch.zeros(
+                max_rows, case.hidden_size, dtype=case.torch_dtype, device=device
+            ),
+            input_ids=torch.zeros(max_rows, dtype=torch.int64, device=device),
+            rows=case.bs * case.query_rows,
+        )
+
+    def load(self, inputs: CaseInputs) -> None:
+        """Copy one call's inputs (already on the device) into the static buffers."""
+        self.hidden_states[: self.rows].copy_(inputs.hidden_states)
+        self.input_ids[: self.rows].copy_(inputs.input_ids)
+
+    def call_arguments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The views the captured call reads: ``[bs*Q, H]`` and ``[bs*Q]``."""
+        return self.hidden_states[: self.rows], self.input_ids[: self.rows]
+
+
+def replay_inputs(case: Case, *, base: CaseInputs, replay: int) -> CaseInputs:
+    """The inputs of replay ``replay``: ``base`` (the case's own, same model) with the
+    hidden states and input ids ``build_inputs`` generates on the CPU for the seed
+    ``case.seed + replay``, then moves. Replay 0 is the case itself."""
+    if replay == 0:
+        return base
+    fresh = build_inputs(case.with_changes(seed=case.seed + replay))
+    return replace(base, hidden_states=fresh.hidden_states, input_ids=fresh.input_ids)
+
+
+# -- one implementation in a graph -------------------------------------------------------------
+@dataclass
+class GraphedSampler:
+    """One implementation's sampler, captured over the shared static inputs."""
+
+    name: str
+    sampler: Any
+    runner: GraphRunner
+    head_counts: HeadCounts  # what the captured call did: the work of every replay
+    dispatch: DispatchObserver
+
+
+def capture_sampler(
+    implementation: Implementation,
+    *,
+    case: Case,
+    inputs: CaseInputs,
+    static: StaticInputs,
+    runner: GraphRunner,
+) -> GraphedSampler:
+    """Build the sampler at ``max_bs``, stage its parameters (outside the graph, as
+    upstream does) and capture one observed call over the static inputs."""
+    sampler = build_sampler(implementation.sampler_class, case=case, inputs=inputs)
+    hidden_states, input_ids = static.call_arguments()
+    head = inputs.model.markov_head
+    observed: list[tuple[HeadCounts, DispatchObserver]] = []
+
+    def observed_call() -> list[torch.Tensor]:
+        dispatch = DispatchObserver(record_noise=True)
+        with observe_head(head) as head_counts, dispatch:
+            sampler(hidden_states, input_ids)
+        observed.append((head_counts, dispatch))
+        # Walk tokens and noise clones are static outputs too: replays rewrite them.
+        return [*head_counts.walk_tokens, *dispatch.noise_draws]
+
+    runner.capture(observed_call)
+    head_counts, dispatch = observed[-1]  # the captured call (warm-up calls come before it)
+    return GraphedSampler(implementation.name, sampler, runner, head_counts, dispatch)
+
+
+def replay_result(
+    graphed: GraphedSampler, *, case: Case, seed: int, device: torch.device
+) -> ImplResult:
+    """Poison the outputs, reseed the generator, replay once and read the buffers out."""
+    result = ImplResult(name=graphed.name)
+    try:
+        fill_sentinels(graphed.sampler)
+        torch.manual_seed(seed)  # the replay's in-graph noise starts from this state
+        graphed.runner.replay()
+        synchronize(device)
+        read_outputs(graphed.sampler, case, result)
+        result.work = work_counts(graphed.head_counts, graphed.dispatch)
+        result.noise_draws = [draw.clone() for draw in graphed.dispatch.noise_draws]
+        result.walk_tokens = [tokens.clone() for tokens in graphed.head_counts.walk_tokens]
+    except Exception as error:  # the implementation under test failed: record, go on
+        result.error = raised_error(error)
+    return result
+
+
+@dataclass(frozen=True)
+class RedrawCheck:
+    """Two replays on identical inputs without reseeding: fresh noise, same greedy rows.
+
+    ``None`` where the property does not apply (no noise buffer, no sampled rows).
+    """
+
+    implementation: str
+    noise_redrawn: bool | None  # the static noise buffer differs between the replays
+    sampled_tokens_differ: bool | None  # some sampled-row token differs between the replays
+    greedy_tokens_equal: bool | None  # every greedy-row token is the same in both
+    error: RaisedError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and False not in (
+            self.noise_redrawn,
+            self.sampled_tokens_differ,
+            self.greedy_tokens_equal,
+        )
+
+    def describe(self) -> str:
+        if self.error is not None:
+            return f"raised {self.error.summary()}"
+
+        def word(value: bool | None, yes: str, no: str) -> str:
+            return "n/a" if value is None else (yes if value else no)
+
+        return (
+            f"noise {word(self.noise_redrawn, 'redrawn', 'NOT redrawn')}; "
+            f"sampled rows {word(self.sampled_tokens_differ, 'differ', 'IDENTICAL')}; "
+            f"greedy rows {word(self.greedy_tokens_equal, 'identical', 'DIFFER')}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "implementation": self.implementation,
+            "ok": self.ok,
+            "noise_redrawn": self.noise_redrawn,
+            "sampled_tokens_differ": self.sampled_tokens_differ,
+            "greedy_tokens_equal": self.greedy_tokens_equal,
+            "error": None if self.error is None else self.error.summary(),
+        }
+
+
+def redraw_check(
+    graphed: GraphedSampler,
+    *,
+    case: Case,
+    inputs: CaseInputs,
+    static: StaticInputs,
+    device: torch.device,
+) -> RedrawCheck:
+    """Replay twice on ``inputs`` and compare the tokens and the static noise buffer."""
+    rows = case.bs * case.gamma
+    tokens: list[torch.Tensor] = []
+    noise: list[torch.Tensor] = []
+    try:
+        static.load(inputs)
+        for _ in range(2):
+            graphed.runner.replay()
+            synchronize(device)
+            tokens.append(graphed.sampler.out[:rows].view(case.bs, case.gamma).clone())
+            buffer = getattr(graphed.sampler, "exp_noise", None)
+            if case.folded_sampling and isinstance(buffer, torch.Tensor):
+                noise.append(buffer[: case.bs].clone())
+    except Exception as error:  # the implementation under test failed: record, go on
+        return RedrawCheck(graphed.name, None, None, None, raised_error(error))
+    greedy = torch.tensor(
+        [greedy or not case.folded_sampling for greedy in case.greedy_rows],
+        device=tokens[0].device,
+    )  # [bs]: rows whose tokens cannot depend on the noise
+    differ = tokens[0] != tokens[1]  # [bs, gamma]
+    return RedrawCheck(
+        implementation=graphed.name,
+        noise_redrawn=bool((noise[0] != noise[1]).any()) if noise else None,
+        sampled_tokens_differ=bool(differ[~greedy].any()) if case.has_sampled_rows else None,
+        greedy_tokens_equal=not bool(differ[greedy].any()) if bool(greedy.any()) else None,
+    )
+
+
+# -- a case through the graph path -------------------------------------------------------------
+@dataclass
+class GraphCaseResult:
+    """One case run through captured graphs: a verdict per replay, the redraw checks."""
+
+    case: Case
+    replays: list[CaseVerdict]
+    redraws: list[RedrawCheck]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "case": self.case.to_json_dict()["case"],
+            "replays": replay_records(self.replays),
+            "redraws": [r.to_json() for r in self.redraws],
+        }
+
+
+def replay_records(replays: list[CaseVerdict]) -> list[dict[str, Any]]:
+    """The replays' verdicts as report records, keyed by their replay label."""
+    return [case_record(verdict, key=verdict.case.label()) for verdict in replays]
+
+
+def replay_case(case: Case, replay: int) -> Case:
+    """The case as labelled in the verdicts of replay ``replay``."""
+    return case.with_changes(name=f"{case.label()} [graph replay {replay}]")
+
+
+def capture_and_replay(
+    case: Case,
+    implementations: Sequence[Implementation],
+    *,
+    replays: int = DEFAULT_REPLAYS,
+    runner_factory: RunnerFactory | None = None,
+    require_observable: bool = True,
+) -> GraphCaseResult:
+    """Capture each implementation once at ``max_bs`` and hold every replay to the checks.
+
+    Replay ``r`` runs on the inputs of seed ``case.seed + r`` from the generator seeded
+    with ``case.seed + r``, the same for every implementation, so fixed and reference
+    match and the ledger holds legacy to the documented bug. ``runner_factory`` defaults
+    to a real CUDA graph (which needs a CUDA case); ``eager_replay_runner`` stands in for
+    it on any device. The caller's RNG state is left as it was.
+    """
+    if replays < 1:
+        raise ValueError(f"replays must be >= 1, got {replays}")
+    device = torch.device(case.device)
+    if runner_factory is None:
+        require_cuda(device, what="capture_and_replay")
+        runner_factory = cuda_graph_runner
+    inputs = build_inputs(case)
+    graphed: dict[str, GraphedSampler | RaisedError] = {}
+    verdicts: list[CaseVerdict] = []
+    redraws: list[RedrawCheck] = []
+    with same_rng_start(device, case.seed), torch.inference_mode():
+        static = StaticInputs.allocate(case)
+        static.load(inputs)  # the warm-up and the capture run on real inputs
+        for implementation in implementations:
+            try:
+                graphed[implementation.name] = capture_sampler(
+                    implementation,
+                    case=case,
+                    inputs=inputs,
+                    static=static,
+                    runner=runner_factory(device),
+                )
+                synchronize(device)
+            except Exception as error:  # the implementation under test failed: record, go on
+                graphed[implementation.name] = raised_error(error)
+        for replay in range(replays):
+            replay_in = replay_inputs(case, base=inputs, replay=replay)
+            static.load(replay_in)
+            results = {
+                name: replay_result(g, case=case, seed=case.seed + replay, device=device)
+                if isinstance(g, GraphedSampler)
+                else ImplResult(name=name, error=g)
+                for name, g in graphed.items()
+            }
+            run = CaseRun(
+                case=replay_case(case, replay),
+                inputs=replay_in,
+                block=case_block(case, replay_in),
+                results=results,
+            )
+            verdicts.append(evaluate_run(run, require_observable=require_observable))
+        for g in graphed.values():
+            if isinstance(g, GraphedSampler):
+                redraws.append(
+                    redraw_check(g, case=case, inputs=inputs, static=static, device=device)
+                )
+    return GraphCaseResult(case, verdicts, redraws)
+
+
+# -- host synchronisation ----------------------------------------------------------------------
+SyncStatus = Literal["sync-free", "syncs", "raised"]
+
+
+@dataclass(frozen=True)
+class SyncCheck:
+    """Whether one warm ``__call__`` ran without a host synchronisation."""
+
+    implementation: str
+    case: Case
+    status: SyncStatus
+    error: RaisedError | None = None
+    stack: tuple[str, ...] = field(default=())  # frames outside torch and triton, innermost last
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "implementation": self.implementation,
+            "case": self.case.label(),
+            "status": self.status,
+            "error": None if self.error is None else self.error.summary(),
+            "stack": list(self.stack),
+        }
+
+
+def _call_stack(error: BaseException) -> tuple[str, ...]:
+    """``file:line in function`` of each traceback frame outside torch and triton."""
+    frames = traceback.extract_tb(error.__traceback__)
+    library = ("/torch/", "/triton/")
+    return tuple(
+        f"{frame.filename}:{frame.lineno} in {frame.name}"
+        for frame in frames
+        if not any(part in frame.filename for part in library)
+    )
+
+
+def no_host_sync(case: Case, implementation: Implementation) -> SyncCheck:
+    """Run one warm call of ``__call__`` with ``torch.cuda.set_sync_debug_mode("error")``.
+
+    Building the sampler, staging its parameters (which reads them on the host) and a
+    first call (which compiles the Triton kernels, as the capture's warm-up does) run
+    before the mode is set; the previous mode is restored after. ``status`` is
+    ``syncs`` when the call hit a synchronising operation, ``raised`` for any other
+    exception (before or during the checked call).
+    """
+    device = require_cuda(case.device, what="the host-sync check")
+    inputs = build_inputs(case)
+    with same_rng_start(device, case.seed), torch.inference_mode():
+        try:
+            sampler = build_sampler(implementation.sampler_class, case=case, inputs=inputs)
+            sampler(inputs.hidden_states, inputs.input_ids)
+            torch.cuda.synchronize(device)
+        except Exception as error:  # the implementation under test failed: record, go on
+            return SyncCheck(implementation.name, case, "raised", raised_error(error))
+        failure: Exception | None = None
+        previous = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            sampler(inputs.hidden_states, inputs.input_ids)
+        except Exception as error:  # a sync raises RuntimeError; anything else is recorded too
+            failure = error
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+        torch.cuda.synchronize(device)
+    if failure is None:
+        return SyncCheck(implementation.name, case, "sync-free")
+    status: SyncStatus = "syncs" if SYNC_ERROR_TEXT in str(failure) else "raised"
+    return SyncCheck(implementation.name, case, status, raised_error(failure), _call_stack(failure))
+
+
+# -- report ------------------------------------------------------------------------------------
+GRAPH_TITLE = "CUDA graph replays"
+
+
+def redraw_section(results: list[GraphCaseResult]) -> Section:
+    """Every graph redraws its noise: on identical inputs two replays differ on sampled
+    rows (and in the noise buffer) and agree on greedy rows."""
+    checks = [(r.case.label(), check) for r in results for check in r.redraws]
+    bad = [(label, c) for label, c in checks if not c.ok]
+    sampled = sum(1 for _, c in checks if c.sampled_tokens_differ is not None)
+    width = max((len(label) for label, _ in checks), default=4)
+    lines = [f"{'case'.ljust(width)}  implementation  two replays, identical inputs"]
+    lines += [
+        f"{label.ljust(width)}  {c.implementation.ljust(14)}  {'ok  ' if c.ok else 'FAIL'} "
+        f"{c.describe()}"
+        for label, c in checks
+    ]
+    if bad:
+        verdict = f"graph replays do NOT redraw their noise as they must in {len(bad)} graph(s)"
+    else:
+        verdict = (
+            f"graph replays redraw their noise: sampled rows differ between two replays on "
+            f"identical inputs in {sampled}/{sampled} graphs with sampled rows; greedy rows "
+            f"identical in every graph"
+        )
+    return Section(
+        title=f"{GRAPH_TITLE}: noise redrawn on every replay",
+        ok=not bad and bool(checks),
+        verdict=verdict,
+        text="\n".join(lines),
+        data={"redraws": [{"case": label, **c.to_json()} for label, c in checks]},
+    )
+
+
+def graph_sections(results: list[GraphCaseResult], *, require_coverage: bool) -> list[Section]:
+    """The comparison sections over every replay, then the redraw section."""
+    records = [record for result in results for record in replay_records(result.replays)]
+    sections = comparison_sections(records, require_coverage=require_coverage)
+    for section in sections:
+        section.title = f"{GRAPH_TITLE}: {section.title}"
+    note = (
+        "each replay is checked as an eager run is (replay r: inputs and generator seed = "
+        "case seed + r);\nwork and noise draws are those of the captured call, the noise "
+        "read back through clones captured into the graph"
+    )
+    if sections:
+        sections[-1].text = f"{note}\n{sections[-1].text}"
+    sections.insert(max(len(sections) - 1, 0), redraw_section(results))
+    return sections
+
+
+def sync_section(checks: list[SyncCheck]) -> Section:
+    """Every implementation but legacy must be sync-free in ``__call__`` on every case."""
+    width = max((len(c.case.label()) for c in checks), default=4)
+    lines = [f"{'case'.ljust(width)}  implementation  status"]
+    bad = []
+    for check in checks:
+        required = check.implementation != LEGACY
+        failed = required and check.status != "sync-free"
+        bad += [check] if failed else []
+        lines.append(
+            f"{check.case.label().ljust(width)}  {check.implementation.ljust(14)}  "
+            f"{'FAIL ' if failed else ''}{check.status}"
+            + (f" ({check.error.summary()})" if check.error is not None else "")
+        )
+        lines += [f"{'':{width}}      at {frame}" for frame in check.stack]
+    names = sorted({c.implementation for c in checks if c.implementation != LEGACY})
+    if bad:
+        verdict = (
+            f"host synchronisation in __call__: {len(bad)} call(s) of "
+            f"{', '.join(sorted({c.implementation for c in bad}))} sync or raise"
+        )
+    else:
+        verdict = (
+            f"no host synchronisation in __call__ of {', '.join(names)} on "
+            f"{len({c.case.label() for c in checks})} case(s) (set_sync_debug_mode('error'))"
+        )
+    return Section(
+        title="Host synchronisation in __call__",
+        ok=not bad and bool(checks),
+        verdict=verdict,
+        text="\n".join(lines),
+        data={"checks": [c.to_json() for c in checks]},
+    )
+
+
+# -- command line ------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``python -m harness graphs`` (``--seed``, ``--device``, ``--json``,
+    ``--out-dir``, ``--quiet`` are the CLI's common options)."""
+    parser.add_argument(
+        "--replays",
+        type=int,
+        default=DEFAULT_REPLAYS,
+        help=f"checked replays per graph, each on new inputs (default {DEFAULT_REPLAYS})",
+    )
+    parser.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="a case JSON file (repeatable); default: the standard matrix",
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(BUILTIN_IMPLEMENTATIONS),
+        metavar="NAMES",
+        help="built-in implementations to capture, comma-separated (default: all three)",
+    )
+    parser.add_argument(
+        "--impl",
+        action="append",
+        default=[],
+        metavar="NAME=module:Class",
+        help="also capture this DsparkDraftSampler-compatible implementation (repeatable)",
+    )
+    parser.add_argument(
+        "--no-sync-check", action="store_true", help="skip the host-synchronisation check"
+    )
+
+
+def _implementations(args: argparse.Namespace) -> list[Implementation]:
+    names = [n.strip() for n in str(args.only).split(",") if n.strip()]
+    unknown = [n for n in names if n not in BUILTIN_IMPLEMENTATIONS]
+    if unknown:
+        raise ImplementationError(
+            f"unknown built-in implementation(s) {unknown}; "
+            f"expected some of {list(BUILTIN_IMPLEMENTATIONS)}"
+        )
+    implementations = builtin_implementations(tuple(names))
+    for spec in args.impl:
+        extra = parse_impl_spec(spec)
+        if extra.name in {i.name for i in implementations}:
+            raise ImplementationError(f"--impl name {extra.name!r} given twice")
+        implementations.append(extra)
+    if not implementations:
+        raise ImplementationError("no implementation to capture")
+    return implementations
+
+
+def emit_report(
+    args: argparse.Namespace,
+    *,
+    command: str,
+    heading: str,
+    sections: list[Section],
+    cases: list[dict[str, Any]],
+    timing: dict[str, float],
+) -> int:
+    """Write ``COMMAND.{json,md,txt}`` under ``--out-dir``; print text or JSON; 0 or 1."""
+    data = report_json(
+        command=command,
+        seed=int(getattr(args, "seed", 0)),
+        device=str(getattr(args, "device", "cpu")),
+        sections=sections,
+        cases=cases,
+        timing=timing,
+    )
+    text = render_text(heading=heading, sections=sections)
+    paths = write_report(
+        Path(getattr(args, "out_dir", Path("harness-report"))),
+        stem=command,
+        data=data,
+        text=text,
+        markdown=render_markdown(heading=heading, sections=sections),
+    )
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2))
+    else:
+        print(text, end="")
+        print(f"\nwritten: {', '.join(str(p) for p in paths)}")
+    return EXIT_OK if data["ok"] else EXIT_FAIL
+
+
+def command(args: argparse.Namespace) -> int:
+    """``python -m harness graphs``: 0 when fixed is clean on every replay, the ledger holds,
+    every graph redraws its noise and no implementation but legacy syncs; 1 otherwise;
+    2 on bad usage, including a device that is not CUDA."""
+    device = str(getattr(args, "device", "cpu"))
+    try:
+        require_cuda(device, what="python -m harness graphs")
+        if args.replays < 1:
+            raise ValueError(f"--replays must be >= 1, got {args.replays}")
+        implementations = _implementations(args)
+        seed = int(getattr(args, "seed", 0))
+        if args.case:
+            cases = [Case.load(path).with_changes(device=device) for path in args.case]
+        else:
+            cases = standard_matrix(seed=seed, device=device)
+    except RuntimeError as error:
+        print(f"error: {error} (run with --device cuda on a machine with a GPU)", file=sys.stderr)
+        return EXIT_USAGE
+    except (ValueError, CaseError, ImplementationError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    progress: Progress = progress_printer(quiet=bool(getattr(args, "quiet", False)))
+    started = time.perf_counter()
+    results = []
+    for index, case in enumerate(cases, start=1):
+        progress(f"[graph {index}/{len(cases)}] {case.label()}")
+        results.append(
+            capture_and_replay(
+                case,
+                implementations,
+                replays=args.replays,
+                require_observable=not args.case,
+            )
+        )
+    timing = {"graphs_s": round(time.perf_counter() - started, 3)}
+    sections = graph_sections(results, require_coverage=not args.case)
+    if not args.no_sync_check:
+        started = time.perf_counter()
+        checks = []
+        for case in cases:
+            progress(f"[sync] {case.label()}")
+            checks += [no_host_sync(case, implementation) for implementation in implementations]
+        sections.insert(len(sections) - 1, sync_section(checks))
+        timing["sync_s"] = round(time.perf_counter() - started, 3)
+    heading = (
+        f"DSpark draft-sampler harness: CUDA graphs ({len(cases)} cases x {args.replays} "
+        f"replays, {device})"
+    )
+    return emit_report(
+        args,
+        command="graphs",
+        heading=heading,
+        sections=sections,
+        cases=[result.to_json() for result in results],
+        timing=timing,
+    )
+
+
+def standalone_parser(
+    *, prog: str, description: str, add: Callable[[argparse.ArgumentParser], None]
+) -> argparse.ArgumentParser:
+    """A parser with the CLI's common options, for running a module on its own."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--seed", type=int, default=0, help="base seed of every case (default 0)")
+    parser.add_argument(
+        "--device", default="cpu", help="device: cuda[:N] (cpu is refused, default cpu)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=Path("harness-report"),
+        help="where report files are written (default ./harness-report)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+    add(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m harness.graphs``: the ``graphs`` command on its own."""
+    parser = standalone_parser(
+        prog="python -m harness.graphs",
+        description="Capture the samplers in CUDA graphs, replay and check every replay.",
+        add=add_arguments,
+    )
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_request:  # argparse: --help (0) or bad usage (2)
+        return int(exit_request.code or 0)
+    return command(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
