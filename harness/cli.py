@@ -26,11 +26,12 @@ from harness.implementations import (
     Implementation,
     ImplementationError,
     builtin_implementations,
-    parse_impl_spec,
+    parse_names,
+    select_implementations,
 )
 from harness.matrix import standard_matrix
 from harness.progress import progress_printer
-from harness.report import render_markdown, render_text, report_json, write_report
+from harness.report import emit_report
 from harness.runner import DEFAULT_TIME_LIMIT_S
 from harness.sections import Section
 
@@ -161,19 +162,7 @@ def _subcommand_module(name: str) -> Any:
 
 
 def _implementations(args: argparse.Namespace, names: Sequence[str]) -> list[Implementation]:
-    unknown = [n for n in names if n not in BUILTIN_IMPLEMENTATIONS]
-    if unknown:
-        raise UsageError(
-            f"unknown built-in implementation(s) {unknown}; "
-            f"expected some of {list(BUILTIN_IMPLEMENTATIONS)}"
-        )
-    implementations = builtin_implementations(tuple(names))
-    for spec in args.impl:
-        extra = parse_impl_spec(spec)
-        if extra.name in {i.name for i in implementations}:
-            raise UsageError(f"--impl name {extra.name!r} given twice")
-        implementations.append(extra)
-    return implementations
+    return select_implementations(names, args.impl)
 
 
 def _check_device(device: str) -> None:
@@ -196,28 +185,18 @@ def _emit(
     cases: list[dict[str, Any]],
     timing: dict[str, float],
 ) -> int:
-    data = report_json(
+    ok = emit_report(
+        out_dir=args.out_dir,
+        as_json=args.json,
         command=command,
         seed=args.seed,
         device=args.device,
+        heading=heading,
         sections=sections,
         cases=cases,
         timing=timing,
     )
-    text = render_text(heading=heading, sections=sections)
-    paths = write_report(
-        args.out_dir,
-        stem=command,
-        data=data,
-        text=text,
-        markdown=render_markdown(heading=heading, sections=sections),
-    )
-    if args.json:
-        print(json.dumps(data, indent=2))
-    else:
-        print(text, end="")
-        print(f"\nwritten: {', '.join(str(p) for p in paths)}")
-    return EXIT_OK if data["ok"] else EXIT_FAIL
+    return EXIT_OK if ok else EXIT_FAIL
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -266,8 +245,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    names = [n.strip() for n in args.only.split(",") if n.strip()]
-    implementations = _implementations(args, names)
+    implementations = _implementations(args, parse_names(args.only))
     if args.case:
         cases = [Case.load(path) for path in args.case]
         if args.device != "cpu":

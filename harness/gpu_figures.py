@@ -25,7 +25,7 @@ achieved memory bandwidth against the device's peak.
   (memory clock x bus width, where torch exposes both) and the practical peak measured
   here as a 1 GiB device-to-device copy (2 GiB moved), timed like the kernel.
 
-``add_arguments`` / ``command`` are ``python -m harness.gpu_figures`` (``--device cuda``);
+``add_arguments`` / ``command`` are ``python -m harness gpu-figures`` (``--device cuda``);
 everything imports without CUDA and the clock and the capture are parameters, so the
 timing path runs on the CPU in tests (wall clock, ``harness.graphs.EagerReplay``).
 """
@@ -39,20 +39,22 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from harness.case import DTYPES, Case, build_inputs, make_case
 from harness.graphs import (
+    EXIT_FAIL,
+    EXIT_OK,
     EXIT_USAGE,
     RunnerFactory,
     cuda_graph_runner,
-    emit_report,
     require_cuda,
-    standalone_parser,
 )
 from harness.progress import Progress, no_progress, progress_printer
+from harness.report import emit_report
 from harness.runner import same_rng_start
 from harness.sections import Section
 from harness.timing import MODE_LABELS, MODES, SAMPLERS, PairedTimes, make_samplers
@@ -542,7 +544,7 @@ def figures_section(
 
 # -- command line ------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``python -m harness.gpu_figures``."""
+    """Options of ``python -m harness gpu-figures``."""
     parser.add_argument(
         "--repeats",
         type=int,
@@ -562,7 +564,7 @@ def command(args: argparse.Namespace) -> int:
     """Measure and report the GPU figures; 0 when measured, 2 without a CUDA device."""
     device_text = str(getattr(args, "device", "cpu"))
     try:
-        device = require_cuda(device_text, what="python -m harness.gpu_figures")
+        device = require_cuda(device_text, what="python -m harness gpu-figures")
         if args.repeats < 1 or args.bs < 1 or args.hidden_size < 1:
             raise ValueError("--repeats, --bs and --hidden-size must be >= 1")
     except RuntimeError as error:
@@ -596,29 +598,15 @@ def command(args: argparse.Namespace) -> int:
             progress(f"gpu figures: step kernel, {dtype}")
             kernels.append(kernel_figure(dtype=dtype, device=device))
         timing["kernel_s"] = round(time.perf_counter() - started, 3)
-    return emit_report(
-        args,
+    ok = emit_report(
+        out_dir=Path(args.out_dir),
+        as_json=bool(args.json),
+        seed=int(args.seed),
+        device=str(args.device),
         command="gpu-figures",
         heading=f"DSpark draft-sampler harness: GPU figures ({device_text})",
         sections=[figures_section(times, kernels, peak)],
         cases=[],
         timing=timing,
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m harness.gpu_figures``."""
-    parser = standalone_parser(
-        prog="python -m harness.gpu_figures",
-        description="CUDA-event legacy/fixed ratios and the step kernel's bandwidth.",
-        add=add_arguments,
-    )
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_request:  # argparse: --help (0) or bad usage (2)
-        return int(exit_request.code or 0)
-    return command(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return EXIT_OK if ok else EXIT_FAIL

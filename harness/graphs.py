@@ -34,7 +34,6 @@ is tested in CI without a GPU.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import traceback
@@ -51,13 +50,13 @@ from harness.implementations import (
     BUILTIN_IMPLEMENTATIONS,
     Implementation,
     ImplementationError,
-    builtin_implementations,
-    parse_impl_spec,
+    parse_names,
+    select_implementations,
 )
 from harness.matrix import standard_matrix
 from harness.observe import DispatchObserver, HeadCounts, observe_head
 from harness.progress import Progress, progress_printer
-from harness.report import render_markdown, render_text, report_json, write_report
+from harness.report import emit_report
 from harness.runner import (
     CaseRun,
     ImplResult,
@@ -642,56 +641,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _implementations(args: argparse.Namespace) -> list[Implementation]:
-    names = [n.strip() for n in str(args.only).split(",") if n.strip()]
-    unknown = [n for n in names if n not in BUILTIN_IMPLEMENTATIONS]
-    if unknown:
-        raise ImplementationError(
-            f"unknown built-in implementation(s) {unknown}; "
-            f"expected some of {list(BUILTIN_IMPLEMENTATIONS)}"
-        )
-    implementations = builtin_implementations(tuple(names))
-    for spec in args.impl:
-        extra = parse_impl_spec(spec)
-        if extra.name in {i.name for i in implementations}:
-            raise ImplementationError(f"--impl name {extra.name!r} given twice")
-        implementations.append(extra)
+    implementations = select_implementations(parse_names(str(args.only)), args.impl)
     if not implementations:
         raise ImplementationError("no implementation to capture")
     return implementations
-
-
-def emit_report(
-    args: argparse.Namespace,
-    *,
-    command: str,
-    heading: str,
-    sections: list[Section],
-    cases: list[dict[str, Any]],
-    timing: dict[str, float],
-) -> int:
-    """Write ``COMMAND.{json,md,txt}`` under ``--out-dir``; print text or JSON; 0 or 1."""
-    data = report_json(
-        command=command,
-        seed=int(getattr(args, "seed", 0)),
-        device=str(getattr(args, "device", "cpu")),
-        sections=sections,
-        cases=cases,
-        timing=timing,
-    )
-    text = render_text(heading=heading, sections=sections)
-    paths = write_report(
-        Path(getattr(args, "out_dir", Path("harness-report"))),
-        stem=command,
-        data=data,
-        text=text,
-        markdown=render_markdown(heading=heading, sections=sections),
-    )
-    if getattr(args, "json", False):
-        print(json.dumps(data, indent=2))
-    else:
-        print(text, end="")
-        print(f"\nwritten: {', '.join(str(p) for p in paths)}")
-    return EXIT_OK if data["ok"] else EXIT_FAIL
 
 
 def command(args: argparse.Namespace) -> int:
@@ -742,50 +695,15 @@ def command(args: argparse.Namespace) -> int:
         f"DSpark draft-sampler harness: CUDA graphs ({len(cases)} cases x {args.replays} "
         f"replays, {device})"
     )
-    return emit_report(
-        args,
+    ok = emit_report(
+        out_dir=Path(args.out_dir),
+        as_json=bool(args.json),
+        seed=int(args.seed),
+        device=str(args.device),
         command="graphs",
         heading=heading,
         sections=sections,
         cases=[result.to_json() for result in results],
         timing=timing,
     )
-
-
-def standalone_parser(
-    *, prog: str, description: str, add: Callable[[argparse.ArgumentParser], None]
-) -> argparse.ArgumentParser:
-    """A parser with the CLI's common options, for running a module on its own."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--seed", type=int, default=0, help="base seed of every case (default 0)")
-    parser.add_argument(
-        "--device", default="cpu", help="device: cuda[:N] (cpu is refused, default cpu)"
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-    parser.add_argument(
-        "--out-dir",
-        type=Path,
-        default=Path("harness-report"),
-        help="where report files are written (default ./harness-report)",
-    )
-    parser.add_argument("--quiet", action="store_true", help="no progress output on stderr")
-    add(parser)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m harness.graphs``: the ``graphs`` command on its own."""
-    parser = standalone_parser(
-        prog="python -m harness.graphs",
-        description="Capture the samplers in CUDA graphs, replay and check every replay.",
-        add=add_arguments,
-    )
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_request:  # argparse: --help (0) or bad usage (2)
-        return int(exit_request.code or 0)
-    return command(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return EXIT_OK if ok else EXIT_FAIL

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,3 +90,25 @@ def parse_impl_spec(text: str) -> Implementation:
         raise ImplementationError(f"--impl {text}: module {module_name!r} has no {class_name!r}")
     sampler_class = check_sampler_class(getattr(module, class_name), spec=text)
     return Implementation(name, sampler_class, text)
+
+
+def select_implementations(names: Sequence[str], specs: Sequence[str]) -> list[Implementation]:
+    """Built-in implementations by name, then every ``NAME=module:Class`` spec."""
+    unknown = [n for n in names if n not in BUILTIN_IMPLEMENTATIONS]
+    if unknown:
+        raise ImplementationError(
+            f"unknown built-in implementation(s) {unknown}; "
+            f"expected some of {list(BUILTIN_IMPLEMENTATIONS)}"
+        )
+    implementations = builtin_implementations(tuple(names))
+    for spec in specs:
+        extra = parse_impl_spec(spec)
+        if extra.name in {i.name for i in implementations}:
+            raise ImplementationError(f"--impl name {extra.name!r} given twice")
+        implementations.append(extra)
+    return implementations
+
+
+def parse_names(text: str) -> list[str]:
+    """``"reference, fixed"`` -> ``["reference", "fixed"]``."""
+    return [name.strip() for name in text.split(",") if name.strip()]

@@ -110,3 +110,31 @@ def write_report(
     for path, content in zip(paths, contents, strict=True):
         write_atomically(path, content)
     return paths
+
+
+def emit_report(
+    *,
+    out_dir: Path,
+    as_json: bool,
+    command: str,
+    seed: int,
+    device: str,
+    heading: str,
+    sections: list[Section],
+    cases: list[dict[str, Any]],
+    timing: dict[str, float],
+) -> bool:
+    """Write ``COMMAND.{json,md,txt}`` under ``out_dir``, print the text (or the JSON),
+    and say whether every section holds."""
+    data = report_json(
+        command=command, seed=seed, device=device, sections=sections, cases=cases, timing=timing
+    )
+    text = render_text(heading=heading, sections=sections)
+    markdown = render_markdown(heading=heading, sections=sections)
+    paths = write_report(out_dir, stem=command, data=data, text=text, markdown=markdown)
+    if as_json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(text, end="")
+        print(f"\nwritten: {', '.join(str(p) for p in paths)}")
+    return bool(data["ok"])

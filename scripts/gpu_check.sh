@@ -6,9 +6,9 @@
 # On a bare GPU machine with no network and this repository's files only, runs
 #   env      versions (python, torch, CUDA, triton, numpy, pytest, hypothesis) and the GPU
 #   pytest   every test marked gpu (python -m pytest -m gpu tests/), junit XML
-#   graphs   python -m harness.graphs --device cuda: the standard matrix captured in CUDA
+#   graphs   python -m harness graphs --device cuda: the standard matrix captured in CUDA
 #            graphs, every replay checked, noise redrawn, no host sync in __call__
-#   figures  python -m harness.gpu_figures --device cuda: CUDA-event legacy/fixed ratios,
+#   figures  python -m harness gpu-figures --device cuda: CUDA-event legacy/fixed ratios,
 #            the step kernel's bandwidth against the device's peak
 # and writes into OUTDIR: log.txt (everything printed), results.json (the stage table and
 # a summary of each stage), env.json, junit-gpu.xml, graphs/ and figures/ (each stage's
@@ -214,8 +214,8 @@ fi
 # shellcheck disable=SC2086
 run_stage pytest 180 "$PYTHON" -m pytest -p no:cacheprovider -m gpu -q -rs \
     --junitxml="$out/junit-gpu.xml" $tests # split on purpose: one or more test paths
-run_stage graphs 110 "$PYTHON" -m harness.graphs --device cuda --out-dir "$out/graphs"
-run_stage figures 90 "$PYTHON" -m harness.gpu_figures --device cuda --out-dir "$out/figures"
+run_stage graphs 110 "$PYTHON" -m harness graphs --device cuda --out-dir "$out/graphs"
+run_stage figures 90 "$PYTHON" -m harness gpu-figures --device cuda --out-dir "$out/figures"
 
 write_results
 say "gpu_check: $([[ $failed == 0 ]] && echo PASS || echo FAIL) after ${SECONDS}s"

@@ -25,6 +25,7 @@ import torch
 
 from harness import gpu_figures, graphs
 from harness.case import Case, build_inputs
+from harness.cli import main as cli_main
 from harness.graphs import (
     EagerReplay,
     GraphRunner,
@@ -294,15 +295,15 @@ def test_graphs_command_with_device_cuda_on_a_machine_without_cuda(
     assert "this machine has none" in capsys.readouterr().err
 
 
-def test_graphs_options_and_standalone_entry_point(
+def test_graphs_options_and_cli_entry_point(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = _graphs_args()
     assert (args.replays, args.case, args.impl, args.no_sync_check) == (3, [], [], False)
     assert args.only == "reference,fixed,legacy"
-    assert graphs.main(["--device", "cpu", "--out-dir", str(tmp_path)]) == 2
-    assert graphs.main(["--replays", "many"]) == 2
-    assert graphs.main(["--help"]) == 0
+    assert cli_main(["graphs", "--device", "cpu", "--out-dir", str(tmp_path)]) == 2
+    assert cli_main(["graphs", "--replays", "many"]) == 2
+    assert cli_main(["graphs", "--help"]) == 0
     assert "--replays" in capsys.readouterr().out
     assert not list(tmp_path.iterdir())  # nothing half-written
 
@@ -391,7 +392,7 @@ def test_figures_section_states_bandwidth_against_both_peaks() -> None:
 
 
 def test_gpu_figures_command_needs_cuda(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert gpu_figures.main(["--device", "cpu", "--out-dir", str(tmp_path)]) == 2
+    assert cli_main(["gpu-figures", "--device", "cpu", "--out-dir", str(tmp_path)]) == 2
     assert "needs a CUDA device" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
