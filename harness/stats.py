@@ -35,7 +35,7 @@ from harness.implementations import (
     builtin_implementations,
     parse_impl_spec,
 )
-from harness.progress import progress_printer
+from harness.progress import Progress, no_progress, progress_printer
 from harness.sections import Section
 from reference import HEAD_KINDS, SamplingInfo, ToyDraftModel, make_toy_draft_model
 from reference.target_model import MarkovTargetModel, make_markov_target
@@ -50,15 +50,9 @@ POWER_SEEDS = 8  # decode runs pooled by the report's power curve
 POWER_FRACTIONS = (16, 8, 6, 5, 4, 2, 1)  # curve points: run rows / fraction
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
-Progress = Callable[[str], None]
-
 
 class StatsError(ValueError):
     """A statistical-oracle configuration that cannot be run."""
-
-
-def _quiet(message: str) -> None:
-    del message
 
 
 # -- configuration ------------------------------------------------------------------------------
@@ -687,7 +681,7 @@ def run_power_curve(
     seeds: Sequence[int] | None = None,
     problem: StatsProblem | None = None,
     decoded: dict[int, DecodeResult] | None = None,
-    progress: Progress = _quiet,
+    progress: Progress = no_progress,
 ) -> PowerCurve:
     """Decode ``config.rows`` rows once per seed and draw the power curve.
 
@@ -849,7 +843,7 @@ def run_oracle(
     *,
     extras: Sequence[Implementation] = (),
     power: bool,
-    progress: Progress = _quiet,
+    progress: Progress = no_progress,
 ) -> OracleRun:
     """Decode and fit fixed, legacy and ``extras``; with ``power``, also legacy's power
     curve (the legacy run at ``config.seed`` is reused as one of its pooled runs)."""
@@ -889,7 +883,7 @@ def _oracle_json(oracle: OracleRun) -> dict[str, Any]:
 
 
 # -- report section -----------------------------------------------------------------------------
-def report_section(*, seed: int, progress: Progress = _quiet, device: str = "cpu") -> Section:
+def report_section(*, seed: int, progress: Progress = no_progress, device: str = "cpu") -> Section:
     """The statistical part of the main report: fixed and legacy at the default config,
     plus the power curve of legacy (``POWER_SEEDS`` runs pooled)."""
     config = replace(DEFAULT_CONFIG, seed=seed, device=device)

@@ -33,7 +33,7 @@ import numpy as np
 
 from harness.case import make_case
 from harness.files import JournalError, append_record, load_records, write_atomically
-from harness.progress import progress_printer
+from harness.progress import Progress, no_progress, progress_printer
 from harness.timing import CLOCKS, MODES, ab_timing, times_json
 
 POINT_SCHEMA = "dspark-harness/sweep-point"
@@ -156,16 +156,12 @@ def measure_point(config: SweepConfig, point: tuple[int, int, int]) -> dict[str,
     return record
 
 
-def _silent(message: str) -> None:
-    del message
-
-
 def run_sweep(
     config: SweepConfig,
     *,
     out_dir: Path,
     resume: bool = True,
-    progress: Callable[[str], None] = _silent,
+    progress: Progress = no_progress,
     measure: Callable[[SweepConfig, tuple[int, int, int]], dict[str, Any]] = measure_point,
 ) -> list[dict[str, Any]]:
     """Measure every grid point not already in ``out_dir/points.jsonl``; return the

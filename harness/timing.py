@@ -44,6 +44,7 @@ import torch
 
 from harness.case import Case, CaseInputs, build_inputs, case_block, make_case
 from harness.implementations import BUILTIN_IMPLEMENTATIONS
+from harness.progress import Progress, no_progress
 from harness.runner import build_sampler, same_rng_start
 from harness.sections import Section
 from reference import ToyDraftModel
@@ -197,10 +198,6 @@ def times_json(by_clock: dict[str, PairedTimes]) -> dict[str, Any]:
     }
 
 
-def _silent(message: str) -> None:
-    del message
-
-
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -236,7 +233,7 @@ def ab_timing(
     threads: int | None = None,
     modes: tuple[str, ...] = MODES,
     inputs: CaseInputs | None = None,
-    progress: Callable[[str], None] = _silent,
+    progress: Progress = no_progress,
 ) -> ABTiming:
     """Time legacy and fixed alternately: per repetition and mode, one call of each,
     the order flipped every repetition. The global RNG is left as it was."""
@@ -342,7 +339,7 @@ def callgrind_instructions(
     *,
     number: int = 1,
     timeout_s: float = 900.0,
-    progress: Callable[[str], None] = _silent,
+    progress: Progress = no_progress,
 ) -> CallgrindCounts:
     """Instruction counts per call of legacy and fixed, walk-only and whole call.
 
@@ -437,7 +434,7 @@ def timing_section(
     repeats: int,
     hidden_size: int = PRODUCTION_HIDDEN,
     callgrind: bool = True,
-    progress: Callable[[str], None] = _silent,
+    progress: Progress = no_progress,
 ) -> Section:
     """A/B timing at the production-like shape (+ callgrind where valgrind exists);
     ok iff the median walk-only ratio lies in ``WALK_RATIO_RANGE``."""

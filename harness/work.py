@@ -37,7 +37,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from harness.case import Case, CaseInputs, case_block, make_case
 from harness.implementations import BUILTIN_IMPLEMENTATIONS, builtin_implementations
 from harness.observe import DispatchObserver
-from harness.progress import progress_printer
+from harness.progress import Progress, no_progress, progress_printer
 from harness.runner import WorkCounts, build_sampler, run_case, same_rng_start
 from harness.sections import Section
 
@@ -785,12 +785,8 @@ def work_json(work: CaseWork) -> dict[str, Any]:
     }
 
 
-def _silent(message: str) -> None:
-    del message
-
-
 def collect_work(
-    *, seed: int, device: str = "cpu", progress: Callable[[str], None] = _silent
+    *, seed: int, device: str = "cpu", progress: Progress = no_progress
 ) -> list[CaseWork]:
     works = []
     cases = work_cases(seed=seed, device=device)
