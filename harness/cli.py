@@ -20,7 +20,7 @@ import torch
 
 from harness.case import Case, CaseError
 from harness.compare import compare, comparison_sections
-from harness.files import JournalError
+from harness.files import JournalError, write_atomically
 from harness.implementations import (
     BUILTIN_IMPLEMENTATIONS,
     Implementation,
@@ -30,7 +30,7 @@ from harness.implementations import (
     select_implementations,
 )
 from harness.matrix import standard_matrix
-from harness.progress import progress_printer
+from harness.progress import Progress, progress_printer
 from harness.report import emit_report
 from harness.runner import DEFAULT_TIME_LIMIT_S
 from harness.sections import Section
@@ -234,6 +234,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         f"DSpark draft-sampler harness: standard matrix ({len(cases)} cases, "
         f"seed {args.seed}, {args.device})"
     )
+    _write_power_plot(args.out_dir, sections, progress=progress)
     return _emit(
         args,
         command="report",
@@ -242,6 +243,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         cases=records,
         timing=timing,
     )
+
+
+def _write_power_plot(out_dir: Path, sections: list[Section], *, progress: Progress) -> None:
+    """The statistical section's power curve as ``report-power.png``, when it ran."""
+    curve = next((s.data["power_curve"] for s in sections if s.data.get("power_curve")), None)
+    if curve is not None:
+        from harness.stats import power_curve_png
+
+        path = out_dir / "report-power.png"
+        write_atomically(path, power_curve_png(curve))
+        progress(f"written: {path}")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

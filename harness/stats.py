@@ -17,6 +17,7 @@ statistics of the strata add up, and so do their degrees of freedom.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import sys
@@ -1019,3 +1020,42 @@ def command(args: argparse.Namespace) -> int:
         lines += ["", *_oracle_text(oracle)]
         print("\n".join(lines))
     return EXIT_OK if ok else EXIT_FAIL
+
+
+# -- figure -------------------------------------------------------------------------------------
+def power_curve_png(curve: dict[str, Any]) -> bytes:
+    """The power curve (``PowerCurve.to_json_dict()``) as a PNG: rows vs rejection rate of
+    legacy at alpha, measured and predicted, with the target power and the 10 x V rule."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    points = curve["points"]
+    rows = [p["rows"] for p in points]
+    figure, axes = plt.subplots(figsize=(7, 4.2))
+    axes.semilogx(rows, [p["empirical_power"] for p in points], "o", label="measured (blocks)")
+    axes.semilogx(rows, [p["predicted_power"] for p in points], "-", label="predicted")
+    axes.axhline(curve["target_power"], color="grey", linestyle=":", label="target power")
+    rule = curve["rule_of_thumb_rows"]
+    axes.axvline(rule, color="tab:red", linestyle="--", label=f"10 x V = {rule} rows")
+    if curve.get("rows_for_target_power"):
+        axes.axvline(
+            curve["rows_for_target_power"],
+            color="tab:green",
+            linestyle="--",
+            label=f"power {curve['target_power']:g} at {curve['rows_for_target_power']} rows",
+        )
+    axes.set(
+        xlabel="independent rows (committed sequences)",
+        ylabel=f"rejection rate of legacy at alpha={curve['alpha']:g}",
+        ylim=(-0.02, 1.02),
+        title=f"power of the joint test of the first {curve['m']} committed tokens "
+        f"(V={curve['vocab_size']})",
+    )
+    axes.legend(fontsize=7, loc="center right")
+    figure.tight_layout()
+    out = io.BytesIO()
+    figure.savefig(out, format="png", dpi=110)
+    plt.close(figure)
+    return out.getvalue()

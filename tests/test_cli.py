@@ -26,6 +26,14 @@ def test_main_job_passes_and_states_the_verdict_first(tmp_path: Path, capsys) ->
     assert (tmp_path / "report.md").read_text().startswith("# DSpark")
 
 
+def test_main_job_with_the_oracle_writes_the_power_curve_figure(tmp_path: Path, capsys) -> None:
+    code = main(["--no-work", "--quiet", "--out-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "legacy REJECTED" in out or "legacy on position 0 alone passes" in out
+    assert (tmp_path / "report-power.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
 def test_broken_plugin_is_flagged_with_its_reason(tmp_path: Path, capsys) -> None:
     code = main(
         [
