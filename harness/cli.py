@@ -30,6 +30,7 @@ from harness.implementations import (
     select_implementations,
 )
 from harness.matrix import standard_matrix
+from harness.options import add_impl_option, add_selection_options
 from harness.progress import Progress, progress_printer
 from harness.report import emit_report
 from harness.runner import DEFAULT_TIME_LIMIT_S
@@ -76,16 +77,6 @@ def _resume_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _impl_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--impl",
-        action="append",
-        default=[],
-        metavar="NAME=module:Class",
-        help="add a DsparkDraftSampler-compatible implementation (repeatable)",
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
     common = _common_options()
     parser = argparse.ArgumentParser(
@@ -98,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser(
         "report", parents=[common], help="the main job (default): matrix, stats, work"
     )
-    _impl_option(report)
+    add_impl_option(report)
     _resume_option(report)
     report.add_argument("--no-stats", action="store_true", help="skip the statistical oracle")
     report.add_argument("--no-work", action="store_true", help="skip the eliminated-work section")
@@ -106,27 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     comp = commands.add_parser(
         "compare", parents=[common], help="chosen cases and implementations side by side"
     )
-    _impl_option(comp)
+    add_selection_options(comp, verb="run")
     _resume_option(comp)
-    comp.add_argument(
-        "--case",
-        action="append",
-        default=[],
-        type=Path,
-        metavar="FILE",
-        help="a case JSON file (repeatable); default: the standard matrix",
-    )
-    comp.add_argument(
-        "--only",
-        default=",".join(BUILTIN_IMPLEMENTATIONS),
-        metavar="NAMES",
-        help="built-in implementations to run, comma-separated (default: all three)",
-    )
 
     repro = commands.add_parser(
         "repro", parents=[common], help="write the smallest failing case, or replay one"
     )
-    _impl_option(repro)
+    add_impl_option(repro)
     repro.add_argument("file", nargs="?", type=Path, help="a repro file to replay")
     repro.add_argument("--out", type=Path, help="find, shrink and write a failing case here")
     repro.add_argument(

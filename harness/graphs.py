@@ -47,7 +47,6 @@ import torch
 from harness.case import Case, CaseError, CaseInputs, build_inputs, case_block
 from harness.compare import CaseVerdict, case_record, comparison_sections, evaluate_run
 from harness.implementations import (
-    BUILTIN_IMPLEMENTATIONS,
     Implementation,
     ImplementationError,
     parse_names,
@@ -55,6 +54,7 @@ from harness.implementations import (
 )
 from harness.matrix import standard_matrix
 from harness.observe import DispatchObserver, HeadCounts, observe_head
+from harness.options import add_selection_options
 from harness.progress import Progress, progress_printer
 from harness.report import emit_report
 from harness.runner import (
@@ -614,27 +614,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_REPLAYS,
         help=f"checked replays per graph, each on new inputs (default {DEFAULT_REPLAYS})",
     )
-    parser.add_argument(
-        "--case",
-        action="append",
-        default=[],
-        type=Path,
-        metavar="FILE",
-        help="a case JSON file (repeatable); default: the standard matrix",
-    )
-    parser.add_argument(
-        "--only",
-        default=",".join(BUILTIN_IMPLEMENTATIONS),
-        metavar="NAMES",
-        help="built-in implementations to capture, comma-separated (default: all three)",
-    )
-    parser.add_argument(
-        "--impl",
-        action="append",
-        default=[],
-        metavar="NAME=module:Class",
-        help="also capture this DsparkDraftSampler-compatible implementation (repeatable)",
-    )
+    add_selection_options(parser, verb="capture")
     parser.add_argument(
         "--no-sync-check", action="store_true", help="skip the host-synchronisation check"
     )

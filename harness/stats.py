@@ -36,6 +36,7 @@ from harness.implementations import (
     builtin_implementations,
     parse_impl_spec,
 )
+from harness.options import add_impl_option, comma_separated
 from harness.progress import Progress, no_progress, progress_printer
 from harness.sections import Section
 from reference import HEAD_KINDS, SamplingInfo, ToyDraftModel, make_toy_draft_model
@@ -911,28 +912,10 @@ def _json_safe(value: Any) -> Any:
 
 
 # -- command line -------------------------------------------------------------------------------
-def _temperature_list(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"temperatures must be comma-separated numbers, got {text!r}"
-        ) from None
-    if not values:
-        raise argparse.ArgumentTypeError("at least one temperature is needed")
-    return values
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``python -m harness stats`` (``--seed``, ``--device``, ``--json`` are global)."""
     default = DEFAULT_CONFIG
-    parser.add_argument(
-        "--impl",
-        action="append",
-        default=[],
-        metavar="NAME=module:Class",
-        help="also test this DsparkDraftSampler-compatible implementation (repeatable)",
-    )
+    add_impl_option(parser, verb="also test")
     parser.add_argument("--rows", type=int, default=default.rows, help="independent rows")
     parser.add_argument(
         "--m", type=int, default=default.m, help="committed tokens per row in the joint (>= 2)"
@@ -942,7 +925,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--temperatures",
-        type=_temperature_list,
+        type=comma_separated(float, what="temperatures"),
         default=default.temperatures,
         metavar="T[,T...]",
         help="rows take these in turn; 0 marks greedy rows (default 1.0)",

@@ -33,6 +33,7 @@ import numpy as np
 
 from harness.case import make_case
 from harness.files import JournalError, append_record, load_records, write_atomically
+from harness.options import comma_separated
 from harness.progress import Progress, no_progress, progress_printer
 from harness.timing import CLOCKS, MODES, ab_timing, times_json
 
@@ -372,16 +373,7 @@ def format_summary(summary: SweepSummary, *, config: SweepConfig, paths: list[Pa
 
 
 # -- command --------------------------------------------------------------------------------
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
+POSITIVE_INTS = comma_separated(int, what="grid values", minimum=1)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -399,9 +391,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="keep the finished points of an earlier run (default: on)",
     )
-    parser.add_argument("--bs", type=_int_list, help="batch sizes, e.g. 8,16,32")
-    parser.add_argument("--gamma", type=_int_list, help="block lengths, e.g. 2,4,8")
-    parser.add_argument("--vocab", type=_int_list, help="vocabulary sizes, e.g. 8192,32768")
+    parser.add_argument("--bs", type=POSITIVE_INTS, help="batch sizes, e.g. 8,16,32")
+    parser.add_argument("--gamma", type=POSITIVE_INTS, help="block lengths, e.g. 2,4,8")
+    parser.add_argument("--vocab", type=POSITIVE_INTS, help="vocabulary sizes, e.g. 8192,32768")
     parser.add_argument("--repeats", type=int, help="alternating repetitions per point")
     parser.add_argument("--hidden-size", type=int, help="hidden size H of every point")
     parser.add_argument("--rank", type=int, help="Markov rank r of every point")
