@@ -16,7 +16,7 @@
 # budget of 400 s (GPU_CHECK_BUDGET_S), so the whole stays under 8 minutes.
 #
 # Installs nothing and needs no network. Assumes these are installed for the python it
-# runs ($PYTHON, default python3): torch (2.11 with CUDA 13 on the device machine),
+# runs ($PYTHON, default python3): torch (2.11 with CUDA 13 on the target H200 machine),
 # triton (3.6), numpy, pytest, hypothesis, pytest-benchmark.
 #
 # Exit status: 0 when every stage passed; 1 when a stage failed or ran out of time
