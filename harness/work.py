@@ -827,7 +827,7 @@ def work_section(works: list[CaseWork]) -> Section:
         parts.append("\nmodel disagreements:\n" + "\n".join(f"  {p}" for p in problems))
     parts.append("timing: `python -m harness work --timing` (A/B ratio); `python -m harness sweep`")
     return Section(
-        title="eliminated work",
+        title="Eliminated work (SPEC 3.4)",
         ok=ok,
         verdict=verdict,
         text="\n".join(parts),

@@ -128,7 +128,7 @@ def test_report_section_is_ok_and_shows_the_comparison() -> None:
     messages: list[str] = []
     section = work.report_section(seed=0, progress=messages.append)
     assert section.ok, section.text
-    assert section.title == "eliminated work"
+    assert section.title == "Eliminated work (SPEC 3.4)"
     assert "exactly one extra Markov walk" in section.verdict
     assert "legacy - fixed" in section.text and "one walk (+view)" in section.text
     assert len(section.data["cases"]) == len(work.work_cases(seed=0)) == len(messages)
