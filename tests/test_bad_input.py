@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import fixed
 import legacy
-from harness.case import CASE_SCHEMA_VERSION, make_case
+from harness.pipeline.case import CASE_SCHEMA_VERSION, make_case
 from reference import (
     LinearProbeConfidence,
     SamplingInfo,

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.case import CASE_SCHEMA_VERSION, Case, CaseError, build_inputs, make_case
+from harness.pipeline.case import CASE_SCHEMA_VERSION, Case, CaseError, build_inputs, make_case
 
 
 @st.composite

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 import torch
 
-from harness.case import Case, make_case
-from harness.compare import compare
-from harness.implementations import builtin_implementations
-from harness.matrix import standard_matrix
-from harness.runner import run_case
+from harness.pipeline.case import Case, make_case
+from harness.pipeline.compare import compare
+from harness.pipeline.matrix import standard_matrix
+from harness.pipeline.runner import run_case
+from harness.plugins.implementations import builtin_implementations
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # One of each kind of evidence: sampled rows, reduced precision, the fused path, a raise.
@@ -185,9 +185,9 @@ def test_caller_default_dtype_does_not_change_the_case_numbers() -> None:
 
 _FRESH_PROCESS_RUN = """
 import os, torch
-from harness.case import make_case
-from harness.implementations import builtin_implementations
-from harness.runner import run_case
+from harness.pipeline.case import make_case
+from harness.plugins.implementations import builtin_implementations
+from harness.pipeline.runner import run_case
 before = dict(os.environ)
 run_case(make_case(bs=1, gamma=2, vocab_size=9, hidden_size=4, markov_rank=2),
          builtin_implementations())

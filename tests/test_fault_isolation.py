@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.case import make_case
-from harness.compare import evaluate_run
-from harness.implementations import Implementation, builtin_implementations
-from harness.runner import run_case
+from harness.pipeline.case import make_case
+from harness.pipeline.compare import evaluate_run
+from harness.pipeline.runner import run_case
+from harness.plugins.implementations import Implementation, builtin_implementations
 from tests.plugins import broken_samplers
 
 CASE = make_case(

@@ -20,12 +20,12 @@ import torch
 
 import reference.triton_race as triton_race
 from fixed import DsparkDraftSampler as FixedSampler
-from harness.case import Case, build_inputs
-from harness.compare import case_record, comparison_sections, evaluate_run
-from harness.graphs import capture_and_replay, graph_sections, no_host_sync
-from harness.implementations import Implementation, builtin_implementations
-from harness.matrix import standard_matrix
-from harness.runner import run_case
+from harness.gpu.graphs import capture_and_replay, graph_sections, no_host_sync
+from harness.pipeline.case import Case, build_inputs
+from harness.pipeline.compare import case_record, comparison_sections, evaluate_run
+from harness.pipeline.matrix import standard_matrix
+from harness.pipeline.runner import run_case
+from harness.plugins.implementations import Implementation, builtin_implementations
 from reference.step_samplers import exponential_race, exponential_race_torch
 
 pytestmark = pytest.mark.gpu
@@ -224,10 +224,10 @@ def test_sync_check_names_a_host_read_inside_call() -> None:
 CAPTURE_FAILURE_SCRIPT = """
 import json, torch
 from fixed import DsparkDraftSampler
-from harness.graphs import capture_and_replay
-from harness.implementations import Implementation, builtin_implementations
-from harness.matrix import standard_matrix
-from harness.runner import run_case
+from harness.gpu.graphs import capture_and_replay
+from harness.plugins.implementations import Implementation, builtin_implementations
+from harness.pipeline.matrix import standard_matrix
+from harness.pipeline.runner import run_case
 
 class HostReadingSampler(DsparkDraftSampler):
     def __call__(self, hidden_states, input_ids):

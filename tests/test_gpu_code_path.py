@@ -23,10 +23,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness import gpu_figures, graphs
-from harness.case import Case, build_inputs
 from harness.cli import main as cli_main
-from harness.graphs import (
+from harness.gpu import figures as gpu_figures
+from harness.gpu import graphs
+from harness.gpu.graphs import (
     EagerReplay,
     GraphRunner,
     capture_and_replay,
@@ -34,8 +34,9 @@ from harness.graphs import (
     graph_sections,
     replay_inputs,
 )
-from harness.implementations import Implementation, builtin_implementations
-from harness.matrix import standard_matrix
+from harness.pipeline.case import Case, build_inputs
+from harness.pipeline.matrix import standard_matrix
+from harness.plugins.implementations import Implementation, builtin_implementations
 from tests.plugins.broken_samplers import HalfWritingSampler, StaleCorrectedSampler
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +86,9 @@ def test_a_cuda_case_on_a_machine_without_cuda_says_there_is_none() -> None:
 
 
 def test_gpu_modules_import_in_a_fresh_process_without_touching_cuda() -> None:
-    code = "import torch, harness.graphs, harness.gpu_figures; print(torch.cuda.is_initialized())"
+    code = (
+        "import torch, harness.gpu.graphs, harness.gpu.figures; print(torch.cuda.is_initialized())"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO_ROOT,

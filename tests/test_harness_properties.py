@@ -6,10 +6,10 @@ from __future__ import annotations
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from harness.case import Case
-from harness.compare import evaluate_run
-from harness.implementations import builtin_implementations
-from harness.runner import run_case
+from harness.pipeline.case import Case
+from harness.pipeline.compare import evaluate_run
+from harness.pipeline.runner import run_case
+from harness.plugins.implementations import builtin_implementations
 
 # Vocabulary sizes around the Triton kernel's 1024-wide tiles, and small ones.
 VOCABS = st.one_of(st.integers(1, 64), st.sampled_from([1023, 1024, 1025, 2047, 2048, 2049, 3000]))

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.case import make_case
 from harness.cli import main
+from harness.pipeline.case import make_case
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 JOURNAL = "compare.cases.jsonl"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from harness.case import make_case
-from harness.implementations import Implementation, builtin_implementations
-from harness.runner import run_case
+from harness.pipeline.case import make_case
+from harness.pipeline.runner import run_case
+from harness.plugins.implementations import Implementation, builtin_implementations
 from tests.plugins.broken_samplers import RaisingSampler
 
 CASE = make_case(

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from fixed import DsparkDraftSampler as FixedSampler
-from harness import stats
-from harness.implementations import Implementation, builtin_implementations
+from harness.oracles import stats
+from harness.plugins.implementations import Implementation, builtin_implementations
 from reference.step_samplers import StepSampler, exponential_race
 
 ALPHA = 1e-6  # the oracle's default significance level

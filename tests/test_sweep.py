@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from harness import sweep
+from harness.measure import sweep
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TINY = replace(sweep.QUICK_CONFIG, bs=(1,), gamma=(2,), vocab=(64, 128, 256), repeats=1)

@@ -16,11 +16,11 @@ from functools import cache
 import pytest
 import torch
 
-from harness import timing, work
-from harness.case import Case, build_inputs, make_case
-from harness.implementations import builtin_implementations
-from harness.ledger import legacy_raises_expected
-from harness.runner import run_case
+from harness.measure import timing, work
+from harness.pipeline.case import Case, build_inputs, make_case
+from harness.pipeline.ledger import legacy_raises_expected
+from harness.pipeline.runner import run_case
+from harness.plugins.implementations import builtin_implementations
 
 EXHAUSTIVE = work.work_cases(seed=0, exhaustive=True)
 BFLOAT16 = work.work_cases(seed=1, dtype="bfloat16")

@@ -21,10 +21,10 @@ import pytest
 import torch
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from harness import work
-from harness.case import Case, CaseInputs, build_inputs, make_case
-from harness.implementations import builtin_implementations
-from harness.runner import run_implementation, same_rng_start
+from harness.measure import work
+from harness.pipeline.case import Case, CaseInputs, build_inputs, make_case
+from harness.pipeline.runner import run_implementation, same_rng_start
+from harness.plugins.implementations import builtin_implementations
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SHAPE: dict[str, int] = {

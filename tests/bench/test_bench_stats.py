@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from harness import stats
+from harness.oracles import stats
 
 VERDICT_BUDGET_S = 3.0
 ROUNDS = 3

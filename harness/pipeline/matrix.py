@@ -8,7 +8,7 @@ rows, moderate temperatures), so the ledger holds it to ``require_observable``.
 
 from __future__ import annotations
 
-from harness.case import Case
+from harness.pipeline.case import Case
 
 MIXED = (False, True, False, False)  # rows 0, 2, 3 sampled; row 1 greedy
 TEMPS = (1.0, 0.0, 0.7, 1.5)

@@ -13,17 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.case import Case, CaseError
-from harness.compare import REFERENCE, evaluate_run, tensor_digest
-from harness.files import write_atomically
-from harness.implementations import (
+from harness.io.files import write_atomically
+from harness.pipeline.case import Case, CaseError
+from harness.pipeline.compare import REFERENCE, evaluate_run, tensor_digest
+from harness.pipeline.runner import run_case
+from harness.plugins.implementations import (
     BUILTIN_IMPLEMENTATIONS,
     Implementation,
     builtin_implementations,
     parse_impl_spec,
 )
-from harness.progress import Progress
-from harness.runner import run_case
+from harness.render.progress import Progress
 
 REPRO_SCHEMA = "dspark-harness/repro"
 REPRO_SCHEMA_VERSION = 1

@@ -13,7 +13,7 @@ from typing import Literal
 
 import torch
 
-from harness.runner import CaseRun, ImplResult
+from harness.pipeline.runner import CaseRun, ImplResult
 from reference import exponential_race_torch, teacher_forced_logits
 from reference.sampling_params import stage_sampling_params
 

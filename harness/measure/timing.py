@@ -42,11 +42,11 @@ from typing import Any
 
 import torch
 
-from harness.case import Case, CaseInputs, build_inputs, case_block, make_case
-from harness.implementations import BUILTIN_IMPLEMENTATIONS
-from harness.progress import Progress, no_progress
-from harness.runner import build_sampler, same_rng_start
-from harness.sections import Section
+from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block, make_case
+from harness.pipeline.runner import build_sampler, same_rng_start
+from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
+from harness.render.progress import Progress, no_progress
+from harness.render.sections import Section
 from reference import ToyDraftModel
 
 PRODUCTION_HIDDEN = 256  # small on purpose: the lm_head must not swamp the walk
@@ -54,7 +54,7 @@ WALK_RATIO_RANGE = (1.9, 2.1)
 MODES = ("walk_only", "whole_call")
 MODE_LABELS = {"walk_only": "walk-only (lm_head precomputed)", "whole_call": "whole call"}
 SAMPLERS = ("legacy", "fixed")
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def production_like_case(
@@ -305,7 +305,7 @@ CALLGRIND_ORDER = tuple(f"{mode}/{name}" for mode in MODES for name in SAMPLERS)
 _CHILD = "\n".join(
     (
         "import sys",
-        "from harness.timing import callgrind_child",
+        "from harness.measure.timing import callgrind_child",
         "callgrind_child(sys.argv[1], int(sys.argv[2]))",
     )
 )

@@ -18,14 +18,14 @@ from typing import Any
 
 import torch
 
-from harness.case import Case
-from harness.checks import CheckResult, check_matches_reference, self_checks
-from harness.files import append_record, load_records
-from harness.implementations import Implementation
-from harness.ledger import LEDGER_CLASSES, LedgerEntry, observe_divergence
-from harness.progress import Progress
-from harness.runner import DEFAULT_TIME_LIMIT_S, CaseRun, ImplResult, run_case
-from harness.sections import Section
+from harness.io.files import append_record, load_records
+from harness.pipeline.case import Case
+from harness.pipeline.checks import CheckResult, check_matches_reference, self_checks
+from harness.pipeline.ledger import LEDGER_CLASSES, LedgerEntry, observe_divergence
+from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S, CaseRun, ImplResult, run_case
+from harness.plugins.implementations import Implementation
+from harness.render.progress import Progress
+from harness.render.sections import Section
 
 LEGACY, FIXED, REFERENCE = "legacy", "fixed", "reference"
 CASE_RECORD_SCHEMA = "dspark-harness/case-record"

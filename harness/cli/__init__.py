@@ -18,10 +18,13 @@ from typing import Any
 
 import torch
 
-from harness.case import Case, CaseError
-from harness.compare import compare, comparison_sections
-from harness.files import JournalError, write_atomically
-from harness.implementations import (
+from harness.cli.options import add_impl_option, add_selection_options
+from harness.io.files import JournalError, write_atomically
+from harness.pipeline.case import Case, CaseError
+from harness.pipeline.compare import compare, comparison_sections
+from harness.pipeline.matrix import standard_matrix
+from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S
+from harness.plugins.implementations import (
     BUILTIN_IMPLEMENTATIONS,
     Implementation,
     ImplementationError,
@@ -29,12 +32,9 @@ from harness.implementations import (
     parse_names,
     select_implementations,
 )
-from harness.matrix import standard_matrix
-from harness.options import add_impl_option, add_selection_options
-from harness.progress import Progress, progress_printer
-from harness.report import emit_report
-from harness.runner import DEFAULT_TIME_LIMIT_S
-from harness.sections import Section
+from harness.render.progress import Progress, progress_printer
+from harness.render.report import emit_report
+from harness.render.sections import Section
 
 COMMANDS = ("report", "compare", "repro", "stats", "work", "sweep", "graphs", "gpu-figures")
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -127,7 +127,10 @@ SUBCOMMAND_HELP = {
 
 def _subcommand_module(name: str) -> Any:
     """The module that owns a sub-command (``add_arguments`` and ``command``)."""
-    from harness import gpu_figures, graphs, stats, sweep, work
+    from harness.gpu import figures as gpu_figures
+    from harness.gpu import graphs
+    from harness.measure import sweep, work
+    from harness.oracles import stats
 
     return {
         "stats": stats,
@@ -192,7 +195,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     timing = {"matrix_s": round(time.perf_counter() - started, 3)}
     sections = comparison_sections(records, require_coverage=True)
     if not args.no_stats:
-        from harness import stats
+        from harness.oracles import stats
 
         progress("statistical oracle ...")
         started = time.perf_counter()
@@ -201,7 +204,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         )
         timing["stats_s"] = round(time.perf_counter() - started, 3)
     if not args.no_work:
-        from harness import work
+        from harness.measure import work
 
         progress("eliminated work ...")
         started = time.perf_counter()
@@ -226,7 +229,7 @@ def _write_power_plot(out_dir: Path, sections: list[Section], *, progress: Progr
     """The statistical section's power curve as ``report-power.png``, when it ran."""
     curve = next((s.data["power_curve"] for s in sections if s.data.get("power_curve")), None)
     if curve is not None:
-        from harness.stats import power_curve_png
+        from harness.oracles.stats import power_curve_png
 
         path = out_dir / "report-power.png"
         write_atomically(path, power_curve_png(curve))
@@ -264,7 +267,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
-    from harness import repro
+    from harness.pipeline import repro
 
     progress = progress_printer(quiet=args.quiet)
     if args.file is not None:

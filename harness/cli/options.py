@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from harness.implementations import BUILTIN_IMPLEMENTATIONS
+from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
 
 T = TypeVar("T", int, float)
 

@@ -10,7 +10,7 @@ runs the implementations exactly that way and holds every replay to the harness:
   parameters, warm up on a side stream, capture ``sampler(static_hidden, static_ids)``
   under the observers, then per replay copy that replay's seeded inputs into the static
   inputs, reseed the generator, replay and read the buffers out. Each replay becomes a
-  ``CaseRun`` evaluated by ``harness.compare.evaluate_run`` (self-checks, equality with
+  ``CaseRun`` evaluated by ``harness.pipeline.compare.evaluate_run`` (self-checks, equality with
   the reference, the ledger). Two more replays on identical inputs, without reseeding,
   show that the graph redraws its noise.
 - ``no_host_sync``: one warm ``__call__`` under ``torch.cuda.set_sync_debug_mode("error")``.
@@ -22,7 +22,7 @@ eager runner: the walks, fused calls and ``exponential_`` calls counted there ar
 work of every replay, and each noise draw is kept by a clone that is captured into the
 graph (a read of the noise buffer right after it is drawn; it changes no output), so
 the noise-replay check runs on every replay too. The timed graphs of
-``harness.gpu_figures`` are captured bare.
+``harness.gpu.figures`` are captured bare.
 
 Everything imports without CUDA. What needs a device raises ``RuntimeError`` naming it.
 The capture mechanism is a parameter: ``EagerReplay`` stands in for a CUDA graph on any
@@ -44,20 +44,12 @@ from typing import Any, Literal, Protocol
 
 import torch
 
-from harness.case import Case, CaseError, CaseInputs, build_inputs, case_block
-from harness.compare import CaseVerdict, case_record, comparison_sections, evaluate_run
-from harness.implementations import (
-    Implementation,
-    ImplementationError,
-    parse_names,
-    select_implementations,
-)
-from harness.matrix import standard_matrix
-from harness.observe import DispatchObserver, HeadCounts, observe_head
-from harness.options import add_selection_options
-from harness.progress import Progress, progress_printer
-from harness.report import emit_report
-from harness.runner import (
+from harness.cli.options import add_selection_options
+from harness.pipeline.case import Case, CaseError, CaseInputs, build_inputs, case_block
+from harness.pipeline.compare import CaseVerdict, case_record, comparison_sections, evaluate_run
+from harness.pipeline.matrix import standard_matrix
+from harness.pipeline.observe import DispatchObserver, HeadCounts, observe_head
+from harness.pipeline.runner import (
     CaseRun,
     ImplResult,
     RaisedError,
@@ -68,7 +60,15 @@ from harness.runner import (
     same_rng_start,
     work_counts,
 )
-from harness.sections import Section
+from harness.plugins.implementations import (
+    Implementation,
+    ImplementationError,
+    parse_names,
+    select_implementations,
+)
+from harness.render.progress import Progress, progress_printer
+from harness.render.report import emit_report
+from harness.render.sections import Section
 
 DEFAULT_REPLAYS = 3
 WARMUP_CALLS = 3  # side-stream calls before capture: compile Triton kernels, settle the allocator

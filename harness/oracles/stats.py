@@ -29,16 +29,16 @@ from typing import Any
 
 import torch
 
-from harness.case import TOP_K_ALL
-from harness.implementations import (
+from harness.cli.options import add_impl_option, comma_separated
+from harness.pipeline.case import TOP_K_ALL
+from harness.plugins.implementations import (
     Implementation,
     ImplementationError,
     builtin_implementations,
     parse_impl_spec,
 )
-from harness.options import add_impl_option, comma_separated
-from harness.progress import Progress, no_progress, progress_printer
-from harness.sections import Section
+from harness.render.progress import Progress, no_progress, progress_printer
+from harness.render.sections import Section
 from reference import HEAD_KINDS, SamplingInfo, ToyDraftModel, make_toy_draft_model
 from reference.target_model import MarkovTargetModel, make_markov_target
 from reference.verifier import DecodeResult, DraftContext, derived_seeds, speculative_decode

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from harness.files import write_atomically
-from harness.sections import Section
+from harness.io.files import write_atomically
+from harness.render.sections import Section
 
 REPORT_SCHEMA = "dspark-harness/report"
 REPORT_SCHEMA_VERSION = 1

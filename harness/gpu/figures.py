@@ -4,7 +4,7 @@ achieved memory bandwidth against the device's peak.
 - **Sampler time** (``sampler_times``): legacy and fixed alternating in one process, each
   call bracketed by CUDA events on the current stream (the device synchronised before
   each start event, so one call's time never includes another's). Two modes, as in
-  ``harness.timing``: *walk-only* runs the real ``__call__`` on the
+  ``harness.measure.timing``: *walk-only* runs the real ``__call__`` on the
   ``PrecomputedBaseLogits`` drafter (the lm_head, which the fix does not touch, replaced
   by a lookup), so it times every walk, the corrected-logits copy, legacy's pass-1 view
   and the output writes; timing ``head.sample_block`` once against twice instead would
@@ -27,7 +27,7 @@ achieved memory bandwidth against the device's peak.
 
 ``add_arguments`` / ``command`` are ``python -m harness gpu-figures`` (``--device cuda``);
 everything imports without CUDA and the clock and the capture are parameters, so the
-timing path runs on the CPU in tests (wall clock, ``harness.graphs.EagerReplay``).
+timing path runs on the CPU in tests (wall clock, ``harness.gpu.graphs.EagerReplay``).
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ from typing import Any
 
 import torch
 
-from harness.case import DTYPES, Case, build_inputs, make_case
-from harness.graphs import (
+from harness.gpu.graphs import (
     EXIT_FAIL,
     EXIT_OK,
     EXIT_USAGE,
@@ -53,11 +52,12 @@ from harness.graphs import (
     cuda_graph_runner,
     require_cuda,
 )
-from harness.progress import Progress, no_progress, progress_printer
-from harness.report import emit_report
-from harness.runner import same_rng_start
-from harness.sections import Section
-from harness.timing import MODE_LABELS, MODES, SAMPLERS, PairedTimes, make_samplers
+from harness.measure.timing import MODE_LABELS, MODES, SAMPLERS, PairedTimes, make_samplers
+from harness.pipeline.case import DTYPES, Case, build_inputs, make_case
+from harness.pipeline.runner import same_rng_start
+from harness.render.progress import Progress, no_progress, progress_printer
+from harness.render.report import emit_report
+from harness.render.sections import Section
 
 FIGURE_BS = 64  # the largest decode graph bucket (SPEC 5)
 FIGURE_GAMMA = 7

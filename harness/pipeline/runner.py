@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from harness.case import Case, CaseInputs, build_inputs, case_block
-from harness.implementations import Implementation
-from harness.observe import DispatchObserver, HeadCounts, observe_head
+from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
+from harness.pipeline.observe import DispatchObserver, HeadCounts, observe_head
+from harness.plugins.implementations import Implementation
 from reference import BlockInputs
 
 

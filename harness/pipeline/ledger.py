@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.case import Case
-from harness.checks import CheckResult, check_teacher_forcing, near_tie_mask
-from harness.runner import CaseRun, ImplResult
+from harness.pipeline.case import Case
+from harness.pipeline.checks import CheckResult, check_teacher_forcing, near_tie_mask
+from harness.pipeline.runner import CaseRun, ImplResult
 from reference import teacher_forced_logits
 
 LEDGER_CLASSES: dict[str, str] = {

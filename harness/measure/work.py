@@ -34,12 +34,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness.case import Case, CaseInputs, case_block, make_case
-from harness.implementations import BUILTIN_IMPLEMENTATIONS, builtin_implementations
-from harness.observe import DispatchObserver
-from harness.progress import Progress, no_progress, progress_printer
-from harness.runner import WorkCounts, build_sampler, run_case, same_rng_start
-from harness.sections import Section
+from harness.pipeline.case import Case, CaseInputs, case_block, make_case
+from harness.pipeline.observe import DispatchObserver
+from harness.pipeline.runner import WorkCounts, build_sampler, run_case, same_rng_start
+from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS, builtin_implementations
+from harness.render.progress import Progress, no_progress, progress_printer
+from harness.render.sections import Section
 
 IMPLEMENTATIONS = ("reference", "fixed", "legacy")
 INDEX_BYTES = 8  # int64 token ids
@@ -864,7 +864,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def command(args: argparse.Namespace) -> int:
     """``python -m harness work``: 0 when the counts match the model and legacy's surplus
     is exactly one walk (and, with --timing, the walk-only ratio is in [1.9, 2.1])."""
-    from harness import timing
+    from harness.measure import timing
 
     seed, device = int(getattr(args, "seed", 0)), str(getattr(args, "device", "cpu"))
     progress = progress_printer(quiet=bool(getattr(args, "quiet", False)))

@@ -1,6 +1,6 @@
 """Scaling sweep: legacy and fixed time over a grid of ``bs``, ``gamma`` and ``V``.
 
-Each grid point is timed with the A/B protocol of ``harness.timing`` (walk-only and
+Each grid point is timed with the A/B protocol of ``harness.measure.timing`` (walk-only and
 whole call, alternating). The cost exponent is the slope of ``log time`` against
 ``log(bs * gamma * V)`` (``numpy.polyfit``): a walk touches ``bs * V`` logits per step
 for ``gamma`` steps, so both samplers should scale with exponent ~1 and differ by a
@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from harness.case import make_case
-from harness.files import JournalError, append_record, load_records, write_atomically
-from harness.options import comma_separated
-from harness.progress import Progress, no_progress, progress_printer
-from harness.timing import CLOCKS, MODES, ab_timing, times_json
+from harness.cli.options import comma_separated
+from harness.io.files import JournalError, append_record, load_records, write_atomically
+from harness.measure.timing import CLOCKS, MODES, ab_timing, times_json
+from harness.pipeline.case import make_case
+from harness.render.progress import Progress, no_progress, progress_printer
 
 POINT_SCHEMA = "dspark-harness/sweep-point"
 POINTS_FILE, CSV_FILE, JSON_FILE, PNG_FILE = "points.jsonl", "sweep.csv", "sweep.json", "sweep.png"

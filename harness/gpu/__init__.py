@@ -1,0 +1,1 @@
+"""CUDA-only checks and figures: graph capture and replay, host syncs, bandwidth."""

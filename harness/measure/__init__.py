@@ -1,0 +1,1 @@
+"""Measurement of the work the fix eliminates: counters, cost model, timing, sweep."""

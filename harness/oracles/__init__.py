@@ -1,0 +1,1 @@
+"""Oracles that need more than one call: the statistical losslessness oracle."""

@@ -1,0 +1,1 @@
+"""The pipeline: case -> run -> observe -> check -> compare (ledger), and repro files."""

@@ -1,0 +1,1 @@
+"""Which samplers take part, and how other people's samplers are loaded."""

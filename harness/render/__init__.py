@@ -1,0 +1,1 @@
+"""Presentation: report sections, text/Markdown/JSON rendering, progress lines."""
