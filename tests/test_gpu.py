@@ -20,7 +20,8 @@ import torch
 
 import reference.triton_race as triton_race
 from fixed import DsparkDraftSampler as FixedSampler
-from harness.gpu.graphs import capture_and_replay, graph_sections, no_host_sync
+from harness.gpu.graphs import capture_and_replay, graph_sections
+from harness.gpu.host_sync import no_host_sync
 from harness.pipeline.case import Case, build_inputs
 from harness.pipeline.compare import case_record, comparison_sections, evaluate_run
 from harness.pipeline.matrix import standard_matrix

@@ -1,9 +1,11 @@
 """Command line: ``python -m harness [COMMAND] [options]``.
 
 Commands: ``report`` (the default: the standard matrix, the statistical oracle
-and the eliminated work), ``compare``, ``repro``, ``stats``, ``work``, ``sweep``.
-Exit status: 0 when every expectation holds, 1 when any fails, 2 on bad usage
-or bad input.
+and the eliminated work), ``compare``, ``repro`` (here), and ``stats``, ``work``,
+``sweep``, ``graphs``, ``gpu-figures`` (each in its own module with ``add_arguments``
+and ``command``). Every command ends through ``harness.cli.emit`` and returns an
+``ExitCode`` (``harness.cli.exit_codes``): 0 when every expectation holds, 1 when any
+fails, 2 on bad usage or bad input (an unknown command included).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any
 
 import torch
 
+from harness.cli.emit import UsageError, emit, usage_error
+from harness.cli.exit_codes import ExitCode
 from harness.cli.options import add_impl_option, add_selection_options
 from harness.io.files import JournalError, write_atomically
 from harness.pipeline.case import Case, CaseError
@@ -32,17 +36,12 @@ from harness.plugins.implementations import (
     parse_names,
     select_implementations,
 )
+from harness.render.figures import PLOT_EXTRA_HINT
 from harness.render.progress import Progress, progress_printer
-from harness.render.report import emit_report
 from harness.render.sections import Section
 
 COMMANDS = ("report", "compare", "repro", "stats", "work", "sweep", "graphs", "gpu-figures")
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 JOURNAL = "{command}.cases.jsonl"  # one line per finished case, under --out-dir
-
-
-class UsageError(Exception):
-    """Bad usage or bad input: exit status 2."""
 
 
 def _common_options() -> argparse.ArgumentParser:
@@ -127,9 +126,7 @@ SUBCOMMAND_HELP = {
 
 def _subcommand_module(name: str) -> Any:
     """The module that owns a sub-command (``add_arguments`` and ``command``)."""
-    from harness.gpu import figures as gpu_figures
-    from harness.gpu import graphs
-    from harness.measure import sweep, work
+    from harness.cli import gpu_figures, graphs, sweep, work
     from harness.oracles import stats
 
     return {
@@ -156,30 +153,7 @@ def _check_device(device: str) -> None:
         raise UsageError("--device cuda asked for, but no CUDA device is available")
 
 
-def _emit(
-    args: argparse.Namespace,
-    *,
-    command: str,
-    heading: str,
-    sections: list[Section],
-    cases: list[dict[str, Any]],
-    timing: dict[str, float],
-) -> int:
-    ok = emit_report(
-        out_dir=args.out_dir,
-        as_json=args.json,
-        command=command,
-        seed=args.seed,
-        device=args.device,
-        heading=heading,
-        sections=sections,
-        cases=cases,
-        timing=timing,
-    )
-    return EXIT_OK if ok else EXIT_FAIL
-
-
-def cmd_report(args: argparse.Namespace) -> int:
+def cmd_report(args: argparse.Namespace) -> ExitCode:
     progress = progress_printer(quiet=args.quiet)
     started = time.perf_counter()
     cases = standard_matrix(seed=args.seed, device=args.device)
@@ -204,18 +178,18 @@ def cmd_report(args: argparse.Namespace) -> int:
         )
         timing["stats_s"] = round(time.perf_counter() - started, 3)
     if not args.no_work:
-        from harness.measure import work
+        from harness.measure import work_report
 
         progress("eliminated work ...")
         started = time.perf_counter()
-        sections.insert(-1, work.report_section(seed=args.seed, progress=progress))
+        sections.insert(-1, work_report.report_section(seed=args.seed, progress=progress))
         timing["work_s"] = round(time.perf_counter() - started, 3)
     heading = (
         f"DSpark draft-sampler harness: standard matrix ({len(cases)} cases, "
         f"seed {args.seed}, {args.device})"
     )
     _write_power_plot(args.out_dir, sections, progress=progress)
-    return _emit(
+    return emit(
         args,
         command="report",
         heading=heading,
@@ -226,17 +200,26 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _write_power_plot(out_dir: Path, sections: list[Section], *, progress: Progress) -> None:
-    """The statistical section's power curve as ``report-power.png``, when it ran."""
+    """The statistical section's power curve as ``report-power.png``, when it ran and
+    matplotlib (the ``plot`` extra) is installed; otherwise says the PNG was skipped."""
     curve = next((s.data["power_curve"] for s in sections if s.data.get("power_curve")), None)
-    if curve is not None:
-        from harness.oracles.stats import power_curve_png
+    if curve is None:
+        return
+    from harness.oracles.stats import power_curve_png
 
-        path = out_dir / "report-power.png"
-        write_atomically(path, power_curve_png(curve))
-        progress(f"written: {path}")
+    path = out_dir / "report-power.png"
+    try:
+        png = power_curve_png(curve)
+    except ImportError:  # plotting is an optional extra
+        png = None
+    if png is None:
+        progress(f"{path.name} skipped: {PLOT_EXTRA_HINT}")
+        return
+    write_atomically(path, png)
+    progress(f"written: {path}")
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
+def cmd_compare(args: argparse.Namespace) -> ExitCode:
     implementations = _implementations(args, parse_names(args.only))
     if args.case:
         cases = [Case.load(path) for path in args.case]
@@ -256,7 +239,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
     sections = comparison_sections(records, require_coverage=not args.case)
     heading = f"DSpark draft-sampler harness: compare ({len(cases)} cases, {args.device})"
-    return _emit(
+    return emit(
         args,
         command="compare",
         heading=heading,
@@ -266,7 +249,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
 
 
-def cmd_repro(args: argparse.Namespace) -> int:
+def cmd_repro(args: argparse.Namespace) -> ExitCode:
     from harness.pipeline import repro
 
     progress = progress_printer(quiet=args.quiet)
@@ -302,7 +285,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
                 print(f"  FAIL {name}: {detail}")
             if not now.failing:
                 print("  the implementation passes every check on this case now")
-        return EXIT_FAIL if now.failing or not identical else EXIT_OK
+        return ExitCode.FAIL if now.failing or not identical else ExitCode.OK
     if args.out is None:
         raise UsageError("repro needs a FILE to replay or --out FILE to write one")
     implementations = _implementations(args, [])
@@ -317,7 +300,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     )
     if found is None:
         print(f"{target}: no failing case in the standard matrix; nothing written")
-        return EXIT_OK
+        return ExitCode.OK
     case, outcome = found
     repro.write_repro(args.out, case=case, implementation=chosen[0], outcome=outcome)
     if args.json:
@@ -332,12 +315,15 @@ def cmd_repro(args: argparse.Namespace) -> int:
         for name, detail, _ in outcome.failures:
             print(f"  FAIL {name}: {detail}")
         print(f"written: {args.out} (replay with: python -m harness repro {args.out})")
-    return EXIT_FAIL
+    return ExitCode.FAIL
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its ``ExitCode``. No command (or options only) means ``report``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help")):
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        return usage_error(f"unknown command {argv[0]}; expected one of {', '.join(COMMANDS)}")
+    if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
         argv = ["report", *argv]
     parser = build_parser()
     try:
@@ -356,5 +342,4 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_repro(args)
         return int(_subcommand_module(args.command).command(args))
     except (UsageError, CaseError, ImplementationError, JournalError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(str(error))
