@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -38,9 +37,9 @@ from harness.gpu.graphs import (
 from harness.pipeline.case import Case, build_inputs
 from harness.pipeline.matrix import standard_matrix
 from harness.plugins.implementations import Implementation, builtin_implementations
+from tests.helpers import REPO_ROOT, subprocess_env
 from tests.plugins.broken_samplers import HalfWritingSampler, StaleCorrectedSampler
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "scripts" / "gpu_check.sh"
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
 ALL = builtin_implementations()
@@ -48,10 +47,6 @@ ALL = builtin_implementations()
 
 def _matrix_case(name: str) -> Case:
     return next(case for case in standard_matrix() if case.name == name)
-
-
-def _subprocess_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
 
 
 # -- CUDA-only entry points on a CPU -----------------------------------------------------------
@@ -94,7 +89,7 @@ def test_gpu_modules_import_in_a_fresh_process_without_touching_cuda() -> None:
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO_ROOT,
-        env=_subprocess_env(),
+        env=subprocess_env(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -407,7 +402,7 @@ def _run_script(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
     return subprocess.run(
         ["bash", str(SCRIPT), *args],
         cwd=REPO_ROOT,
-        env=env or _subprocess_env(),
+        env=env or subprocess_env(),
         capture_output=True,
         text=True,
         timeout=240,
@@ -432,7 +427,7 @@ def test_gpu_check_script_without_arguments_prints_usage_and_fails() -> None:
 
 
 def _script_env() -> dict[str, str]:
-    return {**_subprocess_env(), "PYTHON": sys.executable, "GPU_CHECK_TESTS": "tests/test_gpu.py"}
+    return {**subprocess_env(), "PYTHON": sys.executable, "GPU_CHECK_TESTS": "tests/test_gpu.py"}
 
 
 @NO_CUDA
@@ -480,29 +475,25 @@ def test_gpu_check_script_skips_the_stages_once_its_time_budget_is_spent(tmp_pat
 
 
 # -- tests/test_gpu.py here --------------------------------------------------------------------
-def _pytest(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/test_gpu.py", *args],
-        cwd=REPO_ROOT,
-        env=_subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+def _pytest(pytester: pytest.Pytester, *args: str) -> tuple[int, str]:
+    """Exit status and output of pytest run on ``tests/test_gpu.py`` in a child process."""
+    done = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", str(REPO_ROOT / "tests" / "test_gpu.py"), *args, timeout=240
     )
+    return int(done.ret), done.stdout.str()
 
 
-def test_every_test_in_the_gpu_module_carries_the_gpu_marker() -> None:
-    done = _pytest("--collect-only", "-q", "-m", "not gpu")
-    assert done.returncode == 5, done.stdout  # pytest: no tests selected
-    found = re.search(r"(?:no tests|0/\d+ tests) collected \((\d+) deselected\)", done.stdout)
-    assert found is not None and int(found.group(1)) > 0, done.stdout
+def test_every_test_in_the_gpu_module_carries_the_gpu_marker(pytester: pytest.Pytester) -> None:
+    code, stdout = _pytest(pytester, "--collect-only", "-q", "-m", "not gpu")
+    assert code == 5, stdout  # pytest: no tests selected
+    found = re.search(r"(?:no tests|0/\d+ tests) collected \((\d+) deselected\)", stdout)
+    assert found is not None and int(found.group(1)) > 0, stdout
 
 
 @NO_CUDA
-def test_gpu_module_is_collected_and_skipped_without_cuda() -> None:
-    done = _pytest("-q", "-rs")
-    assert done.returncode == 0, done.stdout
-    summary = done.stdout.strip().splitlines()[-1]
+def test_gpu_module_is_collected_and_skipped_without_cuda(pytester: pytest.Pytester) -> None:
+    code, stdout = _pytest(pytester, "-q", "-rs")
+    assert code == 0, stdout
+    summary = stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"\d+ skipped in [\d.]+s", summary), summary
-    assert "needs a CUDA device" in done.stdout
+    assert "needs a CUDA device" in stdout

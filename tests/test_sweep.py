@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from harness.measure import sweep
+from tests.helpers import REPO_ROOT, subprocess_env
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 TINY = replace(sweep.QUICK_CONFIG, bs=(1,), gamma=(2,), vocab=(64, 128, 256), repeats=1)
 
 
@@ -144,7 +144,7 @@ def _sweep_command(out: Path, *extra: str) -> list[str]:
 
 
 def test_a_killed_sweep_resumes_without_losing_or_recomputing_points(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = subprocess_env()
     process = subprocess.Popen(
         _sweep_command(tmp_path),
         cwd=REPO_ROOT,
