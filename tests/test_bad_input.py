@@ -1,4 +1,4 @@
-"""Bad input gets a clear error and nothing half-written (SPEC section 6).
+"""Bad input gets a clear error and nothing half-written (``docs/guarantees.md``).
 
 A malformed sampler call raises a ``ValueError`` that names the argument and the
 expected form, and leaves every static buffer byte for byte as it was; bad

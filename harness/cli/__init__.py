@@ -44,7 +44,9 @@ COMMANDS = ("report", "compare", "repro", "stats", "work", "sweep", "graphs", "g
 JOURNAL = "{command}.cases.jsonl"  # one line per finished case, under --out-dir
 
 
-def _common_options() -> argparse.ArgumentParser:
+def _common_options(*, time_limit: bool = True) -> argparse.ArgumentParser:
+    """Options every command takes; ``--time-limit`` only where implementations' calls
+    run under the per-call limit."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--seed", type=int, default=0, help="base seed of every case (default 0)")
     common.add_argument(
@@ -58,6 +60,8 @@ def _common_options() -> argparse.ArgumentParser:
         help="where report files are written (default ./harness-report)",
     )
     common.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+    if not time_limit:
+        return common
     common.add_argument(
         "--time-limit",
         type=float,
@@ -109,12 +113,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--target", help="implementation to reproduce (default: the --impl given, else legacy)"
     )
 
+    unlimited = _common_options(time_limit=False)
     for name, text in SUBCOMMAND_HELP.items():
-        sub = commands.add_parser(name, parents=[common], help=text)
+        parents = [common] if name in TIME_LIMITED else [unlimited]
+        sub = commands.add_parser(name, parents=parents, help=text)
         _subcommand_module(name).add_arguments(sub)
     return parser
 
 
+TIME_LIMITED = ("stats",)  # sub-commands whose implementation calls honour --time-limit
 SUBCOMMAND_HELP = {
     "stats": "statistical losslessness oracle",
     "work": "work the fix eliminates (counters, model, --timing)",
@@ -332,8 +339,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exit_request.code or 0)
     try:
         _check_device(args.device)
-        if args.time_limit <= 0:
-            raise UsageError(f"--time-limit must be positive, got {args.time_limit:g}")
+        time_limit = getattr(args, "time_limit", None)
+        if time_limit is not None and time_limit <= 0:
+            raise UsageError(f"--time-limit must be positive, got {time_limit:g}")
         if args.command == "report":
             return cmd_report(args)
         if args.command == "compare":
