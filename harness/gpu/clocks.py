@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from harness.devices import synchronize
 from harness.gpu.graphs import RunnerFactory, cuda_graph_runner
 
 Clock = Callable[[Callable[[], object]], float]  # milliseconds one call takes
@@ -19,7 +20,7 @@ def cuda_event_ms(call: Callable[[], object]) -> float:
     is synchronised first, so earlier work does not count."""
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
+    synchronize("cuda")  # the current CUDA device
     start.record()
     call()
     end.record()

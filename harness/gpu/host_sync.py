@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import torch
 
+from harness.devices import synchronize
 from harness.gpu.graphs import require_cuda
 from harness.pipeline.case import Case, build_inputs
 from harness.pipeline.runner import RaisedError, build_sampler, raised_error, same_rng_start
@@ -67,7 +68,7 @@ def no_host_sync(case: Case, implementation: Implementation) -> SyncCheck:
         try:
             sampler = build_sampler(implementation.sampler_class, case=case, inputs=inputs)
             sampler(inputs.hidden_states, inputs.input_ids)
-            torch.cuda.synchronize(device)
+            synchronize(device)
         except Exception as error:  # the implementation under test failed: record, go on
             return SyncCheck(implementation.name, case, "raised", raised_error(error))
         failure: Exception | None = None
@@ -79,7 +80,7 @@ def no_host_sync(case: Case, implementation: Implementation) -> SyncCheck:
             failure = error
         finally:
             torch.cuda.set_sync_debug_mode(previous)
-        torch.cuda.synchronize(device)
+        synchronize(device)
     if failure is None:
         return SyncCheck(implementation.name, case, "sync-free")
     status: SyncStatus = "syncs" if SYNC_ERROR_TEXT in str(failure) else "raised"

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from harness.devices import intra_op_threads
 from harness.measure.timing import MODE_LABELS, MODES, PRODUCTION_HIDDEN, SAMPLERS, make_calls
 from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.runner import same_rng_start
@@ -78,10 +79,13 @@ def callgrind_child(case_path: str, number: int) -> None:
     """Runs under valgrind: one warm-up call (legacy's whole call runs every operator
     any measurement runs), then collect each of ``CALLGRIND_ORDER`` over ``number``
     calls, dumping one callgrind file per measurement."""
-    torch.set_num_threads(1)  # deterministic counts: no thread-pool hand-offs
     case = Case.load(case_path)
     calls = make_calls(case, inputs=build_inputs(case))
-    with same_rng_start(torch.device(case.device), case.seed), torch.inference_mode():
+    with (
+        intra_op_threads(1),  # deterministic counts: no thread-pool hand-offs
+        same_rng_start(torch.device(case.device), case.seed),
+        torch.inference_mode(),
+    ):
         calls["whole_call", "legacy"]()
         for key in CALLGRIND_ORDER:
             mode, name = key.split("/")
