@@ -53,3 +53,18 @@ def test_cited_design_sections_exist() -> None:
     }
     assert cited, "nothing cites docs/design.md"
     assert cited <= headings, sorted(cited - headings)
+
+
+def test_every_file_the_docs_name_exists() -> None:
+    docs = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+    named = {
+        (doc.name, path)
+        for doc in docs
+        for path in re.findall(
+            r"`((?:harness|reference|legacy|fixed|tests|scripts)/[\w/.]+)", doc.read_text()
+        )
+    }
+    missing = sorted(
+        (doc, path) for doc, path in named if not (REPO_ROOT / path.split("::")[0]).exists()
+    )
+    assert not missing, missing
