@@ -208,10 +208,12 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
 
 def _write_power_plot(out_dir: Path, sections: list[Section], *, progress: Progress) -> None:
     """The statistical section's power curve as ``report-power.png``, when it ran and
-    matplotlib (the ``plot`` extra) is installed; otherwise says the PNG was skipped."""
-    curve = next((s.data["power_curve"] for s in sections if s.data.get("power_curve")), None)
-    if curve is None:
+    matplotlib (the ``plot`` extra) is installed; otherwise the section's evidence and
+    the progress say the PNG was skipped."""
+    section = next((s for s in sections if s.data.get("power_curve")), None)
+    if section is None:
         return
+    curve = section.data["power_curve"]
     from harness.oracles.stats import power_curve_png
 
     path = out_dir / "report-power.png"
@@ -220,7 +222,9 @@ def _write_power_plot(out_dir: Path, sections: list[Section], *, progress: Progr
     except ImportError:  # plotting is an optional extra
         png = None
     if png is None:
-        progress(f"{path.name} skipped: {PLOT_EXTRA_HINT}")
+        note = f"{path.name} skipped: {PLOT_EXTRA_HINT}"
+        section.text = f"{section.text}\n{note}" if section.text else note
+        progress(note)
         return
     write_atomically(path, png)
     progress(f"written: {path}")
