@@ -1,4 +1,4 @@
-"""The statistical losslessness oracle on the built-in samplers and a broken one.
+"""The statistical losslessness oracle (SPEC 3.3) on the built-in samplers and a broken one.
 
 Fixed seeds throughout (never Hypothesis): fixed passes, legacy is rejected on the
 joint of the first two committed tokens but not on position 0 alone, a sampler

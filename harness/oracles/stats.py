@@ -1,6 +1,5 @@
-"""The statistical losslessness oracle (``docs/design.md``, "The statistical oracle"):
-does speculative decoding driven by a sampler under test still follow the target
-model's distribution?
+"""The statistical losslessness oracle (SPEC 3.3): does speculative decoding driven by a
+sampler under test still follow the target model's distribution?
 
 This module owns the oracle's configuration and its default; running any
 implementation through the reference decode loop (``reference.verifier``)
@@ -893,7 +892,7 @@ def report_section(*, seed: int, progress: Progress = no_progress, device: str =
     oracle = run_oracle(config, power=True, progress=progress)
     ok = expectations_hold(oracle.results)
     return Section(
-        title="Statistical losslessness",
+        title="Statistical losslessness (SPEC 3.3)",
         ok=ok,
         verdict=verdict_line(oracle.results, config=config),
         text="\n".join(_oracle_text(oracle)),
