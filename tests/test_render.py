@@ -74,3 +74,13 @@ def test_the_sweep_skips_its_plot_without_matplotlib(
     section = sweep.sweep_section(summary, config=config, paths=paths)
     assert f"{sweep.PNG_FILE} skipped: {PLOT_EXTRA_HINT}" in section.text
     assert not (tmp_path / sweep.PNG_FILE).exists()
+
+
+def test_a_note_goes_before_the_evidence_in_text_and_markdown() -> None:
+    with_table = Section("work", ok=True, verdict="", blocks=(TABLE,))
+    with_table.prepend("read me first")
+    assert with_table.text.startswith("read me first\n\n")
+    assert with_table.markdown().startswith("read me first\n\n| case")
+    text_only = Section("ledger", ok=True, verdict="", text="x  y")
+    text_only.prepend("read me first")
+    assert text_only.text == "read me first\nx  y"

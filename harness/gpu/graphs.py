@@ -477,6 +477,6 @@ def graph_sections(results: list[GraphCaseResult], *, require_coverage: bool) ->
         "read back through clones captured into the graph"
     )
     if sections:
-        sections[-1].text = f"{note}\n{sections[-1].text}"
+        sections[-1].prepend(note)
     sections.insert(max(len(sections) - 1, 0), redraw_section(results))
     return sections

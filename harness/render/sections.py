@@ -80,6 +80,15 @@ class Section:
         if self.blocks and not self.text:
             self.text = render_blocks(self.blocks, fmt="text")
 
+    def prepend(self, block: Block) -> None:
+        """Put ``block`` before the evidence (a note on how to read it)."""
+        if self.blocks:
+            self.blocks = (block, *self.blocks)
+            self.text = render_blocks(self.blocks, fmt="text")
+        else:
+            first = block if isinstance(block, str) else block.render("text")
+            self.text = f"{first}\n{self.text}" if self.text else first
+
     def markdown(self) -> str:
         """The evidence as Markdown: real tables where the section has them."""
         if self.blocks:
