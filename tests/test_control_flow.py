@@ -8,6 +8,8 @@ model in ``tests/test_work_model.py``; the observed divergences in
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from harness.pipeline.case import Case, make_case
@@ -18,7 +20,7 @@ SHAPE = {"bs": 2, "gamma": 4, "vocab_size": 32, "markov_rank": 4}
 SAMPLED, GREEDY = (False, True), (True, True)
 
 
-def _case(*, hidden: int = 16, greedy: tuple[bool, ...] = SAMPLED, **options: object) -> Case:
+def _case(*, hidden: int = 16, greedy: tuple[bool, ...] = SAMPLED, **options: Any) -> Case:
     return make_case(**SHAPE, hidden_size=hidden, greedy_rows=greedy, **options)
 
 
