@@ -26,10 +26,11 @@ FUNCTION_KEYWORDS = (
     "temperatures",
     "greedy_mask",
     "markov_head",
+    "folded_sampling",
 )
 FUNCTION_FORM = (
     "def sample(*, base_logits, anchor_tokens, hidden_states, temperatures, greedy_mask, "
-    "markov_head) -> (tokens[bs, gamma] int64, corrected[bs, gamma, V])"
+    "markov_head, folded_sampling) -> (tokens[bs, gamma] int64, corrected[bs, gamma, V])"
 )
 
 
@@ -110,6 +111,7 @@ def functional_sampler_class(function: object, *, spec: str) -> type[Any]:
                     temperatures=self.temperatures[:bs],
                     greedy_mask=greedy_mask,
                     markov_head=self.model.markov_head,
+                    folded_sampling=self.folded_sampling,
                 ),
                 bs=bs,
                 gamma=self.gamma,

@@ -83,11 +83,12 @@ class BlockSamplerFunction(Protocol):
 
     Inputs (keyword-only): ``base_logits[bs, gamma, V]`` (model dtype), the anchor
     tokens ``[bs]`` int64, the head's hidden states ``[bs, gamma, H]``, the staged
-    ``temperatures[bs]`` float32 and ``greedy_mask[bs]`` bool (all rows greedy when the
-    case does not sample), and the Markov head whose step bias conditions step ``k``
-    on token ``k-1``. Returns ``(tokens[bs, gamma] int64, corrected[bs, gamma, V])``:
+    ``temperatures[bs]`` float32 and ``greedy_mask[bs]`` bool, the Markov head whose
+    step bias conditions step ``k`` on token ``k-1``, and ``folded_sampling``: ``False``
+    in a greedy fold, where every row is greedy (the mask says so) and no noise may be
+    drawn. Returns ``(tokens[bs, gamma] int64, corrected[bs, gamma, V])``:
     ``corrected[:, k]`` must be the logits token ``k`` was drawn from (``None`` is
-    allowed only when the case does not sample).
+    allowed only in a greedy fold).
     """
 
     def __call__(
@@ -99,4 +100,5 @@ class BlockSamplerFunction(Protocol):
         temperatures: torch.Tensor,
         greedy_mask: torch.Tensor,
         markov_head: MarkovHead,
+        folded_sampling: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
