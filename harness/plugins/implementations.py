@@ -15,6 +15,7 @@ Every class is bound against its constructor once, here, before the first case.
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from harness.plugins.functional import functional_sampler_class
 from harness.plugins.loading import (
     FILE_FORM,
     MODULE_FORM,
+    LoadedModule,
     import_named_module,
     load_source_file,
 )
@@ -113,22 +115,33 @@ def parse_impl_spec(text: str) -> Implementation:
     if name in BUILTIN_IMPLEMENTATIONS:
         raise ImplementationError(f"--impl name {name!r} is taken by a built-in implementation")
     where, attribute, is_file = _split_target(text, target)
-    if is_file:
-        module_name = f"dspark_impl_{name.replace('-', '_')}"
-        loaded = load_source_file(where, module_name=module_name, spec=text)
-    else:
-        loaded = import_named_module(where, spec=text)
-    if not hasattr(loaded.module, attribute):
+    if not is_file:
+        return _implementation(name, import_named_module(where, spec=text), where, attribute, text)
+    module_name = f"dspark_impl_{name.replace('-', '_')}"
+    loaded = load_source_file(where, module_name=module_name, spec=text)
+    try:
+        return _implementation(name, loaded, where, attribute, text)
+    except ImplementationError:
+        sys.modules.pop(module_name, None)  # nothing of a refused file stays behind
+        raise
+
+
+def _implementation(
+    name: str, loaded: LoadedModule, where: str, attribute: str, text: str
+) -> Implementation:
+    """The class or function ``attribute`` of a loaded module, checked."""
+    module = loaded.module
+    if not hasattr(module, attribute):
         defined = sorted(
             n
-            for n, v in vars(loaded.module).items()
-            if inspect.isclass(v) and v.__module__ == loaded.module.__name__
+            for n, v in vars(module).items()
+            if inspect.isclass(v) and v.__module__ == module.__name__
         )
         raise ImplementationError(
             f"--impl {text}: {where!r} has no {attribute!r} (classes defined there: "
             f"{', '.join(defined) or 'none'}); expected {SPEC_FORMS}"
         )
-    target_object = getattr(loaded.module, attribute)
+    target_object = getattr(module, attribute)
     if inspect.isclass(target_object):
         sampler_class = check_sampler_class(target_object, spec=f"--impl {text}")
         return Implementation(name, sampler_class, text, loaded.import_surface)
