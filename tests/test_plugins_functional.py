@@ -23,6 +23,7 @@ from harness.plugins.implementations import (
     parse_impl_spec,
     select_implementations,
 )
+from tests.helpers import REPO_ROOT
 
 MODULE = "tests.plugins.functional_samplers"
 
@@ -92,3 +93,17 @@ def test_the_cli_judges_a_function(tmp_path: Path, capsys: pytest.CaptureFixture
     argv = ["compare", "--only", "reference,fixed", "--quiet", "--out-dir", str(tmp_path)]
     assert main([*argv, "--impl", f"race={MODULE}:race_block"]) == 0
     assert "race: clean on" in capsys.readouterr().out
+
+
+def test_the_documented_example_is_clean_and_bit_exact(tmp_path: Path) -> None:
+    doc = (REPO_ROOT / "docs" / "plugins.md").read_text()
+    example = doc.split("## Functional plug-ins", 1)[1].split("```python\n", 1)[1].split("```")[0]
+    assert len(example.strip().splitlines()) <= 13
+    path = tmp_path / "my_sampler.py"
+    path.write_text(example)
+    implementations = select_implementations(["reference"], [f"mine={path}:sample"])
+    for case in standard_matrix()[:6]:
+        verdict = evaluate_run(run_case(case, implementations), require_observable=True)
+        assert [c.name for c in verdict.failed_checks("mine")] == [], case.label()
+        (match,) = [c for c in verdict.checks["mine"] if c.name == "matches_reference"]
+        assert case.dtype != "float32" or match.detail == "bit-exact", case.label()
