@@ -62,6 +62,13 @@ def test_server_modules_load_on_the_harness_surface_and_leave_sys_modules_as_fou
     assert (after_fix.import_surface, before_fix.import_surface) == ("harness", "harness")
     assert (after_fix.kind, before_fix.kind) == ("class", "class")
     assert _sglang_modules() == before == []
+    assert after_fix.provenance() == {
+        "name": "after",
+        "spec": AFTER,
+        "kind": "class",
+        "import_surface": "harness",
+        "convention": "server",
+    }
 
 
 def test_the_surface_vanilla_markov_is_the_reference_vanilla_head() -> None:

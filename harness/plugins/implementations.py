@@ -72,6 +72,16 @@ class Implementation:
     import_surface: str | None = None
     kind: str = "class"
 
+    def provenance(self) -> dict[str, Any]:
+        """Where the sampler came from and how it is called, as plain JSON for reports."""
+        return {
+            "name": self.name,
+            "spec": self.spec,
+            "kind": self.kind,
+            "import_surface": self.import_surface,
+            "convention": bind_constructor(self.sampler_class).convention,
+        }
+
 
 def builtin_implementations(
     names: tuple[str, ...] = ("reference", "fixed", "legacy"),
