@@ -77,7 +77,7 @@ def _method_mismatches(sampler_class: type[Any]) -> list[str]:
     mismatches = []
     stage = getattr(sampler_class, "stage_sampling_params", None)
     if not callable(stage):
-        mismatches.append("has no stage_sampling_params(*, bs, sampling_info)")
+        mismatches.append("class has no stage_sampling_params(*, bs, sampling_info)")
     else:
         parameters = _parameters(stage)
         if isinstance(parameters, str):
@@ -87,7 +87,7 @@ def _method_mismatches(sampler_class: type[Any]) -> list[str]:
                 "stage_sampling_params does not take the keywords bs= and sampling_info="
             )
     if not any("__call__" in vars(cls) for cls in sampler_class.__mro__[:-1]):
-        mismatches.append("has no __call__(hidden_states, input_ids)")
+        mismatches.append("class has no __call__(hidden_states, input_ids)")
     return mismatches
 
 
@@ -103,7 +103,7 @@ def _constructor_mismatches(
         if parameter.kind in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD) or not required:
             continue
         if parameter.kind is kinds.POSITIONAL_ONLY:
-            mismatches.append(f"parameter {name!r} is positional-only; the harness passes keywords")
+            mismatches.append(f"parameter {name!r} is positional-only (keywords are passed)")
         elif name not in SUPPLIED_KEYWORDS:
             mismatches.append(
                 f"parameter {name!r} is required but the harness supplies only "
@@ -145,12 +145,8 @@ def bind_constructor(sampler_class: type[Any], *, spec: str = "") -> Constructor
     else:
         constructor_mismatches, keywords = _constructor_mismatches(parameters)
         mismatches.extend(constructor_mismatches)
-    if mismatches:
-        listed = "".join(f"\n  - {m}" for m in mismatches)
-        raise ImplementationError(
-            f"{label}: cannot construct {sampler_class.__name__}:{listed}\n"
-            f"  expected {EXPECTED_FORM}"
-        )
+    if mismatches:  # every mismatch at once, on one line, so one fix round suffices
+        raise ImplementationError(f"{label}: {'; '.join(mismatches)}\n  expected {EXPECTED_FORM}")
     binding = ConstructorBinding(
         sampler_class=sampler_class,
         keywords=keywords,

@@ -57,11 +57,10 @@ def check_block_sampler_function(function: object, *, spec: str) -> BlockSampler
         and p.default is kinds.empty
         and p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)
     ]
-    if mismatches:
-        listed = "".join(f"\n  - {m}" for m in mismatches)
+    if mismatches:  # every mismatch at once, on one line
         raise ImplementationError(
             f"--impl {spec}: {getattr(function, '__name__', function)!r} is not a block "
-            f"sampler function:{listed}\n  expected {FUNCTION_FORM}"
+            f"sampler function: {'; '.join(mismatches)}\n  expected {FUNCTION_FORM}"
         )
     return function
 

@@ -99,6 +99,13 @@ def check_sampler_class(sampler_class: object, *, spec: str) -> type[Any]:
     return sampler_class
 
 
+def _bad_form(text: str) -> str:
+    return (
+        f"--impl must look like NAME=module:Class, got {text!r} "
+        f"(or NAME=module:function, {FILE_FORM})"
+    )
+
+
 def _split_target(text: str, target: str) -> tuple[str, str, bool]:
     """``(module or path, attribute, is_file)`` of an ``--impl`` target."""
     left, colon, attribute = target.rpartition(":")
@@ -107,7 +114,7 @@ def _split_target(text: str, target: str) -> tuple[str, str, bool]:
     if target.endswith(".py"):
         return target, DEFAULT_FILE_CLASS, True
     if not colon or not left or not attribute:
-        raise ImplementationError(f"--impl must look like {SPEC_FORMS}, got {text!r}")
+        raise ImplementationError(_bad_form(text))
     if "/" in left or "\\" in left:
         raise ImplementationError(
             f"--impl {text}: {left!r} looks like a path but is not a .py file; expected {FILE_FORM}"
@@ -119,7 +126,7 @@ def parse_impl_spec(text: str) -> Implementation:
     """An ``--impl`` spec -> a loaded, constructor-checked implementation."""
     name, sep, target = text.partition("=")
     if not sep or not name or not target:
-        raise ImplementationError(f"--impl must look like {SPEC_FORMS}, got {text!r}")
+        raise ImplementationError(_bad_form(text))
     if not name.replace("_", "").replace("-", "").isalnum():
         raise ImplementationError(f"--impl name must be letters, digits, '-' or '_', got {name!r}")
     if name in BUILTIN_IMPLEMENTATIONS:
