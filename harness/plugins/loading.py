@@ -87,6 +87,8 @@ def load_source_file(path_text: str, *, module_name: str, spec: str) -> LoadedMo
 
 def import_named_module(module_name: str, *, spec: str) -> LoadedModule:
     """Import a module by its dotted name, with the ``sglang`` surface it needs."""
+    if module_name in sys.modules:  # already imported (perhaps built in memory): take it
+        return LoadedModule(sys.modules[module_name], None)
     try:
         found = importlib.util.find_spec(module_name)
     except Exception as error:  # a parent package that fails to import
@@ -99,7 +101,7 @@ def import_named_module(module_name: str, *, spec: str) -> LoadedModule:
             f"expected {MODULE_FORM} or {FILE_FORM}"
         )
     import_surface = None
-    if found.origin and found.origin.endswith(".py") and module_name not in sys.modules:
+    if found.origin and found.origin.endswith(".py"):
         with contextlib.suppress(OSError, UnicodeDecodeError):
             import_surface = surface_for(Path(found.origin), Path(found.origin).read_text())
 
