@@ -13,14 +13,14 @@ T = TypeVar("T", int, float)
 
 
 def add_impl_option(parser: argparse.ArgumentParser, *, verb: str = "add") -> None:
-    """``--impl NAME=SPEC`` (repeatable): a class or block sampler function, by module or file."""
+    """``--impl NAME=TARGET`` (repeatable): a class or block sampler function, by module or file."""
     parser.add_argument(
         "--impl",
         action="append",
         default=[],
-        metavar="NAME=SPEC",
+        metavar="NAME=TARGET",
         help=(
-            f"{verb} this sampler (repeatable). SPEC is module:Class, path/to/module.py[:Class] "
+            f"{verb} this sampler (repeatable). TARGET is module:Class, path/to/module.py[:Class] "
             "(default class DsparkDraftSampler; sglang.* imports are supplied when no sglang "
             "is installed), or module:function / file.py:function for a block sampler "
             "function; see docs/plugins.md"

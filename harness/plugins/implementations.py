@@ -54,7 +54,7 @@ BUILTIN_IMPLEMENTATIONS: dict[str, type[Any]] = {
 }
 REQUIRED_CONSTRUCTOR_KEYWORDS = REQUIRED_KEYWORDS
 DEFAULT_FILE_CLASS = "DsparkDraftSampler"
-SPEC_FORMS = f"{MODULE_FORM} or {FILE_FORM}"
+TARGET_FORMS = f"{MODULE_FORM} or {FILE_FORM}"
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ def _implementation(
         )
         raise ImplementationError(
             f"--impl {text}: {where!r} has no {attribute!r} (classes defined there: "
-            f"{', '.join(defined) or 'none'}); expected {SPEC_FORMS}"
+            f"{', '.join(defined) or 'none'}); expected {TARGET_FORMS}"
         )
     target_object = getattr(module, attribute)
     if inspect.isclass(target_object):
