@@ -31,6 +31,7 @@ import torch
 
 from harness.cli.options import add_impl_option, comma_separated
 from harness.pipeline.case import TOP_K_ALL
+from harness.plugins.construct import bind_constructor, construct_sampler
 from harness.plugins.implementations import (
     Implementation,
     ImplementationError,
@@ -207,11 +208,12 @@ def decode_rows(sampler_class: type[Any], *, problem: StatsProblem, seed: int) -
     """
     config = problem.config
     with cpu_threads(1, device=config.device):
-        sampler = sampler_class(
+        sampler = construct_sampler(
+            bind_constructor(sampler_class),
             model=problem.model,
             gamma=config.gamma,
             max_bs=config.rows,
-            device=config.device,
+            device=torch.device(config.device),
             folded_sampling=True,
             fused_greedy=False,
         )
