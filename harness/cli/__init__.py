@@ -127,10 +127,10 @@ SUBCOMMAND_HELP = {
 
 def _subcommand_module(name: str) -> Any:
     """The module that owns a sub-command (``add_arguments`` and ``command``)."""
+    from harness.cli import stats
     from harness.gpu import figures as gpu_figures
     from harness.gpu import graphs
     from harness.measure import sweep, work
-    from harness.oracles import stats
 
     return {
         "stats": stats,
@@ -195,12 +195,19 @@ def cmd_report(args: argparse.Namespace) -> int:
     timing = {"matrix_s": round(time.perf_counter() - started, 3)}
     sections = comparison_sections(records, require_coverage=True)
     if not args.no_stats:
-        from harness.oracles import stats
+        from harness.oracles import section as stats
 
         progress("statistical oracle ...")
         started = time.perf_counter()
         sections.insert(
-            -1, stats.report_section(seed=args.seed, progress=progress, device=args.device)
+            -1,
+            stats.report_section(
+                seed=args.seed,
+                progress=progress,
+                device=args.device,
+                implementations=_implementations(args, list(BUILTIN_IMPLEMENTATIONS)),
+                time_limit_s=args.time_limit,
+            ),
         )
         timing["stats_s"] = round(time.perf_counter() - started, 3)
     if not args.no_work:
@@ -226,13 +233,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _write_power_plot(out_dir: Path, sections: list[Section], *, progress: Progress) -> None:
-    """The statistical section's power curve as ``report-power.png``, when it ran."""
-    curve = next((s.data["power_curve"] for s in sections if s.data.get("power_curve")), None)
-    if curve is not None:
-        from harness.oracles.stats import power_curve_png
+    """The statistical section's power curves as ``report-power.png``, when they ran."""
+    curves = next((s.data["power_curves"] for s in sections if s.data.get("power_curves")), None)
+    if curves:
+        from harness.oracles.section import power_curves_png
 
+        png = power_curves_png(curves)
+        if png is None:
+            progress("power figure skipped: matplotlib is not installed")
+            return
         path = out_dir / "report-power.png"
-        write_atomically(path, power_curve_png(curve))
+        write_atomically(path, png)
         progress(f"written: {path}")
 
 
