@@ -42,7 +42,7 @@ class StatsConfig:
     ``seed`` fixes the anchors, the samplers' noise and the verifier's draws.
     """
 
-    rows: int = 10_000
+    rows: int = 8_000
     m: int = 2
     rounds: int = 2
     gamma: int = 4
