@@ -135,7 +135,7 @@ class GoodnessOfFit:
     observations: int
 
 
-def _merged_groups(expected: np.ndarray) -> tuple[np.ndarray, int]:
+def merged_groups(expected: np.ndarray) -> tuple[np.ndarray, int]:
     """``merge_rare_cells`` on a float64 array (the fast path every fit takes)."""
     cells = expected.shape[0]
     order = np.argsort(expected, kind="stable")
@@ -163,7 +163,7 @@ def merge_rare_cells(expected: torch.Tensor) -> tuple[torch.Tensor, int]:
     takes the next smallest cells until it reaches the threshold (or holds all).
     Returns the group of each cell ``[C]`` int64 and the number of groups.
     """
-    groups, n_groups = _merged_groups(expected.detach().cpu().to(torch.float64).numpy())
+    groups, n_groups = merged_groups(expected.detach().cpu().to(torch.float64).numpy())
     return torch.from_numpy(groups).to(expected.device), n_groups
 
 
@@ -180,7 +180,7 @@ def pearson_fit(observed: torch.Tensor, *, expected_probs: torch.Tensor) -> Good
     stratum_rows = counts.sum(axis=1)  # [S]
     for s in np.nonzero(stratum_rows)[0]:
         expected = stratum_rows[s] * probs[s]  # [C]
-        groups, n_groups = _merged_groups(expected)
+        groups, n_groups = merged_groups(expected)
         observed_g = np.bincount(groups, weights=counts[s], minlength=n_groups)
         expected_g = np.bincount(groups, weights=expected, minlength=n_groups)
         chi2 += float(((observed_g - expected_g) ** 2 / expected_g).sum())
