@@ -206,6 +206,16 @@ def test_stats_command_exits_0_on_the_default_prints_json_and_writes_out_dir(
     assert (tmp_path / "stats.md").exists() and (tmp_path / "stats.txt").exists()
 
 
+def test_stats_command_power_draws_a_curve_per_head_and_writes_the_figure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ("--json", "--power", "--head", "vanilla", "--rows", "4000")
+    assert stats_cli.command(stats_args(tmp_path, *argv)) == ExitCode.OK
+    curves = json.loads(capsys.readouterr().out)["sections"][0]["data"]["power_curves"]
+    assert [c["head"] for c in curves] == ["vanilla"]
+    assert (tmp_path / stats_cli.POWER_PNG).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
 def test_stats_command_exits_1_when_an_extra_implementation_is_rejected(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,6 +1,8 @@
 """``python -m harness stats``: the statistical losslessness oracle on its own.
 
-Options and the command; the oracle itself is ``harness.oracles``. Exit 0 when
+Options and the command; the oracle itself is ``harness.oracles``. ``--time-limit``
+bounds each implementation's decode (every head kind); ``--out-dir`` receives
+``stats.{json,md,txt}`` and, with ``--power``, ``stats-power.png``. Exit 0 when
 legacy is rejected (and not on position 0) and every other implementation
 (fixed and each ``--impl``) passes; 1 otherwise; 2 on bad usage.
 """
@@ -56,6 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--heads",
+        "--head",
         type=lambda text: tuple(part.strip() for part in text.split(",") if part.strip()),
         default=default.head_kinds,
         metavar="KIND[,KIND...]",
