@@ -23,7 +23,7 @@ from harness.plugins.implementations import Implementation, builtin_implementati
 from harness.render.figures import render_png
 from harness.render.progress import Progress, no_progress
 from harness.render.sections import Section
-from harness.render.tables import Alignment, table
+from harness.render.tables import Alignment, TableFormat, table
 
 TITLE = "Statistical losslessness (docs/statistics.md)"
 MAX_CARRIERS = 4  # rejections named in a verdict line
@@ -79,7 +79,7 @@ def coverage_text(config: StatsConfig) -> str:
     )
 
 
-def results_table(results: Sequence[StatsResult], *, fmt: str = "text") -> str:
+def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") -> str:
     header = ["impl", "verdict", "family p", "rejected tests", "carried by", "mean accepted"]
     rows = []
     for r in results:
@@ -101,7 +101,7 @@ def results_table(results: Sequence[StatsResult], *, fmt: str = "text") -> str:
         for r in results
         if r.impossible
     ]
-    return "\n".join([table(header, rows, fmt=fmt), *notes])  # type: ignore[arg-type]
+    return "\n".join([table(header, rows, fmt=fmt), *notes])
 
 
 def detail_table(result: StatsResult, *, config: StatsConfig) -> str:
