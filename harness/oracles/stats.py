@@ -27,6 +27,7 @@ from harness.oracles.fits import (
     position_name,
 )
 from harness.oracles.gof import holm_rejections
+from harness.oracles.power import PowerCurve
 from harness.oracles.problem import (
     DEFAULT_CONFIG,
     StatsConfig,
@@ -223,7 +224,7 @@ class OracleRun:
     results: dict[str, StatsResult]
     decoded: dict[str, dict[str, DecodeResult]]  # by implementation, then head kind
     problem: StatsProblem
-    curves: list[Any] = field(default_factory=list)  # harness.oracles.power.PowerCurve
+    curves: list[PowerCurve] = field(default_factory=list)  # filled by the report, per head
 
 
 def default_implementations() -> list[Implementation]:
