@@ -18,12 +18,18 @@ from typing import Any
 
 import torch
 
-from harness.cli.options import add_impl_option, add_selection_options
+from harness.cli.options import (
+    add_impl_option,
+    add_role_options,
+    add_selection_options,
+    roles_from_args,
+)
 from harness.io.files import JournalError, write_atomically
 from harness.pipeline.case import Case, CaseError
-from harness.pipeline.compare import compare, comparison_sections
+from harness.pipeline.compare import compare, comparison_sections, verdicts_json
 from harness.pipeline.matrix import standard_matrix
 from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S
+from harness.pipeline.verdicts import Roles, RolesError
 from harness.plugins.implementations import (
     BUILTIN_IMPLEMENTATIONS,
     Implementation,
@@ -90,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         "report", parents=[common], help="the main job (default): matrix, stats, work"
     )
     add_impl_option(report)
+    add_role_options(report)
     _resume_option(report)
     report.add_argument("--no-stats", action="store_true", help="skip the statistical oracle")
     report.add_argument("--no-work", action="store_true", help="skip the eliminated-work section")
@@ -98,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         "compare", parents=[common], help="chosen cases and implementations side by side"
     )
     add_selection_options(comp, verb="run")
+    add_role_options(comp)
     _resume_option(comp)
 
     repro = commands.add_parser(
@@ -164,6 +172,7 @@ def _emit(
     sections: list[Section],
     cases: list[dict[str, Any]],
     timing: dict[str, float],
+    verdicts: dict[str, Any] | None = None,
 ) -> int:
     ok = emit_report(
         out_dir=args.out_dir,
@@ -175,25 +184,38 @@ def _emit(
         sections=sections,
         cases=cases,
         timing=timing,
+        verdicts=verdicts,
     )
     return EXIT_OK if ok else EXIT_FAIL
+
+
+def _judged_implementations(
+    args: argparse.Namespace, names: Sequence[str]
+) -> tuple[list[Implementation], Roles]:
+    """The implementations and the roles they are held to; nothing to judge is bad usage."""
+    implementations = _implementations(args, names)
+    roles = roles_from_args(args)
+    roles.validate([i.name for i in implementations])
+    return implementations, roles
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     progress = progress_printer(quiet=args.quiet)
     started = time.perf_counter()
     cases = standard_matrix(seed=args.seed, device=args.device)
+    implementations, roles = _judged_implementations(args, list(BUILTIN_IMPLEMENTATIONS))
     records = compare(
         cases,
-        _implementations(args, list(BUILTIN_IMPLEMENTATIONS)),
+        implementations,
         require_observable=True,
+        pair=roles.pair,
         progress=progress,
         time_limit_s=args.time_limit,
         journal=args.out_dir / JOURNAL.format(command="report"),
         resume=args.resume,
     )
     timing = {"matrix_s": round(time.perf_counter() - started, 3)}
-    sections = comparison_sections(records, require_coverage=True)
+    sections = comparison_sections(records, require_coverage=True, roles=roles)
     if not args.no_stats:
         from harness.oracles import stats
 
@@ -222,6 +244,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         sections=sections,
         cases=records,
         timing=timing,
+        verdicts=verdicts_json(records, roles=roles),
     )
 
 
@@ -237,7 +260,7 @@ def _write_power_plot(out_dir: Path, sections: list[Section], *, progress: Progr
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    implementations = _implementations(args, parse_names(args.only))
+    implementations, roles = _judged_implementations(args, parse_names(args.only))
     if args.case:
         cases = [Case.load(path) for path in args.case]
         if args.device != "cpu":
@@ -253,8 +276,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         time_limit_s=args.time_limit,
         journal=args.out_dir / JOURNAL.format(command="compare"),
         resume=args.resume,
+        pair=roles.pair,
     )
-    sections = comparison_sections(records, require_coverage=not args.case)
+    sections = comparison_sections(records, require_coverage=not args.case, roles=roles)
     heading = f"DSpark draft-sampler harness: compare ({len(cases)} cases, {args.device})"
     return _emit(
         args,
@@ -263,6 +287,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         sections=sections,
         cases=records,
         timing={"compare_s": round(time.perf_counter() - started, 3)},
+        verdicts=verdicts_json(records, roles=roles),
     )
 
 
@@ -355,6 +380,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "repro":
             return cmd_repro(args)
         return int(_subcommand_module(args.command).command(args))
-    except (UsageError, CaseError, ImplementationError, JournalError) as error:
+    except (UsageError, CaseError, ImplementationError, JournalError, RolesError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
