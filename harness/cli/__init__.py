@@ -117,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     repro.add_argument(
         "--target", help="implementation to reproduce (default: the --impl given, else legacy)"
     )
+    repro.add_argument(
+        "--check",
+        metavar="NAME",
+        help="minimise a failure of this check (default: the first failing check); "
+        "replaying: --impl names the implementation to replay instead of the recorded one",
+    )
 
     for name, text in SUBCOMMAND_HELP.items():
         sub = commands.add_parser(name, parents=[common], help=text)
@@ -291,45 +297,58 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
 
 
-def cmd_repro(args: argparse.Namespace) -> int:
+def _replay(args: argparse.Namespace) -> int:
+    """Replay a repro file with its recorded implementation, or the one ``--impl`` names;
+    exit 0 when that implementation now passes."""
     from harness.pipeline import repro
 
-    progress = progress_printer(quiet=args.quiet)
+    if args.out is not None:
+        raise UsageError("give either a repro FILE to replay or --out FILE, not both")
+    recorded = repro.read_repro(args.file)
+    if len(args.impl) > 1:
+        raise UsageError("replay takes at most one --impl (the implementation to replay)")
+    spec = args.impl[0] if args.impl else recorded.spec
+    implementation = repro.resolve_implementation(spec)
+    case = recorded.case
+    if args.device != "cpu":
+        case = case.with_changes(device=args.device)
+    now = repro.outcome_of(case, implementation)
+    identical = now == recorded.outcome
+    passes = not now.fails(recorded.check)
+    result = {
+        "case": case.label(),
+        "implementation": spec,
+        "check": recorded.check,
+        "identical": identical,
+        "failing": now.failing,
+        "passes": passes,
+        "outcome": now.to_json(),
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"replayed {spec} on {case.label()}")
+        same = "IDENTICAL to the recorded one" if identical else "DIFFERS from the recorded one"
+        print(f"result: {same}")
+        for name, detail, _ in now.failures:
+            print(f"  FAIL {name}: {detail}")
+        if passes:
+            what = f"the {recorded.check} check" if recorded.check else "every check"
+            print(f"  the implementation passes {what} on this case now")
+    return EXIT_OK if passes else EXIT_FAIL
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    from harness.pipeline import repro
+    from harness.pipeline.check_result import CHECK_TIERS
+
     if args.file is not None:
-        if args.out is not None:
-            raise UsageError("give either a repro FILE to replay or --out FILE, not both")
-        case, spec, recorded = repro.read_repro(args.file)
-        implementation = repro.resolve_implementation(spec)
-        if args.device != "cpu":
-            case = case.with_changes(device=args.device)
-        now = repro.outcome_of(case, implementation)
-        identical = now == recorded
-        result = {
-            "case": case.label(),
-            "implementation": spec,
-            "identical": identical,
-            "failing": now.failing,
-            "outcome": now.to_json(),
-        }
-        if args.json:
-            print(json.dumps(result, indent=2))
-        else:
-            print(f"replayed {spec} on {case.label()}")
-            print(
-                "result: "
-                + (
-                    "IDENTICAL to the recorded one"
-                    if identical
-                    else "DIFFERS from the recorded one"
-                )
-            )
-            for name, detail, _ in now.failures:
-                print(f"  FAIL {name}: {detail}")
-            if not now.failing:
-                print("  the implementation passes every check on this case now")
-        return EXIT_FAIL if now.failing or not identical else EXIT_OK
+        return _replay(args)
     if args.out is None:
         raise UsageError("repro needs a FILE to replay or --out FILE to write one")
+    if args.check is not None and args.check not in CHECK_TIERS:
+        raise UsageError(f"--check must be one of {sorted(CHECK_TIERS)}, got {args.check!r}")
+    progress = progress_printer(quiet=args.quiet)
     implementations = _implementations(args, [])
     target = args.target or (implementations[0].name if len(implementations) == 1 else "legacy")
     chosen = [i for i in implementations if i.name == target]
@@ -338,13 +357,19 @@ def cmd_repro(args: argparse.Namespace) -> int:
             raise UsageError(f"--target {target!r} is neither built in nor given with --impl")
         chosen = builtin_implementations((target,))
     found = repro.find_smallest_failure(
-        standard_matrix(seed=args.seed, device=args.device), chosen[0], progress=progress
+        standard_matrix(seed=args.seed, device=args.device),
+        chosen[0],
+        check=args.check,
+        progress=progress,
     )
     if found is None:
-        print(f"{target}: no failing case in the standard matrix; nothing written")
+        what = f"fails {args.check}" if args.check else "fails"
+        print(f"{target}: no case in the standard matrix {what}; nothing written")
         return EXIT_OK
     case, outcome = found
-    repro.write_repro(args.out, case=case, implementation=chosen[0], outcome=outcome)
+    repro.write_repro(
+        args.out, case=case, implementation=chosen[0], outcome=outcome, check=args.check
+    )
     if args.json:
         print(
             json.dumps(
