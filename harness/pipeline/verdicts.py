@@ -44,6 +44,7 @@ class Verdict:
     drop_in: bool
     cases: int
     failures: tuple[tuple[str, str, str, str], ...]  # (case label, check, tier, detail)
+    required: Requirement = "drop-in"  # what ``ok`` holds it to
 
     @property
     def reason(self) -> str:
@@ -56,6 +57,17 @@ class Verdict:
 
     def meets(self, requirement: Requirement) -> bool:
         return self.drop_in if requirement == "drop-in" else self.lossless
+
+    @property
+    def ok(self) -> bool:
+        """Whether it meets ``required``."""
+        return self.meets(self.required)
+
+    def evidence(self) -> str:
+        """One line per failing check: ``case: check [tier]: detail``."""
+        return "\n".join(
+            f"{label}: {check} [{tier}]: {detail}" for label, check, tier, detail in self.failures
+        )
 
     def summary(self) -> str:
         """``"lossless and drop-in"``, ``"lossless; not drop-in: <reason>"`` or
