@@ -382,6 +382,14 @@ def comparison_sections(
     if records:
         sections.append(
             Section(
+                title="Verdicts per implementation",
+                ok=True,
+                verdict="",
+                text=_verdicts_table(records, roles=roles),
+            )
+        )
+        sections.append(
+            Section(
                 title="Checks per implementation",
                 ok=True,
                 verdict="",
@@ -391,20 +399,46 @@ def comparison_sections(
     return sections
 
 
+def _role(name: str, roles: Roles) -> tuple[str, str]:
+    """``(role, what it is held to)`` of one implementation."""
+    if name in roles.expect_fail:
+        return "expected to fail", "fails a lossless check"
+    if name == roles.buggy:
+        return f"buggy side of the pair with {roles.fixed}", "the divergence ledger"
+    if name == roles.fixed:
+        return f"fixed side of the pair with {roles.buggy}", roles.requirement(name)
+    return "judged", roles.requirement(name)
+
+
+def _verdicts_table(records: list[Record], *, roles: Roles) -> str:
+    """Implementation, role, requirement, the two verdicts, and why not drop-in."""
+    rows = []
+    for name in records[0]["implementations"]:
+        verdict = implementation_verdict(records, name)
+        role, required = _role(name, roles)
+        rows.append(
+            [
+                name,
+                role,
+                required,
+                "yes" if verdict.lossless else "NO",
+                "yes" if verdict.drop_in else "no",
+                verdict.summary()[:120],
+            ]
+        )
+    header = ["implementation", "role", "held to", "lossless", "drop-in", "verdict"]
+    return table(header, rows)
+
+
 def verdicts_json(records: list[Record], *, roles: Roles) -> dict[str, Any]:
-    """Per implementation: its two verdicts, its role's requirement and whether it is met;
-    the roles themselves."""
+    """Per implementation: its two verdicts, its role and what it is held to; the roles."""
     names = list(records[0]["implementations"]) if records else []
     implementations = {}
     for name in names:
-        verdict = implementation_verdict(records, name)
+        role, required = _role(name, roles)
         implementations[name] = {
-            **verdict.to_json(),
-            "role": "buggy"
-            if name == roles.buggy
-            else ("expect-fail" if name in roles.expect_fail else "judged"),
-            "required": "fails-lossless"
-            if name in roles.expect_fail
-            else ("ledger" if name == roles.buggy else roles.requirement(name)),
+            **implementation_verdict(records, name).to_json(),
+            "role": role,
+            "held_to": required,
         }
     return {"roles": roles.to_json(), "implementations": implementations}
