@@ -109,7 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     _resume_option(comp)
 
     repro = commands.add_parser(
-        "repro", parents=[common], help="write the smallest failing case, or replay one"
+        "repro",
+        parents=[common],
+        help="write the smallest failing case, or replay one",
+        description="With --out: find, shrink and write a failing case. With FILE: replay it "
+        "(with --impl, that implementation instead of the recorded one); exit 0 when the "
+        "implementation now passes.",
     )
     add_impl_option(repro)
     repro.add_argument("file", nargs="?", type=Path, help="a repro file to replay")
@@ -120,8 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     repro.add_argument(
         "--check",
         metavar="NAME",
-        help="minimise a failure of this check (default: the first failing check); "
-        "replaying: --impl names the implementation to replay instead of the recorded one",
+        help="minimise a failure of this check (default: the first failing check)",
     )
 
     for name, text in SUBCOMMAND_HELP.items():
