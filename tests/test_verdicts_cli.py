@@ -83,6 +83,10 @@ def test_any_two_implementations_can_be_held_to_the_ledger(tmp_path: Path, capsy
     out = capsys.readouterr().out
     assert "old: reproduces the documented bug — ledger holds on 16/16 cases (pair old,new)" in out
     assert "new: clean on 16/16 cases — lossless and drop-in" in out
+    report = json.loads((tmp_path / "compare.json").read_text())
+    assert report["verdicts"]["roles"]["pair"] == ["old", "new"]
+    assert report["verdicts"]["implementations"]["old"]["held_to"] == "the divergence ledger"
+    assert all(case["ledger"]["pair"] == ["old", "new"] for case in report["cases"])
 
 
 @pytest.mark.parametrize(
