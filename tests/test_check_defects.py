@@ -23,7 +23,7 @@ from harness.pipeline.checks import CheckResult
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
-from tests.plugins import broken_samplers, planted_defects
+from tests.plugins import broken_samplers, planted_defects, planted_defects_verdicts
 
 SHAPE = {"bs": 4, "gamma": 4, "vocab_size": 64, "hidden_size": 16, "markov_rank": 8}
 MIXED = (False, True, False, False)  # one greedy row among sampled ones
@@ -31,6 +31,7 @@ FOLDED = make_case(**SHAPE, greedy_rows=MIXED, seed=11, name="folded, mixed rows
 FOLDED_CONFIDENCE = make_case(**SHAPE, greedy_rows=MIXED, confidence=True, seed=12)
 GREEDY_FOLD = make_case(**SHAPE, greedy_rows=(True,) * 4, folded_sampling=False, seed=13)
 COLD = make_case(**SHAPE, temperature=1e-3, seed=14, name="folded, T=0.001")
+BUCKETED = make_case(**SHAPE, greedy_rows=MIXED, confidence=True, max_bs=6, seed=15)
 DEFECT = "defect"
 
 
@@ -61,10 +62,42 @@ ROWS = (
     ),
     DefectRow(
         "noise_replay",
-        planted_defects.NoiseRefreshSampler,
+        planted_defects_verdicts.WrongTemperatureSampler,
         FOLDED,
         frozenset({"noise_replay"}),
+    ),
+    DefectRow(
+        "noise_budget",
+        planted_defects.NoiseRefreshSampler,
+        FOLDED,
+        frozenset({"noise_budget"}),
         True,
+    ),
+    DefectRow(
+        "no_writes_outside_batch",
+        planted_defects_verdicts.OutPastBatchSampler,
+        BUCKETED,
+        frozenset({"no_writes_outside_batch"}),
+        True,
+    ),
+    DefectRow(
+        "inputs_unchanged",
+        planted_defects_verdicts.InputMutatingSampler,
+        FOLDED,
+        frozenset({"inputs_unchanged"}),
+        True,
+    ),
+    DefectRow(
+        "fresh_noise",
+        planted_defects_verdicts.FrozenNoiseSampler,
+        FOLDED,
+        frozenset({"fresh_noise"}),
+    ),
+    DefectRow(
+        "greedy_rows_argmax",
+        planted_defects.GreedyRowsRacedSampler,
+        FOLDED,
+        frozenset({"greedy_rows_argmax", "noise_replay"}),
     ),
     DefectRow(
         "greedy_consistency",
@@ -87,7 +120,7 @@ ROWS = (
     ),
     DefectRow(
         "matches_reference",
-        planted_defects.RngConsumingSampler,
+        planted_defects.PrivateGeneratorSampler,
         FOLDED,
         frozenset({"matches_reference"}),
         True,
@@ -116,7 +149,9 @@ def test_every_check_has_a_row() -> None:
     assert names == {row.check for row in ROWS}
 
 
-@pytest.mark.parametrize("case", [FOLDED, FOLDED_CONFIDENCE, GREEDY_FOLD, COLD], ids=Case.label)
+@pytest.mark.parametrize(
+    "case", [FOLDED, FOLDED_CONFIDENCE, GREEDY_FOLD, COLD, BUCKETED], ids=Case.label
+)
 def test_fixed_passes_every_check_on_the_defect_cases(case: Case) -> None:
     run = run_case(case, builtin_implementations(("reference", "fixed")))
     checks = evaluate_run(run, require_observable=False).checks["fixed"]

@@ -17,7 +17,8 @@ import torch
 
 from harness.cli import main
 from harness.pipeline.compare import CaseVerdict, evaluate_run
-from harness.pipeline.ledger import legacy_raises_expected, observe_divergence
+from harness.pipeline.control_flow import legacy_pass1_error
+from harness.pipeline.ledger import observe_divergence
 from harness.pipeline.matrix import standard_matrix
 from harness.pipeline.runner import CaseRun, ImplResult, run_case
 from harness.plugins.implementations import parse_impl_spec, select_implementations
@@ -120,7 +121,7 @@ def test_before_fix_module_fails_teacher_forcing_on_sampled_cases(matrix_runs) -
     sampled = [
         (run, v)
         for run, v in matrix_runs
-        if run.case.has_sampled_rows and not legacy_raises_expected(run.case)
+        if run.case.has_sampled_rows and legacy_pass1_error(run.case) is None
     ]
     assert len(sampled) >= 5
     for run, verdict in sampled:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import _write_power_plot
+from harness.cli.report import write_power_plot
 from harness.measure import sweep
 from harness.render.figures import PLOT_EXTRA_HINT, render_png
 from harness.render.report import render_markdown, render_text
@@ -57,7 +57,7 @@ def test_the_report_skips_its_power_plot_without_matplotlib(
 ) -> None:
     messages: list[str] = []
     stats = Section("stats", ok=True, verdict="", data={"power_curves": [{"points": []}]})
-    _write_power_plot(tmp_path, [stats], progress=messages.append)
+    write_power_plot(tmp_path, [stats], progress=messages.append)
     assert messages == [f"report-power.png skipped: {PLOT_EXTRA_HINT}"]
     assert stats.text == messages[0]  # the report says so too
     assert not list(tmp_path.iterdir())

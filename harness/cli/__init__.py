@@ -1,50 +1,61 @@
 """Command line: ``python -m harness [COMMAND] [options]``.
 
-Commands: ``report`` (the default: the standard matrix, the statistical oracle
-and the eliminated work), ``compare``, ``repro`` (here), and ``stats``, ``work``,
-``sweep``, ``graphs``, ``gpu-figures`` (each in its own module with ``add_arguments``
-and ``command``). Every command ends through ``harness.cli.emit`` and returns an
-``ExitCode`` (``harness.cli.exit_codes``): 0 when every expectation holds, 1 when any
-fails, 2 on bad usage or bad input (an unknown command included).
+Commands, each in its own module of this package with ``add_arguments(parser)`` and
+``command(args) -> ExitCode``: ``report`` (the default: the standard matrix, the
+statistical oracle and the eliminated work), ``compare``, ``repro``, ``stats``,
+``work``, ``sweep``, ``graphs``, ``gpu-figures``. Every command ends through
+``harness.cli.emit`` and returns an ``ExitCode`` (``harness.cli.exit_codes``): 0 when
+every expectation holds, 1 when any fails, 2 on bad usage or bad input (an unknown
+command included).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from harness.cli.emit import UsageError, emit, usage_error
+from harness.cli.emit import UsageError, usage_error
 from harness.cli.exit_codes import ExitCode
-from harness.cli.options import add_impl_option, add_selection_options
-from harness.io.files import JournalError, write_atomically
-from harness.pipeline.case import Case, CaseError
-from harness.pipeline.compare import compare, comparison_sections
-from harness.pipeline.matrix import standard_matrix
+from harness.io.files import JournalError
+from harness.pipeline.case import CaseError
 from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S
-from harness.plugins.implementations import (
-    BUILTIN_IMPLEMENTATIONS,
-    Implementation,
-    ImplementationError,
-    builtin_implementations,
-    parse_names,
-    select_implementations,
-)
-from harness.render.figures import PLOT_EXTRA_HINT
-from harness.render.progress import Progress, progress_printer
-from harness.render.sections import Section
+from harness.pipeline.verdicts import RolesError
+from harness.plugins.implementations import ImplementationError
 
-COMMANDS = ("report", "compare", "repro", "stats", "work", "sweep", "graphs", "gpu-figures")
-JOURNAL = "{command}.cases.jsonl"  # one line per finished case, under --out-dir
+# name -> (module under harness.cli, help, whether its implementation calls honour --time-limit)
+COMMAND_TABLE: dict[str, tuple[str, str, bool]] = {
+    "report": ("report", "the main job (default): matrix, stats, work", True),
+    "compare": ("compare", "chosen cases and implementations side by side", True),
+    "repro": ("repro", "write the smallest failing case, or replay one", True),
+    "stats": ("stats", "statistical losslessness oracle", True),
+    "work": ("work", "work the fix eliminates (counters, model, --timing)", False),
+    "sweep": ("sweep", "scaling sweep over bs, gamma and V", False),
+    "graphs": (
+        "graphs",
+        "CUDA-graph capture and replay checks, and the no-host-sync check (CUDA)",
+        False,
+    ),
+    "gpu-figures": (
+        "gpu_figures",
+        "GPU timing ratios and the step kernel's bandwidth (CUDA)",
+        False,
+    ),
+}
+COMMANDS = tuple(COMMAND_TABLE)
 
 
-def _common_options(*, time_limit: bool = True) -> argparse.ArgumentParser:
+def command_module(name: str) -> Any:
+    """The module that owns a command (``add_arguments`` and ``command``)."""
+    return importlib.import_module(f"harness.cli.{COMMAND_TABLE[name][0]}")
+
+
+def _common_options(*, time_limit: bool) -> argparse.ArgumentParser:
     """Options every command takes; ``--time-limit`` only where implementations' calls
     run under the per-call limit."""
     common = argparse.ArgumentParser(add_help=False)
@@ -72,80 +83,18 @@ def _common_options(*, time_limit: bool = True) -> argparse.ArgumentParser:
     return common
 
 
-def _resume_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="reuse the cases an interrupted run already finished (its journal in --out-dir)",
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
-    common = _common_options()
+    parents = {flag: [_common_options(time_limit=flag)] for flag in (True, False)}
     parser = argparse.ArgumentParser(
         prog="python -m harness",
         description="Differential harness for DSpark draft samplers "
         "(legacy double walk vs fixed single walk).",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    report = commands.add_parser(
-        "report", parents=[common], help="the main job (default): matrix, stats, work"
-    )
-    add_impl_option(report)
-    _resume_option(report)
-    report.add_argument("--no-stats", action="store_true", help="skip the statistical oracle")
-    report.add_argument("--no-work", action="store_true", help="skip the eliminated-work section")
-
-    comp = commands.add_parser(
-        "compare", parents=[common], help="chosen cases and implementations side by side"
-    )
-    add_selection_options(comp, verb="run")
-    _resume_option(comp)
-
-    repro = commands.add_parser(
-        "repro", parents=[common], help="write the smallest failing case, or replay one"
-    )
-    add_impl_option(repro)
-    repro.add_argument("file", nargs="?", type=Path, help="a repro file to replay")
-    repro.add_argument("--out", type=Path, help="find, shrink and write a failing case here")
-    repro.add_argument(
-        "--target", help="implementation to reproduce (default: the --impl given, else legacy)"
-    )
-
-    unlimited = _common_options(time_limit=False)
-    for name, text in SUBCOMMAND_HELP.items():
-        parents = [common] if name in TIME_LIMITED else [unlimited]
-        sub = commands.add_parser(name, parents=parents, help=text)
-        _subcommand_module(name).add_arguments(sub)
+    for name, (_, text, time_limited) in COMMAND_TABLE.items():
+        sub = commands.add_parser(name, parents=parents[time_limited], help=text)
+        command_module(name).add_arguments(sub)
     return parser
-
-
-TIME_LIMITED = ("stats",)  # sub-commands whose implementation calls honour --time-limit
-SUBCOMMAND_HELP = {
-    "stats": "statistical losslessness oracle",
-    "work": "work the fix eliminates (counters, model, --timing)",
-    "sweep": "scaling sweep over bs, gamma and V",
-    "graphs": "CUDA-graph capture and replay checks, and the no-host-sync check (CUDA)",
-    "gpu-figures": "GPU timing ratios and the step kernel's bandwidth (CUDA)",
-}
-
-
-def _subcommand_module(name: str) -> Any:
-    """The module that owns a sub-command (``add_arguments`` and ``command``)."""
-    from harness.cli import gpu_figures, graphs, stats, sweep, work
-
-    return {
-        "stats": stats,
-        "work": work,
-        "sweep": sweep,
-        "graphs": graphs,
-        "gpu-figures": gpu_figures,
-    }[name]
-
-
-def _implementations(args: argparse.Namespace, names: Sequence[str]) -> list[Implementation]:
-    return select_implementations(names, args.impl)
 
 
 def _check_device(device: str) -> None:
@@ -157,178 +106,6 @@ def _check_device(device: str) -> None:
         raise UsageError(f"--device must be cpu or cuda[:N], got {device!r}")
     if parsed.type == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda asked for, but no CUDA device is available")
-
-
-def cmd_report(args: argparse.Namespace) -> ExitCode:
-    progress = progress_printer(quiet=args.quiet)
-    started = time.perf_counter()
-    cases = standard_matrix(seed=args.seed, device=args.device)
-    records = compare(
-        cases,
-        _implementations(args, list(BUILTIN_IMPLEMENTATIONS)),
-        require_observable=True,
-        progress=progress,
-        time_limit_s=args.time_limit,
-        journal=args.out_dir / JOURNAL.format(command="report"),
-        resume=args.resume,
-    )
-    timing = {"matrix_s": round(time.perf_counter() - started, 3)}
-    sections = comparison_sections(records, require_coverage=True)
-    if not args.no_stats:
-        from harness.oracles import section as stats
-
-        progress("statistical oracle ...")
-        started = time.perf_counter()
-        sections.insert(
-            -1,
-            stats.report_section(
-                seed=args.seed,
-                progress=progress,
-                device=args.device,
-                implementations=_implementations(args, list(BUILTIN_IMPLEMENTATIONS)),
-                time_limit_s=args.time_limit,
-            ),
-        )
-        timing["stats_s"] = round(time.perf_counter() - started, 3)
-    if not args.no_work:
-        from harness.measure import work_report
-
-        progress("eliminated work ...")
-        started = time.perf_counter()
-        sections.insert(-1, work_report.report_section(seed=args.seed, progress=progress))
-        timing["work_s"] = round(time.perf_counter() - started, 3)
-    heading = (
-        f"DSpark draft-sampler harness: standard matrix ({len(cases)} cases, "
-        f"seed {args.seed}, {args.device})"
-    )
-    _write_power_plot(args.out_dir, sections, progress=progress)
-    return emit(
-        args,
-        command="report",
-        heading=heading,
-        sections=sections,
-        cases=records,
-        timing=timing,
-    )
-
-
-def _write_power_plot(out_dir: Path, sections: list[Section], *, progress: Progress) -> None:
-    """The statistical section's power curves as ``report-power.png``, when they ran and
-    matplotlib (the ``plot`` extra) is installed; otherwise the section's evidence and
-    the progress say the PNG was skipped."""
-    section = next((s for s in sections if s.data.get("power_curves")), None)
-    if section is None:
-        return
-    from harness.oracles.section import power_curves_png
-
-    path = out_dir / "report-power.png"
-    png = power_curves_png(section.data["power_curves"])
-    if png is None:
-        note = f"{path.name} skipped: {PLOT_EXTRA_HINT}"
-        section.append(note)
-        progress(note)
-        return
-    write_atomically(path, png)
-    progress(f"written: {path}")
-
-
-def cmd_compare(args: argparse.Namespace) -> ExitCode:
-    implementations = _implementations(args, parse_names(args.only))
-    if args.case:
-        cases = [Case.load(path) for path in args.case]
-        if args.device != "cpu":
-            cases = [c.with_changes(device=args.device) for c in cases]
-    else:
-        cases = standard_matrix(seed=args.seed, device=args.device)
-    started = time.perf_counter()
-    records = compare(
-        cases,
-        implementations,
-        require_observable=not args.case,
-        progress=progress_printer(quiet=args.quiet),
-        time_limit_s=args.time_limit,
-        journal=args.out_dir / JOURNAL.format(command="compare"),
-        resume=args.resume,
-    )
-    sections = comparison_sections(records, require_coverage=not args.case)
-    heading = f"DSpark draft-sampler harness: compare ({len(cases)} cases, {args.device})"
-    return emit(
-        args,
-        command="compare",
-        heading=heading,
-        sections=sections,
-        cases=records,
-        timing={"compare_s": round(time.perf_counter() - started, 3)},
-    )
-
-
-def cmd_repro(args: argparse.Namespace) -> ExitCode:
-    from harness.pipeline import repro
-
-    progress = progress_printer(quiet=args.quiet)
-    if args.file is not None:
-        if args.out is not None:
-            raise UsageError("give either a repro FILE to replay or --out FILE, not both")
-        case, spec, recorded = repro.read_repro(args.file)
-        implementation = repro.resolve_implementation(spec)
-        if args.device != "cpu":
-            case = case.with_changes(device=args.device)
-        now = repro.outcome_of(case, implementation)
-        identical = now == recorded
-        result = {
-            "case": case.label(),
-            "implementation": spec,
-            "identical": identical,
-            "failing": now.failing,
-            "outcome": now.to_json(),
-        }
-        if args.json:
-            print(json.dumps(result, indent=2))
-        else:
-            print(f"replayed {spec} on {case.label()}")
-            print(
-                "result: "
-                + (
-                    "IDENTICAL to the recorded one"
-                    if identical
-                    else "DIFFERS from the recorded one"
-                )
-            )
-            for name, detail, _ in now.failures:
-                print(f"  FAIL {name}: {detail}")
-            if not now.failing:
-                print("  the implementation passes every check on this case now")
-        return ExitCode.FAIL if now.failing or not identical else ExitCode.OK
-    if args.out is None:
-        raise UsageError("repro needs a FILE to replay or --out FILE to write one")
-    implementations = _implementations(args, [])
-    target = args.target or (implementations[0].name if len(implementations) == 1 else "legacy")
-    chosen = [i for i in implementations if i.name == target]
-    if not chosen:
-        if target not in BUILTIN_IMPLEMENTATIONS:
-            raise UsageError(f"--target {target!r} is neither built in nor given with --impl")
-        chosen = builtin_implementations((target,))
-    found = repro.find_smallest_failure(
-        standard_matrix(seed=args.seed, device=args.device), chosen[0], progress=progress
-    )
-    if found is None:
-        print(f"{target}: no failing case in the standard matrix; nothing written")
-        return ExitCode.OK
-    case, outcome = found
-    repro.write_repro(args.out, case=case, implementation=chosen[0], outcome=outcome)
-    if args.json:
-        print(
-            json.dumps(
-                {"file": str(args.out), "case": case.to_json_dict(), "outcome": outcome.to_json()},
-                indent=2,
-            )
-        )
-    else:
-        print(f"{target} fails on {case.label()}")
-        for name, detail, _ in outcome.failures:
-            print(f"  FAIL {name}: {detail}")
-        print(f"written: {args.out} (replay with: python -m harness repro {args.out})")
-    return ExitCode.FAIL
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -348,12 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         time_limit = getattr(args, "time_limit", None)
         if time_limit is not None and time_limit <= 0:
             raise UsageError(f"--time-limit must be positive, got {time_limit:g}")
-        if args.command == "report":
-            return cmd_report(args)
-        if args.command == "compare":
-            return cmd_compare(args)
-        if args.command == "repro":
-            return cmd_repro(args)
-        return int(_subcommand_module(args.command).command(args))
-    except (UsageError, CaseError, ImplementationError, JournalError) as error:
+        return int(command_module(args.command).command(args))
+    except (UsageError, CaseError, ImplementationError, JournalError, RolesError) as error:
         return usage_error(str(error))
+
+
+__all__ = ["COMMANDS", "ExitCode", "build_parser", "command_module", "main"]

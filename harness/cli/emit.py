@@ -32,6 +32,7 @@ def emit(
     sections: list[Section],
     cases: Sequence[dict[str, Any]] = (),
     timing: dict[str, float] | None = None,
+    verdicts: dict[str, Any] | None = None,
 ) -> ExitCode:
     """Emit a command's report with the common options in ``args`` (``--out-dir``,
     ``--json``, ``--seed``, ``--device``): ``OK`` when every section holds, else ``FAIL``."""
@@ -45,5 +46,6 @@ def emit(
         sections=sections,
         cases=list(cases),
         timing=timing or {},
+        verdicts=verdicts,
     )
     return ExitCode.OK if ok else ExitCode.FAIL

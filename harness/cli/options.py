@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
+from harness.pipeline.verdicts import DEFAULT_PAIR, REQUIREMENTS, Roles
+from harness.plugins.implementations import (
+    BUILTIN_IMPLEMENTATIONS,
+    Implementation,
+    select_implementations,
+)
 
 T = TypeVar("T", int, float)
 
@@ -68,3 +73,74 @@ def comma_separated(
         return values
 
     return parse
+
+
+def _pair(text: str) -> tuple[str, str]:
+    names = tuple(part.strip() for part in text.split(","))
+    if len(names) != 2 or not all(names) or names[0] == names[1]:
+        raise argparse.ArgumentTypeError(
+            f"--pair needs two different names BUGGY,FIXED, got {text!r}"
+        )
+    return names[0], names[1]
+
+
+def add_role_options(parser: argparse.ArgumentParser) -> None:
+    """``--pair BUGGY,FIXED``, ``--expect-fail NAME`` (repeatable) and ``--require``: what
+    each implementation of a comparison is held to."""
+    parser.add_argument(
+        "--pair",
+        type=_pair,
+        default=DEFAULT_PAIR,
+        metavar="BUGGY,FIXED",
+        help="hold BUGGY to the legacy divergence ledger against FIXED (default legacy,fixed)",
+    )
+    parser.add_argument(
+        "--expect-fail",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="NAME must fail a lossless check for exit 0 (repeatable; CI guards over planted bugs)",
+    )
+    parser.add_argument(
+        "--require",
+        choices=REQUIREMENTS,
+        default="drop-in",
+        help="what a plug-in must meet for exit 0 (default drop-in; built-in fixed is always "
+        "held to drop-in)",
+    )
+
+
+def roles_from_args(args: argparse.Namespace) -> Roles:
+    """The roles the role options describe."""
+    return Roles(pair=args.pair, expect_fail=tuple(args.expect_fail), require=args.require)
+
+
+def add_resume_option(parser: argparse.ArgumentParser) -> None:
+    """``--resume``: reuse the records of an interrupted run of the same command."""
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse the cases an interrupted run already finished (its journal in --out-dir)",
+    )
+
+
+def journal_path(out_dir: Path, *, command: str) -> Path:
+    """Where a command keeps one line per finished case, under ``--out-dir``."""
+    return out_dir / f"{command}.cases.jsonl"
+
+
+def selected_implementations(
+    args: argparse.Namespace, names: Sequence[str]
+) -> list[Implementation]:
+    """The built-ins ``names`` and every ``--impl`` of the command line."""
+    return select_implementations(names, args.impl)
+
+
+def judged_implementations(
+    args: argparse.Namespace, names: Sequence[str]
+) -> tuple[list[Implementation], Roles]:
+    """The implementations and the roles they are held to; nothing to judge is bad usage."""
+    implementations = selected_implementations(args, names)
+    roles = roles_from_args(args)
+    roles.validate([i.name for i in implementations])
+    return implementations, roles

@@ -90,6 +90,9 @@ def make_calls(case: Case, *, inputs: CaseInputs) -> dict[tuple[str, str], Calla
 
 def _bind(sampler: Any, inputs: CaseInputs) -> Callable[[], None]:
     def call() -> None:
+        sampler.stage_sampling_params(  # the server stages before every replay
+            bs=inputs.sampling_info.temperatures.shape[0], sampling_info=inputs.sampling_info
+        )
         sampler(inputs.hidden_states, inputs.input_ids)
 
     return call

@@ -1,57 +1,37 @@
 """Checks: pure functions of a case run that say whether a result is right.
 
-Self-consistency (needs no second implementation): teacher forcing, noise
-replay, greedy consistency, support, noise accounting. Differential: equality
-with the single-pass reference. Every failing check names the rows, steps and
-values that show it.
+Self-consistency (needs no second implementation), lossless tier: the call ran,
+its outputs are written and valid, nothing past the live batch was written, its
+inputs are unchanged, teacher forcing, the recorded draws explain the tokens
+wherever they are replayable, greedy rows are the argmax, support, fresh noise on
+every call. Drop-in tier: the reference's noise budget, one walk, and (the
+differential check) equality with the single-pass reference. Every failing check
+names the rows, steps and values that show it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from collections import Counter
 
 import torch
 
+from harness.pipeline.check_result import (
+    CHECK_TIERS,
+    CheckResult,
+    Status,
+    Tier,
+    failed,
+    passed,
+    skipped,
+    tier_of,
+)
+from harness.pipeline.observe import NOISE_OP, RandomDraw
 from harness.pipeline.runner import CaseRun, ImplResult
 from reference import exponential_race_torch, teacher_forced_logits
 from reference.sampling_params import stage_sampling_params
+from reference.verifier import draft_distribution
 
-Status = Literal["pass", "fail", "skip"]
-MAX_LISTED = 6  # positions named in a failure message
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """The outcome of one check on one implementation and case."""
-
-    name: str
-    status: Status
-    detail: str = ""
-    positions: tuple[tuple[int, int], ...] = field(default=())  # (row, step) that show it
-
-    @property
-    def failed(self) -> bool:
-        return self.status == "fail"
-
-
-def _passed(name: str, detail: str = "") -> CheckResult:
-    return CheckResult(name, "pass", detail)
-
-
-def _skipped(name: str, why: str) -> CheckResult:
-    return CheckResult(name, "skip", why)
-
-
-def _failed(name: str, detail: str, mask: torch.Tensor | None = None) -> CheckResult:
-    positions: tuple[tuple[int, int], ...] = ()
-    if mask is not None:
-        where = mask.nonzero().tolist()
-        positions = tuple((int(b), int(k)) for b, k in where)
-        listed = ", ".join(f"(row {b}, step {k})" for b, k in positions[:MAX_LISTED])
-        more = f" and {len(positions) - MAX_LISTED} more" if len(positions) > MAX_LISTED else ""
-        detail = f"{detail} at {listed}{more}"
-    return CheckResult(name, "fail", detail, positions)
+__all__ = ["CHECK_TIERS", "CheckResult", "Status", "Tier", "tier_of"]
 
 
 def tolerances(dtype: torch.dtype) -> tuple[float, float]:
@@ -101,7 +81,7 @@ def exact_comparison(run: CaseRun) -> bool:
 def check_ran(result: ImplResult) -> CheckResult:
     if result.error is not None:
         return CheckResult("ran", "fail", f"raised {result.error.summary()}")
-    return _passed("ran")
+    return passed("ran")
 
 
 def _token_ids_valid(run: CaseRun, tokens: torch.Tensor) -> bool:
@@ -113,7 +93,7 @@ def check_outputs_written(run: CaseRun, result: ImplResult) -> CheckResult:
     finite corrected logits (the inputs are finite), confidence in ``[0, 1]``."""
     name = "outputs_written"
     if result.tokens is None:
-        return _skipped(name, "no output")
+        return skipped(name, "no output")
     problems = []
     if not _token_ids_valid(run, result.tokens):
         bad_tokens = (result.tokens < 0) | (result.tokens >= run.case.vocab_size)
@@ -129,19 +109,19 @@ def check_outputs_written(run: CaseRun, result: ImplResult) -> CheckResult:
     if problems:
         detail, mask = problems[0]
         others = "; ".join(d for d, _ in problems[1:])
-        return _failed(name, detail + (f" (also: {others})" if others else ""), mask)
-    return _passed(name)
+        return failed(name, detail + (f" (also: {others})" if others else ""), mask)
+    return passed(name)
 
 
 def check_teacher_forcing(run: CaseRun, result: ImplResult) -> CheckResult:
     """``corrected_out`` must equal the logits rebuilt from the emitted tokens."""
     name = "teacher_forcing"
     if not run.case.folded_sampling:
-        return _skipped(name, "no corrected logits without folded sampling")
+        return skipped(name, "no corrected logits without folded sampling")
     if result.tokens is None:
-        return _skipped(name, "no output")
+        return skipped(name, "no output")
     if result.corrected is None:
-        return _failed(name, "folded sampling but corrected_out was not written")
+        return failed(name, "folded sampling but corrected_out was not written")
     with torch.inference_mode():
         rebuilt = teacher_forced_logits(
             model=run.inputs.model, block=run.block, tokens=result.tokens
@@ -149,32 +129,99 @@ def check_teacher_forcing(run: CaseRun, result: ImplResult) -> CheckResult:
     differ = positions_differ(result.corrected, rebuilt, exact=exact_comparison(run))
     if differ.any():
         max_diff = (result.corrected.double() - rebuilt.double()).abs().max().item()
-        return _failed(
+        return failed(
             name,
             f"corrected_out differs from the logits rebuilt from the emitted tokens "
             f"(max |diff| {max_diff:.4g})",
             differ,
         )
-    return _passed(name)
+    return passed(name)
+
+
+def check_no_writes_outside_batch(run: CaseRun, result: ImplResult) -> CheckResult:
+    """``out[bs*gamma:]``, ``corrected_out[bs*gamma:]`` and ``confidence_out[bs:]`` belong
+    to other graph buckets: their sentinels must survive the call."""
+    name = "no_writes_outside_batch"
+    if result.tokens is None:
+        return skipped(name, "no output")
+    if run.case.max_bs == run.case.bs:
+        return skipped(name, "max_bs == bs: no rows past the live batch")
+    if result.outside_writes:
+        listed = ", ".join(f"{n}: {count} entries" for n, count in result.outside_writes.items())
+        return failed(name, f"wrote past the live batch (bs={run.case.bs}): {listed}")
+    return passed(name)
+
+
+def check_inputs_unchanged(result: ImplResult) -> CheckResult:
+    """The call must leave its inputs (hidden states, input ids, model) as it found them."""
+    name = "inputs_unchanged"
+    if result.mutated_inputs:
+        return failed(name, f"the call changed its inputs: {', '.join(result.mutated_inputs)}")
+    return passed(name)
+
+
+# -- what the recorded draws say -------------------------------------------------------------
+def describe_draws(draws: list[RandomDraw]) -> str:
+    """``"5 x exponential_ [4, 257] (call)"``, grouped in order of first appearance."""
+    if not draws:
+        return "no random draws"
+    groups = Counter(d.describe() for d in draws)
+    return ", ".join(f"{count} x {what}" for what, count in groups.items())
+
+
+def call_draws(result: ImplResult) -> list[RandomDraw]:
+    """The draws of the proposal itself: its staging and its call (not construction)."""
+    if result.random_draws:
+        return [d for d in result.random_draws if d.phase != "construction"]
+    # Results replayed from a CUDA graph carry only the call's exponential_ values.
+    return [RandomDraw(NOISE_OP, "call", tuple(v.shape), v) for v in result.noise_draws]
+
+
+def replay_noise(run: CaseRun, result: ImplResult) -> list[torch.Tensor] | str:
+    """Per-step noise ``[bs, V]`` that explains the tokens, or why the draws cannot:
+    replayable are ``gamma`` ``exponential_`` draws of ``[bs or max_bs, V]`` in the call,
+    or ONE staged ``exponential_`` draw of ``[bs or max_bs, gamma, V]``."""
+    case = run.case
+    draws = call_draws(result)
+    vocab = run.block.base_logits.shape[-1]
+    rows = (case.bs, case.max_bs)
+    described = describe_draws(draws)
+    if any(d.op != NOISE_OP for d in draws) or not draws:
+        return f"draws not replayable: {described}"
+    staged = [d for d in draws if d.phase == "staging"]
+    in_call = [d for d in draws if d.phase == "call"]
+    if any(d.values is None for d in draws):
+        return "draws were not recorded"
+    if (
+        not staged
+        and len(in_call) == case.gamma
+        and all(d.shape[0] in rows and d.shape[1:] == (vocab,) for d in in_call)
+    ):
+        return [d.values[: case.bs] for d in in_call if d.values is not None]
+    if (
+        not in_call
+        and len(staged) == 1
+        and staged[0].shape in {(r, case.gamma, vocab) for r in rows}
+    ):
+        values = staged[0].values
+        assert values is not None
+        return [values[: case.bs, k] for k in range(case.gamma)]
+    return f"draws not replayable: {described}"
 
 
 def check_noise_replay(run: CaseRun, result: ImplResult) -> CheckResult:
-    """Exactly ``gamma`` noise draws per folded call; draw ``k`` with ``corrected_out[:, k]``
-    and the row temperature reproduces ``out[:, k]`` (greedy rows: the argmax)."""
+    """Where the draws are replayable, draw ``k`` with ``corrected_out[:, k]`` and the row
+    temperature reproduces ``out[:, k]`` (greedy rows: the argmax). Otherwise a skip:
+    the statistical oracle carries the lossless verdict."""
     name = "noise_replay"
     case = run.case
-    draws = result.work.noise_calls
     if not case.folded_sampling:
-        if draws:
-            return _failed(name, f"drew {draws} noise tensors in a greedy fold, expected 0")
-        return _skipped(name, "greedy fold draws no noise")
+        return skipped(name, "greedy fold: no noise to replay")
     if result.tokens is None or result.corrected is None:
-        return _skipped(name, "no output")
-    notes = []
-    if draws != case.gamma:
-        notes.append(f"drew {draws} noise tensors, expected gamma={case.gamma}")
-    if len(result.noise_draws) < case.gamma:
-        return _failed(name, "; ".join([*notes, "too few noise draws recorded to replay"]))
+        return skipped(name, "no output")
+    noise = replay_noise(run, result)
+    if isinstance(noise, str):
+        return skipped(name, f"{noise} — the statistical oracle carries the lossless verdict")
     temperatures, greedy_mask = staged_parameters(run)
     replayed = torch.stack(
         [
@@ -182,7 +229,7 @@ def check_noise_replay(run: CaseRun, result: ImplResult) -> CheckResult:
                 result.corrected[:, k],
                 temperatures=temperatures,
                 greedy_mask=greedy_mask,
-                noise=result.noise_draws[k][: case.bs],
+                noise=noise[k],
             )
             for k in range(case.gamma)
         ],
@@ -190,11 +237,56 @@ def check_noise_replay(run: CaseRun, result: ImplResult) -> CheckResult:
     )  # [bs, gamma]
     differ = replayed != result.tokens
     if differ.any():
-        notes.append("noise draw k with corrected_out[:, k] does not give out[:, k]")
-        return _failed(name, "; ".join(notes), differ)
-    if notes:
-        return _failed(name, "; ".join(notes))
-    return _passed(name)
+        return failed(name, "noise draw k with corrected_out[:, k] does not give out[:, k]", differ)
+    return passed(name)
+
+
+def check_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
+    """A second staged call on the same inputs draws different noise, and its outputs
+    are self-consistent too (teacher forcing, and replay where replayable)."""
+    name = "fresh_noise"
+    if not run.case.has_sampled_rows:
+        return skipped(name, "no sampled rows")
+    second = result.second_call
+    if second is None:
+        return skipped(name, "no second call was made")
+    if second.error is not None:
+        return failed(name, f"the second call raised {second.error.summary()}")
+    first_draws, second_draws = call_draws(result), call_draws(second)
+    if not second_draws:
+        return failed(name, "the second call drew no noise in staging or the call")
+    first_values = [d.values for d in first_draws if d.values is not None]
+    second_values = [d.values for d in second_draws if d.values is not None]
+    comparable = len(first_values) == len(first_draws) == len(second_draws) == len(second_values)
+    if comparable and all(map(torch.equal, first_values, second_values)):
+        return failed(
+            name,
+            f"the second call drew the same noise as the first ({describe_draws(second_draws)})",
+        )
+    for check in (check_teacher_forcing, check_noise_replay):
+        outcome = check(run, second)
+        if outcome.failed and not check(run, result).failed:  # else the first call's check says it
+            return failed(name, f"second call: {outcome.name}: {outcome.detail}")
+    return passed(name)
+
+
+def check_noise_budget(run: CaseRun, result: ImplResult) -> CheckResult:
+    """Drop-in: exactly ``gamma`` ``exponential_`` draws of ``[bs, V]`` per folded call
+    and nothing else (a greedy fold draws nothing), as the reference does."""
+    name = "noise_budget"
+    case = run.case
+    draws = result.random_draws or call_draws(result)
+    vocab = run.block.base_logits.shape[-1]
+    if case.folded_sampling:
+        expected = f"gamma={case.gamma} x exponential_ [{case.bs}, {vocab}] in the call"
+        budget = len(draws) == case.gamma and all(
+            d.op == NOISE_OP and d.phase == "call" and d.shape == (case.bs, vocab) for d in draws
+        )
+    else:
+        expected, budget = "no random draws in a greedy fold", not draws
+    if not budget:
+        return failed(name, f"drew {describe_draws(draws)}; the reference draws {expected}")
+    return passed(name)
 
 
 def near_tie_mask(step_logits: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
@@ -215,9 +307,9 @@ def check_greedy_consistency(run: CaseRun, result: ImplResult) -> CheckResult:
     name = "greedy_consistency"
     case = run.case
     if case.folded_sampling:
-        return _skipped(name, "folded sampling: covered by noise_replay")
+        return skipped(name, "folded sampling: covered by noise_replay")
     if result.tokens is None:
-        return _skipped(name, "no output")
+        return skipped(name, "no output")
     with torch.inference_mode():
         rebuilt = teacher_forced_logits(
             model=run.inputs.model, block=run.block, tokens=result.tokens
@@ -229,25 +321,44 @@ def check_greedy_consistency(run: CaseRun, result: ImplResult) -> CheckResult:
         allowed = near_tie_mask(rebuilt, result.tokens)
     bad = differ & ~allowed
     if bad.any():
-        return _failed(name, "emitted token is not the argmax of its step logits", bad)
+        return failed(name, "emitted token is not the argmax of its step logits", bad)
     ties = int((differ & allowed).sum())
-    return _passed(name, f"{ties} near-tie(s) resolved differently" if ties else "")
+    return passed(name, f"{ties} near-tie(s) resolved differently" if ties else "")
+
+
+def check_greedy_rows_argmax(run: CaseRun, result: ImplResult) -> CheckResult:
+    """Folded sampling: a greedy row's token is a maximum of its own corrected logits."""
+    name = "greedy_rows_argmax"
+    case = run.case
+    if not case.folded_sampling:
+        return skipped(name, "greedy fold: covered by greedy_consistency")
+    if result.tokens is None or result.corrected is None:
+        return skipped(name, "no output")
+    _, greedy_mask = staged_parameters(run)
+    top = result.corrected.amax(dim=-1)  # [bs, gamma]
+    picked = result.corrected.gather(-1, result.tokens.unsqueeze(-1)).squeeze(-1)
+    bad = (picked != top) & greedy_mask.unsqueeze(1)
+    if bad.any():
+        return failed(name, "greedy row's token is not the argmax of its corrected logits", bad)
+    return passed(name)
 
 
 def check_support(run: CaseRun, result: ImplResult) -> CheckResult:
-    """Every emitted token has non-zero probability under its own ``q``."""
+    """Every token of a sampled row has non-zero probability under its own ``q``."""
     name = "support"
     if not run.case.folded_sampling:
-        return _skipped(name, "no q without folded sampling")
+        return skipped(name, "no q without folded sampling")
     if result.tokens is None or result.corrected is None:
-        return _skipped(name, "no output")
-    temperatures, _ = staged_parameters(run)
-    q = torch.softmax(result.corrected.float() / temperatures.view(-1, 1, 1), dim=-1)
+        return skipped(name, "no output")
+    temperatures, greedy_mask = staged_parameters(run)
+    q = draft_distribution(
+        result.corrected, temperatures=temperatures, greedy_mask=greedy_mask
+    )  # [bs, gamma, V], the verifier's q
     q_token = q.gather(-1, result.tokens.unsqueeze(-1)).squeeze(-1)  # [bs, gamma]
-    outside = ~(q_token > 0)
+    outside = ~(q_token > 0) & ~greedy_mask.unsqueeze(1)
     if outside.any():
-        return _failed(name, "emitted token has zero probability under its q", outside)
-    return _passed(name)
+        return failed(name, "emitted token has zero probability under its q", outside)
+    return passed(name)
 
 
 def check_single_walk(run: CaseRun, result: ImplResult) -> CheckResult:
@@ -256,12 +367,12 @@ def check_single_walk(run: CaseRun, result: ImplResult) -> CheckResult:
     name = "single_walk"
     work, gamma = result.work, run.case.gamma
     if work.walks + work.fused_calls > 1 or work.head_steps > gamma:
-        return _failed(
+        return failed(
             name,
             f"{work.walks} walk(s), {work.fused_calls} fused call(s) and {work.head_steps} "
             f"head steps for one proposal of gamma={gamma}",
         )
-    return _passed(name)
+    return passed(name)
 
 
 def self_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
@@ -275,10 +386,15 @@ def self_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
     return [
         ran,
         written,
+        check_no_writes_outside_batch(run, result),
+        check_inputs_unchanged(result),
         check_teacher_forcing(run, result),
         check_noise_replay(run, result),
         check_greedy_consistency(run, result),
+        check_greedy_rows_argmax(run, result),
         check_support(run, result),
+        check_fresh_noise(run, result),
+        check_noise_budget(run, result),
         check_single_walk(run, result),
     ]
 
@@ -288,22 +404,22 @@ def check_matches_reference(run: CaseRun, result: ImplResult, reference: ImplRes
     """Same tokens, corrected logits and confidence as the single-pass reference."""
     name = "matches_reference"
     if reference.error is not None:
-        return _failed(name, f"the reference itself raised {reference.error.summary()}")
+        return failed(name, f"the reference itself raised {reference.error.summary()}")
     if result.tokens is None or reference.tokens is None:
-        return _skipped(name, "no output")
+        return skipped(name, "no output")
     exact = exact_comparison(run)
     token_diff = result.tokens != reference.tokens
     if token_diff.any():
-        return _failed(name, "tokens differ from the reference", token_diff)
+        return failed(name, "tokens differ from the reference", token_diff)
     pairs = [
         ("corrected_out", result.corrected, reference.corrected),
         ("confidence_out", result.confidence, reference.confidence),
     ]
     for label, mine, theirs in pairs:
         if (mine is None) != (theirs is None):
-            return _failed(name, f"{label} written by one side only")
+            return failed(name, f"{label} written by one side only")
         if mine is not None and theirs is not None:
             differ = positions_differ(mine.unsqueeze(-1), theirs.unsqueeze(-1), exact=exact)
             if differ.any():
-                return _failed(name, f"{label} differs from the reference", differ)
-    return _passed(name, "bit-exact" if exact else "within dtype tolerance")
+                return failed(name, f"{label} differs from the reference", differ)
+    return passed(name, "bit-exact" if exact else "within dtype tolerance")

@@ -4,8 +4,9 @@
 the ledger entry); ``case_record`` makes it a plain JSON record; ``compare`` runs a
 list of cases into records, appending each finished one to a journal so that an
 interrupted comparison resumes where it stopped; ``comparison_sections`` formats
-records into report sections: is fixed clean, does legacy reproduce the documented
-bug, is every extra implementation clean.
+records into report sections: the two verdicts of every implementation against
+what its role requires (``harness.pipeline.verdicts``), and whether the buggy side
+of the pair (default ``legacy,fixed``) reproduces the documented bug.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from harness.pipeline.case import Case
 from harness.pipeline.checks import CheckResult, check_matches_reference, self_checks
 from harness.pipeline.ledger import LEDGER_CLASSES, LedgerEntry, observe_divergence
 from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S, CaseRun, ImplResult, run_case
+from harness.pipeline.verdicts import DEFAULT_PAIR, Roles, case_verdict, implementation_verdict
 from harness.plugins.implementations import Implementation
 from harness.render.progress import Progress
 from harness.render.sections import Section
+from harness.render.tables import table
 
 LEGACY, FIXED, REFERENCE = "legacy", "fixed", "reference"
 CASE_RECORD_SCHEMA = "dspark-harness/case-record"
@@ -55,8 +58,10 @@ def tensor_digest(tensor: torch.Tensor | None) -> str | None:
     return hashlib.sha256(header + raw.numpy().tobytes()).hexdigest()[:16]
 
 
-def evaluate_run(run: CaseRun, *, require_observable: bool) -> CaseVerdict:
-    """Checks per implementation and, when legacy and fixed both ran, the ledger."""
+def evaluate_run(
+    run: CaseRun, *, require_observable: bool, pair: tuple[str, str] = DEFAULT_PAIR
+) -> CaseVerdict:
+    """Checks per implementation and, when both sides of the pair ran, the ledger."""
     checks: dict[str, list[CheckResult]] = {}
     reference = run.results.get(REFERENCE)
     for name, result in run.results.items():
@@ -64,24 +69,31 @@ def evaluate_run(run: CaseRun, *, require_observable: bool) -> CaseVerdict:
         if reference is not None and name != REFERENCE and result.ok:
             checks[name].append(check_matches_reference(run, result, reference))
     ledger = None
-    if LEGACY in run.results and FIXED in run.results:
+    buggy, fixed = pair
+    if buggy in run.results and fixed in run.results:
         ledger = observe_divergence(
             run,
-            run.results[LEGACY],
-            run.results[FIXED],
+            run.results[buggy],
+            run.results[fixed],
             require_observable=require_observable,
         )
     return CaseVerdict(case=run.case, checks=checks, ledger=ledger, results=run.results)
 
 
 def record_key(
-    case: Case, implementations: list[Implementation], *, require_observable: bool
+    case: Case,
+    implementations: list[Implementation],
+    *,
+    require_observable: bool,
+    pair: tuple[str, str] = DEFAULT_PAIR,
 ) -> str:
-    """What a journal record stands for: the case, the implementations, the strictness."""
+    """What a journal record stands for: the case, the implementations, the strictness
+    and the pair held to the ledger."""
     identity = {
         "case": case.to_json_dict(),
         "implementations": [[impl.name, impl.spec] for impl in implementations],
         "require_observable": require_observable,
+        "pair": list(pair),
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
 
@@ -95,6 +107,7 @@ def compare(
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
     journal: Path | None = None,
     resume: bool = False,
+    pair: tuple[str, str] = DEFAULT_PAIR,
 ) -> list[Record]:
     """Run and evaluate every case into a record, reporting progress per case.
 
@@ -112,7 +125,7 @@ def compare(
             journal.unlink(missing_ok=True)
     records = []
     for index, case in enumerate(cases, start=1):
-        key = record_key(case, implementations, require_observable=require_observable)
+        key = record_key(case, implementations, require_observable=require_observable, pair=pair)
         if key in finished:
             if progress is not None:
                 progress(f"[{index}/{len(cases)}] {case.label()} (finished earlier)")
@@ -121,7 +134,8 @@ def compare(
         if progress is not None:
             progress(f"[{index}/{len(cases)}] {case.label()}")
         run = run_case(case, implementations, time_limit_s=time_limit_s)
-        record = case_record(evaluate_run(run, require_observable=require_observable), key=key)
+        verdict = evaluate_run(run, require_observable=require_observable, pair=pair)
+        record = case_record(verdict, key=key, pair=pair)
         if journal is not None:
             append_record(journal, record)
         records.append(record)
@@ -129,11 +143,24 @@ def compare(
 
 
 # -- records -------------------------------------------------------------------------------
-def case_record(verdict: CaseVerdict, *, key: str) -> Record:
+def case_record(verdict: CaseVerdict, *, key: str, pair: tuple[str, str] = DEFAULT_PAIR) -> Record:
     """The per-case evidence as a plain JSON record (deterministic: no timings)."""
     implementations = {}
     for name, result in verdict.results.items():
+        checks = [
+            {
+                "name": c.name,
+                "tier": c.tier,
+                "status": c.status,
+                "detail": c.detail,
+                "positions": [list(p) for p in c.positions],
+            }
+            for c in verdict.checks.get(name, [])
+        ]
+        lossless, drop_in = case_verdict(checks)
         implementations[name] = {
+            "lossless": lossless,
+            "drop_in": drop_in,
             "error": None
             if result.error is None
             else {"type": result.error.type, "message": result.error.message},
@@ -148,20 +175,14 @@ def case_record(verdict: CaseVerdict, *, key: str) -> Record:
                 "noise_calls": result.work.noise_calls,
                 "noise_elements": result.work.noise_elements,
                 "aten_ops": result.work.total_ops,
+                "rng": result.work.rng,
             },
-            "checks": [
-                {
-                    "name": c.name,
-                    "status": c.status,
-                    "detail": c.detail,
-                    "positions": [list(p) for p in c.positions],
-                }
-                for c in verdict.checks.get(name, [])
-            ],
+            "checks": checks,
         }
     ledger = None
     if verdict.ledger is not None:
         ledger = {
+            "pair": list(pair),
             "expected": sorted(verdict.ledger.expected),
             "observed": sorted(verdict.ledger.observed),
             "latent": sorted(verdict.ledger.latent),
@@ -185,41 +206,73 @@ def _failed_checks(record: Record, name: str) -> list[dict[str, Any]]:
 
 
 # -- sections ------------------------------------------------------------------------------
-def _clean_section(name: str, records: list[Record], *, title: str) -> Section:
-    failing = [(r["label"], c) for r in records for c in _failed_checks(r, name)]
-    failing_cases = sum(1 for r in records if _failed_checks(r, name))
-    if failing:
-        lines = [f"{label}: {check['name']}: {check['detail']}" for label, check in failing]
-        return Section(
-            title=title,
-            ok=False,
-            verdict=f"{name}: FAILS {len(failing)} check(s) on {failing_cases} "
-            f"of {len(records)} cases",
-            text="\n".join(lines),
+def _verdict_section(name: str, records: list[Record], *, roles: Roles, title: str) -> Section:
+    """One implementation's verdicts held against its role, with the failing checks."""
+    verdict = implementation_verdict(records, name)
+    failing = verdict.failures
+    lines = [
+        f"{label}: {check}: {detail}"
+        for label, check, tier, detail in failing
+        if tier == "lossless"
+    ]
+    drop_in_lines = [
+        f"{label}: {check}: {detail}"
+        for label, check, tier, detail in failing
+        if tier != "lossless"
+    ]
+    if drop_in_lines:
+        lines += ["", "not drop-in (bit-compatibility with the reference):", *drop_in_lines]
+    failing_cases = len({label for label, _, tier, _ in failing if tier == "lossless"})
+    of_cases = f"{verdict.cases}/{verdict.cases} cases"
+    if name in roles.expect_fail:
+        ok = not verdict.lossless
+        line = (
+            f"{name}: fails a lossless check, as expected — {verdict.reason}"
+            if ok
+            else f"{name}: expected to fail a lossless check, but is {verdict.summary()}"
         )
-    exactness = (
-        "bit-exact vs reference in float32, within dtype tolerance otherwise"
-        if name != REFERENCE
-        else "self-consistent"
-    )
+        return Section(title=title, ok=ok, verdict=line, text="\n".join(lines).strip())
+    required = roles.requirement(name)
+    ok = verdict.meets(required)
+    if not verdict.lossless:
+        line = (
+            f"{name}: FAILS {len([f for f in failing if f[2] == 'lossless'])} lossless check(s) "
+            f"on {failing_cases} of {verdict.cases} cases — {verdict.summary()}"
+        )
+    elif verdict.drop_in:
+        exactness = (
+            "bit-exact vs reference in float32, within dtype tolerance otherwise"
+            if name != REFERENCE
+            else "self-consistent"
+        )
+        line = f"{name}: clean on {of_cases} — lossless and drop-in ({exactness})"
+    else:
+        line = f"{name}: lossless on {of_cases}; not drop-in: {verdict.reason}"
+    if not ok:
+        line += f" [required: {required}]"
     return Section(
         title=title,
-        ok=True,
-        verdict=f"{name}: clean on {len(records)}/{len(records)} cases ({exactness})",
+        ok=ok,
+        verdict=line,
+        text="\n".join(lines).strip(),
+        data={"verdict": verdict.to_json(), "required": required},
     )
 
 
-def _ledger_section(records: list[Record], *, require_coverage: bool) -> Section:
+def _ledger_section(records: list[Record], *, require_coverage: bool, roles: Roles) -> Section:
+    buggy, fixed = roles.pair
     entries = [(r["label"], r["ledger"]) for r in records if r["ledger"] is not None]
     broken = [(label, e) for label, e in entries if not e["holds"]]
     seen = {name for _, e in entries for name in e["observed"]}
     missing = sorted(set(LEDGER_CLASSES) - seen) if require_coverage else []
     width = max((len(label) for label, _ in entries), default=10)
-    lines = [f"{'class'.ljust(23)} {'cases':>5}  first evidence"]
+    lines = [f"pair: {buggy} (buggy) vs {fixed} (fixed)", ""]
+    rows = []
     for name in LEDGER_CLASSES:
         showing = [(label, e) for label, e in entries if name in e["observed"]]
         first = f"{showing[0][0]}: {showing[0][1]['evidence'].get(name, '')}" if showing else "-"
-        lines.append(f"{name.ljust(23)} {len(showing):>5}  {first[:150]}")
+        rows.append([name, len(showing), first[:150]])
+    lines.append(table(["class", "cases", "first evidence"], rows, align=("left", "right", "left")))
     lines += ["", f"{'case'.ljust(width)}  divergence classes observed (evidence)"]
     for label, entry in entries:
         mark = "ok  " if entry["holds"] else "FAIL"
@@ -235,8 +288,8 @@ def _ledger_section(records: list[Record], *, require_coverage: bool) -> Section
     ok = not broken and not missing and bool(entries)
     if ok:
         verdict = (
-            f"legacy: reproduces the documented bug — ledger holds on {len(entries)}/"
-            f"{len(entries)} cases"
+            f"{buggy}: reproduces the documented bug — ledger holds on {len(entries)}/"
+            f"{len(entries)} cases (pair {buggy},{fixed})"
         )
     else:
         parts = []
@@ -245,59 +298,96 @@ def _ledger_section(records: list[Record], *, require_coverage: bool) -> Section
         if missing:
             parts.append(f"classes never observed: {', '.join(missing)}")
         if not entries:
-            parts.append("legacy and fixed were not both run")
-        verdict = "legacy: does NOT reproduce the documented bug — " + "; ".join(parts)
-    return Section(title="Legacy divergence ledger", ok=ok, verdict=verdict, text="\n".join(lines))
+            parts.append(f"{buggy} and {fixed} were not both run")
+        verdict = f"{buggy}: does NOT reproduce the documented bug — " + "; ".join(parts)
+    return Section(
+        title=f"Divergence ledger: {buggy} vs {fixed}",
+        ok=ok,
+        verdict=verdict,
+        text="\n".join(lines),
+        data={"pair": list(roles.pair)},
+    )
 
 
 CHECK_CODES = {
     "ran": "RAN",
     "outputs_written": "OUT",
+    "no_writes_outside_batch": "OOB",
+    "inputs_unchanged": "IN",
     "teacher_forcing": "TF",
     "noise_replay": "NR",
     "greedy_consistency": "GC",
+    "greedy_rows_argmax": "GA",
     "support": "SUP",
+    "fresh_noise": "FN",
+    "noise_budget": "NB",
     "single_walk": "SW",
     "matches_reference": "REF",
 }
 
 
+def _checks_cell(checks: list[dict[str, Any]]) -> str:
+    if not checks:
+        return "-"
+    lossless = [
+        CHECK_CODES.get(c["name"], c["name"])
+        for c in checks
+        if c["status"] == "fail" and c["tier"] == "lossless"
+    ]
+    drop_in = [
+        CHECK_CODES.get(c["name"], c["name"])
+        for c in checks
+        if c["status"] == "fail" and c["tier"] != "lossless"
+    ]
+    if lossless:
+        return "FAIL " + ",".join(lossless + drop_in)
+    if drop_in:
+        return "lossless; not drop-in " + ",".join(drop_in)
+    return "pass"
+
+
 def _checks_table(records: list[Record], names: list[str]) -> str:
-    width = max(len(r["label"]) for r in records)
-    cell = 18
-    header = f"{'case'.ljust(width)}  " + "  ".join(n.ljust(cell) for n in names)
     legend = "failed checks: " + ", ".join(f"{code}={name}" for name, code in CHECK_CODES.items())
-    lines = [legend, header]
-    for record in records:
-        cells = []
-        for name in names:
-            checks = record["implementations"].get(name, {}).get("checks", [])
-            failed = [c["name"] for c in checks if c["status"] == "fail"]
-            if not checks:
-                text = "-"
-            elif failed:
-                text = "FAIL " + ",".join(CHECK_CODES.get(f, f) for f in failed)
-            else:
-                text = "pass"
-            cells.append(text.ljust(cell))
-        lines.append(f"{record['label'].ljust(width)}  " + "  ".join(cells))
-    return "\n".join(lines)
+    rows = [
+        [
+            record["label"],
+            *(_checks_cell(record["implementations"].get(n, {}).get("checks", [])) for n in names),
+        ]
+        for record in records
+    ]
+    return legend + "\n" + table(["case", *names], rows)
 
 
-def comparison_sections(records: list[Record], *, require_coverage: bool) -> list[Section]:
-    """Verdict sections: fixed, legacy (ledger), reference, then every extra implementation."""
+def comparison_sections(
+    records: list[Record], *, require_coverage: bool, roles: Roles | None = None
+) -> list[Section]:
+    """Verdict sections: fixed, the pair's ledger, reference, then every other
+    implementation, each held to what its role requires."""
+    roles = roles or Roles()
     names = list(records[0]["implementations"]) if records else []
     sections: list[Section] = []
-    if FIXED in names:
-        sections.append(_clean_section(FIXED, records, title="Fixed sampler"))
-    if LEGACY in names and FIXED in names:
-        sections.append(_ledger_section(records, require_coverage=require_coverage))
-    if REFERENCE in names:
-        sections.append(_clean_section(REFERENCE, records, title="Reference oracle"))
-    for name in names:
-        if name not in (FIXED, LEGACY, REFERENCE):
-            sections.append(_clean_section(name, records, title=f"Implementation {name}"))
+    titles = {FIXED: "Fixed sampler", REFERENCE: "Reference oracle"}
+    ordered = [n for n in (FIXED, REFERENCE) if n in names]
+    ordered += [n for n in names if n not in ordered]
+    for name in ordered:
+        if name == roles.buggy and name not in roles.expect_fail:
+            continue
+        title = titles.get(name, f"Implementation {name}")
+        sections.append(_verdict_section(name, records, roles=roles, title=title))
+    if roles.buggy in names and roles.fixed in names:
+        index = 1 if sections and sections[0].title == titles[FIXED] else 0
+        sections.insert(
+            index, _ledger_section(records, require_coverage=require_coverage, roles=roles)
+        )
     if records:
+        sections.append(
+            Section(
+                title="Verdicts per implementation",
+                ok=True,
+                verdict="",
+                text=_verdicts_table(records, roles=roles),
+            )
+        )
         sections.append(
             Section(
                 title="Checks per implementation",
@@ -307,3 +397,48 @@ def comparison_sections(records: list[Record], *, require_coverage: bool) -> lis
             )
         )
     return sections
+
+
+def _role(name: str, roles: Roles) -> tuple[str, str]:
+    """``(role, what it is held to)`` of one implementation."""
+    if name in roles.expect_fail:
+        return "expected to fail", "fails a lossless check"
+    if name == roles.buggy:
+        return f"buggy side of the pair with {roles.fixed}", "the divergence ledger"
+    if name == roles.fixed:
+        return f"fixed side of the pair with {roles.buggy}", roles.requirement(name)
+    return "judged", roles.requirement(name)
+
+
+def _verdicts_table(records: list[Record], *, roles: Roles) -> str:
+    """Implementation, role, requirement, the two verdicts, and why not drop-in."""
+    rows = []
+    for name in records[0]["implementations"]:
+        verdict = implementation_verdict(records, name)
+        role, required = _role(name, roles)
+        rows.append(
+            [
+                name,
+                role,
+                required,
+                "yes" if verdict.lossless else "NO",
+                "yes" if verdict.drop_in else "no",
+                verdict.summary()[:120],
+            ]
+        )
+    header = ["implementation", "role", "held to", "lossless", "drop-in", "verdict"]
+    return table(header, rows)
+
+
+def verdicts_json(records: list[Record], *, roles: Roles) -> dict[str, Any]:
+    """Per implementation: its two verdicts, its role and what it is held to; the roles."""
+    names = list(records[0]["implementations"]) if records else []
+    implementations = {}
+    for name in names:
+        role, required = _role(name, roles)
+        implementations[name] = {
+            **implementation_verdict(records, name).to_json(),
+            "role": role,
+            "held_to": required,
+        }
+    return {"roles": roles.to_json(), "implementations": implementations}

@@ -1,10 +1,13 @@
-"""Observation of one sampler call: ATen operators, noise drawn, Markov walks.
+"""Observation of one sampler run: ATen operators, every random draw, Markov walks.
 
 Two instruments, both exact and deterministic on any device:
 
-- ``DispatchObserver``: a ``TorchDispatchMode`` that counts every ATen operator
-  and intercepts ``exponential_`` to record the noise the sampler drew;
-- ``HeadObserver``: wraps the Markov head's entry points on the instance for the
+- ``DispatchObserver``: a ``TorchDispatchMode`` that counts every ATen operator of
+  the call and records every random operator (``exponential_``, ``uniform_``,
+  ``normal_``, ``bernoulli_``, ``random_``, ``multinomial``, ``rand``/``randn``/
+  ``randint`` and their ``_like`` forms, with or without a generator) in every phase
+  of a run — construction, staging and the call — by calls and elements per op;
+- ``observe_head``: wraps the Markov head's entry points on the instance for the
   duration of a call, counting walks, fused greedy calls, head steps and step
   sampler calls, and keeping the tokens each walk returned.
 """
@@ -16,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -24,32 +27,89 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from reference import MarkovHead
 from reference.step_samplers import StepSampler
 
+Phase = Literal["construction", "staging", "call"]
+NOISE_OP = "exponential_"  # the one random op a drop-in sampler uses
+RANDOM_OPS = frozenset(
+    {
+        "exponential_",
+        "uniform_",
+        "normal_",
+        "normal",
+        "bernoulli_",
+        "bernoulli",
+        "random_",
+        "multinomial",
+        "rand",
+        "randn",
+        "randint",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+        "randperm",
+        "poisson",
+        "cauchy_",
+        "geometric_",
+        "log_normal_",
+        "native_dropout",
+    }
+)
+
+
+@dataclass(frozen=True)
+class RandomDraw:
+    """One random operator's output: which op, in which phase, and what it drew."""
+
+    op: str
+    phase: Phase
+    shape: tuple[int, ...]
+    values: torch.Tensor | None  # a copy, when draws are recorded
+
+    @property
+    def elements(self) -> int:
+        return int(torch.Size(self.shape).numel())
+
+    def describe(self) -> str:
+        return f"{self.op} {list(self.shape)} ({self.phase})"
+
+
+_dynamo_imported = False
+
 
 def _import_dynamo_leaving_environment_as_found() -> None:
     """Entering a dispatch mode imports ``torch._dynamo`` once per process, and that
-    import writes ``TORCHINDUCTOR_CACHE_DIR``; import it here and undo the write."""
+    import writes ``TORCHINDUCTOR_CACHE_DIR``; import it on first use and undo the write."""
+    global _dynamo_imported
+    if _dynamo_imported:
+        return
     environment = dict(os.environ)
     import torch._dynamo  # noqa: F401
 
     os.environ.clear()
     os.environ.update(environment)
-
-
-_import_dynamo_leaving_environment_as_found()
-
-_EXPONENTIAL = torch.ops.aten.exponential_.default
+    _dynamo_imported = True
 
 
 class DispatchObserver(TorchDispatchMode):
-    """Counts ATen operators by name and records every ``exponential_`` draw."""
+    """Counts the call's ATen operators by name and records every random draw.
 
-    def __init__(self, *, record_noise: bool) -> None:
+    ``phase`` says what the sampler is doing; operators are counted only in the
+    ``"call"`` phase (the work of one proposal), random draws in every phase.
+    """
+
+    def __init__(self, *, record_noise: bool, phase: Phase = "call") -> None:
+        _import_dynamo_leaving_environment_as_found()
         super().__init__()
         self.record_noise = record_noise
+        self.phase: Phase = phase
         self.op_counts: Counter[str] = Counter()
-        self.noise_calls = 0
-        self.noise_elements = 0
-        self.noise_draws: list[torch.Tensor] = []
+        self.draws: list[RandomDraw] = []
+
+    @contextmanager
+    def in_phase(self, phase: Phase) -> Iterator[None]:
+        """Observe ``phase`` (the mode is entered and left around it)."""
+        self.phase = phase
+        with self:
+            yield
 
     def __torch_dispatch__(
         self,
@@ -59,13 +119,46 @@ class DispatchObserver(TorchDispatchMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         result = func(*args, **(kwargs or {}))
-        self.op_counts[str(func.overloadpacket)] += 1
-        if func is _EXPONENTIAL:
-            self.noise_calls += 1
-            self.noise_elements += args[0].numel()
-            if self.record_noise:
-                self.noise_draws.append(args[0].detach().clone())
+        name = func.overloadpacket.__name__
+        if self.phase == "call":
+            self.op_counts[str(func.overloadpacket)] += 1
+        if name in RANDOM_OPS:
+            drawn = args[0] if name.endswith("_") else result
+            if isinstance(drawn, tuple):  # native_dropout: (output, mask)
+                drawn = drawn[0]
+            values = drawn.detach().clone() if self.record_noise else None
+            self.draws.append(RandomDraw(name, self.phase, tuple(drawn.shape), values))
         return result
+
+    # -- views of the record ---------------------------------------------------------------
+    def draws_in(self, *phases: Phase) -> list[RandomDraw]:
+        return [d for d in self.draws if d.phase in phases]
+
+    @property
+    def noise_calls(self) -> int:
+        """``exponential_`` calls during the call."""
+        return sum(1 for d in self.draws_in("call") if d.op == NOISE_OP)
+
+    @property
+    def noise_elements(self) -> int:
+        return sum(d.elements for d in self.draws_in("call") if d.op == NOISE_OP)
+
+    @property
+    def noise_draws(self) -> list[torch.Tensor]:
+        """The values of the call's ``exponential_`` draws (when recorded)."""
+        return [
+            d.values for d in self.draws_in("call") if d.op == NOISE_OP and d.values is not None
+        ]
+
+
+def rng_consumption(draws: list[RandomDraw]) -> dict[str, dict[str, list[int]]]:
+    """``{phase: {op: [calls, elements]}}`` of a list of draws, in a stable order."""
+    table: dict[str, dict[str, list[int]]] = {}
+    for draw in draws:
+        entry = table.setdefault(draw.phase, {}).setdefault(draw.op, [0, 0])
+        entry[0] += 1
+        entry[1] += draw.elements
+    return {phase: dict(sorted(ops.items())) for phase, ops in table.items()}
 
 
 @dataclass

@@ -1,8 +1,10 @@
 """Reproducers: find the smallest failing case for an implementation, write it, replay it.
 
-A repro file holds the case, where the implementation came from, the checks it
-failed (names, details, positions) and digests of its output buffers. Replaying
-runs the case again and says whether the result is identical.
+A repro file holds the case, where the implementation came from, the check it
+was minimised for (or none: the first failing one), the checks it failed (names,
+details, positions) and digests of its output buffers. Replaying runs the case
+again, with the recorded implementation or another one, says whether the result
+is identical and whether the implementation now passes.
 """
 
 from __future__ import annotations
@@ -43,8 +45,12 @@ class Outcome:
 
     @property
     def signature(self) -> str:
-        """What shrinking must preserve: the first failing check."""
+        """What shrinking preserves by default: the first failing check."""
         return self.failures[0][0] if self.failures else ""
+
+    def fails(self, check: str | None) -> bool:
+        """Whether it fails ``check`` (any check when ``None``)."""
+        return any(name == check for name, _, _ in self.failures) if check else self.failing
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -132,18 +138,27 @@ def _smaller(case: Case) -> Iterator[Case]:
 
 
 def shrink(
-    case: Case, implementation: Implementation, *, progress: Progress | None = None
+    case: Case,
+    implementation: Implementation,
+    *,
+    check: str | None = None,
+    progress: Progress | None = None,
 ) -> tuple[Case, Outcome]:
-    """Greedy shrinking: take any smaller case that fails with the same first check."""
+    """Greedy shrinking: take any smaller case that still fails ``check`` (default: with
+    the same first failing check)."""
     outcome = outcome_of(case, implementation)
-    if not outcome.failing:
-        raise ValueError(f"{implementation.name} does not fail on {case.label()}")
+    if not outcome.fails(check):
+        raise ValueError(
+            f"{implementation.name} does not fail {check or 'a check'} on {case.label()}"
+        )
+    kept = check or outcome.signature
     improved = True
     while improved:
         improved = False
         for candidate in _smaller(case):
             candidate_outcome = outcome_of(candidate, implementation)
-            if candidate_outcome.failing and candidate_outcome.signature == outcome.signature:
+            still = candidate_outcome.fails(check) if check else candidate_outcome.signature == kept
+            if candidate_outcome.failing and still:
                 case, outcome, improved = candidate, candidate_outcome, True
                 if progress is not None:
                     progress(f"shrunk to {case.label()}")
@@ -152,18 +167,23 @@ def shrink(
 
 
 def find_smallest_failure(
-    cases: list[Case], implementation: Implementation, *, progress: Progress | None = None
+    cases: list[Case],
+    implementation: Implementation,
+    *,
+    check: str | None = None,
+    progress: Progress | None = None,
 ) -> tuple[Case, Outcome] | None:
-    """The smallest failing case among ``cases``, shrunk further; None if all pass."""
+    """The smallest case among ``cases`` failing ``check`` (any check when ``None``),
+    shrunk further; None if none does."""
     failing = []
     for case in cases:
         if progress is not None:
             progress(f"trying {case.label()}")
-        if outcome_of(case, implementation).failing:
+        if outcome_of(case, implementation).fails(check):
             failing.append(case)
     if not failing:
         return None
-    return shrink(min(failing, key=_size), implementation, progress=progress)
+    return shrink(min(failing, key=_size), implementation, check=check, progress=progress)
 
 
 def implementation_spec(implementation: Implementation) -> str:
@@ -182,19 +202,35 @@ def resolve_implementation(spec: str) -> Implementation:
 
 
 def write_repro(
-    path: Path, *, case: Case, implementation: Implementation, outcome: Outcome
+    path: Path,
+    *,
+    case: Case,
+    implementation: Implementation,
+    outcome: Outcome,
+    check: str | None = None,
 ) -> None:
     data = {
         "schema": REPRO_SCHEMA,
         "schema_version": REPRO_SCHEMA_VERSION,
         "implementation": implementation_spec(implementation),
+        "check": check,
         "case": case.to_json_dict(),
         "outcome": outcome.to_json(),
     }
     write_atomically(path, json.dumps(data, indent=2) + "\n")
 
 
-def read_repro(path: Path) -> tuple[Case, str, Outcome]:
+@dataclass(frozen=True)
+class Repro:
+    """A repro file's content."""
+
+    case: Case
+    spec: str  # where the implementation came from
+    outcome: Outcome
+    check: str | None  # the check it was minimised for; None: the first failing one
+
+
+def read_repro(path: Path) -> Repro:
     """Read a repro file; malformed or newer-schema files raise ``CaseError``."""
     try:
         data = json.loads(path.read_text())
@@ -214,6 +250,9 @@ def read_repro(path: Path) -> tuple[Case, str, Outcome]:
         case = Case.from_json_dict(data["case"])
         spec = str(data["implementation"])
         outcome = Outcome.from_json(data["outcome"])
+        check = data.get("check")
     except (KeyError, TypeError) as error:
         raise CaseError(f"{path}: malformed repro file ({error!r})") from None
-    return case, spec, outcome
+    if check is not None and not isinstance(check, str):
+        raise CaseError(f"{path}: malformed repro file (check must be a name, got {check!r})")
+    return Repro(case=case, spec=spec, outcome=outcome, check=check)

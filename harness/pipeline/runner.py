@@ -1,8 +1,11 @@
 """Run implementations side by side on one case, from the same RNG state.
 
-For each implementation the runner builds a sampler over the case's shared
-inputs, stages the sampling parameters, forks the device RNG, seeds it with the
-case seed, runs one call under the observers and copies the output buffers out.
+For each implementation the runner forks the device RNG and seeds it with the
+case seed, builds a sampler over the case's shared inputs, poisons its output
+buffers with sentinels, stages the sampling parameters and runs one call — the
+server's protocol: staging before every call — all under the observers, then
+copies the live batch out and notes any write past it. Cases with sampled rows
+get a second staged call on the same inputs (each call must draw fresh noise).
 The caller's RNG state is restored afterwards. An implementation that raises is
 a recorded result, never a crash of the harness.
 """
@@ -21,7 +24,13 @@ from typing import Any
 import torch
 
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
-from harness.pipeline.observe import DispatchObserver, HeadCounts, observe_head
+from harness.pipeline.observe import (
+    DispatchObserver,
+    HeadCounts,
+    RandomDraw,
+    observe_head,
+    rng_consumption,
+)
 from harness.plugins.construct import bind_constructor, construct_sampler
 from harness.plugins.implementations import Implementation
 from reference import BlockInputs
@@ -50,6 +59,7 @@ class WorkCounts:
     noise_calls: int = 0
     noise_elements: int = 0
     op_counts: dict[str, int] = field(default_factory=dict)
+    rng: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # phase: op: [calls, n]
 
     @property
     def total_ops(self) -> int:
@@ -68,6 +78,10 @@ class ImplResult:
     noise_draws: list[torch.Tensor] = field(default_factory=list)  # each [bs, V]
     walk_tokens: list[torch.Tensor] = field(default_factory=list)  # tokens of each walk
     work: WorkCounts = field(default_factory=WorkCounts)
+    random_draws: list[RandomDraw] = field(default_factory=list)  # every phase, in order
+    outside_writes: dict[str, int] = field(default_factory=dict)  # buffer: entries written
+    mutated_inputs: list[str] = field(default_factory=list)  # inputs the call changed
+    second_call: ImplResult | None = None  # the next staged call on the same inputs
 
     @property
     def ok(self) -> bool:
@@ -193,7 +207,7 @@ def read_outputs(sampler: object, case: Case, result: ImplResult) -> None:
         result.confidence = confidence[: case.bs].clone()
 
 
-def build_sampler(
+def construct_for_case(
     sampler_class: type[Any],
     *,
     case: Case,
@@ -201,11 +215,11 @@ def build_sampler(
     model: torch.nn.Module | None = None,
 ) -> Any:
     """A sampler for the case, constructed in the class's own calling convention
-    (``harness.plugins.construct``), with its sampling parameters staged.
+    (``harness.plugins.construct``); nothing staged yet.
 
     ``model`` replaces the case's model (timing swaps in precomputed base logits).
     """
-    sampler = construct_sampler(
+    return construct_sampler(
         bind_constructor(sampler_class),
         model=inputs.model if model is None else model,
         gamma=case.gamma,
@@ -215,8 +229,78 @@ def build_sampler(
         folded_sampling=case.folded_sampling,
         fused_greedy=case.fused_greedy,
     )
+
+
+def build_sampler(
+    sampler_class: type[Any],
+    *,
+    case: Case,
+    inputs: CaseInputs,
+    model: torch.nn.Module | None = None,
+) -> Any:
+    """``construct_for_case`` with the case's sampling parameters staged once."""
+    sampler = construct_for_case(sampler_class, case=case, inputs=inputs, model=model)
     sampler.stage_sampling_params(bs=case.bs, sampling_info=inputs.sampling_info)
     return sampler
+
+
+def outside_batch_writes(sampler: object, case: Case) -> dict[str, int]:
+    """Entries past the live batch (other graph buckets' rows) that lost their sentinel."""
+    rows = case.bs * case.gamma
+    written: dict[str, int] = {}
+    for name, live in (("out", rows), ("corrected_out", rows), ("confidence_out", case.bs)):
+        buffer = _read_buffer(sampler, name)
+        if buffer is None or buffer.shape[0] <= live:
+            continue
+        tail = buffer[live:]
+        intact = tail == TOKEN_SENTINEL if name == "out" else torch.isnan(tail)
+        changed = int((~intact).sum())
+        if changed:
+            written[name] = changed
+    return written
+
+
+def restore_changed_inputs(inputs: CaseInputs, pristine: dict[str, torch.Tensor]) -> list[str]:
+    """The inputs that differ from their pristine copies, each put back as it was."""
+    changed = []
+    for name, before in pristine.items():
+        now: torch.Tensor = getattr(inputs, name)
+        if now.shape != before.shape or not torch.equal(now, before):
+            changed.append(name)
+            if now.shape == before.shape:  # the next implementation sees pristine inputs
+                now.copy_(before)
+    return changed
+
+
+def _observed_call(
+    sampler: Any,
+    *,
+    case: Case,
+    inputs: CaseInputs,
+    dispatch: DispatchObserver,
+    result: ImplResult,
+    time_limit_s: float | None,
+) -> None:
+    """Stage, then call, under the observers (the server stages before every replay)."""
+    head_counts = HeadCounts()
+    pristine = {
+        "hidden_states": inputs.hidden_states.clone(),
+        "input_ids": inputs.input_ids.clone(),
+    }
+    try:
+        with time_limit(time_limit_s):
+            with dispatch.in_phase("staging"):
+                sampler.stage_sampling_params(bs=case.bs, sampling_info=inputs.sampling_info)
+            with observe_head(inputs.model.markov_head) as head_counts, dispatch.in_phase("call"):
+                sampler(inputs.hidden_states, inputs.input_ids)
+    finally:
+        result.work = work_counts(head_counts, dispatch)
+        result.noise_draws = dispatch.noise_draws
+        result.random_draws = list(dispatch.draws)
+        result.walk_tokens = head_counts.walk_tokens
+        result.mutated_inputs = restore_changed_inputs(inputs, pristine)
+    read_outputs(sampler, case, result)
+    result.outside_writes = outside_batch_writes(sampler, case)
 
 
 def run_implementation(
@@ -227,24 +311,36 @@ def run_implementation(
     record_noise: bool = True,
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
 ) -> ImplResult:
-    """One call of one implementation on the case, observed and time-limited."""
+    """Construction, staging and one call of one implementation on the case, observed
+    and time-limited; with sampled rows, a second staged call in ``second_call``."""
     result = ImplResult(name=implementation.name)
-    head = inputs.model.markov_head
     device = torch.device(case.device)
     try:
-        sampler = build_sampler(implementation.sampler_class, case=case, inputs=inputs)
-        fill_sentinels(sampler)
-        dispatch = DispatchObserver(record_noise=record_noise)
-        head_counts = HeadCounts()
         with same_rng_start(device, case.seed), torch.inference_mode():
-            try:
-                with time_limit(time_limit_s), observe_head(head) as head_counts, dispatch:
-                    sampler(inputs.hidden_states, inputs.input_ids)
-            finally:
-                result.work = work_counts(head_counts, dispatch)
-                result.noise_draws = dispatch.noise_draws
-                result.walk_tokens = head_counts.walk_tokens
-        read_outputs(sampler, case, result)
+            dispatch = DispatchObserver(record_noise=record_noise)
+            with time_limit(time_limit_s), dispatch.in_phase("construction"):
+                sampler = construct_for_case(implementation.sampler_class, case=case, inputs=inputs)
+            fill_sentinels(sampler)
+            _observed_call(
+                sampler,
+                case=case,
+                inputs=inputs,
+                dispatch=dispatch,
+                result=result,
+                time_limit_s=time_limit_s,
+            )
+            if case.has_sampled_rows:
+                second = ImplResult(name=implementation.name)
+                fill_sentinels(sampler)
+                _observed_call(
+                    sampler,
+                    case=case,
+                    inputs=inputs,
+                    dispatch=DispatchObserver(record_noise=record_noise),
+                    result=second,
+                    time_limit_s=time_limit_s,
+                )
+                result.second_call = second
     except Exception as error:  # the implementation under test failed: record, go on
         result.error = raised_error(error)
     return result
@@ -259,6 +355,7 @@ def work_counts(head_counts: HeadCounts, dispatch: DispatchObserver) -> WorkCoun
         noise_calls=dispatch.noise_calls,
         noise_elements=dispatch.noise_elements,
         op_counts=dict(sorted(dispatch.op_counts.items())),
+        rng=rng_consumption(dispatch.draws),
     )
 
 

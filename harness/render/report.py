@@ -77,7 +77,11 @@ def report_json(
     sections: list[Section],
     cases: list[dict[str, Any]],
     timing: dict[str, float],
+    verdicts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The machine-readable report; ``verdicts`` (per implementation: lossless, drop-in,
+    what its role requires) when the command judged implementations."""
+    extra = {} if verdicts is None else {"verdicts": verdicts}
     return {
         "schema": REPORT_SCHEMA,
         "schema_version": REPORT_SCHEMA_VERSION,
@@ -85,6 +89,7 @@ def report_json(
         "seed": seed,
         "device": device,
         "ok": overall_ok(sections),
+        **extra,
         "environment": environment(),
         "sections": [
             {
@@ -123,11 +128,18 @@ def emit_report(
     sections: list[Section],
     cases: list[dict[str, Any]],
     timing: dict[str, float],
+    verdicts: dict[str, Any] | None = None,
 ) -> bool:
     """Write ``COMMAND.{json,md,txt}`` under ``out_dir``, print the text (or the JSON),
     and say whether every section holds."""
     data = report_json(
-        command=command, seed=seed, device=device, sections=sections, cases=cases, timing=timing
+        command=command,
+        seed=seed,
+        device=device,
+        sections=sections,
+        cases=cases,
+        timing=timing,
+        verdicts=verdicts,
     )
     text = render_text(heading=heading, sections=sections)
     markdown = render_markdown(heading=heading, sections=sections)

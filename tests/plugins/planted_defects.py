@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from reference import greedy_step
+from reference import exponential_race, folded_race_sampler, greedy_step
 from reference.sampler_base import DraftSamplerBase
 from reference.step_samplers import StepSampler
 
@@ -64,7 +64,8 @@ class LogSoftmaxCorrectedSampler(_SingleWalk):
 
 class NoiseRefreshSampler(_SingleWalk):
     """Redraws the noise buffer once more after the walk ("ready for the next call"):
-    ``gamma + 1`` draws per call, the tokens untouched."""
+    ``gamma + 1`` draws per call, the tokens untouched, the draws no longer the
+    reference's budget."""
 
     def after_walk(self, block: object, tokens: torch.Tensor) -> None:
         assert self.exp_noise is not None
@@ -103,9 +104,42 @@ class WarmupWalkSampler(_SingleWalk):
         super().__call__(hidden_states, input_ids)
 
 
-class RngConsumingSampler(_SingleWalk):
-    """Draws from the generator before the walk (a random tie-break seed): lossless and
-    self-consistent, but not the reference's tokens from the same RNG start."""
+class GreedyRowsRacedSampler(_SingleWalk):
+    """Ignores the greedy mask in a folded batch: greedy rows race on noise like sampled
+    ones, so a greedy row can emit a token that is not its argmax."""
 
-    def before_walk(self, bs: int) -> None:
-        torch.rand(bs, device=self.out.device)
+    def walk_sampler(self, bs: int) -> StepSampler:
+        if not self.folded_sampling:
+            return self.step_sampler(bs)
+        assert self.exp_noise is not None
+        return folded_race_sampler(
+            noise_buffer=self.exp_noise[:bs],
+            temperatures=self.temperatures[:bs],
+            greedy_mask=torch.zeros_like(self.greedy_mask[:bs]),  # planted: no greedy rows
+        )
+
+
+class PrivateGeneratorSampler(_SingleWalk):
+    """Draws its ``gamma`` noise tensors from a private generator seeded once: lossless,
+    self-consistent, fresh on every call and within the noise budget, but not the
+    reference's tokens from the same RNG start."""
+
+    def walk_sampler(self, bs: int) -> StepSampler:
+        if not self.folded_sampling:
+            return self.step_sampler(bs)
+        if not hasattr(self, "generator"):
+            self.generator = torch.Generator(device=self.device).manual_seed(20260829)
+        noise, generator = self.exp_noise, self.generator
+        assert noise is not None
+
+        def sample_step(step_logits: torch.Tensor, step_idx: int) -> torch.Tensor:
+            del step_idx
+            noise[:bs].exponential_(generator=generator)
+            return exponential_race(
+                step_logits,
+                temperatures=self.temperatures[:bs],
+                greedy_mask=self.greedy_mask[:bs],
+                noise=noise[:bs],
+            )
+
+        return sample_step

@@ -1,0 +1,59 @@
+"""``python -m harness compare``: chosen cases and implementations side by side."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from harness.cli.emit import emit
+from harness.cli.exit_codes import ExitCode
+from harness.cli.options import (
+    add_resume_option,
+    add_role_options,
+    add_selection_options,
+    journal_path,
+    judged_implementations,
+)
+from harness.pipeline.case import Case
+from harness.pipeline.compare import compare, comparison_sections, verdicts_json
+from harness.pipeline.matrix import standard_matrix
+from harness.plugins.implementations import parse_names
+from harness.render.progress import progress_printer
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_selection_options(parser, verb="run")
+    add_role_options(parser)
+    add_resume_option(parser)
+
+
+def command(args: argparse.Namespace) -> ExitCode:
+    implementations, roles = judged_implementations(args, parse_names(args.only))
+    if args.case:
+        cases = [Case.load(path) for path in args.case]
+        if args.device != "cpu":
+            cases = [c.with_changes(device=args.device) for c in cases]
+    else:
+        cases = standard_matrix(seed=args.seed, device=args.device)
+    started = time.perf_counter()
+    records = compare(
+        cases,
+        implementations,
+        require_observable=not args.case,
+        progress=progress_printer(quiet=args.quiet),
+        time_limit_s=args.time_limit,
+        journal=journal_path(args.out_dir, command="compare"),
+        resume=args.resume,
+        pair=roles.pair,
+    )
+    sections = comparison_sections(records, require_coverage=not args.case, roles=roles)
+    heading = f"DSpark draft-sampler harness: compare ({len(cases)} cases, {args.device})"
+    return emit(
+        args,
+        command="compare",
+        heading=heading,
+        sections=sections,
+        cases=records,
+        timing={"compare_s": round(time.perf_counter() - started, 3)},
+        verdicts=verdicts_json(records, roles=roles),
+    )

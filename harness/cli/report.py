@@ -1,0 +1,113 @@
+"""``python -m harness [report]``: the main job on the embedded default.
+
+The standard matrix for every implementation (checks, verdicts, the divergence
+ledger between the pair), the statistical oracle and the eliminated work, in one
+report; ``report-power.png`` beside it when matplotlib is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from harness.cli.emit import emit
+from harness.cli.exit_codes import ExitCode
+from harness.cli.options import (
+    add_impl_option,
+    add_resume_option,
+    add_role_options,
+    journal_path,
+    judged_implementations,
+)
+from harness.io.files import write_atomically
+from harness.pipeline.compare import compare, comparison_sections, verdicts_json
+from harness.pipeline.matrix import standard_matrix
+from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
+from harness.render.figures import PLOT_EXTRA_HINT
+from harness.render.progress import Progress, progress_printer
+from harness.render.sections import Section
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_impl_option(parser)
+    add_role_options(parser)
+    add_resume_option(parser)
+    parser.add_argument("--no-stats", action="store_true", help="skip the statistical oracle")
+    parser.add_argument("--no-work", action="store_true", help="skip the eliminated-work section")
+
+
+def command(args: argparse.Namespace) -> ExitCode:
+    progress = progress_printer(quiet=args.quiet)
+    started = time.perf_counter()
+    cases = standard_matrix(seed=args.seed, device=args.device)
+    implementations, roles = judged_implementations(args, list(BUILTIN_IMPLEMENTATIONS))
+    records = compare(
+        cases,
+        implementations,
+        require_observable=True,
+        pair=roles.pair,
+        progress=progress,
+        time_limit_s=args.time_limit,
+        journal=journal_path(args.out_dir, command="report"),
+        resume=args.resume,
+    )
+    timing = {"matrix_s": round(time.perf_counter() - started, 3)}
+    sections = comparison_sections(records, require_coverage=True, roles=roles)
+    if not args.no_stats:
+        from harness.oracles import section as stats
+
+        progress("statistical oracle ...")
+        started = time.perf_counter()
+        sections.insert(
+            -1,
+            stats.report_section(
+                seed=args.seed,
+                progress=progress,
+                device=args.device,
+                implementations=implementations,
+                time_limit_s=args.time_limit,
+            ),
+        )
+        timing["stats_s"] = round(time.perf_counter() - started, 3)
+    if not args.no_work:
+        from harness.measure import work_report
+
+        progress("eliminated work ...")
+        started = time.perf_counter()
+        sections.insert(-1, work_report.report_section(seed=args.seed, progress=progress))
+        timing["work_s"] = round(time.perf_counter() - started, 3)
+    heading = (
+        f"DSpark draft-sampler harness: standard matrix ({len(cases)} cases, "
+        f"seed {args.seed}, {args.device})"
+    )
+    write_power_plot(args.out_dir, sections, progress=progress)
+    return emit(
+        args,
+        command="report",
+        heading=heading,
+        sections=sections,
+        cases=records,
+        timing=timing,
+        verdicts=verdicts_json(records, roles=roles),
+    )
+
+
+def write_power_plot(out_dir: Path, sections: list[Section], *, progress: Progress) -> None:
+    """The statistical section's power curves as ``report-power.png``, when they ran and
+    matplotlib (the ``plot`` extra) is installed; otherwise the section's evidence and
+    the progress say the PNG was skipped."""
+    section = next((s for s in sections if s.data.get("power_curves")), None)
+    if section is None:
+        return
+    from harness.oracles.section import power_curves_png
+
+    path = out_dir / "report-power.png"
+    png = power_curves_png(section.data["power_curves"])
+    if png is None:
+        note = f"{path.name} skipped: {PLOT_EXTRA_HINT}"
+        section.append(note)
+        progress(note)
+        return
+    write_atomically(path, png)
+    progress(f"written: {path}")

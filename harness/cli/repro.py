@@ -1,0 +1,127 @@
+"""``python -m harness repro``: write the smallest failing case to a file, or replay one.
+
+With ``--out FILE``: find a failing case of the standard matrix (of ``--check NAME``
+when given), shrink it and write it. With ``FILE``: replay it with its recorded
+implementation (or the one ``--impl`` names); exit 0 when that implementation now
+passes the recorded check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from harness.cli.emit import UsageError
+from harness.cli.exit_codes import ExitCode
+from harness.cli.options import add_impl_option, selected_implementations
+from harness.pipeline.matrix import standard_matrix
+from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS, builtin_implementations
+from harness.render.progress import progress_printer
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "With --out: find, shrink and write a failing case. With FILE: replay it "
+        "(with --impl, that implementation instead of the recorded one); exit 0 when the "
+        "implementation now passes."
+    )
+    add_impl_option(parser)
+    parser.add_argument("file", nargs="?", type=Path, help="a repro file to replay")
+    parser.add_argument("--out", type=Path, help="find, shrink and write a failing case here")
+    parser.add_argument(
+        "--target", help="implementation to reproduce (default: the --impl given, else legacy)"
+    )
+    parser.add_argument(
+        "--check",
+        metavar="NAME",
+        help="minimise a failure of this check (default: the first failing check)",
+    )
+
+
+def _replay(args: argparse.Namespace) -> ExitCode:
+    """Replay a repro file with its recorded implementation, or the one ``--impl`` names;
+    exit 0 when that implementation now passes."""
+    from harness.pipeline import repro
+
+    if args.out is not None:
+        raise UsageError("give either a repro FILE to replay or --out FILE, not both")
+    recorded = repro.read_repro(args.file)
+    if len(args.impl) > 1:
+        raise UsageError("replay takes at most one --impl (the implementation to replay)")
+    spec = args.impl[0] if args.impl else recorded.spec
+    implementation = repro.resolve_implementation(spec)
+    case = recorded.case
+    if args.device != "cpu":
+        case = case.with_changes(device=args.device)
+    now = repro.outcome_of(case, implementation)
+    identical = now == recorded.outcome
+    passes = not now.fails(recorded.check)
+    result = {
+        "case": case.label(),
+        "implementation": spec,
+        "check": recorded.check,
+        "identical": identical,
+        "failing": now.failing,
+        "passes": passes,
+        "outcome": now.to_json(),
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"replayed {spec} on {case.label()}")
+        same = "IDENTICAL to the recorded one" if identical else "DIFFERS from the recorded one"
+        print(f"result: {same}")
+        for name, detail, _ in now.failures:
+            print(f"  FAIL {name}: {detail}")
+        if passes:
+            what = f"the {recorded.check} check" if recorded.check else "every check"
+            print(f"  the implementation passes {what} on this case now")
+    return ExitCode.OK if passes else ExitCode.FAIL
+
+
+def command(args: argparse.Namespace) -> ExitCode:
+    from harness.pipeline import repro
+    from harness.pipeline.check_result import CHECK_TIERS
+
+    if args.file is not None:
+        return _replay(args)
+    if args.out is None:
+        raise UsageError("repro needs a FILE to replay or --out FILE to write one")
+    if args.check is not None and args.check not in CHECK_TIERS:
+        raise UsageError(f"--check must be one of {sorted(CHECK_TIERS)}, got {args.check!r}")
+    progress = progress_printer(quiet=args.quiet)
+    implementations = selected_implementations(args, [])
+    target = args.target or (implementations[0].name if len(implementations) == 1 else "legacy")
+    chosen = [i for i in implementations if i.name == target]
+    if not chosen:
+        if target not in BUILTIN_IMPLEMENTATIONS:
+            raise UsageError(f"--target {target!r} is neither built in nor given with --impl")
+        chosen = builtin_implementations((target,))
+    found = repro.find_smallest_failure(
+        standard_matrix(seed=args.seed, device=args.device),
+        chosen[0],
+        check=args.check,
+        progress=progress,
+    )
+    if found is None:
+        what = f"fails {args.check}" if args.check else "fails"
+        print(f"{target}: no case in the standard matrix {what}; nothing written")
+        return ExitCode.OK
+    case, outcome = found
+    repro.write_repro(
+        args.out, case=case, implementation=chosen[0], outcome=outcome, check=args.check
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {"file": str(args.out), "case": case.to_json_dict(), "outcome": outcome.to_json()},
+                indent=2,
+            )
+        )
+    else:
+        print(f"{target} fails on {case.label()}")
+        for name, detail, _ in outcome.failures:
+            print(f"  FAIL {name}: {detail}")
+        print(f"written: {args.out} (replay with: python -m harness repro {args.out})")
+    return ExitCode.FAIL

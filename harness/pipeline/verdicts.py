@@ -1,0 +1,166 @@
+"""The two verdicts and the roles that decide what each implementation must meet.
+
+Per case, an implementation is ``lossless`` when no lossless-tier check failed and
+``drop_in`` when, in addition, no drop-in-tier check failed (see
+``harness.pipeline.check_result``). Over a comparison it is lossless (drop-in) when
+it is so on every case. ``Roles`` says what each implementation is held to: the
+buggy side of the ``pair`` is held to the legacy ledger, an ``expect_fail`` one must
+fail a lossless check, the built-ins ``fixed`` and ``reference`` must be drop-in,
+and every other implementation must meet ``require``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from harness.pipeline.check_result import tier_of
+
+Requirement = Literal["lossless", "drop-in"]
+REQUIREMENTS: tuple[Requirement, ...] = ("lossless", "drop-in")
+ALWAYS_DROP_IN = ("fixed", "reference")  # built-ins held to drop-in whatever is required
+DEFAULT_PAIR = ("legacy", "fixed")
+Record = dict[str, Any]
+
+
+class RolesError(ValueError):
+    """Roles that name implementations not in the comparison, or leave nothing to judge."""
+
+
+def case_verdict(checks: Sequence[Record]) -> tuple[bool, bool]:
+    """``(lossless, drop_in)`` of one implementation's check records on one case."""
+    failed_tiers = {tier_of(c["name"]) for c in checks if c["status"] == "fail"}
+    lossless = "lossless" not in failed_tiers
+    return lossless, lossless and "drop_in" not in failed_tiers
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One implementation's two verdicts over a set of cases, with the evidence."""
+
+    name: str
+    lossless: bool
+    drop_in: bool
+    cases: int
+    failures: tuple[tuple[str, str, str, str], ...]  # (case label, check, tier, detail)
+    required: Requirement = "drop-in"  # what ``ok`` holds it to
+
+    @property
+    def reason(self) -> str:
+        """Why it is not lossless (else not drop-in): the first such failure."""
+        wanted = "lossless" if not self.lossless else "drop_in"
+        for label, check, tier, detail in self.failures:
+            if tier == wanted:
+                return f"{check}: {detail} ({label})"
+        return ""
+
+    def meets(self, requirement: Requirement) -> bool:
+        return self.drop_in if requirement == "drop-in" else self.lossless
+
+    @property
+    def ok(self) -> bool:
+        """Whether it meets ``required``."""
+        return self.meets(self.required)
+
+    def evidence(self) -> str:
+        """One line per failing check: ``case: check [tier]: detail``."""
+        return "\n".join(
+            f"{label}: {check} [{tier}]: {detail}" for label, check, tier, detail in self.failures
+        )
+
+    def summary(self) -> str:
+        """``"lossless and drop-in"``, ``"lossless; not drop-in: <reason>"`` or
+        ``"NOT lossless: <reason>"``."""
+        if self.drop_in:
+            return "lossless and drop-in"
+        if self.lossless:
+            return f"lossless; not drop-in: {self.reason}"
+        return f"NOT lossless: {self.reason}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lossless": self.lossless,
+            "drop_in": self.drop_in,
+            "cases": self.cases,
+            "summary": self.summary(),
+        }
+
+
+def implementation_verdict(records: Sequence[Record], name: str) -> Verdict:
+    """The verdicts of implementation ``name`` over every record that ran it."""
+    failures = []
+    lossless = drop_in = True
+    cases = 0
+    for record in records:
+        entry = record["implementations"].get(name)
+        if entry is None:
+            continue
+        cases += 1
+        case_lossless, case_drop_in = case_verdict(entry["checks"])
+        lossless &= case_lossless
+        drop_in &= case_drop_in
+        failures += [
+            (record["label"], c["name"], tier_of(c["name"]), c["detail"])
+            for c in entry["checks"]
+            if c["status"] == "fail"
+        ]
+    return Verdict(name, lossless, drop_in, cases, tuple(failures))
+
+
+@dataclass(frozen=True)
+class Roles:
+    """What each implementation of a comparison is held to."""
+
+    pair: tuple[str, str] = DEFAULT_PAIR
+    expect_fail: tuple[str, ...] = ()
+    require: Requirement = "drop-in"
+
+    def __post_init__(self) -> None:
+        if self.require not in REQUIREMENTS:
+            raise RolesError(f"require must be one of {REQUIREMENTS}, got {self.require!r}")
+        if len(self.pair) != 2 or self.pair[0] == self.pair[1]:
+            raise RolesError(f"the pair needs two different names BUGGY,FIXED, got {self.pair}")
+
+    @property
+    def buggy(self) -> str:
+        return self.pair[0]
+
+    @property
+    def fixed(self) -> str:
+        return self.pair[1]
+
+    def requirement(self, name: str) -> Requirement:
+        """What ``name`` must meet when it is judged by its checks."""
+        return "drop-in" if name in ALWAYS_DROP_IN else self.require
+
+    def judged_by_checks(self, name: str) -> bool:
+        """The pair's buggy side is judged by the ledger (and by ``expect_fail``) only."""
+        return name != self.buggy or name in self.expect_fail
+
+    def validate(self, names: Sequence[str]) -> None:
+        """Refuse roles naming absent implementations, and a comparison with nothing to
+        judge (no implementation judged by its checks, and no complete pair)."""
+        present = set(names)
+        unknown = [n for n in self.expect_fail if n not in present]
+        if unknown:
+            raise RolesError(
+                f"--expect-fail names implementations not in the comparison: {unknown}"
+            )
+        if self.pair != DEFAULT_PAIR:
+            missing = [n for n in self.pair if n not in present]
+            if missing:
+                raise RolesError(f"--pair names implementations not in the comparison: {missing}")
+        has_pair = self.buggy in present and self.fixed in present
+        if not has_pair and not any(self.judged_by_checks(n) for n in names):
+            raise RolesError(
+                f"nothing to judge: implementations {list(names)} "
+                f"(the buggy side {self.buggy!r} needs its pair {self.fixed!r})"
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pair": list(self.pair),
+            "expect_fail": list(self.expect_fail),
+            "require": self.require,
+        }

@@ -1,0 +1,141 @@
+"""The harness's checks as a library, for engineers who want them in their own suite.
+
+``check_sampler`` runs a sampler (a class, or a ``[NAME=]module:Class`` spec) next
+to the reference on the standard case matrix (or the cases given) and returns its
+two verdicts with the evidence; ``assert_lossless`` and ``assert_drop_in`` raise an
+``AssertionError`` that lists every failing check; ``case_strategy`` is a
+Hypothesis strategy of small valid cases. The command line calls the same code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from harness.pipeline.case import Case
+from harness.pipeline.verdicts import Requirement, Verdict
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+
+    from harness.plugins.implementations import Implementation
+
+__all__ = [
+    "Case",
+    "Verdict",
+    "assert_drop_in",
+    "assert_lossless",
+    "case_strategy",
+    "check_sampler",
+    "implementation_of",
+]
+
+
+def implementation_of(spec_or_class: str | type[Any]) -> Implementation:
+    """A sampler class, ``module:Class`` or ``NAME=module:Class`` as an implementation."""
+    from harness.plugins.implementations import (
+        Implementation,
+        check_sampler_class,
+        parse_impl_spec,
+    )
+
+    if inspect.isclass(spec_or_class):
+        spec = f"{spec_or_class.__module__}:{spec_or_class.__qualname__}"
+        sampler_class = check_sampler_class(spec_or_class, spec=spec)
+        return Implementation(spec_or_class.__name__, sampler_class, spec)
+    text = str(spec_or_class)
+    if "=" not in text.partition(":")[0]:  # no NAME=: name it after its class
+        text = f"{text.rpartition(':')[2].rpartition('.')[2]}={text}"
+    return parse_impl_spec(text)
+
+
+def check_sampler(
+    spec_or_class: str | type[Any],
+    *,
+    cases: Sequence[Case] | None = None,
+    require: Requirement = "drop-in",
+) -> Verdict:
+    """Run the sampler next to the reference on ``cases`` (default: the standard matrix);
+    its verdicts, with ``ok`` saying whether it meets ``require``."""
+    from harness.pipeline.compare import REFERENCE, compare
+    from harness.pipeline.matrix import standard_matrix
+    from harness.pipeline.verdicts import REQUIREMENTS, implementation_verdict
+    from harness.plugins.implementations import builtin_implementations
+
+    if require not in REQUIREMENTS:
+        raise ValueError(f"require must be one of {REQUIREMENTS}, got {require!r}")
+    implementation = implementation_of(spec_or_class)
+    if implementation.name == REFERENCE:
+        implementation = dataclasses.replace(implementation, name=f"{REFERENCE}-under-test")
+    records = compare(
+        list(standard_matrix() if cases is None else cases),
+        [*builtin_implementations((REFERENCE,)), implementation],
+        require_observable=False,
+    )
+    verdict = implementation_verdict(records, implementation.name)
+    return dataclasses.replace(verdict, required=require)
+
+
+def _assert(
+    spec_or_class: str | type[Any], *, cases: Sequence[Case] | None, require: Requirement
+) -> Verdict:
+    verdict = check_sampler(spec_or_class, cases=cases, require=require)
+    if not verdict.ok:
+        raise AssertionError(f"{verdict.name} is {verdict.summary()}\n{verdict.evidence()}")
+    return verdict
+
+
+def assert_lossless(
+    spec_or_class: str | type[Any], *, cases: Sequence[Case] | None = None
+) -> Verdict:
+    """Raise ``AssertionError`` (every failing check listed) unless the sampler is lossless."""
+    return _assert(spec_or_class, cases=cases, require="lossless")
+
+
+def assert_drop_in(
+    spec_or_class: str | type[Any], *, cases: Sequence[Case] | None = None
+) -> Verdict:
+    """Raise ``AssertionError`` unless the sampler is lossless and drop-in."""
+    return _assert(spec_or_class, cases=cases, require="drop-in")
+
+
+def case_strategy(
+    *,
+    max_bs: int = 4,
+    max_gamma: int = 5,
+    vocab_sizes: tuple[int, int] = (2, 300),
+    dtypes: Sequence[str] = ("float32",),
+) -> SearchStrategy[Case]:
+    """Small valid cases: every head kind and anchor layout, folded or greedy fold, the
+    fused flag, per-row temperatures and greedy rows, confidence, rows past the batch."""
+    from hypothesis import strategies as st
+
+    from reference import HEAD_KINDS
+
+    @st.composite
+    def draw_case(draw: Any) -> Case:
+        bs = draw(st.integers(1, max_bs))
+        folded = draw(st.booleans())
+        return Case(
+            bs=bs,
+            gamma=draw(st.integers(1, max_gamma)),
+            vocab_size=draw(st.integers(*vocab_sizes)),
+            hidden_size=draw(st.integers(1, 32)),
+            markov_rank=draw(st.integers(1, 8)),
+            head_kind=draw(st.sampled_from(HEAD_KINDS)),
+            sample_from_anchor=draw(st.booleans()),
+            dtype=draw(st.sampled_from(tuple(dtypes))),
+            folded_sampling=folded,
+            fused_greedy=not folded and draw(st.booleans()),
+            temperatures=tuple(
+                draw(st.lists(st.sampled_from((0.0, 0.5, 1.0, 1.7)), min_size=bs, max_size=bs))
+            ),
+            greedy_rows=tuple(draw(st.lists(st.booleans(), min_size=bs, max_size=bs))),
+            confidence=draw(st.booleans()),
+            max_bs=bs + draw(st.integers(0, 2)),
+            seed=draw(st.integers(0, 2**16)),
+        )
+
+    return draw_case()

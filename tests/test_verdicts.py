@@ -1,0 +1,127 @@
+"""The two verdicts: each new lossless check fails exactly on its planted defect, correct
+samplers of other designs are lossless and not drop-in (with the reason), and the
+built-in fixed sampler is drop-in clean."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.pipeline.case import Case, make_case
+from harness.pipeline.check_result import CHECK_TIERS
+from harness.pipeline.compare import evaluate_run
+from harness.pipeline.matrix import standard_matrix
+from harness.pipeline.runner import run_case
+from harness.plugins.implementations import Implementation, builtin_implementations
+from tests.plugins import alternative_samplers, planted_defects_verdicts
+
+SAMPLED = make_case(
+    bs=3,
+    gamma=4,
+    vocab_size=64,
+    hidden_size=16,
+    markov_rank=4,
+    greedy_rows=(False, True, False),
+    temperature=0.8,
+    confidence=True,
+    max_bs=5,
+    seed=21,
+)
+
+
+def _plugin(module: object, name: str) -> Implementation:
+    return Implementation(name, getattr(module, name), f"tests:{name}")
+
+
+def _failed(case: Case, implementation: Implementation) -> dict[str, str]:
+    run = run_case(case, [*builtin_implementations(("reference",)), implementation])
+    verdict = evaluate_run(run, require_observable=False)
+    return {c.name: c.tier for c in verdict.checks[implementation.name] if c.failed}
+
+
+def _lossless_failures(case: Case, implementation: Implementation) -> set[str]:
+    return {name for name, tier in _failed(case, implementation).items() if tier == "lossless"}
+
+
+@pytest.mark.parametrize(
+    ("sampler", "check"),
+    [
+        ("OutPastBatchSampler", "no_writes_outside_batch"),
+        ("CorrectedPastBatchSampler", "no_writes_outside_batch"),
+        ("ConfidencePastBatchSampler", "no_writes_outside_batch"),
+        ("FrozenNoiseSampler", "fresh_noise"),
+        ("InputMutatingSampler", "inputs_unchanged"),
+        ("WrongTemperatureSampler", "noise_replay"),
+    ],
+)
+def test_each_planted_defect_fails_exactly_its_lossless_check(sampler: str, check: str) -> None:
+    planted = _plugin(planted_defects_verdicts, sampler)
+    assert _lossless_failures(SAMPLED, planted) == {check}
+
+
+def test_writes_past_the_batch_pass_where_there_are_no_rows_past_it() -> None:
+    planted = _plugin(planted_defects_verdicts, "OutPastBatchSampler")
+    assert _lossless_failures(SAMPLED.with_changes(max_bs=SAMPLED.bs), planted) == set()
+
+
+def test_a_mutated_input_is_restored_for_the_next_implementation() -> None:
+    mutating = _plugin(planted_defects_verdicts, "InputMutatingSampler")
+    run = run_case(SAMPLED, [mutating, *builtin_implementations(("reference", "fixed"))])
+    verdict = evaluate_run(run, require_observable=False)
+    assert run.results["InputMutatingSampler"].mutated_inputs == ["hidden_states"]
+    assert not verdict.failed_checks("fixed")
+
+
+@pytest.mark.parametrize(
+    ("sampler", "reason"),
+    [
+        ("PrestagedNoiseSampler", "exponential_ [3, 4, 64] (staging)"),
+        ("UniformGumbelSampler", "uniform_ [3, 64] (call)"),
+        ("MultinomialSampler", "multinomial [3, 1] (call)"),
+    ],
+)
+def test_correct_other_designs_are_lossless_not_drop_in(sampler: str, reason: str) -> None:
+    failed = _failed(SAMPLED, _plugin(alternative_samplers, sampler))
+    assert failed and set(failed.values()) == {"drop_in"}
+    run = run_case(SAMPLED, [_plugin(alternative_samplers, sampler)])
+    checks = evaluate_run(run, require_observable=False).checks[sampler]
+    budget = next(c for c in checks if c.name == "noise_budget")
+    assert budget.failed and reason in budget.detail
+
+
+def test_non_replayable_draws_skip_noise_replay_and_say_who_decides() -> None:
+    run = run_case(SAMPLED, [_plugin(alternative_samplers, "UniformGumbelSampler")])
+    checks = evaluate_run(run, require_observable=False).checks["UniformGumbelSampler"]
+    replay = next(c for c in checks if c.name == "noise_replay")
+    assert replay.status == "skip"
+    assert replay.detail.startswith("draws not replayable: ")
+    assert "the statistical oracle carries the lossless verdict" in replay.detail
+
+
+def test_prestaged_noise_is_replayed_from_the_staging_draw() -> None:
+    run = run_case(SAMPLED, [_plugin(alternative_samplers, "PrestagedNoiseSampler")])
+    checks = evaluate_run(run, require_observable=False).checks["PrestagedNoiseSampler"]
+    statuses = {c.name: c.status for c in checks}
+    assert statuses["noise_replay"] == "pass"
+    assert statuses["fresh_noise"] == "pass"
+
+
+def test_fixed_is_drop_in_clean_on_the_standard_matrix() -> None:
+    for case in standard_matrix():
+        run = run_case(case, builtin_implementations(("reference", "fixed")))
+        verdict = evaluate_run(run, require_observable=True)
+        assert not verdict.failed_checks("fixed"), (case.label(), verdict.failed_checks("fixed"))
+
+
+def test_standard_matrix_has_rows_past_the_batch_in_both_layouts() -> None:
+    past = [c for c in standard_matrix() if c.max_bs > c.bs]
+    assert sum(c.sample_from_anchor for c in past) >= 3
+    assert sum(not c.sample_from_anchor for c in past) >= 3
+    assert any(c.confidence for c in past) and any(c.folded_sampling for c in past)
+
+
+def test_every_check_has_a_tier() -> None:
+    run = run_case(SAMPLED, builtin_implementations())
+    verdict = evaluate_run(run, require_observable=False)
+    names = {c.name for checks in verdict.checks.values() for c in checks}
+    assert names <= set(CHECK_TIERS)
+    assert {CHECK_TIERS[n] for n in names} == {"lossless", "drop_in"}
