@@ -57,7 +57,11 @@ KINDS = [
 ]
 
 
-@pytest.mark.parametrize(("case", "legacy", "fixed_walks", "classes"), KINDS, ids=str)
+@pytest.mark.parametrize(
+    ("case", "legacy", "fixed_walks", "classes"),
+    KINDS,
+    ids=[f"{case.label()} {case.greedy_rows}" for case, *_ in KINDS],  # stable across hash seeds
+)
 def test_each_case_kind_has_its_control_flow_and_ledger_classes(
     case: Case, legacy: tuple[object, ...], fixed_walks: int, classes: set[str]
 ) -> None:
