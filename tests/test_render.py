@@ -56,7 +56,7 @@ def test_the_report_skips_its_power_plot_without_matplotlib(
     tmp_path: Path, without_matplotlib: None
 ) -> None:
     messages: list[str] = []
-    stats = Section("stats", ok=True, verdict="", data={"power_curve": {"points": []}})
+    stats = Section("stats", ok=True, verdict="", data={"power_curves": [{"points": []}]})
     _write_power_plot(tmp_path, [stats], progress=messages.append)
     assert messages == [f"report-power.png skipped: {PLOT_EXTRA_HINT}"]
     assert stats.text == messages[0]  # the report says so too

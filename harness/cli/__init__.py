@@ -133,8 +133,7 @@ SUBCOMMAND_HELP = {
 
 def _subcommand_module(name: str) -> Any:
     """The module that owns a sub-command (``add_arguments`` and ``command``)."""
-    from harness.cli import gpu_figures, graphs, sweep, work
-    from harness.oracles import stats
+    from harness.cli import gpu_figures, graphs, stats, sweep, work
 
     return {
         "stats": stats,
@@ -176,12 +175,19 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
     timing = {"matrix_s": round(time.perf_counter() - started, 3)}
     sections = comparison_sections(records, require_coverage=True)
     if not args.no_stats:
-        from harness.oracles import stats
+        from harness.oracles import section as stats
 
         progress("statistical oracle ...")
         started = time.perf_counter()
         sections.insert(
-            -1, stats.report_section(seed=args.seed, progress=progress, device=args.device)
+            -1,
+            stats.report_section(
+                seed=args.seed,
+                progress=progress,
+                device=args.device,
+                implementations=_implementations(args, list(BUILTIN_IMPLEMENTATIONS)),
+                time_limit_s=args.time_limit,
+            ),
         )
         timing["stats_s"] = round(time.perf_counter() - started, 3)
     if not args.no_work:
@@ -207,23 +213,19 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
 
 
 def _write_power_plot(out_dir: Path, sections: list[Section], *, progress: Progress) -> None:
-    """The statistical section's power curve as ``report-power.png``, when it ran and
+    """The statistical section's power curves as ``report-power.png``, when they ran and
     matplotlib (the ``plot`` extra) is installed; otherwise the section's evidence and
     the progress say the PNG was skipped."""
-    section = next((s for s in sections if s.data.get("power_curve")), None)
+    section = next((s for s in sections if s.data.get("power_curves")), None)
     if section is None:
         return
-    curve = section.data["power_curve"]
-    from harness.oracles.stats import power_curve_png
+    from harness.oracles.section import power_curves_png
 
     path = out_dir / "report-power.png"
-    try:
-        png = power_curve_png(curve)
-    except ImportError:  # plotting is an optional extra
-        png = None
+    png = power_curves_png(section.data["power_curves"])
     if png is None:
         note = f"{path.name} skipped: {PLOT_EXTRA_HINT}"
-        section.text = f"{section.text}\n{note}" if section.text else note
+        section.append(note)
         progress(note)
         return
     write_atomically(path, png)

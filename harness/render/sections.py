@@ -89,6 +89,15 @@ class Section:
             first = block if isinstance(block, str) else block.render("text")
             self.text = f"{first}\n{self.text}" if self.text else first
 
+    def append(self, block: Block) -> None:
+        """Put ``block`` after the evidence (a note on what was left out)."""
+        if self.blocks:
+            self.blocks = (*self.blocks, block)
+            self.text = render_blocks(self.blocks, fmt="text")
+        else:
+            last = block if isinstance(block, str) else block.render("text")
+            self.text = f"{self.text}\n{last}" if self.text else last
+
     def markdown(self) -> str:
         """The evidence as Markdown: real tables where the section has them."""
         if self.blocks:
