@@ -44,6 +44,11 @@ LEDGER_CLASSES: dict[str, str] = {
 }
 
 
+def legacy_raises_expected(case: Case) -> bool:
+    """Whether the modelled legacy call raises on the case (the ``legacy_raises`` kinds)."""
+    return control_flow(case, "legacy").raises is not None
+
+
 def expected_classes(case: Case) -> set[str]:
     """The divergence classes the bug predicts for the case kind, read off the modelled
     control flow of legacy and fixed (``harness.pipeline.control_flow``)."""
