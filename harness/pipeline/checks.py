@@ -264,14 +264,31 @@ def check_single_walk(run: CaseRun, result: ImplResult) -> CheckResult:
     return _passed(name)
 
 
+def check_inputs_unchanged(result: ImplResult) -> CheckResult:
+    """The shared inputs (hidden states, ids, model, sampling parameters) are as given."""
+    if result.mutated_inputs:
+        return _failed(
+            "inputs_unchanged", "mutated its inputs: " + ", ".join(result.mutated_inputs)
+        )
+    return _passed("inputs_unchanged")
+
+
+def check_state_restored(result: ImplResult) -> CheckResult:
+    """Global state (default dtype and device, environment, threads, flags) is as found."""
+    if result.leaked_state:
+        return _failed("state_restored", "changed global state: " + "; ".join(result.leaked_state))
+    return _passed("state_restored")
+
+
 def self_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
     """Every self-consistency check of one implementation on one case."""
+    guarded = [check_inputs_unchanged(result), check_state_restored(result)]
     ran = check_ran(result)
     if ran.failed:
-        return [ran]
+        return [ran, *guarded]
     written = check_outputs_written(run, result)
     if written.failed and result.tokens is not None and not _token_ids_valid(run, result.tokens):
-        return [ran, written]  # the remaining checks index by token id
+        return [ran, written, *guarded]  # the remaining checks index by token id
     return [
         ran,
         written,
@@ -280,6 +297,7 @@ def self_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
         check_greedy_consistency(run, result),
         check_support(run, result),
         check_single_walk(run, result),
+        *guarded,
     ]
 
 

@@ -3,8 +3,12 @@
 For each implementation the runner builds a sampler over the case's shared
 inputs, stages the sampling parameters, forks the device RNG, seeds it with the
 case seed, runs one call under the observers and copies the output buffers out.
-The caller's RNG state is restored afterwards. An implementation that raises is
-a recorded result, never a crash of the harness.
+The caller's RNG state is restored afterwards. An implementation that raises
+(``SystemExit`` and its own ``KeyboardInterrupt`` included) is a recorded result,
+never a crash of the harness; the time limit covers construction, staging and the
+call. Around each implementation the guards of ``harness.pipeline.guard`` record
+changed inputs and leaked global state, and the next implementation gets both
+pristine.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from typing import Any
 import torch
 
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
+from harness.pipeline.guard import GlobalState, changed_inputs, input_digests
+from harness.pipeline.interrupts import reraise_stop_request
 from harness.pipeline.observe import DispatchObserver, HeadCounts, observe_head
 from harness.plugins.implementations import Implementation
 from reference import BlockInputs
@@ -67,6 +73,8 @@ class ImplResult:
     noise_draws: list[torch.Tensor] = field(default_factory=list)  # each [bs, V]
     walk_tokens: list[torch.Tensor] = field(default_factory=list)  # tokens of each walk
     work: WorkCounts = field(default_factory=WorkCounts)
+    mutated_inputs: list[str] = field(default_factory=list)  # shared inputs it changed
+    leaked_state: list[str] = field(default_factory=list)  # global settings it changed
 
     @property
     def ok(self) -> bool:
@@ -75,7 +83,8 @@ class ImplResult:
 
 @dataclass
 class CaseRun:
-    """All implementations' results on one case, plus the shared inputs."""
+    """All implementations' results on one case, plus the shared inputs as generated
+    (pristine: rebuilt after any implementation that changed them)."""
 
     case: Case
     inputs: CaseInputs
@@ -104,11 +113,16 @@ DEFAULT_TIME_LIMIT_S = 120.0
 TOKEN_SENTINEL = -1  # never a token id: shows an unwritten ``out`` entry
 
 
+TIMEOUT_REFIRE_S = 0.5  # a swallowed timeout fires again this often
+
+
 @contextmanager
 def time_limit(seconds: float | None) -> Iterator[None]:
     """Raise ``CallTimeout`` in the main thread after ``seconds`` (POSIX timers).
 
-    Off the main thread, or with ``None``, no limit is applied.
+    The timer fires again every ``TIMEOUT_REFIRE_S`` until the block ends, and a block
+    that swallowed the timeout and returned still raises it on exit. Off the main
+    thread, or with ``None``, no limit is applied.
     """
     usable = (
         seconds is not None
@@ -119,17 +133,23 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         yield
         return
     assert seconds is not None
+    message = f"call exceeded the time limit of {seconds:g} s"
+    fired = False
 
     def on_alarm(signum: int, frame: object) -> None:
-        raise CallTimeout(f"call exceeded the time limit of {seconds:g} s")
+        nonlocal fired
+        fired = True
+        raise CallTimeout(message)
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+    if fired:  # the block caught the timeout and carried on: still a timeout
+        raise CallTimeout(message + " (the implementation caught the timeout)")
 
 
 def raised_error(error: BaseException) -> RaisedError:
@@ -229,21 +249,24 @@ def run_implementation(
     head = inputs.model.markov_head
     device = torch.device(case.device)
     try:
-        sampler = build_sampler(implementation.sampler_class, case=case, inputs=inputs)
-        fill_sentinels(sampler)
-        dispatch = DispatchObserver(record_noise=record_noise)
-        head_counts = HeadCounts()
-        with same_rng_start(device, case.seed), torch.inference_mode():
-            try:
-                with time_limit(time_limit_s), observe_head(head) as head_counts, dispatch:
-                    sampler(inputs.hidden_states, inputs.input_ids)
-            finally:
-                result.work = work_counts(head_counts, dispatch)
-                result.noise_draws = dispatch.noise_draws
-                result.walk_tokens = head_counts.walk_tokens
-        read_outputs(sampler, case, result)
-    except Exception as error:  # the implementation under test failed: record, go on
+        with time_limit(time_limit_s):  # construction, staging and the call
+            sampler = build_sampler(implementation.sampler_class, case=case, inputs=inputs)
+            fill_sentinels(sampler)
+            dispatch = DispatchObserver(record_noise=record_noise)
+            head_counts = HeadCounts()
+            with same_rng_start(device, case.seed), torch.inference_mode():
+                try:
+                    with observe_head(head) as head_counts, dispatch:
+                        sampler(inputs.hidden_states, inputs.input_ids)
+                finally:
+                    result.work = work_counts(head_counts, dispatch)
+                    result.noise_draws = dispatch.noise_draws
+                    result.walk_tokens = head_counts.walk_tokens
+            read_outputs(sampler, case, result)
+    except BaseException as error:  # SystemExit too: the implementation failed, go on
+        reraise_stop_request(error)
         result.error = raised_error(error)
+    reraise_stop_request(None)  # a stop the implementation swallowed still stops the run
     return result
 
 
@@ -259,6 +282,41 @@ def work_counts(head_counts: HeadCounts, dispatch: DispatchObserver) -> WorkCoun
     )
 
 
+def run_guarded(
+    implementation: Implementation,
+    *,
+    case: Case,
+    inputs: CaseInputs,
+    record_noise: bool = True,
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+) -> ImplResult:
+    """``run_implementation`` between two guards: the shared inputs are digested before
+    and after (changes land in ``mutated_inputs``), and the global state is restored
+    afterwards (changes land in ``leaked_state``)."""
+    before_inputs = input_digests(inputs)
+    before_state = GlobalState.capture()
+    try:
+        result = run_implementation(
+            implementation,
+            case=case,
+            inputs=inputs,
+            record_noise=record_noise,
+            time_limit_s=time_limit_s,
+        )
+    finally:
+        after_state = GlobalState.capture()
+        before_state.restore()
+    result.leaked_state = before_state.differences(after_state)
+    result.mutated_inputs = changed_inputs(before_inputs, input_digests(inputs))
+    return result
+
+
+def settle_lazy_imports() -> None:
+    """Import what the observers import on first use, so that the import's side effects
+    (it sets an environment variable) are not blamed on the first implementation."""
+    import torch._dynamo  # noqa: F401
+
+
 def run_case(
     case: Case,
     implementations: list[Implementation],
@@ -266,13 +324,17 @@ def run_case(
     record_noise: bool = True,
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
 ) -> CaseRun:
-    """Run every implementation on the case from the same RNG start."""
+    """Run every implementation on the case from the same RNG start, each on pristine
+    inputs and global state; the run holds pristine inputs for the checks."""
+    settle_lazy_imports()
     inputs = build_inputs(case)
-    block = case_block(case, inputs)
-    results = {
-        impl.name: run_implementation(
+    results = {}
+    for impl in implementations:
+        result = run_guarded(
             impl, case=case, inputs=inputs, record_noise=record_noise, time_limit_s=time_limit_s
         )
-        for impl in implementations
-    }
+        if result.mutated_inputs:  # generated from the seed on the CPU: rebuilding is exact
+            inputs = build_inputs(case)
+        results[impl.name] = result
+    block = case_block(case, inputs)
     return CaseRun(case=case, inputs=inputs, block=block, results=results)
