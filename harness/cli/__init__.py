@@ -10,19 +10,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from harness.cli.exit_codes import ExitCode
 from harness.cli.options import add_impl_option, add_selection_options
+from harness.cli.validate import UsageError, validate_global_options
 from harness.io.files import JournalError, write_atomically
+from harness.io.lock import OutDirBusy, claim_out_dir
 from harness.pipeline.case import Case, CaseError
 from harness.pipeline.compare import compare, comparison_sections
+from harness.pipeline.interrupts import StopRequested, stop_on_signals
+from harness.pipeline.isolation import shutdown_workers
 from harness.pipeline.matrix import standard_matrix
+from harness.pipeline.memory import MemoryLimitError
 from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S
 from harness.plugins.implementations import (
     BUILTIN_IMPLEMENTATIONS,
@@ -39,10 +45,6 @@ from harness.render.sections import Section
 COMMANDS = ("report", "compare", "repro", "stats", "work", "sweep", "graphs", "gpu-figures")
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 JOURNAL = "{command}.cases.jsonl"  # one line per finished case, under --out-dir
-
-
-class UsageError(Exception):
-    """Bad usage or bad input: exit status 2."""
 
 
 def _common_options() -> argparse.ArgumentParser:
@@ -64,7 +66,18 @@ def _common_options() -> argparse.ArgumentParser:
         type=float,
         default=DEFAULT_TIME_LIMIT_S,
         metavar="SECONDS",
-        help=f"per-call limit for each implementation (default {DEFAULT_TIME_LIMIT_S:g})",
+        help=f"limit on each implementation's construction, staging and call "
+        f"(default {DEFAULT_TIME_LIMIT_S:g})",
+    )
+    common.add_argument(
+        "--isolate",
+        action="store_true",
+        help="run each implementation in a worker process, so a crash is a recorded failure",
+    )
+    common.add_argument(
+        "--max-memory",
+        metavar="SIZE",
+        help="refuse work estimated above SIZE (e.g. 64G; default: half the free memory)",
     )
     return common
 
@@ -145,17 +158,6 @@ def _implementations(args: argparse.Namespace, names: Sequence[str]) -> list[Imp
     return select_implementations(names, args.impl)
 
 
-def _check_device(device: str) -> None:
-    try:
-        parsed = torch.device(device)
-    except RuntimeError as error:
-        raise UsageError(f"--device: {error}") from None
-    if parsed.type not in ("cpu", "cuda"):
-        raise UsageError(f"--device must be cpu or cuda[:N], got {device!r}")
-    if parsed.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda asked for, but no CUDA device is available")
-
-
 def _emit(
     args: argparse.Namespace,
     *,
@@ -191,6 +193,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         time_limit_s=args.time_limit,
         journal=args.out_dir / JOURNAL.format(command="report"),
         resume=args.resume,
+        isolate=args.isolate,
     )
     timing = {"matrix_s": round(time.perf_counter() - started, 3)}
     sections = comparison_sections(records, require_coverage=True)
@@ -253,6 +256,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         time_limit_s=args.time_limit,
         journal=args.out_dir / JOURNAL.format(command="compare"),
         resume=args.resume,
+        isolate=args.isolate,
     )
     sections = comparison_sections(records, require_coverage=not args.case)
     heading = f"DSpark draft-sampler harness: compare ({len(cases)} cases, {args.device})"
@@ -345,16 +349,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_request:  # argparse: --help (0) or bad usage (2)
         return int(exit_request.code or 0)
     try:
-        _check_device(args.device)
-        if args.time_limit <= 0:
-            raise UsageError(f"--time-limit must be positive, got {args.time_limit:g}")
-        if args.command == "report":
-            return cmd_report(args)
-        if args.command == "compare":
-            return cmd_compare(args)
-        if args.command == "repro":
-            return cmd_repro(args)
-        return int(_subcommand_module(args.command).command(args))
+        with stop_on_signals():
+            try:
+                validate_global_options(args)
+                with claim_out_dir(args.out_dir):
+                    return _run_command(args)
+            finally:
+                shutdown_workers()
     except (UsageError, CaseError, ImplementationError, JournalError) as error:
         print(f"error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
+    except (OutDirBusy, MemoryLimitError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return ExitCode.USAGE
+    except StopRequested as stop:
+        return _stopped(stop, args)
+    except BrokenPipeError:  # stdout closed early (``--json | head``): nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
+
+
+BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a closed pipe
+
+
+def _stopped(stop: StopRequested, args: argparse.Namespace) -> int:
+    """One line on stderr and 130 (SIGINT) or 143 (SIGTERM)."""
+    code = ExitCode.INTERRUPTED if stop.signum == signal.SIGINT else ExitCode.TERMINATED
+    resumable = args.command in ("report", "compare", "sweep")
+    print(
+        f"interrupted by {signal.Signals(stop.signum).name}"
+        + (
+            ": finished work is kept; rerun with the same options and --resume" if resumable else ""
+        ),
+        file=sys.stderr,
+    )
+    return int(code)
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    if args.command == "report":
+        return cmd_report(args)
+    if args.command == "compare":
+        return cmd_compare(args)
+    if args.command == "repro":
+        return cmd_repro(args)
+    return int(_subcommand_module(args.command).command(args))

@@ -323,13 +323,25 @@ def run_case(
     *,
     record_noise: bool = True,
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    isolate: bool = False,
 ) -> CaseRun:
     """Run every implementation on the case from the same RNG start, each on pristine
-    inputs and global state; the run holds pristine inputs for the checks."""
+    inputs and global state; the run holds pristine inputs for the checks.
+
+    With ``isolate`` each implementation runs in a worker process
+    (``harness.pipeline.isolation``), so even a crash of the process is its result.
+    """
     settle_lazy_imports()
     inputs = build_inputs(case)
     results = {}
     for impl in implementations:
+        if isolate:
+            from harness.pipeline.isolation import worker_pool
+
+            results[impl.name] = worker_pool().run(
+                impl, case=case, record_noise=record_noise, time_limit_s=time_limit_s
+            )
+            continue
         result = run_guarded(
             impl, case=case, inputs=inputs, record_noise=record_noise, time_limit_s=time_limit_s
         )
