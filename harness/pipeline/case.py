@@ -108,6 +108,8 @@ class Case:
                 raise CaseError(
                     f"{name} must be a JSON boolean (true or false), got {getattr(self, name)!r}"
                 )
+        if not isinstance(self.device, str):
+            raise CaseError(f"device must be 'cpu' or 'cuda[:N]' (a string), got {self.device!r}")
         for name in ("head_kind", "dtype", "name"):
             if not isinstance(getattr(self, name), str):
                 raise CaseError(f"{name} must be a string, got {getattr(self, name)!r}")

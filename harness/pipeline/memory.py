@@ -19,7 +19,7 @@ from harness.pipeline.case import Case
 
 DEFAULT_FRACTION = 0.5  # of the free memory: leaves room for the rest of the machine
 FLOAT_BYTES = 4  # float32: corrected logits, noise and step logits are float32
-LIVE_LOGIT_TENSORS = 12  # [bs, gamma, V]-sized tensors alive at once across a case run
+LIVE_LOGIT_TENSORS = 20  # [bs, gamma, V] float32 tensors alive at a case run's peak (15-21 seen)
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 

@@ -82,7 +82,7 @@ def parse_impl_spec(text: str) -> Implementation:
         raise ImplementationError(f"--impl name {name!r} is taken by a built-in implementation")
     try:
         module = importlib.import_module(module_name)
-    except Exception as error:  # an import can fail in any way; report it, do not crash
+    except BaseException as error:  # any failure at import, sys.exit and Ctrl-C included
         raise ImplementationError(
             f"--impl {text}: cannot import module {module_name!r} ({type(error).__name__}: {error})"
         ) from None
