@@ -148,3 +148,11 @@ class SegfaultingSampler(FixedSampler):
 
     def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
         ctypes.string_at(0)
+
+
+class SlowSampler(FixedSampler):
+    """Correct, but takes half a second per call: a run long enough to interrupt."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        time.sleep(0.5)
+        super().__call__(hidden_states, input_ids)
