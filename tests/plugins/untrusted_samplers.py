@@ -8,6 +8,7 @@ while every other implementation stays clean.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import time
@@ -156,3 +157,12 @@ class SlowSampler(FixedSampler):
     def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
         time.sleep(0.5)
         super().__call__(hidden_states, input_ids)
+
+
+class UnstoppableSampler(FixedSampler):
+    """Catches everything, timeouts included, forever: only a process boundary stops it."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        while True:
+            with contextlib.suppress(BaseException):  # the planted defect
+                _hang()
