@@ -67,3 +67,8 @@ def run_fingerprint(*, implementations: Mapping[str, type[Any]], options: Mappin
         "options": dict(options),
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def code_fingerprint() -> str:
+    """The fingerprint of the built-in code alone (no plug-ins, no options)."""
+    return run_fingerprint(implementations={}, options={})
