@@ -29,7 +29,7 @@ def _tensor_bytes_digest(tensor: torch.Tensor) -> str:
     data = data.cpu().contiguous().reshape(-1)  # 1-d: a 0-d tensor has no byte view
     raw = data.to(torch.uint8) if data.dtype == torch.bool else data.view(torch.uint8)
     digest = hashlib.sha1(f"{tensor.dtype}:{tuple(tensor.shape)}:".encode(), usedforsecurity=False)
-    digest.update(memoryview(raw.numpy()))  # the buffer itself, no copy; sha1: fastest stdlib hash
+    digest.update(raw.numpy().data)  # the buffer itself, no copy; sha1: fastest stdlib hash
     return digest.hexdigest()
 
 
