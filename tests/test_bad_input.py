@@ -357,7 +357,7 @@ def _cli_bad_usage() -> list[ParameterSet]:
 
 
 def _huge_case_json() -> dict[str, object]:
-    """V = 10^7, bs = 64, gamma = 8: an estimated 389 GiB, above half of any test machine's
+    """V = 10^7, bs = 64, gamma = 8: an estimated 410 GiB, above half of any test machine's
     free memory."""
     case = make_case(bs=64, gamma=8, vocab_size=10**7, hidden_size=64, markov_rank=64)
     return case.to_json_dict()
@@ -454,3 +454,20 @@ def test_an_unusable_out_dir_is_refused_before_any_work(
     err = capsys.readouterr().err
     assert re.search(rf"error: {message}", err), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_max_memory_raises_the_limit_and_the_estimate_is_in_the_message() -> None:
+    from harness.pipeline import memory
+    from harness.pipeline.case import Case
+
+    huge = Case.from_json_dict(_huge_case_json())
+    estimate = memory.case_bytes(huge)
+    try:
+        memory.set_limit(estimate - 1)
+        with pytest.raises(memory.MemoryLimitError, match=r"needs an estimated 389\.\d GiB"):
+            memory.check_cases_fit([huge])
+        memory.set_limit(estimate)  # what --max-memory sets
+        memory.check_cases_fit([huge])
+    finally:
+        memory.set_limit(None)
+    assert memory.parse_size("64G") == 64 << 30 and memory.parse_size("1.5M") == 3 << 19

@@ -2,10 +2,11 @@
 
 A persistent worker process (started with ``spawn``, so it shares no threads, CUDA
 context or locks with the harness) receives one ``(implementation, case)`` request
-at a time, rebuilds the case's inputs from its seed (exact: they are generated on
-the CPU), runs the implementation under the same guards as in-process runs, and
-sends the ``ImplResult`` back, tensors included. A worker that dies (segfault,
-abort, ``os._exit``, CUDA error, OOM kill) or does not answer within the time limit
+at a time, builds the case's inputs from its seed (exact: they are generated on the
+CPU; kept for the next implementation of the same case while unchanged), runs the
+implementation under the same guards as in-process runs, and sends the
+``ImplResult`` back, tensors included. A worker that dies (segfault, abort,
+``os._exit``, CUDA error, OOM kill) or does not answer within the time limit
 becomes that implementation's recorded failure with its signal or exit status, and
 the next request starts a fresh worker.
 """
@@ -22,7 +23,7 @@ from typing import Any
 
 import torch
 
-from harness.pipeline.case import Case, build_inputs
+from harness.pipeline.case import Case, CaseInputs, build_inputs
 from harness.pipeline.runner import (
     DEFAULT_TIME_LIMIT_S,
     ImplResult,
@@ -51,6 +52,7 @@ def _worker_main(connection: Connection) -> None:
     """Serve requests until the harness closes the connection."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the harness decides what a Ctrl-C stops
     settle_lazy_imports()
+    cached: tuple[Case, CaseInputs] | None = None  # the last case's inputs, while pristine
     while True:
         try:
             request = connection.recv()
@@ -59,15 +61,18 @@ def _worker_main(connection: Connection) -> None:
         implementation, case, record_noise, time_limit_s = request
         if isinstance(implementation, str):  # not picklable: resolve its spec here
             implementation = parse_impl_spec(implementation)
-        inputs = build_inputs(case)
+        if cached is None or cached[0] != case:
+            cached = (case, build_inputs(case))
         connection.send("ready")
         result = run_guarded(
             implementation,
             case=case,
-            inputs=inputs,
+            inputs=cached[1],
             record_noise=record_noise,
             time_limit_s=time_limit_s,
         )
+        if result.mutated_inputs:  # the next implementation gets rebuilt inputs
+            cached = None
         connection.send(_on_device(result, torch.device("cpu")))
 
 
