@@ -464,7 +464,7 @@ def test_max_memory_raises_the_limit_and_the_estimate_is_in_the_message() -> Non
     estimate = memory.case_bytes(huge)
     try:
         memory.set_limit(estimate - 1)
-        with pytest.raises(memory.MemoryLimitError, match=r"needs an estimated 389\.\d GiB"):
+        with pytest.raises(memory.MemoryLimitError, match=r"needs an estimated 410\.\d GiB"):
             memory.check_cases_fit([huge])
         memory.set_limit(estimate)  # what --max-memory sets
         memory.check_cases_fit([huge])
