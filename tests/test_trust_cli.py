@@ -231,3 +231,17 @@ def test_a_closed_stdout_is_not_a_traceback(tmp_path: Path) -> None:
     assert process.stderr.read() == ""
     assert process.wait(timeout=300) == 128 + signal.SIGPIPE
     assert _report(tmp_path / "out")["cases"]  # the files were written before the print
+
+
+def test_a_run_killed_before_its_first_record_keeps_the_previous_journal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_dir = tmp_path / "out"
+    assert main(["compare", *_case_args(tmp_path), "--quiet", "--out-dir", str(out_dir)]) == 0
+    previous = (out_dir / JOURNAL).read_bytes()
+    process = _start_slow_run(tmp_path, out_dir)  # validated, running its first case
+    _wait_for_case(process, 1)
+    process.kill()
+    process.wait(timeout=60)
+    assert (out_dir / JOURNAL).read_bytes() == previous
+    capsys.readouterr()
