@@ -15,10 +15,13 @@ from tests.plugins import untrusted_samplers
 CASE = make_case(bs=2, gamma=3, vocab_size=40, hidden_size=8, markov_rank=4, seed=11)
 
 
-def _run_planted(sampler_class: type, *, time_limit_s: float = 120.0) -> dict[str, str]:
+def _run_planted(
+    sampler_class: type, *, time_limit_s: float = 120.0, isolate: bool = False
+) -> dict[str, str]:
     planted = Implementation("planted", sampler_class, "tests")
+    implementations = [planted, *builtin_implementations()]
     with stop_on_signals():
-        run = run_case(CASE, [planted, *builtin_implementations()], time_limit_s=time_limit_s)
+        run = run_case(CASE, implementations, time_limit_s=time_limit_s, isolate=isolate)
     verdict = evaluate_run(run, require_observable=False)
     assert not verdict.failed_checks("fixed") and not verdict.failed_checks("reference")
     return {c.name: c.detail for c in verdict.failed_checks("planted")}
@@ -31,10 +34,11 @@ def _run_planted(sampler_class: type, *, time_limit_s: float = 120.0) -> dict[st
         (untrusted_samplers.KeyboardInterruptSampler, "raised KeyboardInterrupt"),
     ],
 )
+@pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "isolated"])
 def test_an_implementation_that_exits_or_interrupts_itself_is_a_recorded_failure(
-    sampler_class: type, reason: str
+    sampler_class: type, reason: str, isolate: bool
 ) -> None:
-    assert _run_planted(sampler_class)["ran"].startswith(reason)
+    assert _run_planted(sampler_class, isolate=isolate)["ran"].startswith(reason)
 
 
 @pytest.mark.parametrize(

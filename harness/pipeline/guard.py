@@ -107,19 +107,33 @@ class GlobalState:
         return changes
 
     def restore(self) -> None:
-        """Put every setting back as captured."""
-        torch.set_default_dtype(self.default_dtype)
-        torch.set_default_device(self.default_device)
-        saved = dict(self.environment)
-        for key in [k for k in os.environ if k not in saved]:
-            del os.environ[key]
-        os.environ.update(saved)
-        if torch.get_num_threads() != self.threads:
+        """Put back every setting that differs from the capture (and only those)."""
+        now = GlobalState.capture()
+        if now.default_dtype != self.default_dtype:
+            torch.set_default_dtype(self.default_dtype)
+        if now.default_device != self.default_device:
+            # None for the CPU: a CPU default needs no device context (a function mode)
+            cpu = self.default_device == torch.device("cpu")
+            torch.set_default_device(None if cpu else self.default_device)
+        if now.environment != self.environment:
+            saved = dict(self.environment)
+            for key in [k for k in os.environ if k not in saved]:
+                del os.environ[key]
+            for key, value in saved.items():
+                if os.environ.get(key) != value:
+                    os.environ[key] = value
+        if now.threads != self.threads:
             torch.set_num_threads(self.threads)
-        torch.use_deterministic_algorithms(
-            self.deterministic, warn_only=self.deterministic_warn_only
-        )
-        torch.set_grad_enabled(self.grad_enabled)
-        torch.set_float32_matmul_precision(self.matmul_precision)
-        if os.getcwd() != self.working_directory:
+        if (now.deterministic, now.deterministic_warn_only) != (
+            self.deterministic,
+            self.deterministic_warn_only,
+        ):
+            torch.use_deterministic_algorithms(
+                self.deterministic, warn_only=self.deterministic_warn_only
+            )
+        if now.grad_enabled != self.grad_enabled:
+            torch.set_grad_enabled(self.grad_enabled)
+        if now.matmul_precision != self.matmul_precision:
+            torch.set_float32_matmul_precision(self.matmul_precision)
+        if now.working_directory != self.working_directory:
             os.chdir(self.working_directory)

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from harness.pipeline.case import Case, CaseInputs, build_inputs
+from harness.pipeline.interrupts import stop_on_signals
 from harness.pipeline.runner import (
     DEFAULT_TIME_LIMIT_S,
     ImplResult,
@@ -50,7 +51,12 @@ def _on_device(result: ImplResult, device: torch.device) -> ImplResult:
 
 def _worker_main(connection: Connection) -> None:
     """Serve requests until the harness closes the connection."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the harness decides what a Ctrl-C stops
+    with stop_on_signals():  # so a KeyboardInterrupt the implementation raises is its own
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the harness decides what Ctrl-C stops
+        _serve(connection)
+
+
+def _serve(connection: Connection) -> None:
     settle_lazy_imports()
     cached: tuple[Case, CaseInputs] | None = None  # the last case's inputs, while pristine
     while True:
