@@ -374,6 +374,11 @@ def _trust_bad_usage() -> list[ParameterSet]:
         pytest.param(
             lambda _: ["--seed", "-1"], r"--seed must be an integer in", id="seed-negative"
         ),
+        pytest.param(
+            lambda _: ["stats", "--model-seed", str(10**30)],
+            r"--model-seed must be an integer in \[0, 2\^62\)",
+            id="model-seed-too-large",
+        ),
         *[
             pytest.param(
                 lambda _, v=value: ["compare", "--time-limit", v],

@@ -111,6 +111,8 @@ def validate_global_options(args: argparse.Namespace) -> None:
     except CaseError as error:
         raise UsageError(str(error)) from None
     check_seed(args.seed)
+    if getattr(args, "model_seed", None) is not None:
+        check_seed(args.model_seed, option="--model-seed")
     check_time_limit(args.time_limit)
     memory.set_limit(check_max_memory(args.max_memory))
     check_out_dir(args.out_dir)
