@@ -356,10 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     return _run_command(args)
             finally:
                 shutdown_workers()
-    except (UsageError, CaseError, ImplementationError, JournalError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return ExitCode.USAGE
-    except (OutDirBusy, MemoryLimitError) as error:
+    except BAD_INPUT as error:
         print(f"error: {error}", file=sys.stderr)
         return ExitCode.USAGE
     except StopRequested as stop:
@@ -369,6 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return BROKEN_PIPE
 
 
+BAD_INPUT = (UsageError, CaseError, ImplementationError, JournalError, OutDirBusy, MemoryLimitError)
 BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a closed pipe
 
 
