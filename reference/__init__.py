@@ -8,6 +8,7 @@ from reference.block import BlockInputs, prepare_block, previous_tokens
 from reference.confidence import LinearProbeConfidence
 from reference.draft_model import (
     LmHead,
+    PrecomputedBaseLogits,
     ToyDraftModel,
     drop_anchor_row,
     make_toy_draft_model,
@@ -40,6 +41,7 @@ __all__ = [
     "LinearProbeConfidence",
     "LmHead",
     "MarkovHead",
+    "PrecomputedBaseLogits",
     "ReferenceDraftSampler",
     "RnnMarkovHead",
     "SamplingInfo",

@@ -2,6 +2,10 @@
 
 ``confidence[b, k] = sigmoid(h[b, k] . w_h + W1[prev[b, k]] . w_e + bias)`` where
 ``prev`` is the token step ``k`` was conditioned on (the anchor, then the drafts).
+
+One object serves both calling conventions: ours, positional
+``(sample_hidden, anchor_tokens, tokens)``, and the server's, by keyword
+``(draft_hidden=, anchor_tokens=, draft_tokens=, confidence_tap=)``.
 """
 
 from __future__ import annotations
@@ -31,10 +35,16 @@ class LinearProbeConfidence(nn.Module):
         self.requires_grad_(False)
 
     def forward(
-        self, sample_hidden: torch.Tensor, anchor_tokens: torch.Tensor, tokens: torch.Tensor
+        self,
+        draft_hidden: torch.Tensor,
+        anchor_tokens: torch.Tensor,
+        draft_tokens: torch.Tensor,
+        confidence_tap: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """sample_hidden ``[bs, gamma, H]``, anchor ``[bs]``, tokens ``[bs, gamma]``
-        -> float32 ``[bs, gamma]``."""
-        embedding = self.markov_head.W1(previous_tokens(anchor_tokens, tokens)).float()
-        score = sample_hidden.float() @ self.w_hidden + embedding @ self.w_embedding
+        """draft_hidden ``[bs, gamma, H]``, anchor ``[bs]``, draft tokens ``[bs, gamma]``
+        -> float32 ``[bs, gamma]``. ``confidence_tap`` (the drafter's auxiliary output,
+        ``None`` for the toy drafter) is accepted and unused: the probe needs no tap."""
+        del confidence_tap  # the toy drafter has no tap; the server passes one by keyword
+        embedding = self.markov_head.W1(previous_tokens(anchor_tokens, draft_tokens)).float()
+        score = draft_hidden.float() @ self.w_hidden + embedding @ self.w_embedding
         return torch.sigmoid(score + self.bias)

@@ -65,6 +65,27 @@ class ToyDraftModel(nn.Module):
         return self.lm_head(hidden), None
 
 
+class PrecomputedBaseLogits(ToyDraftModel):
+    """A drafter whose lm_head is replaced by a lookup of precomputed base logits, so
+    a timing of ``__call__`` leaves out the one matmul a sampler change does not touch.
+
+    Shares the lm_head and Markov head modules (no copy); ``compute_base_logits``
+    returns the precomputed ``[bs*gamma, V]`` tensor whatever rows it is given.
+    """
+
+    def __init__(self, model: ToyDraftModel, *, base_logits: torch.Tensor) -> None:
+        super().__init__(
+            lm_head=model.lm_head,
+            markov_head=model.markov_head,
+            sample_from_anchor=model.sample_from_anchor,
+        )
+        self.base_logits = base_logits  # [bs*gamma, V]
+
+    def compute_base_logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, None]:
+        del hidden  # the lookup stands in for the lm_head
+        return self.base_logits, None
+
+
 def make_toy_draft_model(
     *,
     vocab_size: int,

@@ -1,9 +1,18 @@
 """Oracles: the straightforward single-pass proposal and the teacher-forced rebuild.
 
-``ReferenceDraftSampler`` spells the proposal out step by step (gpt-fast style)
-with the plain-torch race, sharing with the samplers under test only the block
-preparation, the buffers and the heads' one-step math. ``teacher_forced_logits``
-rebuilds the corrected logits a verifier should have seen from the emitted tokens.
+``ReferenceDraftSampler`` spells the proposal out as its own step loop (gpt-fast
+style). It does not use the walk (``sample_block``), the step-sampler wrapper
+(``folded_race_sampler``) or ``store_corrected``; it does share with the samplers
+under test everything ``DraftSamplerBase`` provides (the buffers, staging the
+sampling parameters, the anchor layout and the lm_head in ``prepare_block``, the
+fused greedy path and ``emit``, which writes ``out`` and the confidence), the heads'
+one-step math (``initial_state``, ``step_bias``) and the plain-torch race
+(``exponential_race_torch``, which the samplers' race also runs off CUDA). So it
+guards the walk and the wiring of ``__call__``, not the shared pieces; those have
+their own tests (heads, step samplers, draft model).
+
+``teacher_forced_logits`` rebuilds the corrected logits a verifier should have seen
+from the emitted tokens, with the head's teacher-forced walk (``apply_block_logits``).
 """
 
 from __future__ import annotations

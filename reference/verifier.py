@@ -9,8 +9,11 @@ lossless exactly when ``q`` is the distribution each draft token was drawn from.
 
 ``speculative_decode`` runs rounds of draft -> verify over many independent rows
 with the sampler under test, reading only its public interface (``out``,
-``corrected_out``, ``temperatures``, ``greedy_mask``), until every row has ``m``
-committed tokens; the next round's anchor is the row's last committed token.
+``corrected_out``, ``temperatures``, ``greedy_mask``) and staging its sampling
+parameters before every round, as the server does before every graph replay,
+until every row has ``m`` committed tokens (and a minimum number of rounds ran);
+the next round's anchor is the row's last committed token. ``draft_distribution``
+is the one place ``q = softmax(corrected / T)`` is computed.
 ``DraftContext`` gives the drafter hidden states that depend on the round's
 context, so ``q`` changes with the anchor as it would in a real drafter.
 """
@@ -149,11 +152,14 @@ class DraftContext:
 
 @dataclass(frozen=True)
 class DecodeResult:
-    """The first ``m`` committed tokens of every row and the acceptance record."""
+    """What a decode run committed: the first ``m`` tokens of every row, every round's
+    block, and the acceptance record."""
 
     committed: torch.Tensor  # [rows, m] int64
     accepted_lengths: torch.Tensor  # [rounds counted] int64: accepted drafts per round
     rounds: int
+    round_anchors: torch.Tensor  # [rounds, rows] int64: the anchor each round drafted from
+    round_blocks: torch.Tensor  # [rounds, rows, gamma+1] int64: committed tokens, -1 after
 
     @property
     def mean_accepted_length(self) -> float:
@@ -174,18 +180,24 @@ def speculative_decode(
     sampling_info: SamplingInfo,
     m: int,
     seed: int,
+    min_rounds: int = 1,
 ) -> DecodeResult:
-    """Draft with ``sampler``, verify against ``target``, until every row has ``m`` tokens.
+    """Draft with ``sampler``, verify against ``target``, until every row has ``m`` tokens
+    and at least ``min_rounds`` rounds ran.
 
     ``sampler`` is any ``DsparkDraftSampler``-compatible object built with
-    ``max_bs >= rows`` and folded sampling. Rows are ``sampling_info``'s requests.
+    ``max_bs >= rows`` and folded sampling. Rows are ``sampling_info``'s requests,
+    staged before every round as the server stages before every graph replay.
     The seed fixes the first anchors, the verifier's generator and the sampler's
     noise (the global RNG is forked, so the caller's state is left as it was).
-    Rows that already have ``m`` tokens keep running; their extra tokens and
-    rounds are not counted.
+    Every row takes part in every round; tokens past the first ``m`` are kept in
+    ``round_blocks`` only, and only the rounds of rows still short of ``m`` count
+    in ``accepted_lengths``.
     """
     if m <= 0:
         raise ValueError(f"m must be positive, got {m}")
+    if min_rounds <= 0:
+        raise ValueError(f"min_rounds must be positive, got {min_rounds}")
     device = target.device
     rows = int(sampling_info.temperatures.shape[0])
     gamma = int(sampler.gamma)
@@ -200,14 +212,14 @@ def speculative_decode(
     filled = torch.zeros(rows, dtype=torch.int64, device=device)
     row_ids = torch.arange(rows, device=device).unsqueeze(1)
     positions = torch.arange(gamma + 1, device=device)
-    accepted_lengths = []
-    rounds = 0
+    accepted_lengths: list[torch.Tensor] = []
+    round_anchors: list[torch.Tensor] = []  # [rows] each
+    round_blocks: list[torch.Tensor] = []  # [rows, gamma+1] each
     fork_devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=fork_devices):
         torch.manual_seed(noise_seed)
-        sampler.stage_sampling_params(bs=rows, sampling_info=sampling_info)
-        while bool((filled < m).any()):
-            rounds += 1
+        while bool((filled < m).any()) or len(round_blocks) < min_rounds:
+            sampler.stage_sampling_params(bs=rows, sampling_info=sampling_info)
             sampler(context.hidden_states(anchors), context.input_ids(anchors))
             draft_tokens = sampler.out[: rows * gamma].view(rows, gamma).to(device)
             corrected = sampler.corrected_out[: rows * gamma].view(rows, gamma, -1).to(device)
@@ -229,12 +241,19 @@ def speculative_decode(
                 generator=verifier_generator,
             )
             active = filled < m
-            accepted_lengths.append(verdict.accepted[active])
+            if bool(active.any()):
+                accepted_lengths.append(verdict.accepted[active])
+            round_anchors.append(anchors)
+            round_blocks.append(verdict.committed)
             slot = filled.unsqueeze(1) + positions  # [rows, gamma+1]: where each token lands
             keep = (positions < verdict.num_committed.unsqueeze(1)) & (slot < m)
             committed[row_ids.expand_as(slot)[keep], slot[keep]] = verdict.committed[keep]
             filled = (filled + verdict.num_committed).clamp_max(m)
             anchors = verdict.committed.gather(1, verdict.accepted.unsqueeze(1)).squeeze(1)
     return DecodeResult(
-        committed=committed, accepted_lengths=torch.cat(accepted_lengths), rounds=rounds
+        committed=committed,
+        accepted_lengths=torch.cat(accepted_lengths),
+        rounds=len(round_blocks),
+        round_anchors=torch.stack(round_anchors),
+        round_blocks=torch.stack(round_blocks),
     )

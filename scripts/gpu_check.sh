@@ -4,7 +4,7 @@
 # usage: scripts/gpu_check.sh [--allow-cpu] OUTDIR
 #
 # On a bare GPU machine with no network and this repository's files only, runs
-#   env      versions (python, torch, CUDA, triton, numpy, pytest, hypothesis) and the GPU
+#   env      versions (python, torch, CUDA, triton, numpy, tabulate, pytest, hypothesis), GPU
 #   pytest   every test marked gpu (python -m pytest -m gpu tests/), junit XML
 #   graphs   python -m harness graphs --device cuda: the standard matrix captured in CUDA
 #            graphs, every replay checked, noise redrawn, no host sync in __call__
@@ -17,7 +17,7 @@
 #
 # Installs nothing and needs no network. Assumes these are installed for the python it
 # runs ($PYTHON, default python3): torch (2.11 with CUDA 13 on the target H200 machine),
-# triton (3.6), numpy, pytest, hypothesis, pytest-benchmark.
+# triton (3.6), numpy, tabulate (the report's tables), pytest, hypothesis, pytest-benchmark.
 #
 # Exit status: 0 when every stage passed; 1 when a stage failed or ran out of time
 # (results.json and log.txt are written all the same); 2 on bad usage, or when torch
@@ -129,7 +129,7 @@ try:
                     memory_bytes=props.total_memory)
 except Exception as error:
     info["torch_error"] = repr(error)
-for name in ("triton", "numpy", "pytest", "hypothesis", "pytest_benchmark"):
+for name in ("triton", "numpy", "tabulate", "pytest", "hypothesis", "pytest_benchmark"):
     try:
         info[name] = __import__(name).__version__
     except Exception as error:

@@ -24,8 +24,8 @@ from harness.pipeline.compare import compare
 from harness.pipeline.matrix import standard_matrix
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import builtin_implementations
+from tests.helpers import REPO_ROOT, subprocess_env
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 # One of each kind of evidence: sampled rows, reduced precision, the fused path, a raise.
 MATRIX_CASES = (
     "folded-sampled/vanilla",
@@ -107,8 +107,7 @@ def test_compare_json_repeats_apart_from_timing(
 
 
 def _run_harness(args: list[str], *, hash_seed: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONHASHSEED=hash_seed)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env = subprocess_env(PYTHONHASHSEED=hash_seed)
     return subprocess.run(
         [sys.executable, "-m", "harness", *args],
         env=env,
@@ -196,9 +195,7 @@ print(sorted(set(os.environ.items()) ^ set(before.items())))
 
 
 def test_first_run_in_a_fresh_process_leaves_the_environment_as_found() -> None:
-    env = dict(os.environ)
-    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env = subprocess_env(without=("TORCHINDUCTOR_CACHE_DIR",))
     result = subprocess.run(
         [sys.executable, "-c", _FRESH_PROCESS_RUN],
         env=env,

@@ -9,10 +9,8 @@ seed and moved, as everywhere in the harness.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,18 +18,19 @@ import torch
 
 import reference.triton_race as triton_race
 from fixed import DsparkDraftSampler as FixedSampler
-from harness.gpu.graphs import capture_and_replay, graph_sections, no_host_sync
+from harness.gpu.graphs import capture_and_replay, graph_sections
+from harness.gpu.host_sync import no_host_sync
 from harness.pipeline.case import Case, build_inputs
 from harness.pipeline.compare import case_record, comparison_sections, evaluate_run
 from harness.pipeline.matrix import standard_matrix
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
 from reference.step_samplers import exponential_race, exponential_race_torch
+from tests.helpers import REPO_ROOT, subprocess_env
 
 pytestmark = pytest.mark.gpu
 
 DEVICE = "cuda"
-REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXED = builtin_implementations(("fixed",))[0]
 GRAPH_CASES = (
     "folded-sampled/vanilla",
@@ -254,7 +253,7 @@ def test_capture_of_a_syncing_sampler_is_a_recorded_failure_and_the_process_goes
     done = subprocess.run(
         [sys.executable, "-c", CAPTURE_FAILURE_SCRIPT],
         cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        env=subprocess_env(),
         capture_output=True,
         text=True,
         timeout=300,

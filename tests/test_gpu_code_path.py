@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -23,9 +22,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from harness.cli import graphs as graphs_command
 from harness.cli import main as cli_main
+from harness.gpu import clocks, graphs, host_sync, kernel_bandwidth
 from harness.gpu import figures as gpu_figures
-from harness.gpu import graphs
 from harness.gpu.graphs import (
     EagerReplay,
     GraphRunner,
@@ -37,9 +37,9 @@ from harness.gpu.graphs import (
 from harness.pipeline.case import Case, build_inputs
 from harness.pipeline.matrix import standard_matrix
 from harness.plugins.implementations import Implementation, builtin_implementations
+from tests.helpers import REPO_ROOT, subprocess_env
 from tests.plugins.broken_samplers import HalfWritingSampler, StaleCorrectedSampler
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "scripts" / "gpu_check.sh"
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
 ALL = builtin_implementations()
@@ -47,10 +47,6 @@ ALL = builtin_implementations()
 
 def _matrix_case(name: str) -> Case:
     return next(case for case in standard_matrix() if case.name == name)
-
-
-def _subprocess_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
 
 
 # -- CUDA-only entry points on a CPU -----------------------------------------------------------
@@ -62,11 +58,12 @@ def _subprocess_env() -> dict[str, str]:
         ),
         pytest.param(lambda: graphs.CudaGraphRunner(device="cpu"), id="runner"),
         pytest.param(
-            lambda: graphs.no_host_sync(_matrix_case("folded-sampled/vanilla"), ALL[1]), id="sync"
+            lambda: host_sync.no_host_sync(_matrix_case("folded-sampled/vanilla"), ALL[1]),
+            id="sync",
         ),
-        pytest.param(lambda: gpu_figures.peak_bandwidth(torch.device("cpu")), id="peak"),
+        pytest.param(lambda: kernel_bandwidth.peak_bandwidth(torch.device("cpu")), id="peak"),
         pytest.param(
-            lambda: gpu_figures.kernel_figure(dtype="float32", device=torch.device("cpu")),
+            lambda: kernel_bandwidth.kernel_figure(dtype="float32", device=torch.device("cpu")),
             id="kernel",
         ),
     ],
@@ -82,7 +79,7 @@ def test_a_cuda_case_on_a_machine_without_cuda_says_there_is_none() -> None:
     with pytest.raises(RuntimeError, match=r"needs a CUDA device, and this machine has none"):
         capture_and_replay(case, ALL)
     with pytest.raises(RuntimeError, match=r"needs a CUDA device, and this machine has none"):
-        graphs.no_host_sync(case, ALL[1])
+        host_sync.no_host_sync(case, ALL[1])
 
 
 def test_gpu_modules_import_in_a_fresh_process_without_touching_cuda() -> None:
@@ -92,7 +89,7 @@ def test_gpu_modules_import_in_a_fresh_process_without_touching_cuda() -> None:
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO_ROOT,
-        env=_subprocess_env(),
+        env=subprocess_env(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -266,19 +263,19 @@ def test_capture_and_replay_rejects_zero_replays() -> None:
 def test_sync_section_requires_every_implementation_but_legacy_to_be_sync_free() -> None:
     case = _matrix_case("folded-sampled/vanilla")
     checks = [
-        graphs.SyncCheck("fixed", case, "sync-free"),
-        graphs.SyncCheck("legacy", case, "raised"),
+        host_sync.SyncCheck("fixed", case, "sync-free"),
+        host_sync.SyncCheck("legacy", case, "raised"),
     ]
-    assert graphs.sync_section(checks).ok
-    syncing = graphs.SyncCheck("fixed", case, "syncs", stack=("fixed/x.py:3 in __call__",))
-    section = graphs.sync_section([syncing])
+    assert host_sync.sync_section(checks).ok
+    syncing = host_sync.SyncCheck("fixed", case, "syncs", stack=("fixed/x.py:3 in __call__",))
+    section = host_sync.sync_section([syncing])
     assert not section.ok and "fixed/x.py:3" in section.text
 
 
 # -- the graphs command ------------------------------------------------------------------------
 def _graphs_args(**overrides: object) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    graphs.add_arguments(parser)
+    graphs_command.add_arguments(parser)
     args = parser.parse_args([])
     for key, value in {"device": "cpu", "seed": 0, "quiet": True, **overrides}.items():
         setattr(args, key, value)
@@ -286,7 +283,7 @@ def _graphs_args(**overrides: object) -> argparse.Namespace:
 
 
 def test_graphs_command_needs_cuda_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
-    assert graphs.command(_graphs_args()) == 2
+    assert graphs_command.command(_graphs_args()) == 2
     assert "needs a CUDA device; got device 'cpu'" in capsys.readouterr().err
 
 
@@ -294,7 +291,7 @@ def test_graphs_command_needs_cuda_and_says_so(capsys: pytest.CaptureFixture[str
 def test_graphs_command_with_device_cuda_on_a_machine_without_cuda(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert graphs.command(_graphs_args(device="cuda")) == 2
+    assert graphs_command.command(_graphs_args(device="cuda")) == 2
     assert "this machine has none" in capsys.readouterr().err
 
 
@@ -313,13 +310,13 @@ def test_graphs_options_and_cli_entry_point(
 
 # -- GPU figures -------------------------------------------------------------------------------
 def test_step_kernel_byte_model_at_the_production_shape() -> None:
-    model = gpu_figures.race_kernel_bytes(bs=64, vocab_size=129280, dtype="float32")
+    model = kernel_bandwidth.race_kernel_bytes(bs=64, vocab_size=129280, dtype="float32")
     tiles = 127  # ceil(129280 / 1024)
     assert model.logits == model.noise == 64 * 129280 * 4
     assert model.tile_partials == 64 * tiles * 20
     assert model.compulsory == 2 * 64 * 129280 * 4 + 64 * 5 + 64 * 8
     assert model.moved == model.compulsory + 2 * 64 * tiles * 20
-    bf16 = gpu_figures.race_kernel_bytes(bs=64, vocab_size=129280, dtype="bfloat16")
+    bf16 = kernel_bandwidth.race_kernel_bytes(bs=64, vocab_size=129280, dtype="bfloat16")
     assert bf16.logits == 64 * 129280 * 2 and bf16.noise == model.noise
 
 
@@ -338,20 +335,20 @@ def test_step_kernel_byte_model_at_the_production_shape() -> None:
     ],
 )
 def test_datasheet_peak_by_device_name(name: str, peak: float) -> None:
-    found = gpu_figures.datasheet_peak(name)
+    found = kernel_bandwidth.datasheet_peak(name)
     assert found is not None and found[0] == peak and "datasheet" in found[1]
 
 
 def test_unknown_device_has_no_datasheet_peak_and_reported_peak_needs_both_fields() -> None:
-    assert gpu_figures.datasheet_peak("Some Future GPU") is None
+    assert kernel_bandwidth.datasheet_peak("Some Future GPU") is None
     h100 = SimpleNamespace(memory_clock_rate=2_619_000, memory_bus_width=5120)  # kHz, bits
-    assert gpu_figures.reported_peak(h100) == pytest.approx(3.352e12, rel=1e-3)
-    assert gpu_figures.reported_peak(SimpleNamespace(memory_bus_width=5120)) is None
+    assert kernel_bandwidth.reported_peak(h100) == pytest.approx(3.352e12, rel=1e-3)
+    assert kernel_bandwidth.reported_peak(SimpleNamespace(memory_bus_width=5120)) is None
 
 
 def test_graph_device_time_divides_by_replays_and_calls() -> None:
     calls_made = []
-    ms = gpu_figures.graph_device_ms(
+    ms = clocks.graph_device_ms(
         [lambda: calls_made.append("a"), lambda: calls_made.append("b")],
         device=torch.device("cpu"),
         replays=5,
@@ -367,7 +364,7 @@ def test_sampler_times_alternate_and_cover_both_executions_and_modes() -> None:
         device="cpu", bs=2, vocab_size=300, hidden_size=16, dtype="float32"
     )
     times = gpu_figures.sampler_times(
-        case, repeats=2, warmup=0, clock=gpu_figures.wall_ms, runner_factory=eager_replay_runner
+        case, repeats=2, warmup=0, clock=clocks.wall_ms, runner_factory=eager_replay_runner
     )
     assert set(times.times) == {"eager", "graph"}
     for by_mode in times.times.values():
@@ -382,9 +379,9 @@ def test_sampler_times_alternate_and_cover_both_executions_and_modes() -> None:
 
 
 def test_figures_section_states_bandwidth_against_both_peaks() -> None:
-    model = gpu_figures.race_kernel_bytes(bs=64, vocab_size=129280, dtype="float32")
-    figure = gpu_figures.KernelFigure("float32", 64, 129280, model, 0.05, 0.02, 4)
-    peak = gpu_figures.PeakBandwidth("NVIDIA H200", 4.8e12, "datasheet", None, 4.0e12)
+    model = kernel_bandwidth.race_kernel_bytes(bs=64, vocab_size=129280, dtype="float32")
+    figure = kernel_bandwidth.KernelFigure("float32", 64, 129280, model, 0.05, 0.02, 4)
+    peak = kernel_bandwidth.PeakBandwidth("NVIDIA H200", 4.8e12, "datasheet", None, 4.0e12)
     section = gpu_figures.figures_section(None, [figure], peak)
     achieved = model.moved / 0.02e-3
     assert section.ok
@@ -405,7 +402,7 @@ def _run_script(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
     return subprocess.run(
         ["bash", str(SCRIPT), *args],
         cwd=REPO_ROOT,
-        env=env or _subprocess_env(),
+        env=env or subprocess_env(),
         capture_output=True,
         text=True,
         timeout=240,
@@ -430,7 +427,7 @@ def test_gpu_check_script_without_arguments_prints_usage_and_fails() -> None:
 
 
 def _script_env() -> dict[str, str]:
-    return {**_subprocess_env(), "PYTHON": sys.executable, "GPU_CHECK_TESTS": "tests/test_gpu.py"}
+    return {**subprocess_env(), "PYTHON": sys.executable, "GPU_CHECK_TESTS": "tests/test_gpu.py"}
 
 
 @NO_CUDA
@@ -478,29 +475,26 @@ def test_gpu_check_script_skips_the_stages_once_its_time_budget_is_spent(tmp_pat
 
 
 # -- tests/test_gpu.py here --------------------------------------------------------------------
-def _pytest(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/test_gpu.py", *args],
-        cwd=REPO_ROOT,
-        env=_subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+def _pytest(pytester: pytest.Pytester, *args: str) -> tuple[int, str]:
+    """Exit status and output of pytest run on ``tests/test_gpu.py`` (in this process: the
+    module and torch are imported already, so it takes a second)."""
+    done = pytester.runpytest(
+        "-p", "no:cacheprovider", str(REPO_ROOT / "tests" / "test_gpu.py"), *args
     )
+    return int(done.ret), done.stdout.str()
 
 
-def test_every_test_in_the_gpu_module_carries_the_gpu_marker() -> None:
-    done = _pytest("--collect-only", "-q", "-m", "not gpu")
-    assert done.returncode == 5, done.stdout  # pytest: no tests selected
-    found = re.search(r"(?:no tests|0/\d+ tests) collected \((\d+) deselected\)", done.stdout)
-    assert found is not None and int(found.group(1)) > 0, done.stdout
+def test_every_test_in_the_gpu_module_carries_the_gpu_marker(pytester: pytest.Pytester) -> None:
+    code, stdout = _pytest(pytester, "--collect-only", "-q", "-m", "not gpu")
+    assert code == 5, stdout  # pytest: no tests selected
+    found = re.search(r"(?:no tests|0/\d+ tests) collected \((\d+) deselected\)", stdout)
+    assert found is not None and int(found.group(1)) > 0, stdout
 
 
 @NO_CUDA
-def test_gpu_module_is_collected_and_skipped_without_cuda() -> None:
-    done = _pytest("-q", "-rs")
-    assert done.returncode == 0, done.stdout
-    summary = done.stdout.strip().splitlines()[-1]
+def test_gpu_module_is_collected_and_skipped_without_cuda(pytester: pytest.Pytester) -> None:
+    code, stdout = _pytest(pytester, "-q", "-rs")
+    assert code == 0, stdout
+    summary = stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"\d+ skipped in [\d.]+s", summary), summary
-    assert "needs a CUDA device" in done.stdout
+    assert "needs a CUDA device" in stdout

@@ -1,7 +1,7 @@
 """Markov heads (reference.heads): the walk, its teacher-forced twin and the fused greedy path.
 
 The gated and rnn steps are written out here from the heads' weights, so the walk is
-checked against the formulas of SPEC 2.1 rather than against itself.
+checked against the per-kind formulas rather than against itself.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def _written_out_walk(
     hidden_states: torch.Tensor,
     sampler: StepSampler,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """SPEC 2.1's per-kind step formulas as a plain loop over the head's weights."""
+    """The per-kind step formulas as a plain loop over the head's weights."""
     w1, w2 = head.W1.weight, head.W2.weight  # [V, r], [V, r]
     bs, length, _ = base_logits.shape
     state = torch.zeros(bs, RANK)  # rnn only

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,8 +12,8 @@ import pytest
 
 from harness.cli import main
 from harness.pipeline.case import make_case
+from tests.helpers import REPO_ROOT, subprocess_env
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 JOURNAL = "compare.cases.jsonl"
 
 
@@ -71,7 +70,7 @@ def test_a_damaged_journal_line_before_the_last_is_bad_input(
 
 
 def test_a_killed_report_resumes_without_recomputing_finished_cases(tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    env = subprocess_env()
     command = [sys.executable, "-m", "harness", "compare", "--out-dir", str(tmp_path)]
     process = subprocess.Popen(
         command,

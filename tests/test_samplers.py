@@ -30,8 +30,8 @@ from reference import (
     query_rows_per_request,
     teacher_forced_logits,
 )
+from tests.helpers import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 VOCAB, HIDDEN, RANK = 17, 8, 4
 GAMMA, MAX_BS, BS = 4, 6, 5  # GAMMA divides HIDDEN: legacy's pass-1 view does not raise
 SAMPLED_TOP_K = 1 << 30

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from harness.measure import sweep
+from tests.helpers import REPO_ROOT, subprocess_env
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 TINY = replace(sweep.QUICK_CONFIG, bs=(1,), gamma=(2,), vocab=(64, 128, 256), repeats=1)
 
 
@@ -139,11 +139,12 @@ def test_real_quick_points_time_both_samplers(tmp_path: Path) -> None:
 
 def _sweep_command(out: Path, *extra: str) -> list[str]:
     grid = ["--bs", "4", "--gamma", "2,4", "--vocab", "2048,4096,8192", "--repeats", "2"]
-    return [sys.executable, "-m", "harness", "sweep", "--out", str(out), *grid, *extra]
+    files = ["--out", str(out), "--out-dir", str(out / "report")]
+    return [sys.executable, "-m", "harness", "sweep", *files, *grid, *extra]
 
 
 def test_a_killed_sweep_resumes_without_losing_or_recomputing_points(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = subprocess_env()
     process = subprocess.Popen(
         _sweep_command(tmp_path),
         cwd=REPO_ROOT,
@@ -186,7 +187,7 @@ def test_a_killed_sweep_resumes_without_losing_or_recomputing_points(tmp_path: P
     keys = [json.loads(line)["key"] for line in after.decode().splitlines()]
     assert len(keys) == len(set(keys)) == 6
     assert resumed.stderr.count("[sweep ") == 6 - finished  # only the missing ones ran
-    summary = json.loads(resumed.stdout)
+    summary = json.loads(resumed.stdout)["sections"][0]["data"]  # sweep.json's document
     assert len(summary["points"]) == 6
     for name in (sweep.CSV_FILE, sweep.JSON_FILE, sweep.PNG_FILE):
         assert (tmp_path / name).exists()

@@ -5,10 +5,8 @@ Without CUDA these run the kernels under the Triton interpreter, so shapes stay 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,10 +14,10 @@ import torch
 import reference.triton_race as triton_race
 from reference.step_samplers import exponential_race, exponential_race_torch
 from reference.triton_race import BLOCK_V, exponential_race_triton
+from tests.helpers import subprocess_env
 
 pytestmark = pytest.mark.interpreter
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 RaceInputs = dict[str, torch.Tensor]
 # The compiled kernel takes CUDA tensors; without CUDA the interpreter takes CPU ones.
 KERNEL_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -201,8 +199,7 @@ def test_wrapper_rejects_bad_inputs_with_value_error(case: str, message: str) ->
 
 
 def _run_python(code: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env = subprocess_env(without=("TRITON_INTERPRET",))
     return subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )

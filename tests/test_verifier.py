@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from fixed import DsparkDraftSampler as FixedSampler
+from harness.oracles.gof import pearson_p_value
 from reference import ReferenceDraftSampler, SamplingInfo, ToyDraftModel, make_toy_draft_model
 from reference.target_model import MarkovTargetModel, make_markov_target
 from reference.verifier import (
@@ -32,11 +33,8 @@ def chi2_p_value(observed: torch.Tensor, expected_probs: torch.Tensor) -> float:
     """Pearson p-value over cells with positive probability (all expected >= 5 here)."""
     keep = expected_probs > 0
     assert int(observed[~keep].sum()) == 0, "observations in cells of probability 0"
-    expected = observed.sum() * expected_probs[keep]
-    assert bool((expected >= 5).all())
-    chi2 = ((observed[keep] - expected) ** 2 / expected).sum()
-    dof = torch.tensor((int(keep.sum()) - 1) / 2, dtype=torch.float64)
-    return float(torch.special.gammaincc(dof, chi2.double() / 2))
+    assert bool((observed.sum() * expected_probs[keep] >= 5).all())
+    return pearson_p_value(observed[keep], expected_probs[keep])
 
 
 def random_probs(*shape: int, generator: torch.Generator, scale: float = 1.5) -> torch.Tensor:
@@ -300,3 +298,55 @@ def test_reference_sampler_decodes_to_the_target_joint() -> None:
     expected = target.joint_probs(m=m, temperature=1.0, greedy=False)
     assert chi2_p_value(counts, expected) > ALPHA
     assert 0 < decoded.mean_accepted_length < GAMMA
+
+
+class StagingCounter(FixedSampler):
+    """Counts staging and calls: the server stages before every call it makes."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.events: list[str] = []
+
+    def stage_sampling_params(self, *, bs: int, sampling_info: SamplingInfo | None) -> None:
+        self.events.append("stage")
+        super().stage_sampling_params(bs=bs, sampling_info=sampling_info)
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        self.events.append("call")
+        super().__call__(hidden_states, input_ids)
+
+
+def test_decode_stages_the_sampling_parameters_before_every_round() -> None:
+    model, target, context, sampling_info = decode_setup(
+        rows=50, head_kind="vanilla", temperatures=[1.0]
+    )
+    sampler = StagingCounter(model=model, gamma=GAMMA, max_bs=50, device="cpu")
+    decoded = speculative_decode(
+        sampler=sampler,
+        target=target,
+        context=context,
+        sampling_info=sampling_info,
+        m=2,
+        seed=17,
+        min_rounds=3,
+    )
+    assert decoded.rounds >= 3
+    assert sampler.events == ["stage", "call"] * decoded.rounds
+
+
+def test_round_records_hold_every_committed_token_and_chain_the_anchors() -> None:
+    decoded, _, _ = run_decode(
+        FixedSampler, rows=200, m=3, seed=18, head_kind="rnn", temperatures=[0.7, 0.0]
+    )
+    rounds, rows = decoded.rounds, 200
+    assert decoded.round_blocks.shape == (rounds, rows, GAMMA + 1)
+    assert decoded.round_anchors.shape == (rounds, rows)
+    committed = decoded.round_blocks >= 0
+    # committed tokens are a prefix of each round's block
+    assert torch.equal(committed, committed.long().cummin(dim=2).values.bool())
+    count = committed.sum(dim=2)  # [rounds, rows]
+    last = decoded.round_blocks.gather(2, (count - 1).unsqueeze(2)).squeeze(2)
+    assert torch.equal(decoded.round_anchors[1:], last[:-1])  # next anchor = last committed
+    # the first m committed tokens are the rounds' tokens in order
+    stream = [decoded.round_blocks[:, i][committed[:, i]] for i in range(rows)]
+    assert torch.equal(decoded.committed, torch.stack([s[:3] for s in stream]))

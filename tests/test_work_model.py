@@ -12,13 +12,16 @@ from __future__ import annotations
 import argparse
 import json
 from functools import cache
+from pathlib import Path
 
 import pytest
 import torch
 
-from harness.measure import timing, work
+from harness.cli import build_parser
+from harness.cli import work as work_command
+from harness.measure import callgrind, counters, model, timing, work, work_report
 from harness.pipeline.case import Case, build_inputs, make_case
-from harness.pipeline.ledger import legacy_raises_expected
+from harness.pipeline.control_flow import legacy_pass1_error
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import builtin_implementations
 
@@ -39,13 +42,13 @@ def measured(case: Case) -> work.CaseWork:
 @pytest.mark.parametrize("case", ALL_CASES, ids=_id)
 def test_counted_work_equals_the_model_for_every_implementation(case: Case) -> None:
     result = measured(case)
-    for name in work.IMPLEMENTATIONS:
-        model, got = result.predicted[name], result.measured[name]
-        assert got.error_type == model.raises, (name, got.error)
-        if model.raises:
+    for name in model.IMPLEMENTATIONS:
+        predicted, got = result.predicted[name], result.measured[name]
+        assert got.error_type == predicted.raises, (name, got.error)
+        if predicted.raises:
             continue
-        for key in work.MODEL_COUNTERS:
-            assert got.counter(key) == model.counter(key), (name, key)
+        for key in model.MODEL_COUNTERS:
+            assert got.counter(key) == predicted.counter(key), (name, key)
     assert result.problems == []
 
 
@@ -68,7 +71,7 @@ def test_legacy_surplus_is_exactly_one_walk(case: Case) -> None:
     )
 
 
-FOLDED_RUNNING = [c for c in ALL_CASES if c.folded_sampling and work.legacy_pass1_error(c) is None]
+FOLDED_RUNNING = [c for c in ALL_CASES if c.folded_sampling and legacy_pass1_error(c) is None]
 
 
 @pytest.mark.parametrize("case", FOLDED_RUNNING, ids=_id)
@@ -83,14 +86,9 @@ def test_folded_sampling_draws_exactly_twice_the_noise(case: Case) -> None:
     assert (calls.legacy, calls.fixed) == (2 * case.gamma, case.gamma)
 
 
-@pytest.mark.parametrize("case", EXHAUSTIVE, ids=_id)
-def test_model_predicts_legacy_raising_exactly_where_the_ledger_does(case: Case) -> None:
-    assert (work.legacy_pass1_error(case) is not None) == legacy_raises_expected(case)
-
-
 def test_model_at_the_production_shape_is_the_closed_form() -> None:
     case = make_case(bs=8, gamma=7, vocab_size=129280, hidden_size=4096, markov_rank=256)
-    legacy, fixed = work.predict_work(case, "legacy"), work.predict_work(case, "fixed")
+    legacy, fixed = model.predict_work(case, "legacy"), model.predict_work(case, "fixed")
     walk_flops = 2 * 8 * 7 * 256 * 129280  # gamma steps of [bs, r] x [r, V]
     lm_flops = 2 * 8 * 7 * 4096 * 129280
     assert fixed.walk.gemm_flops == walk_flops
@@ -102,12 +100,12 @@ def test_model_at_the_production_shape_is_the_closed_form() -> None:
 
 def test_unknown_implementation_has_no_model() -> None:
     with pytest.raises(ValueError, match="no work model"):
-        work.predict_work(EXHAUSTIVE[0], "mine")
+        model.predict_work(EXHAUSTIVE[0], "mine")
 
 
 def test_allocation_counter_counts_fresh_storage_only() -> None:
     base = torch.zeros(4, 8)
-    with torch.inference_mode(), work.AllocationCounter() as counter:
+    with torch.inference_mode(), counters.AllocationCounter() as counter:
         fresh = base + 1  # 128 bytes
         fresh.add_(1)  # in place: nothing
         fresh.view(8, 4)  # a view: nothing
@@ -126,27 +124,23 @@ def test_measuring_leaves_the_global_rng_untouched() -> None:
 
 def test_report_section_is_ok_and_shows_the_comparison() -> None:
     messages: list[str] = []
-    section = work.report_section(seed=0, progress=messages.append)
+    section = work_report.report_section(seed=0, progress=messages.append)
     assert section.ok, section.text
-    assert section.title == "Eliminated work (SPEC 3.4)"
+    assert section.title == "Eliminated work"
     assert "exactly one extra Markov walk" in section.verdict
     assert "legacy - fixed" in section.text and "one walk (+view)" in section.text
     assert len(section.data["cases"]) == len(work.work_cases(seed=0)) == len(messages)
     json.dumps(section.data)  # plain data
 
 
-def _work_args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--quiet", action="store_true")
-    work.add_arguments(parser)
-    return parser.parse_args(list(argv))
+def _work_args(out_dir: Path, *argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["work", "--out-dir", str(out_dir), *argv])
 
 
-def test_work_command_prints_json_and_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
-    assert work.command(_work_args("--json", "--quiet", "--seed", "3")) == 0
+def test_work_command_prints_json_and_exits_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert work_command.command(_work_args(tmp_path, "--json", "--quiet", "--seed", "3")) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["ok"] is True
     cases = payload["sections"][0]["data"]["cases"]
@@ -155,9 +149,18 @@ def test_work_command_prints_json_and_exits_zero(capsys: pytest.CaptureFixture[s
     assert noise["legacy"] == 2 * noise["fixed"] and noise["ratio"] == 2.0
 
 
-def test_work_command_rejects_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
-    assert work.command(_work_args("--repeats", "0", "--quiet")) == 2
+def test_work_command_rejects_bad_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert work_command.command(_work_args(tmp_path, "--repeats", "0", "--quiet")) == 2
     assert "--repeats" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # nothing written on bad usage
+
+
+def test_work_out_dir_receives_the_report_files(tmp_path: Path) -> None:
+    out_dir = tmp_path / "work-files"
+    assert work_command.command(_work_args(out_dir, "--quiet")) == 0
+    assert sorted(p.name for p in out_dir.iterdir()) == ["work.json", "work.md", "work.txt"]
+    assert json.loads((out_dir / "work.json").read_text())["command"] == "work"
+    assert "| case kind (legacy \\| fixed)" in (out_dir / "work.md").read_text()
 
 
 # -- A/B timing -----------------------------------------------------------------------------
@@ -207,9 +210,9 @@ def test_production_like_case_states_its_shape() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(timing.valgrind_path() is None, reason="valgrind is not on PATH")
+@pytest.mark.skipif(callgrind.valgrind_path() is None, reason="valgrind is not on PATH")
 def test_callgrind_counts_twice_the_walk_instructions() -> None:
-    counts = timing.callgrind_instructions(timing.callgrind_case())
+    counts = callgrind.callgrind_instructions(callgrind.callgrind_case())
     assert 1.9 <= counts.ratio("walk_only") <= 2.1
     assert 1.0 < counts.ratio("whole_call") < counts.ratio("walk_only")
 

@@ -1,9 +1,11 @@
 """Command line: ``python -m harness [COMMAND] [options]``.
 
 Commands: ``report`` (the default: the standard matrix, the statistical oracle
-and the eliminated work), ``compare``, ``repro``, ``stats``, ``work``, ``sweep``.
-Exit status: 0 when every expectation holds, 1 when any fails, 2 on bad usage
-or bad input.
+and the eliminated work), ``compare``, ``repro`` (here), and ``stats``, ``work``,
+``sweep``, ``graphs``, ``gpu-figures`` (each in its own module with ``add_arguments``
+and ``command``). Every command ends through ``harness.cli.emit`` and returns an
+``ExitCode`` (``harness.cli.exit_codes``): 0 when every expectation holds, 1 when any
+fails, 2 on bad usage or bad input (an unknown command included).
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.cli.emit import UsageError, emit, usage_error
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import add_impl_option, add_selection_options
-from harness.cli.validate import UsageError, validate_global_options
+from harness.cli.validate import validate_global_options
 from harness.io.files import JournalError, write_atomically
 from harness.io.lock import OutDirBusy, claim_out_dir
 from harness.pipeline.case import Case, CaseError
@@ -38,16 +41,17 @@ from harness.plugins.implementations import (
     parse_names,
     select_implementations,
 )
+from harness.render.figures import PLOT_EXTRA_HINT
 from harness.render.progress import Progress, progress_printer
-from harness.render.report import emit_report
 from harness.render.sections import Section
 
 COMMANDS = ("report", "compare", "repro", "stats", "work", "sweep", "graphs", "gpu-figures")
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 JOURNAL = "{command}.cases.jsonl"  # one line per finished case, under --out-dir
 
 
-def _common_options() -> argparse.ArgumentParser:
+def _common_options(*, time_limit: bool = True) -> argparse.ArgumentParser:
+    """Options every command takes; ``--time-limit`` only where implementations' calls
+    run under the per-call limit."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--seed", type=int, default=0, help="base seed of every case (default 0)")
     common.add_argument(
@@ -62,6 +66,13 @@ def _common_options() -> argparse.ArgumentParser:
     )
     common.add_argument("--quiet", action="store_true", help="no progress output on stderr")
     common.add_argument(
+        "--max-memory",
+        metavar="SIZE",
+        help="refuse work estimated above SIZE (e.g. 64G; default: half the free memory)",
+    )
+    if not time_limit:
+        return common
+    common.add_argument(
         "--time-limit",
         type=float,
         default=DEFAULT_TIME_LIMIT_S,
@@ -69,17 +80,15 @@ def _common_options() -> argparse.ArgumentParser:
         help=f"limit on each implementation's construction, staging and call "
         f"(default {DEFAULT_TIME_LIMIT_S:g})",
     )
-    common.add_argument(
+    return common
+
+
+def _isolate_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--isolate",
         action="store_true",
         help="run each implementation in a worker process, so a crash is a recorded failure",
     )
-    common.add_argument(
-        "--max-memory",
-        metavar="SIZE",
-        help="refuse work estimated above SIZE (e.g. 64G; default: half the free memory)",
-    )
-    return common
 
 
 def _resume_option(parser: argparse.ArgumentParser) -> None:
@@ -104,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_impl_option(report)
     _resume_option(report)
+    _isolate_option(report)
     report.add_argument("--no-stats", action="store_true", help="skip the statistical oracle")
     report.add_argument("--no-work", action="store_true", help="skip the eliminated-work section")
 
@@ -112,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_selection_options(comp, verb="run")
     _resume_option(comp)
+    _isolate_option(comp)
 
     repro = commands.add_parser(
         "repro", parents=[common], help="write the smallest failing case, or replay one"
@@ -123,12 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--target", help="implementation to reproduce (default: the --impl given, else legacy)"
     )
 
+    unlimited = _common_options(time_limit=False)
     for name, text in SUBCOMMAND_HELP.items():
-        sub = commands.add_parser(name, parents=[common], help=text)
+        parents = [common] if name in TIME_LIMITED else [unlimited]
+        sub = commands.add_parser(name, parents=parents, help=text)
         _subcommand_module(name).add_arguments(sub)
     return parser
 
 
+TIME_LIMITED = ("stats",)  # sub-commands whose implementation calls honour --time-limit
 SUBCOMMAND_HELP = {
     "stats": "statistical losslessness oracle",
     "work": "work the fix eliminates (counters, model, --timing)",
@@ -140,10 +154,7 @@ SUBCOMMAND_HELP = {
 
 def _subcommand_module(name: str) -> Any:
     """The module that owns a sub-command (``add_arguments`` and ``command``)."""
-    from harness.gpu import figures as gpu_figures
-    from harness.gpu import graphs
-    from harness.measure import sweep, work
-    from harness.oracles import stats
+    from harness.cli import gpu_figures, graphs, stats, sweep, work
 
     return {
         "stats": stats,
@@ -158,30 +169,7 @@ def _implementations(args: argparse.Namespace, names: Sequence[str]) -> list[Imp
     return select_implementations(names, args.impl)
 
 
-def _emit(
-    args: argparse.Namespace,
-    *,
-    command: str,
-    heading: str,
-    sections: list[Section],
-    cases: list[dict[str, Any]],
-    timing: dict[str, float],
-) -> int:
-    ok = emit_report(
-        out_dir=args.out_dir,
-        as_json=args.json,
-        command=command,
-        seed=args.seed,
-        device=args.device,
-        heading=heading,
-        sections=sections,
-        cases=cases,
-        timing=timing,
-    )
-    return EXIT_OK if ok else EXIT_FAIL
-
-
-def cmd_report(args: argparse.Namespace) -> int:
+def cmd_report(args: argparse.Namespace) -> ExitCode:
     progress = progress_printer(quiet=args.quiet)
     started = time.perf_counter()
     cases = standard_matrix(seed=args.seed, device=args.device)
@@ -198,27 +186,34 @@ def cmd_report(args: argparse.Namespace) -> int:
     timing = {"matrix_s": round(time.perf_counter() - started, 3)}
     sections = comparison_sections(records, require_coverage=True)
     if not args.no_stats:
-        from harness.oracles import stats
+        from harness.oracles import section as stats
 
         progress("statistical oracle ...")
         started = time.perf_counter()
         sections.insert(
-            -1, stats.report_section(seed=args.seed, progress=progress, device=args.device)
+            -1,
+            stats.report_section(
+                seed=args.seed,
+                progress=progress,
+                device=args.device,
+                implementations=_implementations(args, list(BUILTIN_IMPLEMENTATIONS)),
+                time_limit_s=args.time_limit,
+            ),
         )
         timing["stats_s"] = round(time.perf_counter() - started, 3)
     if not args.no_work:
-        from harness.measure import work
+        from harness.measure import work_report
 
         progress("eliminated work ...")
         started = time.perf_counter()
-        sections.insert(-1, work.report_section(seed=args.seed, progress=progress))
+        sections.insert(-1, work_report.report_section(seed=args.seed, progress=progress))
         timing["work_s"] = round(time.perf_counter() - started, 3)
     heading = (
         f"DSpark draft-sampler harness: standard matrix ({len(cases)} cases, "
         f"seed {args.seed}, {args.device})"
     )
     _write_power_plot(args.out_dir, sections, progress=progress)
-    return _emit(
+    return emit(
         args,
         command="report",
         heading=heading,
@@ -229,17 +224,26 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _write_power_plot(out_dir: Path, sections: list[Section], *, progress: Progress) -> None:
-    """The statistical section's power curve as ``report-power.png``, when it ran."""
-    curve = next((s.data["power_curve"] for s in sections if s.data.get("power_curve")), None)
-    if curve is not None:
-        from harness.oracles.stats import power_curve_png
+    """The statistical section's power curves as ``report-power.png``, when they ran and
+    matplotlib (the ``plot`` extra) is installed; otherwise the section's evidence and
+    the progress say the PNG was skipped."""
+    section = next((s for s in sections if s.data.get("power_curves")), None)
+    if section is None:
+        return
+    from harness.oracles.section import power_curves_png
 
-        path = out_dir / "report-power.png"
-        write_atomically(path, power_curve_png(curve))
-        progress(f"written: {path}")
+    path = out_dir / "report-power.png"
+    png = power_curves_png(section.data["power_curves"])
+    if png is None:
+        note = f"{path.name} skipped: {PLOT_EXTRA_HINT}"
+        section.append(note)
+        progress(note)
+        return
+    write_atomically(path, png)
+    progress(f"written: {path}")
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
+def cmd_compare(args: argparse.Namespace) -> ExitCode:
     implementations = _implementations(args, parse_names(args.only))
     if args.case:
         cases = [Case.load(path) for path in args.case]
@@ -260,7 +264,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
     sections = comparison_sections(records, require_coverage=not args.case)
     heading = f"DSpark draft-sampler harness: compare ({len(cases)} cases, {args.device})"
-    return _emit(
+    return emit(
         args,
         command="compare",
         heading=heading,
@@ -270,7 +274,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
 
 
-def cmd_repro(args: argparse.Namespace) -> int:
+def cmd_repro(args: argparse.Namespace) -> ExitCode:
     from harness.pipeline import repro
 
     progress = progress_printer(quiet=args.quiet)
@@ -306,7 +310,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
                 print(f"  FAIL {name}: {detail}")
             if not now.failing:
                 print("  the implementation passes every check on this case now")
-        return EXIT_FAIL if now.failing or not identical else EXIT_OK
+        return ExitCode.FAIL if now.failing or not identical else ExitCode.OK
     if args.out is None:
         raise UsageError("repro needs a FILE to replay or --out FILE to write one")
     implementations = _implementations(args, [])
@@ -321,7 +325,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     )
     if found is None:
         print(f"{target}: no failing case in the standard matrix; nothing written")
-        return EXIT_OK
+        return ExitCode.OK
     case, outcome = found
     repro.write_repro(args.out, case=case, implementation=chosen[0], outcome=outcome)
     if args.json:
@@ -336,12 +340,15 @@ def cmd_repro(args: argparse.Namespace) -> int:
         for name, detail, _ in outcome.failures:
             print(f"  FAIL {name}: {detail}")
         print(f"written: {args.out} (replay with: python -m harness repro {args.out})")
-    return EXIT_FAIL
+    return ExitCode.FAIL
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its ``ExitCode``. No command (or options only) means ``report``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help")):
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        return usage_error(f"unknown command {argv[0]}; expected one of {', '.join(COMMANDS)}")
+    if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
         argv = ["report", *argv]
     parser = build_parser()
     try:
@@ -357,8 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 shutdown_workers()
     except BAD_INPUT as error:
-        print(f"error: {error}", file=sys.stderr)
-        return ExitCode.USAGE
+        return usage_error(str(error))
     except StopRequested as stop:
         return _stopped(stop, args)
     except BrokenPipeError:  # stdout closed early (``--json | head``): nothing left to say

@@ -13,13 +13,18 @@ T = TypeVar("T", int, float)
 
 
 def add_impl_option(parser: argparse.ArgumentParser, *, verb: str = "add") -> None:
-    """``--impl NAME=module:Class`` (repeatable)."""
+    """``--impl NAME=TARGET`` (repeatable): a class or block sampler function, by module or file."""
     parser.add_argument(
         "--impl",
         action="append",
         default=[],
-        metavar="NAME=module:Class",
-        help=f"{verb} this DsparkDraftSampler-compatible implementation (repeatable)",
+        metavar="NAME=TARGET",
+        help=(
+            f"{verb} this sampler (repeatable). TARGET is module:Class, path/to/module.py[:Class] "
+            "(default class DsparkDraftSampler; sglang.* imports are supplied when no sglang "
+            "is installed), or module:function / file.py:function for a block sampler "
+            "function; see docs/plugins.md"
+        ),
     )
 
 

@@ -11,14 +11,11 @@ from pathlib import Path
 
 import torch
 
+from harness.cli.emit import UsageError
 from harness.pipeline import memory
 from harness.pipeline.case import SEED_LIMIT, CaseError, check_device
 
 CLI_SEED_LIMIT = SEED_LIMIT >> 1  # room for the per-case offsets added to --seed
-
-
-class UsageError(Exception):
-    """Bad usage or bad input: exit status 2."""
 
 
 def check_seed(seed: int, *, option: str = "--seed") -> None:
@@ -83,7 +80,8 @@ def check_command_memory(args: argparse.Namespace) -> None:
         )
         memory.check_fits(estimate, what="the statistical oracle run", device=args.device)
     elif args.command == "sweep":
-        from harness.measure.sweep import SweepError, config_from_args
+        from harness.cli.sweep import config_from_args
+        from harness.measure.sweep import SweepError
 
         try:
             config, _ = config_from_args(args)
@@ -113,7 +111,8 @@ def validate_global_options(args: argparse.Namespace) -> None:
     check_seed(args.seed)
     if getattr(args, "model_seed", None) is not None:
         check_seed(args.model_seed, option="--model-seed")
-    check_time_limit(args.time_limit)
+    if getattr(args, "time_limit", None) is not None:  # only where calls are time-limited
+        check_time_limit(args.time_limit)
     memory.set_limit(check_max_memory(args.max_memory))
     check_out_dir(args.out_dir)
     check_command_memory(args)

@@ -13,8 +13,10 @@ runs the implementations exactly that way and holds every replay to the harness:
   ``CaseRun`` evaluated by ``harness.pipeline.compare.evaluate_run`` (self-checks, equality with
   the reference, the ledger). Two more replays on identical inputs, without reseeding,
   show that the graph redraws its noise.
-- ``no_host_sync``: one warm ``__call__`` under ``torch.cuda.set_sync_debug_mode("error")``.
-- ``graph_sections``, ``sync_section``; ``add_arguments`` / ``command`` for ``graphs``.
+- ``graph_sections``: the comparison sections over every replay and the redraw section.
+
+The host-synchronisation check is ``harness.gpu.host_sync``; the command is
+``harness.cli.graphs``.
 
 What the observers see in a graph: no Python runs during a replay, so nothing can be
 intercepted then. The capture runs the Python once, under the same observers as the
@@ -33,21 +35,15 @@ is tested in CI without a GPU.
 
 from __future__ import annotations
 
-import argparse
-import sys
-import time
-import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 import torch
 
-from harness.cli.options import add_selection_options
-from harness.pipeline.case import Case, CaseError, CaseInputs, build_inputs, case_block
+from harness.devices import synchronize
+from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.compare import CaseVerdict, case_record, comparison_sections, evaluate_run
-from harness.pipeline.matrix import standard_matrix
 from harness.pipeline.observe import DispatchObserver, HeadCounts, observe_head
 from harness.pipeline.runner import (
     CaseRun,
@@ -62,19 +58,11 @@ from harness.pipeline.runner import (
 )
 from harness.plugins.implementations import (
     Implementation,
-    ImplementationError,
-    parse_names,
-    select_implementations,
 )
-from harness.render.progress import Progress, progress_printer
-from harness.render.report import emit_report
-from harness.render.sections import Section
+from harness.render.sections import Section, Table
 
 DEFAULT_REPLAYS = 3
 WARMUP_CALLS = 3  # side-stream calls before capture: compile Triton kernels, settle the allocator
-SYNC_ERROR_TEXT = "synchronizing CUDA operation"  # what set_sync_debug_mode("error") raises
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-LEGACY = "legacy"
 
 StaticOutputsCall = Callable[[], list[torch.Tensor]]
 
@@ -87,12 +75,6 @@ def require_cuda(device: str | torch.device, *, what: str) -> torch.device:
     if not torch.cuda.is_available():
         raise RuntimeError(f"{what} needs a CUDA device, and this machine has none")
     return parsed
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the device (a no-op on the CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 # -- capture mechanisms ------------------------------------------------------------------------
@@ -449,75 +431,6 @@ def capture_and_replay(
     return GraphCaseResult(case, verdicts, redraws)
 
 
-# -- host synchronisation ----------------------------------------------------------------------
-SyncStatus = Literal["sync-free", "syncs", "raised"]
-
-
-@dataclass(frozen=True)
-class SyncCheck:
-    """Whether one warm ``__call__`` ran without a host synchronisation."""
-
-    implementation: str
-    case: Case
-    status: SyncStatus
-    error: RaisedError | None = None
-    stack: tuple[str, ...] = field(default=())  # frames outside torch and triton, innermost last
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "implementation": self.implementation,
-            "case": self.case.label(),
-            "status": self.status,
-            "error": None if self.error is None else self.error.summary(),
-            "stack": list(self.stack),
-        }
-
-
-def _call_stack(error: BaseException) -> tuple[str, ...]:
-    """``file:line in function`` of each traceback frame outside torch and triton."""
-    frames = traceback.extract_tb(error.__traceback__)
-    library = ("/torch/", "/triton/")
-    return tuple(
-        f"{frame.filename}:{frame.lineno} in {frame.name}"
-        for frame in frames
-        if not any(part in frame.filename for part in library)
-    )
-
-
-def no_host_sync(case: Case, implementation: Implementation) -> SyncCheck:
-    """Run one warm call of ``__call__`` with ``torch.cuda.set_sync_debug_mode("error")``.
-
-    Building the sampler, staging its parameters (which reads them on the host) and a
-    first call (which compiles the Triton kernels, as the capture's warm-up does) run
-    before the mode is set; the previous mode is restored after. ``status`` is
-    ``syncs`` when the call hit a synchronising operation, ``raised`` for any other
-    exception (before or during the checked call).
-    """
-    device = require_cuda(case.device, what="the host-sync check")
-    inputs = build_inputs(case)
-    with same_rng_start(device, case.seed), torch.inference_mode():
-        try:
-            sampler = build_sampler(implementation.sampler_class, case=case, inputs=inputs)
-            sampler(inputs.hidden_states, inputs.input_ids)
-            torch.cuda.synchronize(device)
-        except Exception as error:  # the implementation under test failed: record, go on
-            return SyncCheck(implementation.name, case, "raised", raised_error(error))
-        failure: Exception | None = None
-        previous = torch.cuda.get_sync_debug_mode()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            sampler(inputs.hidden_states, inputs.input_ids)
-        except Exception as error:  # a sync raises RuntimeError; anything else is recorded too
-            failure = error
-        finally:
-            torch.cuda.set_sync_debug_mode(previous)
-        torch.cuda.synchronize(device)
-    if failure is None:
-        return SyncCheck(implementation.name, case, "sync-free")
-    status: SyncStatus = "syncs" if SYNC_ERROR_TEXT in str(failure) else "raised"
-    return SyncCheck(implementation.name, case, status, raised_error(failure), _call_stack(failure))
-
-
 # -- report ------------------------------------------------------------------------------------
 GRAPH_TITLE = "CUDA graph replays"
 
@@ -528,13 +441,13 @@ def redraw_section(results: list[GraphCaseResult]) -> Section:
     checks = [(r.case.label(), check) for r in results for check in r.redraws]
     bad = [(label, c) for label, c in checks if not c.ok]
     sampled = sum(1 for _, c in checks if c.sampled_tokens_differ is not None)
-    width = max((len(label) for label, _ in checks), default=4)
-    lines = [f"{'case'.ljust(width)}  implementation  two replays, identical inputs"]
-    lines += [
-        f"{label.ljust(width)}  {c.implementation.ljust(14)}  {'ok  ' if c.ok else 'FAIL'} "
-        f"{c.describe()}"
-        for label, c in checks
-    ]
+    table = Table.of(
+        ["case", "implementation", "two replays, identical inputs"],
+        [
+            [label, c.implementation, f"{'ok  ' if c.ok else 'FAIL'} {c.describe()}"]
+            for label, c in checks
+        ],
+    )
     if bad:
         verdict = f"graph replays do NOT redraw their noise as they must in {len(bad)} graph(s)"
     else:
@@ -547,7 +460,7 @@ def redraw_section(results: list[GraphCaseResult]) -> Section:
         title=f"{GRAPH_TITLE}: noise redrawn on every replay",
         ok=not bad and bool(checks),
         verdict=verdict,
-        text="\n".join(lines),
+        blocks=(table,),
         data={"redraws": [{"case": label, **c.to_json()} for label, c in checks]},
     )
 
@@ -564,126 +477,6 @@ def graph_sections(results: list[GraphCaseResult], *, require_coverage: bool) ->
         "read back through clones captured into the graph"
     )
     if sections:
-        sections[-1].text = f"{note}\n{sections[-1].text}"
+        sections[-1].prepend(note)
     sections.insert(max(len(sections) - 1, 0), redraw_section(results))
     return sections
-
-
-def sync_section(checks: list[SyncCheck]) -> Section:
-    """Every implementation but legacy must be sync-free in ``__call__`` on every case."""
-    width = max((len(c.case.label()) for c in checks), default=4)
-    lines = [f"{'case'.ljust(width)}  implementation  status"]
-    bad = []
-    for check in checks:
-        required = check.implementation != LEGACY
-        failed = required and check.status != "sync-free"
-        bad += [check] if failed else []
-        lines.append(
-            f"{check.case.label().ljust(width)}  {check.implementation.ljust(14)}  "
-            f"{'FAIL ' if failed else ''}{check.status}"
-            + (f" ({check.error.summary()})" if check.error is not None else "")
-        )
-        lines += [f"{'':{width}}      at {frame}" for frame in check.stack]
-    names = sorted({c.implementation for c in checks if c.implementation != LEGACY})
-    if bad:
-        verdict = (
-            f"host synchronisation in __call__: {len(bad)} call(s) of "
-            f"{', '.join(sorted({c.implementation for c in bad}))} sync or raise"
-        )
-    else:
-        verdict = (
-            f"no host synchronisation in __call__ of {', '.join(names)} on "
-            f"{len({c.case.label() for c in checks})} case(s) (set_sync_debug_mode('error'))"
-        )
-    return Section(
-        title="Host synchronisation in __call__",
-        ok=not bad and bool(checks),
-        verdict=verdict,
-        text="\n".join(lines),
-        data={"checks": [c.to_json() for c in checks]},
-    )
-
-
-# -- command line ------------------------------------------------------------------------------
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``python -m harness graphs`` (``--seed``, ``--device``, ``--json``,
-    ``--out-dir``, ``--quiet`` are the CLI's common options)."""
-    parser.add_argument(
-        "--replays",
-        type=int,
-        default=DEFAULT_REPLAYS,
-        help=f"checked replays per graph, each on new inputs (default {DEFAULT_REPLAYS})",
-    )
-    add_selection_options(parser, verb="capture")
-    parser.add_argument(
-        "--no-sync-check", action="store_true", help="skip the host-synchronisation check"
-    )
-
-
-def _implementations(args: argparse.Namespace) -> list[Implementation]:
-    implementations = select_implementations(parse_names(str(args.only)), args.impl)
-    if not implementations:
-        raise ImplementationError("no implementation to capture")
-    return implementations
-
-
-def command(args: argparse.Namespace) -> int:
-    """``python -m harness graphs``: 0 when fixed is clean on every replay, the ledger holds,
-    every graph redraws its noise and no implementation but legacy syncs; 1 otherwise;
-    2 on bad usage, including a device that is not CUDA."""
-    device = str(getattr(args, "device", "cpu"))
-    try:
-        require_cuda(device, what="python -m harness graphs")
-        if args.replays < 1:
-            raise ValueError(f"--replays must be >= 1, got {args.replays}")
-        implementations = _implementations(args)
-        seed = int(getattr(args, "seed", 0))
-        if args.case:
-            cases = [Case.load(path).with_changes(device=device) for path in args.case]
-        else:
-            cases = standard_matrix(seed=seed, device=device)
-    except RuntimeError as error:
-        print(f"error: {error} (run with --device cuda on a machine with a GPU)", file=sys.stderr)
-        return EXIT_USAGE
-    except (ValueError, CaseError, ImplementationError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    progress: Progress = progress_printer(quiet=bool(getattr(args, "quiet", False)))
-    started = time.perf_counter()
-    results = []
-    for index, case in enumerate(cases, start=1):
-        progress(f"[graph {index}/{len(cases)}] {case.label()}")
-        results.append(
-            capture_and_replay(
-                case,
-                implementations,
-                replays=args.replays,
-                require_observable=not args.case,
-            )
-        )
-    timing = {"graphs_s": round(time.perf_counter() - started, 3)}
-    sections = graph_sections(results, require_coverage=not args.case)
-    if not args.no_sync_check:
-        started = time.perf_counter()
-        checks = []
-        for case in cases:
-            progress(f"[sync] {case.label()}")
-            checks += [no_host_sync(case, implementation) for implementation in implementations]
-        sections.insert(len(sections) - 1, sync_section(checks))
-        timing["sync_s"] = round(time.perf_counter() - started, 3)
-    heading = (
-        f"DSpark draft-sampler harness: CUDA graphs ({len(cases)} cases x {args.replays} "
-        f"replays, {device})"
-    )
-    ok = emit_report(
-        out_dir=Path(args.out_dir),
-        as_json=bool(args.json),
-        seed=int(args.seed),
-        device=str(args.device),
-        command="graphs",
-        heading=heading,
-        sections=sections,
-        cases=[result.to_json() for result in results],
-        timing=timing,
-    )
-    return EXIT_OK if ok else EXIT_FAIL

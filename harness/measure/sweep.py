@@ -10,19 +10,17 @@ Durability: every finished point is appended to ``points.jsonl`` as one JSON lin
 written with a single ``write`` on an ``O_APPEND`` descriptor and ``fsync``'d. A sweep
 killed midway resumes (the default) from that file: finished points are kept, not
 recomputed, and a torn last line (a write cut short) is dropped and truncated away.
-At the end ``sweep.csv``, ``sweep.json`` and ``sweep.png`` (time and ratio) are
-written, each replaced atomically.
+At the end ``sweep.csv``, ``sweep.json`` and ``sweep.png`` (time and ratio; skipped
+without matplotlib) are written, each replaced atomically.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
 import math
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -31,13 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from harness.cli.options import comma_separated
 from harness.io.files import JournalError, load_records, write_atomically
 from harness.io.fingerprint import code_fingerprint
 from harness.io.journal import Journal
 from harness.measure.timing import CLOCKS, MODES, ab_timing, times_json
 from harness.pipeline.case import make_case
-from harness.render.progress import Progress, no_progress, progress_printer
+from harness.render.figures import PLOT_EXTRA_HINT, render_png
+from harness.render.progress import Progress, no_progress
+from harness.render.sections import Section, Table
 
 POINT_SCHEMA = "dspark-harness/sweep-point"
 POINTS_FILE, CSV_FILE, JSON_FILE, PNG_FILE = "points.jsonl", "sweep.csv", "sweep.json", "sweep.png"
@@ -268,7 +267,8 @@ CSV_COLUMNS = (
 def write_outputs(
     *, out_dir: Path, config: SweepConfig, records: list[dict[str, Any]], summary: SweepSummary
 ) -> list[Path]:
-    """``sweep.csv``, ``sweep.json`` and ``sweep.png``, each replaced atomically."""
+    """``sweep.csv``, ``sweep.json`` and (with matplotlib) ``sweep.png``, each replaced
+    atomically; returns the paths written."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
@@ -296,20 +296,34 @@ def write_outputs(
         "points": records,
     }
     write_atomically(paths[1], (json.dumps(document, indent=2) + "\n").encode())
-    write_atomically(paths[2], _plot(config=config, records=records, summary=summary))
+    png = _plot(config=config, records=records, summary=summary)
+    if png is None:
+        return paths[:2]  # no matplotlib: the figure is skipped (the summary says so)
+    write_atomically(paths[2], png)
     return paths
 
 
-def _plot(*, config: SweepConfig, records: list[dict[str, Any]], summary: SweepSummary) -> bytes:
-    import matplotlib
+def _plot(
+    *, config: SweepConfig, records: list[dict[str, Any]], summary: SweepSummary
+) -> bytes | None:
+    """Time per call and legacy/fixed ratio against ``bs * gamma * V`` (``None``
+    without matplotlib)."""
 
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
+    def draw(figure: Any) -> None:
+        times_ax, ratio_ax = figure.subplots(1, 2)
+        _draw_sweep(times_ax, ratio_ax, records=records, summary=summary)
+        figure.suptitle(f"DSpark draft sampler sweep: {config.describe()}", fontsize=8)
+        figure.tight_layout()
 
+    return render_png(draw, size=(12, 4.8), dpi=110)
+
+
+def _draw_sweep(
+    times_ax: Any, ratio_ax: Any, *, records: list[dict[str, Any]], summary: SweepSummary
+) -> None:
     clock = summary.clock
     work = np.array([r["work"] for r in records], dtype=float)
     order = np.argsort(work)
-    figure, (times_ax, ratio_ax) = plt.subplots(1, 2, figsize=(12, 4.8))
     styles = {"walk_only": "o", "whole_call": "s"}
     colours = {"legacy": "tab:red", "fixed": "tab:blue"}
     for mode in MODES:
@@ -345,112 +359,44 @@ def _plot(*, config: SweepConfig, records: list[dict[str, Any]], summary: SweepS
     )
     times_ax.legend(fontsize=7)
     ratio_ax.legend(fontsize=7)
-    figure.suptitle(f"DSpark draft sampler sweep: {config.describe()}", fontsize=8)
-    figure.tight_layout()
-    out = io.BytesIO()
-    figure.savefig(out, format="png", dpi=110)
-    plt.close(figure)
-    return out.getvalue()
 
 
-def format_summary(summary: SweepSummary, *, config: SweepConfig, paths: list[Path]) -> str:
-    rows = [
-        f"sweep: {config.describe()}",
-        "cost exponent in bs*gamma*V (log-log least squares) and median legacy/fixed ratio:",
-        f"{'mode':12}  {'clock':5}  {'legacy':>7}  {'fixed':>7}  {'ratio':>7}",
-    ]
+def sweep_section(summary: SweepSummary, *, config: SweepConfig, paths: list[Path]) -> Section:
+    """The exponents and ratios as a report section; its data is ``sweep.json``'s document."""
+    rows = []
     for clock in sorted(CLOCKS, key=lambda c: c != summary.clock):
         for mode in MODES:
             e = summary.exponents[clock][mode]
             rows.append(
-                f"{mode.replace('_', '-'):12}  {clock:5}  {e['legacy']:7.3f}  {e['fixed']:7.3f}  "
-                f"{summary.ratio_median[clock][mode]:7.3f}"
+                [
+                    mode.replace("_", "-"),
+                    clock,
+                    f"{e['legacy']:.3f}",
+                    f"{e['fixed']:.3f}",
+                    f"{summary.ratio_median[clock][mode]:.3f}",
+                ]
             )
     low, high = EXPONENT_RANGE
-    rows.append(
+    verdict = (
         f"fixed walk-only exponent ({summary.clock} time) {summary.fixed_exponent:.3f}, "
         f"expected in [{low}, {high}]: "
         + (("holds" if summary.ok else "FAILS") if summary.checked else "not checked on this grid")
     )
-    rows.append("written: " + ", ".join(str(p) for p in paths))
-    return "\n".join(rows)
-
-
-# -- command --------------------------------------------------------------------------------
-POSITIVE_INTS = comma_separated(int, what="grid values", minimum=1)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``python -m harness sweep`` (--seed, --device, --json come from the CLI)."""
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="directory of the points file and outputs (default: OUT_DIR/sweep)",
+    written = [str(p) for p in paths]
+    if not any(p.name == PNG_FILE for p in paths):
+        written.append(f"{PNG_FILE} skipped: {PLOT_EXTRA_HINT}")
+    blocks = (
+        f"sweep: {config.describe()}\n"
+        "cost exponent in bs*gamma*V (log-log least squares) and median legacy/fixed ratio:",
+        Table.of(
+            ["mode", "clock", "legacy", "fixed", "ratio"],
+            rows,
+            align=["left", "left", "right", "right", "right"],
+        ),
+        verdict,
+        "written: " + ", ".join(written),
     )
-    parser.add_argument("--quick", action="store_true", help="a tiny grid (seconds; for tests)")
-    parser.add_argument(
-        "--resume",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="keep the finished points of an earlier run (default: on)",
+    document = json.loads(paths[1].read_text())
+    return Section(
+        title="Scaling sweep", ok=summary.ok, verdict=verdict, blocks=blocks, data=document
     )
-    parser.add_argument("--bs", type=POSITIVE_INTS, help="batch sizes, e.g. 8,16,32")
-    parser.add_argument("--gamma", type=POSITIVE_INTS, help="block lengths, e.g. 2,4,8")
-    parser.add_argument("--vocab", type=POSITIVE_INTS, help="vocabulary sizes, e.g. 8192,32768")
-    parser.add_argument("--repeats", type=int, help="alternating repetitions per point")
-    parser.add_argument("--hidden-size", type=int, help="hidden size H of every point")
-    parser.add_argument("--rank", type=int, help="Markov rank r of every point")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="intra-op threads while timing (default 1: CPU time then measures the work, "
-        "not the neighbours; 0: torch's default)",
-    )
-
-
-def config_from_args(args: argparse.Namespace) -> tuple[SweepConfig, bool]:
-    """The grid the options ask for, and whether the exponent expectation applies."""
-    base = QUICK_CONFIG if args.quick else DEFAULT_CONFIG
-    changes = {
-        "bs": args.bs,
-        "gamma": args.gamma,
-        "vocab": args.vocab,
-        "repeats": args.repeats,
-        "hidden_size": args.hidden_size,
-        "markov_rank": args.rank,
-    }
-    fields = asdict(base)
-    fields.update({k: v for k, v in changes.items() if v is not None})
-    fields.update(
-        seed=int(getattr(args, "seed", 0)),
-        device=str(getattr(args, "device", "cpu")),
-        threads=args.threads or None,
-    )
-    config = SweepConfig(**fields)
-    default_grid = not args.quick and all(
-        changes[k] is None for k in ("bs", "gamma", "vocab", "hidden_size", "markov_rank")
-    )
-    return config, default_grid
-
-
-def command(args: argparse.Namespace) -> int:
-    """``python -m harness sweep``: 0 when done (and, on the default grid, the fixed
-    sampler's walk-only exponent lies in ``EXPONENT_RANGE``); 1 otherwise; 2 on bad usage."""
-    progress = progress_printer(quiet=bool(getattr(args, "quiet", False)))
-
-    try:
-        config, checked = config_from_args(args)
-        out_dir = args.out or Path(getattr(args, "out_dir", "harness-report")) / "sweep"
-        records = run_sweep(config, out_dir=out_dir, resume=args.resume, progress=progress)
-    except SweepError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    summary = summarise(records, clock=config.clock, checked=checked)
-    paths = write_outputs(out_dir=out_dir, config=config, records=records, summary=summary)
-    if getattr(args, "json", False):
-        print(json.dumps({"ok": summary.ok, **json.loads(paths[1].read_text())}, indent=2))
-    else:
-        print(format_summary(summary, config=config, paths=paths))
-    return 0 if summary.ok else 1

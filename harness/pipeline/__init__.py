@@ -1,1 +1,2 @@
-"""The pipeline: case -> run -> observe -> check -> compare (ledger), and repro files."""
+"""The pipeline: case -> run -> observe -> check -> compare (the ledger, predicted by the
+control-flow model), and repro files."""

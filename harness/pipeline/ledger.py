@@ -20,6 +20,7 @@ import torch
 
 from harness.pipeline.case import Case
 from harness.pipeline.checks import CheckResult, check_teacher_forcing, near_tie_mask
+from harness.pipeline.control_flow import control_flow
 from harness.pipeline.runner import CaseRun, ImplResult
 from reference import teacher_forced_logits
 
@@ -43,25 +44,21 @@ LEDGER_CLASSES: dict[str, str] = {
 }
 
 
-def legacy_raises_expected(case: Case) -> bool:
-    """No-anchor layout, no fused tokens, and a head or shape the wrong view breaks."""
-    return (
-        not case.sample_from_anchor
-        and not case.fused_path_available
-        and (case.head_kind != "vanilla" or case.hidden_size % case.gamma != 0)
-    )
-
-
 def expected_classes(case: Case) -> set[str]:
-    """The divergence classes the bug predicts for the case kind."""
-    if legacy_raises_expected(case):
+    """The divergence classes the bug predicts for the case kind, read off the modelled
+    control flow of legacy and fixed (``harness.pipeline.control_flow``)."""
+    legacy, fixed = control_flow(case, "legacy"), control_flow(case, "fixed")
+    if legacy.raises is not None:
         return {"legacy_raises"}
-    expected = {"double_walk"}
-    if case.folded_sampling:
+    expected = set()
+    if legacy.walks > fixed.walks:
+        expected.add("double_walk")
+    if legacy.noise_calls > fixed.noise_calls:
         expected.add("noise_doubled")
-    if case.has_sampled_rows:
+    if case.has_sampled_rows and legacy.corrected_from not in (None, legacy.tokens_from):
+        # out and corrected_out come from walks with independent noise
         expected |= {"sampled_tokens_diverge", "teacher_forcing_fails"}
-    if case.fused_path_available:
+    if legacy.fused_calls and legacy.walks:
         expected.add("fused_discarded")
     return expected
 

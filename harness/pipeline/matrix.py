@@ -1,4 +1,5 @@
-"""The standard case matrix: at least one case for every row of the SPEC ledger.
+"""The standard case matrix: at least one case for every row of the ledger
+(``docs/design.md``, "The ledger").
 
 Shapes are small so the whole matrix runs in seconds on a CPU; tile boundaries
 of the Triton kernel (``V = k*1024 +- 1``) and reduced precision are included.

@@ -28,6 +28,7 @@ from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.guard import GlobalState, changed_inputs, input_digests
 from harness.pipeline.interrupts import reraise_stop_request
 from harness.pipeline.observe import DispatchObserver, HeadCounts, observe_head
+from harness.plugins.construct import bind_constructor, construct_sampler
 from harness.plugins.implementations import Implementation
 from reference import BlockInputs
 
@@ -219,11 +220,13 @@ def build_sampler(
     inputs: CaseInputs,
     model: torch.nn.Module | None = None,
 ) -> Any:
-    """A sampler for the case with its sampling parameters staged.
+    """A sampler for the case, constructed in the class's own calling convention
+    (``harness.plugins.construct``), with its sampling parameters staged.
 
     ``model`` replaces the case's model (timing swaps in precomputed base logits).
     """
-    sampler = sampler_class(
+    sampler = construct_sampler(
+        bind_constructor(sampler_class),
         model=inputs.model if model is None else model,
         gamma=case.gamma,
         max_bs=case.max_bs,

@@ -1,40 +1,86 @@
 """Which samplers take part in a comparison, and how a user names their own.
 
 Built in: ``reference`` (the single-pass oracle), ``fixed`` and ``legacy``. Any
-other ``DsparkDraftSampler``-compatible class joins with ``NAME=module:Class``.
+other sampler joins with ``--impl``:
+
+- ``NAME=module:Class``: a ``DsparkDraftSampler``-compatible class on ``sys.path``;
+- ``NAME=path/to/module.py[:Class]``: a class in a source file (default class
+  ``DsparkDraftSampler``), e.g. a working copy of the server's own module;
+- ``NAME=module:function`` or ``NAME=path.py:function``: a block sampler function
+  (``harness.plugins.protocol.BlockSamplerFunction``), wrapped into a sampler.
+
+Every class is bound against its constructor once, here, before the first case.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fixed import DsparkDraftSampler as FixedSampler
+from harness.plugins.construct import REQUIRED_KEYWORDS, bind_constructor
+from harness.plugins.errors import ImplementationError
+from harness.plugins.functional import functional_sampler_class
+from harness.plugins.loading import (
+    FILE_FORM,
+    MODULE_FORM,
+    LoadedModule,
+    import_named_module,
+    load_source_file,
+)
 from legacy import DsparkDraftSampler as LegacySampler
 from reference import ReferenceDraftSampler
+
+__all__ = [
+    "BUILTIN_IMPLEMENTATIONS",
+    "DEFAULT_FILE_CLASS",
+    "REQUIRED_CONSTRUCTOR_KEYWORDS",
+    "Implementation",
+    "ImplementationError",
+    "builtin_implementations",
+    "check_sampler_class",
+    "parse_impl_spec",
+    "parse_names",
+    "select_implementations",
+]
 
 BUILTIN_IMPLEMENTATIONS: dict[str, type[Any]] = {
     "reference": ReferenceDraftSampler,
     "fixed": FixedSampler,
     "legacy": LegacySampler,
 }
-REQUIRED_CONSTRUCTOR_KEYWORDS = ("model", "gamma", "max_bs", "device")
-
-
-class ImplementationError(ValueError):
-    """An ``--impl`` that cannot be imported or does not fit the interface."""
+REQUIRED_CONSTRUCTOR_KEYWORDS = REQUIRED_KEYWORDS
+DEFAULT_FILE_CLASS = "DsparkDraftSampler"
+TARGET_FORMS = f"{MODULE_FORM} or {FILE_FORM}"
 
 
 @dataclass(frozen=True)
 class Implementation:
-    """A named sampler class; ``spec`` says where it came from."""
+    """A named sampler class; ``spec`` says where it came from.
+
+    ``import_surface``: which ``sglang`` its module was given (``"harness"``: ours,
+    ``"sglang"``: the real one, ``None``: it imports none). ``kind``: ``"class"`` or
+    ``"function"`` (a block sampler function wrapped into ``sampler_class``).
+    """
 
     name: str
     sampler_class: type[Any]
     spec: str
+    import_surface: str | None = None
+    kind: str = "class"
+
+    def provenance(self) -> dict[str, Any]:
+        """Where the sampler came from and how it is called, as plain JSON for reports."""
+        return {
+            "name": self.name,
+            "spec": self.spec,
+            "kind": self.kind,
+            "import_surface": self.import_surface,
+            "convention": bind_constructor(self.sampler_class).convention,
+        }
 
 
 def builtin_implementations(
@@ -46,54 +92,87 @@ def builtin_implementations(
 
 
 def check_sampler_class(sampler_class: object, *, spec: str) -> type[Any]:
-    """Raise ``ImplementationError`` unless the class looks like a draft sampler."""
+    """Raise ``ImplementationError`` unless the class can be constructed and called."""
     if not inspect.isclass(sampler_class):
         raise ImplementationError(f"{spec}: {sampler_class!r} is not a class")
-    if not any("__call__" in vars(cls) for cls in sampler_class.__mro__[:-1]):
-        raise ImplementationError(f"{spec}: class has no __call__(hidden_states, input_ids)")
-    if not callable(getattr(sampler_class, "stage_sampling_params", None)):
-        raise ImplementationError(
-            f"{spec}: class has no stage_sampling_params(*, bs, sampling_info)"
-        )
-    try:
-        parameters = inspect.signature(sampler_class).parameters
-    except (TypeError, ValueError) as error:
-        raise ImplementationError(f"{spec}: cannot read the constructor ({error})") from None
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-    missing = [k for k in REQUIRED_CONSTRUCTOR_KEYWORDS if k not in parameters]
-    if missing and not takes_any:
-        raise ImplementationError(
-            f"{spec}: constructor lacks keyword arguments {missing}; expected "
-            "DsparkDraftSampler(*, model, gamma, max_bs, device, confidence_fn=None, out=None, "
-            "folded_sampling=True, fused_greedy=False)"
-        )
+    bind_constructor(sampler_class, spec=spec)
     return sampler_class
 
 
+def _bad_form(text: str) -> str:
+    return (
+        f"--impl must look like NAME=module:Class, got {text!r} "
+        f"(or NAME=module:function, {FILE_FORM})"
+    )
+
+
+def _split_target(text: str, target: str) -> tuple[str, str, bool]:
+    """``(module or path, attribute, is_file)`` of an ``--impl`` target."""
+    left, colon, attribute = target.rpartition(":")
+    if colon and left.endswith(".py"):
+        return left, attribute, True
+    if target.endswith(".py"):
+        return target, DEFAULT_FILE_CLASS, True
+    if not colon or not left or not attribute:
+        raise ImplementationError(_bad_form(text))
+    if "/" in left or "\\" in left:
+        raise ImplementationError(
+            f"--impl {text}: {left!r} looks like a path but is not a .py file; expected {FILE_FORM}"
+        )
+    return left, attribute, False
+
+
 def parse_impl_spec(text: str) -> Implementation:
-    """``NAME=module:Class`` -> an importable, interface-checked implementation."""
+    """An ``--impl`` spec -> a loaded, constructor-checked implementation."""
     name, sep, target = text.partition("=")
-    module_name, colon, class_name = target.partition(":")
-    if not sep or not colon or not name or not module_name or not class_name:
-        raise ImplementationError(f"--impl must look like NAME=module:Class, got {text!r}")
+    if not sep or not name or not target:
+        raise ImplementationError(_bad_form(text))
     if not name.replace("_", "").replace("-", "").isalnum():
         raise ImplementationError(f"--impl name must be letters, digits, '-' or '_', got {name!r}")
     if name in BUILTIN_IMPLEMENTATIONS:
         raise ImplementationError(f"--impl name {name!r} is taken by a built-in implementation")
+    where, attribute, is_file = _split_target(text, target)
+    if not is_file:
+        return _implementation(name, import_named_module(where, spec=text), where, attribute, text)
+    module_name = f"dspark_impl_{name.replace('-', '_')}"
+    loaded = load_source_file(where, module_name=module_name, spec=text)
     try:
-        module = importlib.import_module(module_name)
-    except BaseException as error:  # any failure at import, sys.exit and Ctrl-C included
+        return _implementation(name, loaded, where, attribute, text)
+    except ImplementationError:
+        sys.modules.pop(module_name, None)  # nothing of a refused file stays behind
+        raise
+
+
+def _implementation(
+    name: str, loaded: LoadedModule, where: str, attribute: str, text: str
+) -> Implementation:
+    """The class or function ``attribute`` of a loaded module, checked."""
+    module = loaded.module
+    if not hasattr(module, attribute):
+        defined = sorted(
+            n
+            for n, v in vars(module).items()
+            if inspect.isclass(v) and v.__module__ == module.__name__
+        )
         raise ImplementationError(
-            f"--impl {text}: cannot import module {module_name!r} ({type(error).__name__}: {error})"
-        ) from None
-    if not hasattr(module, class_name):
-        raise ImplementationError(f"--impl {text}: module {module_name!r} has no {class_name!r}")
-    sampler_class = check_sampler_class(getattr(module, class_name), spec=text)
-    return Implementation(name, sampler_class, text)
+            f"--impl {text}: {where!r} has no {attribute!r} (classes defined there: "
+            f"{', '.join(defined) or 'none'}); expected {TARGET_FORMS}"
+        )
+    target_object = getattr(module, attribute)
+    if inspect.isclass(target_object):
+        sampler_class = check_sampler_class(target_object, spec=f"--impl {text}")
+        return Implementation(name, sampler_class, text, loaded.import_surface)
+    if callable(target_object):
+        wrapped = functional_sampler_class(target_object, spec=text)
+        return Implementation(name, wrapped, text, loaded.import_surface, kind="function")
+    raise ImplementationError(
+        f"--impl {text}: {attribute!r} is a {type(target_object).__name__}, "
+        "neither a sampler class nor a block sampler function"
+    )
 
 
 def select_implementations(names: Sequence[str], specs: Sequence[str]) -> list[Implementation]:
-    """Built-in implementations by name, then every ``NAME=module:Class`` spec."""
+    """Built-in implementations by name, then every ``--impl`` spec."""
     unknown = [n for n in names if n not in BUILTIN_IMPLEMENTATIONS]
     if unknown:
         raise ImplementationError(

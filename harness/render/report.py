@@ -48,7 +48,7 @@ def render_markdown(*, heading: str, sections: list[Section]) -> str:
             lines.append(f"- {'✅' if section.ok else '❌'} {section.verdict}")
     for section in sections:
         if section.text:
-            lines += ["", f"## {section.title}", "", "```", section.text, "```"]
+            lines += ["", f"## {section.title}", "", section.markdown()]
     return "\n".join(lines) + "\n"
 
 

@@ -1,17 +1,72 @@
-"""The unit a report is made of: one section with its verdict, text and data."""
+"""The unit a report is made of: one section with its verdict, its evidence (prose and
+tables) and its data; and how that evidence renders as terminal text or Markdown."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from harness.render.tables import Alignment, TableFormat, table
+
+
+@dataclass(frozen=True)
+class Table:
+    """Rows of cells under a header; rendered aligned for the terminal and as a real
+    Markdown table in ``report.md``."""
+
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    align: tuple[Alignment, ...] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        header: Sequence[str],
+        rows: Sequence[Sequence[object]],
+        *,
+        align: Sequence[Alignment] | None = None,
+    ) -> Table:
+        return cls(
+            tuple(header),
+            tuple(tuple(str(cell) for cell in row) for row in rows),
+            None if align is None else tuple(align),
+        )
+
+    def render(self, fmt: TableFormat = "text") -> str:
+        return table(self.header, self.rows, fmt=fmt, align=self.align)
+
+
+def right_aligned(columns: int) -> list[Alignment]:
+    """``columns`` right-aligned columns (numbers)."""
+    right: Alignment = "right"
+    return [right] * columns
+
+
+Block = str | Table  # a paragraph of preformatted text, or a table
+
+
+def render_blocks(blocks: Sequence[Block], *, fmt: TableFormat) -> str:
+    """Blocks one after the other. In Markdown a one-line paragraph stays prose, a
+    multi-line one keeps its layout in a code fence, and tables are Markdown tables."""
+    parts = []
+    for block in blocks:
+        if isinstance(block, Table):
+            parts.append(block.render(fmt))
+        elif fmt == "markdown" and "\n" in block.strip("\n"):
+            parts.append("```\n" + block.strip("\n") + "\n```")
+        else:
+            parts.append(block.strip("\n") if fmt == "markdown" else block)
+    return "\n\n".join(parts)
 
 
 @dataclass
 class Section:
     """One part of the report.
 
-    ``ok`` feeds the exit code; ``verdict`` is the one line shown first; ``text`` is
-    the preformatted evidence for the terminal and Markdown; ``data`` goes to JSON.
+    ``ok`` feeds the exit code; ``verdict`` is the one line shown first; ``blocks`` are
+    the evidence (prose and tables); ``text`` is that evidence as terminal text (given
+    directly by sections without tables); ``data`` goes to JSON.
     """
 
     title: str
@@ -19,3 +74,32 @@ class Section:
     verdict: str
     text: str = ""
     data: dict[str, Any] = field(default_factory=dict)
+    blocks: tuple[Block, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.blocks and not self.text:
+            self.text = render_blocks(self.blocks, fmt="text")
+
+    def prepend(self, block: Block) -> None:
+        """Put ``block`` before the evidence (a note on how to read it)."""
+        if self.blocks:
+            self.blocks = (block, *self.blocks)
+            self.text = render_blocks(self.blocks, fmt="text")
+        else:
+            first = block if isinstance(block, str) else block.render("text")
+            self.text = f"{first}\n{self.text}" if self.text else first
+
+    def append(self, block: Block) -> None:
+        """Put ``block`` after the evidence (a note on what was left out)."""
+        if self.blocks:
+            self.blocks = (*self.blocks, block)
+            self.text = render_blocks(self.blocks, fmt="text")
+        else:
+            last = block if isinstance(block, str) else block.render("text")
+            self.text = f"{self.text}\n{last}" if self.text else last
+
+    def markdown(self) -> str:
+        """The evidence as Markdown: real tables where the section has them."""
+        if self.blocks:
+            return render_blocks(self.blocks, fmt="markdown")
+        return f"```\n{self.text}\n```" if self.text else ""

@@ -1,6 +1,6 @@
 """Benchmark: legacy vs fixed ``DsparkDraftSampler.__call__``, one group per scenario.
 
-Scenarios (SPEC 3.2 case kinds that run in both samplers): folded sampling with
+Scenarios (ledger case kinds that run in both samplers; ``docs/design.md``): folded sampling with
 sampled rows, folded all-greedy, greedy fold, greedy fold with the fused path. Each
 group holds legacy and fixed, so ``--benchmark-group-by=group`` shows them side by
 side, and ``--benchmark-compare-fail`` can hold the fixed sampler against a saved
@@ -21,7 +21,7 @@ import pytest
 import torch
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from harness.measure import work
+from harness.measure.model import predict_work
 from harness.pipeline.case import Case, CaseInputs, build_inputs, make_case
 from harness.pipeline.runner import run_implementation, same_rng_start
 from harness.plugins.implementations import builtin_implementations
@@ -74,7 +74,7 @@ def counters(case: Case, inputs: CaseInputs, implementation: str) -> dict[str, A
     result = run_implementation(impl, case=case, inputs=inputs, record_noise=False)
     assert result.error is None, result.error
     counts = result.work
-    model = work.predict_work(case, implementation)
+    predicted = predict_work(case, implementation)
     return {
         "shape": {**SHAPE, "dtype": case.dtype, "device": case.device},
         "walks": counts.walks,
@@ -83,9 +83,9 @@ def counters(case: Case, inputs: CaseInputs, implementation: str) -> dict[str, A
         "noise_calls": counts.noise_calls,
         "noise_elements": counts.noise_elements,
         "aten_ops": counts.total_ops,
-        "gemm_flops_model": model.gemm_flops,
-        "walk_gemm_flops_model": model.walk.gemm_flops,
-        "lm_head_gemm_flops_model": model.lm_head.gemm_flops,
+        "gemm_flops_model": predicted.gemm_flops,
+        "walk_gemm_flops_model": predicted.walk.gemm_flops,
+        "lm_head_gemm_flops_model": predicted.lm_head.gemm_flops,
     }
 
 
@@ -119,5 +119,5 @@ def test_bench_sampler_call(benchmark: BenchmarkFixture, name: str, implementati
     call = timed_call(case, inputs, implementation)
     with same_rng_start(torch.device(case.device), case.seed):
         benchmark.pedantic(call, setup=_synchronize, rounds=ROUNDS, warmup_rounds=1, iterations=1)
-    expected_walks = work.predict_work(case, implementation).walks
+    expected_walks = predict_work(case, implementation).walks
     assert benchmark.extra_info["walks"] == expected_walks

@@ -1,0 +1,49 @@
+"""The one way a command ends: its sections through the report emitter (text or
+``--json`` on stdout, ``COMMAND.{json,md,txt}`` in ``--out-dir``), and an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.cli.exit_codes import ExitCode
+from harness.render.report import emit_report
+from harness.render.sections import Section
+
+
+class UsageError(Exception):
+    """Bad usage or bad input: nothing was judged (``ExitCode.USAGE``)."""
+
+
+def usage_error(message: str) -> ExitCode:
+    """Say what is wrong with the command line on stderr; ``ExitCode.USAGE``."""
+    print(f"error: {message}", file=sys.stderr)
+    return ExitCode.USAGE
+
+
+def emit(
+    args: argparse.Namespace,
+    *,
+    command: str,
+    heading: str,
+    sections: list[Section],
+    cases: Sequence[dict[str, Any]] = (),
+    timing: dict[str, float] | None = None,
+) -> ExitCode:
+    """Emit a command's report with the common options in ``args`` (``--out-dir``,
+    ``--json``, ``--seed``, ``--device``): ``OK`` when every section holds, else ``FAIL``."""
+    ok = emit_report(
+        out_dir=Path(args.out_dir),
+        as_json=bool(args.json),
+        command=command,
+        seed=int(args.seed),
+        device=str(args.device),
+        heading=heading,
+        sections=sections,
+        cases=list(cases),
+        timing=timing or {},
+    )
+    return ExitCode.OK if ok else ExitCode.FAIL

@@ -1,0 +1,135 @@
+"""``python -m harness stats``: the statistical losslessness oracle on its own.
+
+Options and the command; the oracle itself is ``harness.oracles``. ``--time-limit``
+bounds each implementation's decode (every head kind); ``--out-dir`` receives
+``stats.{json,md,txt}`` and, with ``--power``, ``stats-power.png``. Exit 0 when
+legacy is rejected (and not on position 0) and every other implementation
+(fixed and each ``--impl``) passes; 1 otherwise; 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+
+from harness.cli.exit_codes import ExitCode
+from harness.cli.options import add_impl_option, comma_separated
+from harness.io.files import write_atomically
+from harness.oracles.problem import DEFAULT_CONFIG, StatsError
+from harness.oracles.section import power_curves_png, stats_section
+from harness.oracles.stats import default_implementations
+from harness.plugins.implementations import ImplementationError, parse_impl_spec
+from harness.render.progress import progress_printer
+from harness.render.report import emit_report
+from reference import HEAD_KINDS
+
+POWER_PNG = "stats-power.png"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``stats`` (``--seed``, ``--device``, ``--json``, ``--out-dir``,
+    ``--quiet`` and ``--time-limit`` are the shared ones)."""
+    default = DEFAULT_CONFIG
+    add_impl_option(parser, verb="also test")
+    parser.add_argument(
+        "--rows", type=int, default=default.rows, help=f"rows per head (default {default.rows})"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=default.rounds,
+        help=f"draft-verify rounds per row (default {default.rounds})",
+    )
+    parser.add_argument(
+        "--m", type=int, default=default.m, help="committed tokens per row in the joint (>= 2)"
+    )
+    parser.add_argument(
+        "--alpha", type=float, default=default.alpha, help="family-wise level (default 1e-6)"
+    )
+    parser.add_argument(
+        "--temperatures",
+        type=comma_separated(float, what="temperatures"),
+        default=default.temperatures,
+        metavar="T[,T...]",
+        help="rows take these in turn, one test group each; 0 marks greedy rows "
+        "(default 0.6,1.0,1.4,0)",
+    )
+    parser.add_argument(
+        "--heads",
+        "--head",
+        type=lambda text: tuple(part.strip() for part in text.split(",") if part.strip()),
+        default=default.head_kinds,
+        metavar="KIND[,KIND...]",
+        help=f"Markov head kinds, each its own rows (default {','.join(HEAD_KINDS)})",
+    )
+    parser.add_argument("--gamma", type=int, default=default.gamma, help="draft tokens per round")
+    parser.add_argument("--vocab", type=int, default=default.vocab_size, help="vocabulary size V")
+    parser.add_argument(
+        "--model-seed",
+        type=int,
+        default=default.model_seed,
+        help="seed of drafters, target and context (default 0)",
+    )
+    parser.add_argument(
+        "--power", action="store_true", help="also draw legacy's power curve per head kind"
+    )
+
+
+def command(args: argparse.Namespace) -> int:
+    """Run the oracle; print text or JSON; write ``stats.{json,md,txt}`` (and the power
+    figure) under ``--out-dir``."""
+    progress = progress_printer(quiet=args.quiet)
+    try:
+        extras = [parse_impl_spec(spec) for spec in args.impl]
+        names = [impl.name for impl in extras]
+        if len(set(names)) != len(names):
+            raise ImplementationError(f"--impl names must differ, got {names}")
+        config = replace(
+            DEFAULT_CONFIG,
+            rows=args.rows,
+            rounds=args.rounds,
+            m=args.m,
+            gamma=args.gamma,
+            vocab_size=args.vocab,
+            head_kinds=args.heads,
+            temperatures=args.temperatures,
+            alpha=args.alpha,
+            seed=args.seed,
+            model_seed=args.model_seed,
+            device=args.device,
+        )
+    except (ImplementationError, StatsError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return ExitCode.USAGE
+    started = time.perf_counter()
+    section, oracle = stats_section(
+        config,
+        implementations=[*default_implementations(), *extras],
+        power=args.power,
+        progress=progress,
+        time_limit_s=args.time_limit,
+    )
+    if oracle.curves:
+        png = power_curves_png([curve.to_json_dict() for curve in oracle.curves])
+        if png is None:
+            progress("power figure skipped: matplotlib is not installed")
+        else:
+            write_atomically(args.out_dir / POWER_PNG, png)
+            progress(f"written: {args.out_dir / POWER_PNG}")
+    ok = emit_report(
+        out_dir=args.out_dir,
+        as_json=args.json,
+        command="stats",
+        seed=args.seed,
+        device=args.device,
+        heading=(
+            f"DSpark draft-sampler harness: statistical oracle ({config.rows} rows per head, "
+            f"seed {config.seed}, {config.device})"
+        ),
+        sections=[section],
+        cases=[],
+        timing={"stats_s": round(time.perf_counter() - started, 3)},
+    )
+    return ExitCode.OK if ok else ExitCode.FAIL

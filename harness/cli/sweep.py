@@ -1,0 +1,99 @@
+"""``python -m harness sweep``: the scaling sweep over bs, gamma and V, resumable."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+from pathlib import Path
+
+from harness.cli.emit import emit, usage_error
+from harness.cli.exit_codes import ExitCode
+from harness.cli.options import comma_separated
+from harness.measure.sweep import (
+    DEFAULT_CONFIG,
+    QUICK_CONFIG,
+    SweepConfig,
+    SweepError,
+    run_sweep,
+    summarise,
+    sweep_section,
+    write_outputs,
+)
+from harness.render.progress import progress_printer
+
+POSITIVE_INTS = comma_separated(int, what="grid values", minimum=1)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``python -m harness sweep`` (--seed, --device, --json come from the CLI)."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="directory of the points file, CSV, JSON and plot (default: OUT_DIR/sweep)",
+    )
+    parser.add_argument("--quick", action="store_true", help="a tiny grid (seconds; for tests)")
+    parser.add_argument(
+        "--resume",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep the finished points of an earlier run (default: on)",
+    )
+    parser.add_argument("--bs", type=POSITIVE_INTS, help="batch sizes, e.g. 8,16,32")
+    parser.add_argument("--gamma", type=POSITIVE_INTS, help="block lengths, e.g. 2,4,8")
+    parser.add_argument("--vocab", type=POSITIVE_INTS, help="vocabulary sizes, e.g. 8192,32768")
+    parser.add_argument("--repeats", type=int, help="alternating repetitions per point")
+    parser.add_argument("--hidden-size", type=int, help="hidden size H of every point")
+    parser.add_argument("--rank", type=int, help="Markov rank r of every point")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="intra-op threads while timing (default 1: CPU time then measures the work, "
+        "not the neighbours; 0: torch's default)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> tuple[SweepConfig, bool]:
+    """The grid the options ask for, and whether the exponent expectation applies."""
+    base = QUICK_CONFIG if args.quick else DEFAULT_CONFIG
+    changes = {
+        "bs": args.bs,
+        "gamma": args.gamma,
+        "vocab": args.vocab,
+        "repeats": args.repeats,
+        "hidden_size": args.hidden_size,
+        "markov_rank": args.rank,
+    }
+    fields = asdict(base)
+    fields.update({k: v for k, v in changes.items() if v is not None})
+    fields.update(
+        seed=args.seed,
+        device=args.device,
+        threads=args.threads or None,
+    )
+    config = SweepConfig(**fields)
+    default_grid = not args.quick and all(
+        changes[k] is None for k in ("bs", "gamma", "vocab", "hidden_size", "markov_rank")
+    )
+    return config, default_grid
+
+
+def command(args: argparse.Namespace) -> ExitCode:
+    """``OK`` when done (and, on the default grid, the fixed sampler's walk-only exponent
+    lies in ``harness.measure.sweep.EXPONENT_RANGE``); ``FAIL`` otherwise; ``USAGE`` on a
+    bad grid."""
+    progress = progress_printer(quiet=args.quiet)
+    try:
+        config, checked = config_from_args(args)
+        out_dir = args.out or Path(args.out_dir) / "sweep"
+        records = run_sweep(config, out_dir=out_dir, resume=args.resume, progress=progress)
+    except SweepError as error:
+        return usage_error(str(error))
+    summary = summarise(records, clock=config.clock, checked=checked)
+    paths = write_outputs(out_dir=out_dir, config=config, records=records, summary=summary)
+    section = sweep_section(summary, config=config, paths=paths)
+    heading = (
+        f"DSpark draft-sampler harness: scaling sweep ({len(records)} points, {config.device})"
+    )
+    return emit(args, command="sweep", heading=heading, sections=[section])

@@ -1,0 +1,59 @@
+"""``python -m harness work``: the work the fix eliminates, counted against the model
+(and, with ``--timing``, the legacy/fixed time ratio)."""
+
+from __future__ import annotations
+
+import argparse
+
+from harness.cli.emit import emit, usage_error
+from harness.cli.exit_codes import ExitCode
+from harness.measure.timing import PRODUCTION_HIDDEN
+from harness.measure.work import collect_work
+from harness.measure.work_report import timing_section, work_section
+from harness.render.progress import progress_printer
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``python -m harness work`` (``--seed``, ``--device``, ``--json``,
+    ``--out-dir``, ``--quiet`` are the CLI's common options)."""
+    parser.add_argument(
+        "--timing",
+        action="store_true",
+        help="add the A/B legacy/fixed time ratio at the production-like shape "
+        "(and callgrind instruction counts where valgrind exists)",
+    )
+    parser.add_argument("--repeats", type=int, default=7, help="A/B timing repetitions (default 7)")
+    parser.add_argument(
+        "--hidden-size",
+        type=int,
+        default=None,
+        help="hidden size of the timing shape (default 256: small, so the lm_head "
+        "does not swamp the walk)",
+    )
+    parser.add_argument(
+        "--no-callgrind", action="store_true", help="skip the callgrind instruction counts"
+    )
+
+
+def command(args: argparse.Namespace) -> ExitCode:
+    """``OK`` when the counts match the model and legacy's surplus is exactly one walk
+    (and, with ``--timing``, the walk-only ratio is in ``WALK_RATIO_RANGE``)."""
+    if args.repeats < 1:
+        return usage_error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.hidden_size is not None and args.hidden_size < 1:
+        return usage_error(f"--hidden-size must be >= 1, got {args.hidden_size}")
+    progress = progress_printer(quiet=args.quiet)
+    sections = [work_section(collect_work(seed=args.seed, device=args.device, progress=progress))]
+    if args.timing:
+        sections.append(
+            timing_section(
+                seed=args.seed,
+                device=args.device,
+                repeats=args.repeats,
+                hidden_size=args.hidden_size or PRODUCTION_HIDDEN,
+                callgrind=not args.no_callgrind,
+                progress=progress,
+            )
+        )
+    heading = f"DSpark draft-sampler harness: eliminated work (seed {args.seed}, {args.device})"
+    return emit(args, command="work", heading=heading, sections=sections)

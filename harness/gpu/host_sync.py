@@ -1,0 +1,125 @@
+"""The host-synchronisation check: one warm ``__call__`` under
+``torch.cuda.set_sync_debug_mode("error")`` per implementation and case, and its
+report section. A sampler that runs inside a CUDA graph must not wait on the host."""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from harness.devices import synchronize
+from harness.gpu.graphs import require_cuda
+from harness.pipeline.case import Case, build_inputs
+from harness.pipeline.runner import RaisedError, build_sampler, raised_error, same_rng_start
+from harness.plugins.implementations import Implementation
+from harness.render.sections import Section, Table
+
+SYNC_ERROR_TEXT = "synchronizing CUDA operation"  # what set_sync_debug_mode("error") raises
+LEGACY = "legacy"  # the one implementation allowed to sync (it is not the subject)
+SyncStatus = Literal["sync-free", "syncs", "raised"]
+
+
+@dataclass(frozen=True)
+class SyncCheck:
+    """Whether one warm ``__call__`` ran without a host synchronisation."""
+
+    implementation: str
+    case: Case
+    status: SyncStatus
+    error: RaisedError | None = None
+    stack: tuple[str, ...] = field(default=())  # frames outside torch and triton, innermost last
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "implementation": self.implementation,
+            "case": self.case.label(),
+            "status": self.status,
+            "error": None if self.error is None else self.error.summary(),
+            "stack": list(self.stack),
+        }
+
+
+def _call_stack(error: BaseException) -> tuple[str, ...]:
+    """``file:line in function`` of each traceback frame outside torch and triton."""
+    frames = traceback.extract_tb(error.__traceback__)
+    library = ("/torch/", "/triton/")
+    return tuple(
+        f"{frame.filename}:{frame.lineno} in {frame.name}"
+        for frame in frames
+        if not any(part in frame.filename for part in library)
+    )
+
+
+def no_host_sync(case: Case, implementation: Implementation) -> SyncCheck:
+    """Run one warm call of ``__call__`` with ``torch.cuda.set_sync_debug_mode("error")``.
+
+    Building the sampler, staging its parameters (which reads them on the host) and a
+    first call (which compiles the Triton kernels, as the capture's warm-up does) run
+    before the mode is set; the previous mode is restored after. ``status`` is
+    ``syncs`` when the call hit a synchronising operation, ``raised`` for any other
+    exception (before or during the checked call).
+    """
+    device = require_cuda(case.device, what="the host-sync check")
+    inputs = build_inputs(case)
+    with same_rng_start(device, case.seed), torch.inference_mode():
+        try:
+            sampler = build_sampler(implementation.sampler_class, case=case, inputs=inputs)
+            sampler(inputs.hidden_states, inputs.input_ids)
+            synchronize(device)
+        except Exception as error:  # the implementation under test failed: record, go on
+            return SyncCheck(implementation.name, case, "raised", raised_error(error))
+        failure: Exception | None = None
+        previous = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            sampler(inputs.hidden_states, inputs.input_ids)
+        except Exception as error:  # a sync raises RuntimeError; anything else is recorded too
+            failure = error
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+        synchronize(device)
+    if failure is None:
+        return SyncCheck(implementation.name, case, "sync-free")
+    status: SyncStatus = "syncs" if SYNC_ERROR_TEXT in str(failure) else "raised"
+    return SyncCheck(implementation.name, case, status, raised_error(failure), _call_stack(failure))
+
+
+def sync_section(checks: list[SyncCheck]) -> Section:
+    """Every implementation but legacy must be sync-free in ``__call__`` on every case."""
+    rows, stacks, bad = [], [], []
+    for check in checks:
+        required = check.implementation != LEGACY
+        failed = required and check.status != "sync-free"
+        bad += [check] if failed else []
+        rows.append(
+            [
+                check.case.label(),
+                check.implementation,
+                f"{'FAIL ' if failed else ''}{check.status}"
+                + (f" ({check.error.summary()})" if check.error is not None else ""),
+            ]
+        )
+        if check.stack:
+            where = "\n".join(f"  at {frame}" for frame in check.stack)
+            stacks.append(f"{check.implementation} on {check.case.label()}:\n{where}")
+    names = sorted({c.implementation for c in checks if c.implementation != LEGACY})
+    if bad:
+        verdict = (
+            f"host synchronisation in __call__: {len(bad)} call(s) of "
+            f"{', '.join(sorted({c.implementation for c in bad}))} sync or raise"
+        )
+    else:
+        verdict = (
+            f"no host synchronisation in __call__ of {', '.join(names)} on "
+            f"{len({c.case.label() for c in checks})} case(s) (set_sync_debug_mode('error'))"
+        )
+    return Section(
+        title="Host synchronisation in __call__",
+        ok=not bad and bool(checks),
+        verdict=verdict,
+        blocks=(Table.of(["case", "implementation", "status"], rows), *stacks),
+        data={"checks": [c.to_json() for c in checks]},
+    )

@@ -1,0 +1,165 @@
+"""Counters of one call: bytes the dispatched operators allocate (a dispatch mode),
+GEMM FLOPs (``torch.utils.flop_counter``), the CUDA allocator's peak, and one Markov
+walk measured on its own (what legacy's surplus must equal).
+
+Walk, step, noise and operator counts come from the runner's observer
+(``harness.pipeline.observe``); this module adds what needs a second, instrumented
+call from the same RNG start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
+
+from harness.devices import synchronize
+from harness.pipeline.case import Case, CaseInputs, case_block
+from harness.pipeline.observe import DispatchObserver
+from harness.pipeline.runner import WorkCounts, build_sampler, same_rng_start
+from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
+
+
+class AllocationCounter(TorchDispatchMode):
+    """Bytes of the tensors the dispatched operators allocate.
+
+    An output counts when its schema says it does not alias an input and its
+    storage is none of the inputs' storages; its storage's bytes are added. Exact
+    and deterministic on any device (unlike allocator statistics on the CPU).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.allocated_bytes = 0
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        result = func(*args, **(kwargs or {}))
+        inputs = [*args, *(kwargs or {}).values()]
+        input_storages = {_storage_ptr(t) for t in _tensors(inputs)}
+        returns = func._schema.returns
+        outputs = (result,) if len(returns) == 1 else tuple(result)
+        seen: set[int] = set()
+        for ret, out in zip(returns, outputs, strict=True):
+            if ret.alias_info is not None:
+                continue
+            for tensor in _tensors([out]):
+                ptr = _storage_ptr(tensor)
+                if ptr in input_storages or ptr in seen:
+                    continue
+                seen.add(ptr)
+                self.allocated_bytes += tensor.untyped_storage().nbytes()
+        return result
+
+
+def _tensors(values: list[Any]) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(v for v in value if isinstance(v, torch.Tensor))
+    return found
+
+
+def _storage_ptr(tensor: torch.Tensor) -> int:
+    return int(tensor.untyped_storage().data_ptr())
+
+
+@dataclass(frozen=True)
+class CallCost:
+    """GEMM FLOPs, allocated bytes and (CUDA) peak bytes of one instrumented call."""
+
+    gemm_flops: int
+    allocated_bytes: int
+    peak_bytes: int | None
+    op_counts: dict[str, int] = field(default_factory=dict)
+    error: str | None = None  # exception type name
+
+
+def instrumented_call(call: Callable[[], object], *, device: torch.device) -> CallCost:
+    """Run ``call`` once under the FLOP counter, the allocation counter and (CUDA) the
+    allocator's peak statistics."""
+    flops = FlopCounterMode(display=False)
+    allocations = AllocationCounter()
+    error: str | None = None
+    peak: int | None = None
+    if device.type == "cuda":
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        baseline = torch.cuda.memory_allocated(device)
+    with flops, allocations:
+        try:
+            call()
+        except Exception as exc:  # the implementation under test failed: recorded
+            error = type(exc).__name__
+    if device.type == "cuda":
+        synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device) - baseline
+    return CallCost(int(flops.get_total_flops()), allocations.allocated_bytes, peak, error=error)
+
+
+@dataclass(frozen=True)
+class MeasuredWork:
+    """Counted work of one call of one implementation."""
+
+    implementation: str
+    error: str | None  # "Type: message" when the call raised
+    error_type: str | None
+    counts: WorkCounts
+    cost: CallCost
+
+    def counter(self, key: str) -> int | None:
+        if key == "aten_ops":
+            return self.counts.total_ops
+        if key in ("gemm_flops", "allocated_bytes", "peak_bytes"):
+            value = getattr(self.cost, key)
+            return None if value is None else int(value)
+        return int(getattr(self.counts, key))
+
+
+def cost_of_call(name: str, *, case: Case, inputs: CaseInputs) -> CallCost:
+    """FLOPs and bytes of one more call, from the same RNG start as the runner's."""
+    sampler = build_sampler(BUILTIN_IMPLEMENTATIONS[name], case=case, inputs=inputs)
+    device = torch.device(case.device)
+    with same_rng_start(device, case.seed), torch.inference_mode():
+        return instrumented_call(
+            lambda: sampler(inputs.hidden_states, inputs.input_ids), device=device
+        )
+
+
+def measure_one_walk(case: Case, *, inputs: CaseInputs) -> CallCost:
+    """One ``sample_block`` walk on its own, exactly as legacy's extra pass runs it:
+    the case's step sampler (built outside the measurement, as ``__call__`` builds it
+    once for both passes), ``collect_corrected=True`` (the default pass 2 uses)."""
+    device = torch.device(case.device)
+    block = case_block(case, inputs)
+    with torch.inference_mode():
+        step_sampler = build_sampler(
+            BUILTIN_IMPLEMENTATIONS["fixed"], case=case, inputs=inputs
+        ).step_sampler(block.bs)
+        ops = DispatchObserver(record_noise=False)  # the runner's operator counter
+
+        def walk() -> None:
+            with ops:
+                inputs.model.markov_head.sample_block(
+                    block.base_logits,
+                    first_prev_tokens=block.anchor_tokens,
+                    hidden_states=block.sample_hidden,
+                    sampler=step_sampler,
+                )
+
+        with same_rng_start(device, case.seed):
+            cost = instrumented_call(walk, device=device)
+    return CallCost(
+        cost.gemm_flops, cost.allocated_bytes, cost.peak_bytes, dict(ops.op_counts), cost.error
+    )

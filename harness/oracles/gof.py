@@ -1,0 +1,223 @@
+"""Goodness-of-fit arithmetic of the statistical oracle, in float64.
+
+This module owns the one chi-square tail every caller uses (the oracle, its power
+math and the tests' own fixed-seed checks): ``chi2_sf`` (the regularised upper
+incomplete gamma), its inverse ``chi2_isf``, the noncentral tail, the normal tail;
+Pearson's statistic with rare cells merged, summed over strata; cell counting;
+and Holm's step-down correction that keeps a family of tests at one level.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+MIN_EXPECTED_COUNT = 5.0  # Pearson's rule: cells expected below this are merged
+
+
+def regularized_gamma_q(a: float, x: float) -> float:
+    """``Q(a, x) = Γ(a, x) / Γ(a)`` in float64 to about 1e-15 relative: the power series
+    of ``P`` below ``x = a + 1``, Lentz's continued fraction for ``Q`` above it."""
+    if x <= 0:
+        return 1.0
+    log_prefactor = a * math.log(x) - x - math.lgamma(a)
+    if x < a + 1:
+        term = total = 1.0 / a
+        n = a
+        while abs(term) > abs(total) * 1e-17:
+            n += 1
+            term *= x / n
+            total += term
+        return max(0.0, 1.0 - total * math.exp(log_prefactor))
+    tiny = 1e-300
+    b = x + 1 - a
+    c, d = 1 / tiny, 1 / b
+    fraction = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1 / d
+        step = d * c
+        fraction *= step
+        if abs(step - 1) < 1e-16:
+            break
+    return math.exp(log_prefactor) * fraction
+
+
+def chi2_sf(chi2: float, dof: int) -> float:
+    """Upper tail ``P(X >= chi2)`` of the chi-square with ``dof`` degrees of freedom."""
+    if dof <= 0:
+        return 1.0
+    return regularized_gamma_q(dof / 2, chi2 / 2)
+
+
+@functools.lru_cache(maxsize=4096)
+def chi2_isf(alpha: float, dof: int) -> float:
+    """Critical value: the ``c`` with ``chi2_sf(c, dof) = alpha`` (bisection, float64)."""
+    if dof <= 0:
+        raise ValueError(f"dof must be positive, got {dof}")
+    low, high = 0.0, float(dof) + 10.0
+    while chi2_sf(high, dof) > alpha:
+        high *= 2
+    for _ in range(200):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if chi2_sf(middle, dof) > alpha else (low, middle)
+        if high - low <= 1e-14 * high:
+            break
+    return 0.5 * (low + high)
+
+
+def noncentral_chi2_sf(x: float, *, dof: int, noncentrality: float) -> float:
+    """Upper tail of the noncentral chi-square: a Poisson(λ/2) mixture of central tails,
+    ``sum_j w_j Q(dof/2 + j, x/2)``, the tails climbing by ``Q(a+1) = Q(a) + term``."""
+    if noncentrality <= 0:
+        return chi2_sf(x, dof)
+    if x <= 0:
+        return 1.0
+    half, y = noncentrality / 2, x / 2
+    first = max(0, int(half - 12 * math.sqrt(half) - 40))  # Poisson mass outside is < 1e-30
+    last = int(half + 12 * math.sqrt(half) + 40)
+    a = dof / 2 + first
+    tail = regularized_gamma_q(a, y)
+    total = 0.0
+    for j in range(first, last):
+        total += math.exp(-half + j * math.log(half) - math.lgamma(j + 1)) * tail
+        tail += math.exp(a * math.log(y) - y - math.lgamma(a + 1))
+        a += 1
+    return min(1.0, max(0.0, total))
+
+
+def normal_sf(z: float) -> float:
+    """Upper tail of the standard normal, accurate far into the tail."""
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def normal_isf(alpha: float) -> float:
+    """The ``z`` with ``normal_sf(z) = alpha`` (bisection)."""
+    low, high = -40.0, 40.0
+    for _ in range(200):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if normal_sf(middle) > alpha else (low, middle)
+    return 0.5 * (low + high)
+
+
+def holm_rejections(p_values: Sequence[float], *, alpha: float) -> list[bool]:
+    """Holm's step-down procedure: which of the family's hypotheses are rejected while
+    the chance of any false rejection stays at most ``alpha``."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    rejected = [False] * len(p_values)
+    for rank, i in enumerate(order):
+        if not p_values[i] < alpha / (len(p_values) - rank):
+            break
+        rejected[i] = True
+    return rejected
+
+
+# -- Pearson's statistic -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GoodnessOfFit:
+    """Pearson chi-square of observed against exact expected counts, strata summed."""
+
+    chi2: float
+    dof: int
+    p_value: float
+    tv_distance: float  # pooled over strata
+    impossible: int  # observations in cells of target probability 0 (p-value 0 then)
+    observations: int
+
+
+def merged_groups(expected: np.ndarray) -> tuple[np.ndarray, int]:
+    """``merge_rare_cells`` on a float64 array (the fast path every fit takes)."""
+    cells = expected.shape[0]
+    order = np.argsort(expected, kind="stable")
+    ascending = expected[order]
+    merged = int((ascending < MIN_EXPECTED_COUNT).sum())
+    if merged:
+        # the merged group keeps taking the next smallest cells until it is big enough
+        reach = np.cumsum(ascending) >= MIN_EXPECTED_COUNT
+        merged = max(merged, int(np.argmax(reach)) + 1 if reach.any() else cells)
+    first_own_group = 1 if merged else 0
+    groups = np.empty(cells, dtype=np.int64)
+    groups[order] = np.concatenate(
+        [
+            np.zeros(merged, dtype=np.int64),
+            np.arange(first_own_group, first_own_group + cells - merged),
+        ]
+    )
+    return groups, first_own_group + cells - merged
+
+
+def merge_rare_cells(expected: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Group cells so every group expects at least ``MIN_EXPECTED_COUNT``.
+
+    expected ``[C]`` counts. Cells below the threshold go into one group, which then
+    takes the next smallest cells until it reaches the threshold (or holds all).
+    Returns the group of each cell ``[C]`` int64 and the number of groups.
+    """
+    groups, n_groups = merged_groups(expected.detach().cpu().to(torch.float64).numpy())
+    return torch.from_numpy(groups).to(expected.device), n_groups
+
+
+def pearson_fit(observed: torch.Tensor, *, expected_probs: torch.Tensor) -> GoodnessOfFit:
+    """Goodness of fit of observed counts ``[S, C]`` to expected probabilities ``[S, C]``.
+
+    Each stratum (a row) is fitted with its own total, rare cells merged; the
+    statistics and degrees of freedom of the strata add up.
+    """
+    counts = observed.detach().cpu().to(torch.float64).numpy()
+    probs = expected_probs.detach().cpu().to(torch.float64).numpy()
+    chi2, dof = 0.0, 0
+    impossible = int(counts[probs == 0].sum())
+    stratum_rows = counts.sum(axis=1)  # [S]
+    for s in np.nonzero(stratum_rows)[0]:
+        expected = stratum_rows[s] * probs[s]  # [C]
+        groups, n_groups = merged_groups(expected)
+        observed_g = np.bincount(groups, weights=counts[s], minlength=n_groups)
+        expected_g = np.bincount(groups, weights=expected, minlength=n_groups)
+        chi2 += float(((observed_g - expected_g) ** 2 / expected_g).sum())
+        dof += n_groups - 1
+    total = float(stratum_rows.sum())
+    if total == 0:
+        return GoodnessOfFit(
+            chi2=0.0, dof=0, p_value=1.0, tv_distance=0.0, impossible=0, observations=0
+        )
+    pooled_expected = (stratum_rows[:, None] * probs).sum(0) / total
+    tv = 0.5 * float(np.abs(counts.sum(0) / total - pooled_expected).sum())
+    p_value = 0.0 if impossible else chi2_sf(chi2, dof)
+    return GoodnessOfFit(
+        chi2=chi2,
+        dof=dof,
+        p_value=p_value,
+        tv_distance=tv,
+        impossible=impossible,
+        observations=int(total),
+    )
+
+
+def pearson_p_value(observed: torch.Tensor, expected_probs: torch.Tensor) -> float:
+    """p-value of counts ``[C]`` against probabilities ``[C]`` (one stratum)."""
+    return pearson_fit(observed.unsqueeze(0), expected_probs=expected_probs.unsqueeze(0)).p_value
+
+
+def cell_counts(tokens: torch.Tensor, *, vocab_size: int) -> torch.Tensor:
+    """Counts ``[V**k]`` float64 of token tuples ``[n, k]`` (row-major cells)."""
+    cells = vocab_size ** tokens.shape[1]
+    weights = vocab_size ** torch.arange(tokens.shape[1] - 1, -1, -1, device=tokens.device)
+    cell = (tokens * weights).sum(dim=1)  # [n]
+    return torch.bincount(cell, minlength=cells).to(torch.float64)
+
+
+def marginal_probs(joint: torch.Tensor, *, position: int, m: int, vocab_size: int) -> torch.Tensor:
+    """Marginal ``[V]`` of one position from a joint ``[V**m]``."""
+    full = joint.view(*([vocab_size] * m))
+    other = tuple(j for j in range(m) if j != position)
+    return full.sum(dim=other) if other else full

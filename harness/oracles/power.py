@@ -1,0 +1,263 @@
+"""How often the oracle rejects an implementation, against rows: the power curve.
+
+This module owns the power math: per test, the noncentral chi-square (or the
+shifted normal, for the repeat test) with the noncentrality estimated from pooled
+decode runs and corrected for their own sampling noise; the predicted power of
+one head kind (its strongest test at the family's first Holm threshold, a lower
+bound of the head's power); the measured power (the pooled rows cut into disjoint
+blocks, each block one experiment, the head's tests run on every block); and the
+smallest row count reaching a target power, predicted and measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.devices import intra_op_threads
+from harness.oracles.fits import CountTable, HeadTables, family_size, head_tables
+from harness.oracles.gof import (
+    chi2_isf,
+    merged_groups,
+    noncentral_chi2_sf,
+    normal_isf,
+    normal_sf,
+    pearson_fit,
+)
+from harness.oracles.problem import StatsProblem, cpu_threads, decode_rows
+from harness.plugins.implementations import Implementation
+from harness.render.progress import Progress, no_progress
+from reference.verifier import DecodeResult
+
+TARGET_POWER = 0.99
+RULE_OF_THUMB_FACTOR = 10  # "ten times the vocabulary" samples per position
+POWER_SEEDS = 3  # decode runs pooled per head kind
+POWER_MULTIPLES = (1 / 8, 1 / 4, 1 / 2, 1)  # curve points: run rows x multiple
+
+
+def select_rows(decoded: DecodeResult, rows: slice) -> DecodeResult:
+    """The decode record of a block of rows only."""
+    return DecodeResult(
+        committed=decoded.committed[rows],
+        accepted_lengths=decoded.accepted_lengths,
+        rounds=decoded.rounds,
+        round_anchors=decoded.round_anchors[:, rows],
+        round_blocks=decoded.round_blocks[:, rows],
+    )
+
+
+def pool_runs(runs: Sequence[DecodeResult]) -> DecodeResult:
+    """Runs of the same problem side by side, as one run of all their rows."""
+    rounds = min(run.rounds for run in runs)
+    return DecodeResult(
+        committed=torch.cat([run.committed for run in runs]),
+        accepted_lengths=torch.cat([run.accepted_lengths for run in runs]),
+        rounds=rounds,
+        round_anchors=torch.cat([run.round_anchors[:rounds] for run in runs], dim=1),
+        round_blocks=torch.cat([run.round_blocks[:rounds] for run in runs], dim=1),
+    )
+
+
+def chi2_power_at(table: CountTable, *, scale: float, level: float) -> float:
+    """Predicted power of one chi-square test at ``scale`` times the pooled rows.
+
+    Per stratum: cells merged as the test would merge them at that size; the
+    estimated chi-square distance from the law, minus what sampling noise alone
+    gives it (``(groups - 1) / N``), times the stratum's expected count.
+    """
+    observed = table.observed.to(torch.float64).numpy()
+    probs = table.expected_probs.to(torch.float64).numpy()
+    noncentrality, dof = 0.0, 0
+    for s in np.nonzero(observed.sum(axis=1))[0]:
+        pooled = float(observed[s].sum())
+        n = scale * pooled
+        groups, n_groups = merged_groups(n * probs[s])
+        estimated = np.bincount(groups, weights=observed[s] / pooled, minlength=n_groups)
+        exact = np.bincount(groups, weights=probs[s], minlength=n_groups)
+        distance = float(((estimated - exact) ** 2 / exact).sum())
+        noncentrality += n * max(0.0, distance - (n_groups - 1) / pooled)
+        dof += n_groups - 1
+    if dof == 0:
+        return 0.0  # nothing left to test once every cell is merged
+    return noncentral_chi2_sf(chi2_isf(level, dof), dof=dof, noncentrality=noncentrality)
+
+
+def head_power_at(tables: HeadTables, *, scale: float, level: float) -> float:
+    """Predicted power of one head kind's tests: the strongest one's (a lower bound)."""
+    powers = [chi2_power_at(t, scale=scale, level=level) for t in tables.chi2_tables]
+    critical = normal_isf(level)
+    powers += [
+        normal_sf(critical - max(0.0, r.z) * math.sqrt(scale))
+        for r in tables.repeats
+        if r.variance > 1e-12
+    ]
+    return max(powers, default=0.0)
+
+
+def rejects_somewhere(tables: HeadTables, *, level: float) -> bool:
+    """Whether any of the head's tests falls below ``level`` (stops at the first)."""
+    if any(r.p_value < level for r in tables.repeats):
+        return True
+    return any(
+        pearson_fit(t.observed, expected_probs=t.expected_probs).p_value < level
+        for t in tables.chi2_tables
+    )
+
+
+def smallest_rows_reaching(
+    power: Callable[[int], float], target: float, *, limit: int = 1 << 24
+) -> int | None:
+    """Smallest row count with ``power(rows) >= target`` (doubling, then bisection)."""
+    high = 16
+    while power(high) < target:
+        high *= 2
+        if high > limit:
+            return None
+    low = high // 2
+    while high - low > max(1, high // 64):  # 1.6% resolution is plenty
+        middle = (low + high) // 2
+        low, high = (low, middle) if power(middle) >= target else (middle, high)
+    return high
+
+
+@dataclass(frozen=True)
+class PowerPoint:
+    rows: int
+    trials: int  # disjoint blocks of this many rows in the pooled runs
+    rejections: int
+    empirical_power: float
+    predicted_power: float
+
+
+@dataclass(frozen=True)
+class PowerCurve:
+    """One head kind's rejection rate of an implementation against rows, at ``level``
+    (the first Holm threshold of the default family: its alpha over its size)."""
+
+    name: str
+    head: str
+    alpha: float
+    level: float
+    pooled_rows: int
+    seeds: tuple[int, ...]
+    points: tuple[PowerPoint, ...]
+    target_power: float
+    rows_for_target_power: int | None  # predicted
+    measured_rows_for_target_power: int | None  # smallest curve point measured at target
+    rule_of_thumb_rows: int  # "ten times the vocabulary" samples per position
+    power_at_rule_of_thumb: float
+
+    def to_json_dict(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["points"] = [asdict(point) for point in self.points]
+        return body
+
+
+def power_curve(
+    name: str,
+    *,
+    head_kind: str,
+    runs: Sequence[DecodeResult],
+    seeds: Sequence[int],
+    problem: StatsProblem,
+    level: float,
+) -> PowerCurve:
+    """The power curve of one implementation on one head kind from decoded runs."""
+    config = problem.config
+    pooled = pool_runs(runs)
+    pooled_rows = int(pooled.committed.shape[0])
+    row_group = problem.row_group.cpu().repeat(len(runs))  # [pooled rows]
+    tables = head_tables(pooled, problem=problem, head_kind=head_kind, row_group=row_group)
+    cycle = len(config.temperatures)  # blocks of whole cycles keep the groups balanced
+
+    def predicted(rows: int) -> float:
+        return head_power_at(tables, scale=rows / pooled_rows, level=level)
+
+    points = []
+    for multiple in POWER_MULTIPLES:
+        rows = max(cycle, int(config.rows * multiple) // cycle * cycle)
+        blocks = pooled_rows // rows
+        rejections = 0
+        for b in range(blocks):
+            block = slice(b * rows, (b + 1) * rows)
+            block_tables = head_tables(
+                select_rows(pooled, block),
+                problem=problem,
+                head_kind=head_kind,
+                row_group=row_group[block],
+            )
+            rejections += rejects_somewhere(block_tables, level=level)
+        points.append(
+            PowerPoint(
+                rows=rows,
+                trials=blocks,
+                rejections=rejections,
+                empirical_power=rejections / blocks if blocks else math.nan,
+                predicted_power=predicted(rows),
+            )
+        )
+    return PowerCurve(
+        name=name,
+        head=head_kind,
+        alpha=config.alpha,
+        level=level,
+        pooled_rows=pooled_rows,
+        seeds=tuple(seeds),
+        points=tuple(points),
+        target_power=TARGET_POWER,
+        rows_for_target_power=smallest_rows_reaching(predicted, TARGET_POWER),
+        measured_rows_for_target_power=next(
+            (p.rows for p in points if p.trials and p.empirical_power >= TARGET_POWER), None
+        ),
+        rule_of_thumb_rows=RULE_OF_THUMB_FACTOR * config.vocab_size,
+        power_at_rule_of_thumb=predicted(RULE_OF_THUMB_FACTOR * config.vocab_size),
+    )
+
+
+def run_power_curves(
+    implementation: Implementation,
+    *,
+    problem: StatsProblem,
+    decoded: dict[str, DecodeResult] | None = None,
+    seeds: Sequence[int] | None = None,
+    progress: Progress = no_progress,
+) -> list[PowerCurve]:
+    """One power curve per head kind: ``POWER_SEEDS`` runs of ``config.rows`` rows
+    (seeds ``config.seed`` on) pooled; ``decoded`` is the run at ``config.seed``,
+    reused when given."""
+    config = problem.config
+    seeds = list(seeds) if seeds is not None else [config.seed + i for i in range(POWER_SEEDS)]
+    level = config.alpha / family_size(config)
+    curves = []
+    for head_kind in config.head_kinds:
+        runs = []
+        for i, seed in enumerate(seeds):
+            if decoded is not None and seed == config.seed and head_kind in decoded:
+                runs.append(decoded[head_kind])
+                continue
+            progress(
+                f"  power curve: {implementation.name} {head_kind} "
+                f"seed {seed} ({i + 1}/{len(seeds)})"
+            )
+            runs.append(
+                decode_rows(
+                    implementation.sampler_class, problem=problem, head_kind=head_kind, seed=seed
+                )
+            )
+        with intra_op_threads(cpu_threads(config.device)):
+            curves.append(
+                power_curve(
+                    implementation.name,
+                    head_kind=head_kind,
+                    runs=runs,
+                    seeds=seeds,
+                    problem=problem,
+                    level=level,
+                )
+            )
+    return curves

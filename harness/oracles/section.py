@@ -1,0 +1,294 @@
+"""How the statistical oracle's results read: tables, verdict lines, the report section
+and the power figure. Formatting only; every number comes from ``harness.oracles``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from typing import Any
+
+from harness.oracles.fits import JOINT, REPEAT, Statistic, family_size, position_name
+from harness.oracles.power import PowerCurve, run_power_curves
+from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, group_label
+from harness.oracles.stats import (
+    BUGGY,
+    OracleRun,
+    StatsResult,
+    expectations_hold,
+    meets_expectation,
+    run_oracle,
+)
+from harness.plugins.implementations import Implementation, builtin_implementations
+from harness.render.figures import render_png
+from harness.render.progress import Progress, no_progress
+from harness.render.sections import Section
+from harness.render.tables import Alignment, TableFormat, table
+
+TITLE = "Statistical losslessness (docs/statistics.md)"
+MAX_CARRIERS = 4  # rejections named in a verdict line
+
+
+def p_text(value: float) -> str:
+    return "nan" if math.isnan(value) else f"{value:.3g}"
+
+
+def where(statistic: Statistic) -> str:
+    return f"{statistic.head}/{statistic.group}/{statistic.test}"
+
+
+def carriers(result: StatsResult) -> str:
+    """Which head, group and test carried the rejection, strongest first."""
+    rejections = sorted(result.rejections(), key=lambda s: s.p_value)
+    named = ", ".join(f"{where(s)} (p={p_text(s.p_value)})" for s in rejections[:MAX_CARRIERS])
+    more = len(rejections) - MAX_CARRIERS
+    return named + (f" and {more} more" if more > 0 else "")
+
+
+def verdict_word(result: StatsResult) -> str:
+    if result.error:
+        return f"raised ({result.error})"
+    if not result.rejected:
+        return f"passes (p={p_text(result.p_value)})"
+    return f"REJECTED (p={p_text(result.p_value)}; {len(result.rejections())} tests)"
+
+
+def verdict_line(results: dict[str, StatsResult], *, config: StatsConfig) -> str:
+    """One line: every implementation's verdict; legacy's position 0 on its own."""
+    parts = [f"{name} {verdict_word(r)}" for name, r in results.items()]
+    line = (
+        f"losslessness at family alpha {config.alpha:g} ({family_size(config)} tests, Holm): "
+        + ", ".join(parts)
+    )
+    legacy = results.get(BUGGY)
+    if legacy is not None and legacy.error is None:
+        seen = "also REJECTED" if legacy.rejected_at_position(0) else "passes, as the bug predicts"
+        line += f"; {BUGGY} on position 0 alone {seen}"
+    return line
+
+
+def coverage_text(config: StatsConfig) -> str:
+    return (
+        f"covered: heads {', '.join(config.head_kinds)}; groups "
+        f"{', '.join(map(group_label, config.groups))} (rows take them in turn); "
+        f"every committed position 0..{config.gamma} of each round "
+        f"(position {config.gamma} is the bonus), the joint of the first {config.m} committed "
+        f"tokens, the repeat test; {config.rows} rows per head, {config.rounds} rounds each; "
+        f"{family_size(config)} tests, Holm at family alpha {config.alpha:g} "
+        f"(first threshold {config.alpha / family_size(config):.3g})"
+    )
+
+
+def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") -> str:
+    header = ["impl", "verdict", "family p", "rejected tests", "carried by", "mean accepted"]
+    rows = []
+    for r in results:
+        verdict = "ERROR" if r.error else ("REJECTED" if r.rejected else "pass")
+        accepted = ", ".join(f"{h} {v:.2f}" for h, v in r.mean_accepted_length.items())
+        rows.append(
+            [
+                r.name,
+                verdict,
+                p_text(r.p_value),
+                str(len(r.rejections())),
+                carriers(r) or "-",
+                accepted or "-",
+            ]
+        )
+    notes = [f"  {r.name}: raised {r.error}" for r in results if r.error]
+    notes += [
+        f"  {r.name}: {r.impossible} committed tuples the target gives probability 0"
+        for r in results
+        if r.impossible
+    ]
+    return "\n".join([table(header, rows, fmt=fmt), *notes])
+
+
+def detail_table(result: StatsResult, *, config: StatsConfig) -> str:
+    """p-values of every test (``*``: rejected by Holm) and the first marginals."""
+    tests = [JOINT, *(position_name(j) for j in range(config.gamma + 1)), REPEAT]
+    header = ["head", "group", *tests, *(f"marg {j}" for j in range(config.m))]
+    by_cell = {(s.head, s.group, s.test): s for s in result.statistics}
+    marginals = {(m.head, m.group, m.position): m for m in result.marginals}
+    rows = []
+    for head in config.head_kinds:
+        for group in map(group_label, config.groups):
+            cells = [
+                p_text(by_cell[head, group, t].p_value)
+                + ("*" if by_cell[head, group, t].rejected else "")
+                for t in tests
+            ]
+            cells += [p_text(marginals[head, group, j].p_value) for j in range(config.m)]
+            rows.append([head, group, *cells])
+    numbers: list[Alignment] = ["right"] * (len(header) - 2)
+    return table(header, rows, align=["left", "left", *numbers])
+
+
+def power_text(curves: Sequence[PowerCurve]) -> str:
+    if not curves:
+        return ""
+    first = curves[0]
+    header = [
+        "head",
+        "rows for power 0.99 (predicted)",
+        "measured",
+        "curve: rows -> measured / predicted",
+    ]
+    rows = []
+    for c in curves:
+        measured = (
+            "not reached"
+            if c.measured_rows_for_target_power is None
+            else next(
+                f"{p.rows} ({p.rejections}/{p.trials} blocks)"
+                for p in c.points
+                if p.rows == c.measured_rows_for_target_power
+            )
+        )
+        curve = "; ".join(
+            f"{p.rows}: {p.empirical_power:.2f}/{p.predicted_power:.2f}" for p in c.points
+        )
+        rows.append([c.head, str(c.rows_for_target_power or "not reached"), measured, curve])
+    return "\n".join(
+        [
+            f"power against {first.name} at alpha {first.alpha:g} (each test at the first Holm "
+            f"threshold {first.level:.3g}); {first.pooled_rows} pooled rows per head from seeds "
+            f"{', '.join(map(str, first.seeds))}, cut into disjoint blocks; predicted: the "
+            "strongest test's noncentral chi-square (a lower bound):",
+            table(header, rows),
+            f"rule of thumb, 10 x V = {first.rule_of_thumb_rows} rows: predicted power "
+            + ", ".join(f"{c.head} {c.power_at_rule_of_thumb:.2g}" for c in curves),
+        ]
+    )
+
+
+def oracle_text(oracle: OracleRun) -> str:
+    config = oracle.config
+    parts = [
+        config.describe(),
+        coverage_text(config),
+        "",
+        results_table(list(oracle.results.values())),
+    ]
+    for result in oracle.results.values():
+        if result.statistics:
+            parts += [
+                "",
+                f"{result.name}: p-values per head and group (* rejected)",
+                detail_table(result, config=config),
+            ]
+    if oracle.curves:
+        parts += ["", power_text(oracle.curves)]
+    return "\n".join(parts)
+
+
+def oracle_json(oracle: OracleRun) -> dict[str, Any]:
+    return json_safe(
+        {
+            "config": asdict(oracle.config),
+            "family_size": family_size(oracle.config),
+            "results": {name: r.to_json_dict() for name, r in oracle.results.items()},
+            "expectations": {name: meets_expectation(r) for name, r in oracle.results.items()},
+            "power_curves": [c.to_json_dict() for c in oracle.curves],
+        }
+    )
+
+
+def json_safe(value: Any) -> Any:
+    """NaN and infinities become ``None`` so the JSON is standard."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def stats_section(
+    config: StatsConfig,
+    *,
+    implementations: Sequence[Implementation] | None = None,
+    power: bool,
+    progress: Progress = no_progress,
+    time_limit_s: float | None = None,
+) -> tuple[Section, OracleRun]:
+    """Run the oracle on ``implementations`` (default: fixed and legacy), with
+    ``power`` also legacy's power curve per head kind, and present it as a section."""
+    oracle = run_oracle(
+        config, implementations=implementations, progress=progress, time_limit_s=time_limit_s
+    )
+    legacy = oracle.results.get(BUGGY)
+    if power and legacy is not None and legacy.error is None:
+        oracle.curves = run_power_curves(
+            builtin_implementations((BUGGY,))[0],
+            problem=oracle.problem,
+            decoded=oracle.decoded.get(BUGGY),
+            progress=progress,
+        )
+    ok = expectations_hold(oracle.results)
+    section = Section(
+        title=TITLE,
+        ok=ok,
+        verdict=verdict_line(oracle.results, config=config),
+        text=oracle_text(oracle),
+        data={**oracle_json(oracle), "ok": ok},
+    )
+    return section, oracle
+
+
+def report_section(
+    *,
+    seed: int,
+    progress: Progress = no_progress,
+    device: str = "cpu",
+    implementations: Sequence[Implementation] | None = None,
+    time_limit_s: float | None = None,
+) -> Section:
+    """The statistical part of the main report: ``implementations`` (default: the
+    built-ins; plug-ins given with ``--impl`` belong here too) at the default config,
+    and legacy's power curve per head kind."""
+    chosen = list(implementations) if implementations is not None else builtin_implementations()
+    config = replace(DEFAULT_CONFIG, seed=seed, device=device)
+    return stats_section(
+        config, implementations=chosen, power=True, progress=progress, time_limit_s=time_limit_s
+    )[0]
+
+
+def power_curves_png(curves: Sequence[dict[str, Any]]) -> bytes | None:
+    """The power curves (``PowerCurve.to_json_dict()``) as a PNG, one line pair per head:
+    rows against the rejection rate, measured and predicted; ``None`` without matplotlib."""
+
+    def draw(figure: Any) -> None:
+        axes = figure.add_subplot()
+        for index, curve in enumerate(curves):
+            colour = f"C{index}"
+            rows = [p["rows"] for p in curve["points"]]
+            axes.semilogx(
+                rows,
+                [p["empirical_power"] for p in curve["points"]],
+                "o",
+                color=colour,
+                label=f"{curve['head']}: measured (blocks)",
+            )
+            axes.semilogx(
+                rows,
+                [p["predicted_power"] for p in curve["points"]],
+                "-",
+                color=colour,
+                label=f"{curve['head']}: predicted",
+            )
+        if curves:
+            axes.axhline(
+                curves[0]["target_power"], color="grey", linestyle=":", label="target power"
+            )
+            axes.set_ylabel(
+                f"rejection rate of {curves[0]['name']} (test level {curves[0]['level']:.2g})"
+            )
+        axes.set_xlabel("independent rows per head (2 rounds each)")
+        axes.set_ylim(-0.02, 1.02)
+        axes.set_title("power of the statistical oracle, per head kind")
+        axes.legend(fontsize=7, loc="lower right")
+        figure.tight_layout()
+
+    return render_png(draw, size=(7.0, 4.2))
