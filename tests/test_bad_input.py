@@ -352,6 +352,75 @@ def _cli_bad_usage() -> list[ParameterSet]:
             rf"schema_version {CASE_SCHEMA_VERSION + 1} is newer than this harness supports",
             id="case-newer-schema",
         ),
+        *_trust_bad_usage(),
+    ]
+
+
+def _huge_case_json() -> dict[str, object]:
+    """V = 10^7, bs = 64, gamma = 8: an estimated 410 GiB, above half of any test machine's
+    free memory."""
+    case = make_case(bs=64, gamma=8, vocab_size=10**7, hidden_size=64, markov_rank=64)
+    return case.to_json_dict()
+
+
+def _trust_bad_usage() -> list[ParameterSet]:
+    """Values that once gave a traceback, a hang or a silent coercion."""
+    return [
+        pytest.param(
+            lambda _: ["--seed", "99999999999999999999999"],
+            r"--seed must be an integer in \[0, 2\^62\)",
+            id="seed-too-large",
+        ),
+        pytest.param(
+            lambda _: ["--seed", "-1"], r"--seed must be an integer in", id="seed-negative"
+        ),
+        pytest.param(
+            lambda _: ["stats", "--model-seed", str(10**30)],
+            r"--model-seed must be an integer in \[0, 2\^62\)",
+            id="model-seed-too-large",
+        ),
+        *[
+            pytest.param(
+                lambda _, v=value: ["compare", "--time-limit", v],
+                r"--time-limit must be a finite number of seconds > 0",
+                id=f"time-limit-{value}",
+            )
+            for value in ("nan", "inf", "0", "-3")
+        ],
+        pytest.param(
+            lambda _: ["stats", "--vocab", "1"], r"stats --vocab must be >= 2", id="stats-vocab-1"
+        ),
+        pytest.param(
+            lambda _: ["stats", "--rows", "1000000000000"],
+            r"the statistical oracle run needs an estimated .* TiB, above the limit of .*"
+            r"--max-memory",
+            id="stats-rows-huge",
+        ),
+        pytest.param(
+            lambda _: ["sweep", "--vocab", "1000000000000"],
+            r"sweep point bs=\d+ gamma=\d+ V=1000000000000 needs an estimated .*--max-memory",
+            id="sweep-vocab-huge",
+        ),
+        pytest.param(
+            lambda tmp: ["compare", "--case", _case_file(tmp, "huge.json", _huge_case_json())],
+            r"case .*V=10000000.* needs an estimated \d+\.\d GiB, above the limit",
+            id="case-too-big-for-memory",
+        ),
+        pytest.param(
+            lambda _: ["compare", "--max-memory", "lots"],
+            r"--max-memory: expected a size such as 8G",
+            id="max-memory-unreadable",
+        ),
+        pytest.param(
+            lambda _: ["compare", "--impl", "x=tests.plugins.exits_at_import:Cls"],
+            r"importing module 'tests.plugins.exits_at_import' called sys.exit\(3\)",
+            id="impl-exits-at-import",
+        ),
+        pytest.param(
+            lambda _: ["compare", "--impl", "x=tests.plugins.interrupted_at_import:Cls"],
+            r"importing module 'tests.plugins.interrupted_at_import' raised KeyboardInterrupt",
+            id="impl-interrupted-at-import",
+        ),
     ]
 
 
@@ -369,3 +438,41 @@ def test_cli_refuses_unknown_values_with_exit_status_2(
     assert code == 2, captured
     assert re.search(rf"error: .*{message}", captured.err), captured.err
     assert not (tmp_path / "report").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize(
+    ("out_dir", "message"),
+    [
+        ("a-file", r"--out-dir .*a-file: exists and is not a folder; expected a folder path"),
+        ("a-file/below", r"--out-dir .*a-file/below: .*a-file is not a folder"),
+        ("/proc/harness-report", r"--out-dir /proc/harness-report: cannot write there"),
+    ],
+)
+def test_an_unusable_out_dir_is_refused_before_any_work(
+    out_dir: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.cli import main
+
+    (tmp_path / "a-file").write_text("x")
+    target = out_dir if out_dir.startswith("/") else str(tmp_path / out_dir)
+    assert main(["compare", "--quiet", "--out-dir", target]) == 2
+    err = capsys.readouterr().err
+    assert re.search(rf"error: {message}", err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_max_memory_raises_the_limit_and_the_estimate_is_in_the_message() -> None:
+    from harness.pipeline import memory
+    from harness.pipeline.case import Case
+
+    huge = Case.from_json_dict(_huge_case_json())
+    estimate = memory.case_bytes(huge)
+    try:
+        memory.set_limit(estimate - 1)
+        with pytest.raises(memory.MemoryLimitError, match=r"needs an estimated 410\.\d GiB"):
+            memory.check_cases_fit([huge])
+        memory.set_limit(estimate)  # what --max-memory sets
+        memory.check_cases_fit([huge])
+    finally:
+        memory.set_limit(None)
+    assert memory.parse_size("64G") == 64 << 30 and memory.parse_size("1.5M") == 3 << 19

@@ -106,3 +106,57 @@ def test_greedy_rows_are_staged_with_top_k_one() -> None:
     )
     top_ks = build_inputs(case).sampling_info.top_ks
     assert (top_ks <= 1).tolist() == [True, False, True]
+
+
+STRICT_FIELD_PROBES = [
+    ("device", 5, r"device must be 'cpu' or 'cuda\[:N\]' \(a string\), got 5"),
+    ("device", "cuda:x", r"device must be 'cpu' or 'cuda\[:N\]', got 'cuda:x'"),
+    ("seed", "abc", r"seed must be an integer, got 'abc'"),
+    ("seed", 1.5, r"seed must be an integer, got 1.5"),
+    ("seed", 10**30, r"seed must be an integer in \[0, 2\^63\), got 10{30}"),
+    ("seed", -1, r"seed must be an integer in \[0, 2\^63\)"),
+    ("seed", True, r"seed must be an integer, got True"),
+    ("vocab_padding", 1.5, r"vocab_padding must be an integer, got 1.5"),
+    ("max_bs", 2.5, r"max_bs must be an integer, got 2.5"),
+    ("name", {}, r"name must be a string, got \{\}"),
+    ("temperatures", "ab", r"temperatures must be a list of numbers, got 'ab'"),
+    ("greedy_rows", ["false"], r"greedy_rows must be a list of JSON booleans, got \['false'\]"),
+    ("folded_sampling", "no", r"folded_sampling must be a JSON boolean .*got 'no'"),
+    ("confidence", "false", r"confidence must be a JSON boolean .*got 'false'"),
+    ("sample_from_anchor", 1, r"sample_from_anchor must be a JSON boolean .*got 1"),
+    ("fused_greedy", None, r"fused_greedy must be a JSON boolean .*got None"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), STRICT_FIELD_PROBES)
+def test_case_file_fields_are_strictly_typed_and_the_file_is_named(
+    field: str, value: object, message: str, tmp_path
+) -> None:
+    data = make_case(bs=1, gamma=1, vocab_size=2, hidden_size=1, markov_rank=1).to_json_dict()
+    data["case"][field] = value
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(CaseError, match=rf"^{path}: {message}"):
+        Case.load(path)
+
+
+def test_a_boolean_schema_version_is_refused() -> None:
+    data = make_case(bs=1, gamma=1, vocab_size=2, hidden_size=1, markov_rank=1).to_json_dict()
+    data["schema_version"] = True
+    with pytest.raises(CaseError, match="schema_version must be an integer, got True"):
+        Case.from_json_dict(data)
+
+
+def test_a_non_utf8_case_file_is_refused_naming_the_file(tmp_path) -> None:
+    path = tmp_path / "latin1.json"
+    path.write_bytes('{"schema": "caf\xe9"}'.encode("latin-1"))
+    with pytest.raises(CaseError, match=rf"^{path}: not UTF-8 text"):
+        Case.load(path)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_a_case_file_naming_a_device_this_machine_lacks_is_refused(tmp_path) -> None:
+    case = make_case(bs=1, gamma=1, vocab_size=2, hidden_size=1, markov_rank=1, device="cuda")
+    case.save(tmp_path / "gpu.json")
+    with pytest.raises(CaseError, match="device cuda asked for, but no CUDA device is available"):
+        Case.load(tmp_path / "gpu.json")

@@ -23,7 +23,12 @@ from harness.pipeline.checks import CheckResult
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
-from tests.plugins import broken_samplers, planted_defects, planted_defects_verdicts
+from tests.plugins import (
+    broken_samplers,
+    planted_defects,
+    planted_defects_verdicts,
+    untrusted_samplers,
+)
 
 SHAPE = {"bs": 4, "gamma": 4, "vocab_size": 64, "hidden_size": 16, "markov_rank": 8}
 MIXED = (False, True, False, False)  # one greedy row among sampled ones
@@ -117,6 +122,12 @@ ROWS = (
         FOLDED,
         frozenset({"single_walk"}),
         True,
+    ),
+    DefectRow(
+        "state_restored",
+        untrusted_samplers.DtypeLeakingSampler,
+        FOLDED,
+        frozenset({"state_restored"}),
     ),
     DefectRow(
         "matches_reference",

@@ -1,14 +1,20 @@
-"""A broken implementation is a reported failure with its reason; the run goes on."""
+"""A broken implementation is a reported failure with its reason; the run goes on, and
+under ``--isolate`` even a crash or an unstoppable hang of its process is."""
 
 from __future__ import annotations
 
-import pytest
+import json
+from pathlib import Path
 
+import pytest
+import torch
+
+from harness.cli import main
 from harness.pipeline.case import make_case
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
-from tests.plugins import broken_samplers
+from tests.plugins import broken_samplers, untrusted_samplers
 
 CASE = make_case(
     bs=3,
@@ -55,3 +61,55 @@ def test_hanging_implementation_is_stopped_by_the_time_limit() -> None:
     verdict = evaluate_run(run, require_observable=False)
     assert not verdict.failed_checks("fixed")
     assert verdict.ledger is not None and verdict.ledger.holds
+
+
+@pytest.mark.parametrize(
+    ("sampler_name", "reason"),
+    [
+        ("AbortingSampler", "the worker process died from signal SIGABRT (-6)"),
+        ("SegfaultingSampler", "the worker process died from signal SIGSEGV (-11)"),
+        ("ExitingSampler", "the worker process exited with status 0 before returning a result"),
+    ],
+)
+def test_under_isolate_a_process_crash_is_a_recorded_failure_in_a_complete_report(
+    sampler_name: str, reason: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    case = tmp_path / "case.json"
+    CASE.save(case)
+    impl = f"planted=tests.plugins.untrusted_samplers:{sampler_name}"
+    argv = ["compare", "--case", str(case), "--case", str(case), "--impl", impl, "--isolate"]
+    assert main([*argv, "--out-dir", str(tmp_path / "out")]) == 1
+    capsys.readouterr()
+    report = json.loads((tmp_path / "out" / "compare.json").read_text())
+    assert len(report["cases"]) == 2
+    for record in report["cases"]:
+        planted = record["implementations"]["planted"]
+        assert planted["error"] == {"type": "WorkerDied", "message": reason}
+        assert all(c["status"] != "fail" for c in record["implementations"]["fixed"]["checks"])
+        assert record["ledger"]["holds"]
+
+
+def test_under_isolate_a_sampler_that_swallows_every_timeout_is_killed_and_recorded() -> None:
+    unstoppable = Implementation("unstoppable", untrusted_samplers.UnstoppableSampler, "tests")
+    run = run_case(CASE, [unstoppable, *builtin_implementations()], time_limit_s=1.0, isolate=True)
+    error = run.results["unstoppable"].error
+    assert error is not None and error.type == "CallTimeout"
+    assert "the worker process was killed" in error.message
+    verdict = evaluate_run(run, require_observable=False)
+    assert not verdict.failed_checks("fixed")
+
+
+def test_isolated_results_equal_in_process_results() -> None:
+    implementations = builtin_implementations()
+    here = run_case(CASE, implementations)
+    there = run_case(CASE, implementations, isolate=True)
+    for name in here.results:
+        mine, theirs = here.results[name], there.results[name]
+        for field in ("tokens", "corrected", "confidence"):
+            a, b = getattr(mine, field), getattr(theirs, field)
+            assert (a is None and b is None) or torch.equal(a, b), (name, field)
+        assert mine.work == theirs.work
+        assert len(mine.noise_draws) == len(theirs.noise_draws)
+        assert all(
+            torch.equal(a, b) for a, b in zip(mine.noise_draws, theirs.noise_draws, strict=True)
+        )

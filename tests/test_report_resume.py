@@ -105,3 +105,44 @@ def test_a_killed_report_resumes_without_recomputing_finished_cases(tmp_path: Pa
     )
     assert fresh.returncode == 0, fresh.stderr
     assert _cases_of(tmp_path) == _cases_of(fresh_dir)
+
+
+def test_sweep_points_measured_by_other_code_are_recomputed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.measure import sweep
+    from tests.test_sweep import TINY, fake_measure
+
+    calls: list[tuple[int, int, int]] = []
+    first = sweep.run_sweep(TINY, out_dir=tmp_path, measure=fake_measure(calls))
+    monkeypatch.setattr(sweep, "code_fingerprint", lambda: "other-code")
+    messages: list[str] = []
+    again = sweep.run_sweep(
+        TINY, out_dir=tmp_path, measure=fake_measure(calls), progress=messages.append
+    )
+    assert len(calls) == 6  # every point measured again
+    assert "3 finished point(s) will be recomputed" in messages[0]
+    assert again == first  # the fake measure is deterministic
+    unchanged = sweep.run_sweep(TINY, out_dir=tmp_path, measure=fake_measure(calls))
+    assert len(calls) == 6 and unchanged == first
+
+
+def test_a_journal_keeps_only_records_of_the_same_fingerprint(tmp_path: Path) -> None:
+    from harness.io.journal import Journal
+
+    path = tmp_path / "j.jsonl"
+    old = Journal(path, schema="s", fingerprint="old", what="unit")
+    old.finished(resume=False)
+    old.append({"schema": "s", "key": "a", "value": 1})
+    old.append({"schema": "s", "key": "b", "value": 2})
+    new = Journal(path, schema="s", fingerprint="new", what="unit")
+    finished, notes = new.finished(resume=True)
+    assert finished == {} and "2 finished unit(s) will be recomputed" in notes[0]
+    new.append({"schema": "s", "key": "a", "value": 3})
+    again, _ = Journal(path, schema="s", fingerprint="new", what="unit").finished(resume=True)
+    assert again == {"a": {"schema": "s", "key": "a", "value": 3}}
+    fresh = Journal(path, schema="s", fingerprint="new", what="unit")
+    fresh.finished(resume=False)
+    assert path.read_text().count("\n") == 3  # not touched until the first new record
+    fresh.append({"schema": "s", "key": "c", "value": 4})
+    assert path.read_text().count("\n") == 1

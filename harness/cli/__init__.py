@@ -13,17 +13,22 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from harness.cli.emit import UsageError, usage_error
 from harness.cli.exit_codes import ExitCode
+from harness.cli.validate import validate_global_options
 from harness.io.files import JournalError
+from harness.io.lock import OutDirBusy, claim_out_dir
 from harness.pipeline.case import CaseError
+from harness.pipeline.interrupts import StopRequested, stop_on_signals
+from harness.pipeline.isolation import shutdown_workers
+from harness.pipeline.memory import MemoryLimitError
 from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S
 from harness.pipeline.verdicts import RolesError
 from harness.plugins.implementations import ImplementationError
@@ -71,6 +76,11 @@ def _common_options(*, time_limit: bool) -> argparse.ArgumentParser:
         help="where report files are written (default ./harness-report)",
     )
     common.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+    common.add_argument(
+        "--max-memory",
+        metavar="SIZE",
+        help="refuse work estimated above SIZE (e.g. 64G; default: half the free memory)",
+    )
     if not time_limit:
         return common
     common.add_argument(
@@ -78,7 +88,8 @@ def _common_options(*, time_limit: bool) -> argparse.ArgumentParser:
         type=float,
         default=DEFAULT_TIME_LIMIT_S,
         metavar="SECONDS",
-        help=f"per-call limit for each implementation (default {DEFAULT_TIME_LIMIT_S:g})",
+        help=f"limit on each implementation's construction, staging and each call "
+        f"(default {DEFAULT_TIME_LIMIT_S:g})",
     )
     return common
 
@@ -97,17 +108,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _check_device(device: str) -> None:
-    try:
-        parsed = torch.device(device)
-    except RuntimeError as error:
-        raise UsageError(f"--device: {error}") from None
-    if parsed.type not in ("cpu", "cuda"):
-        raise UsageError(f"--device must be cpu or cuda[:N], got {device!r}")
-    if parsed.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda asked for, but no CUDA device is available")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its ``ExitCode``. No command (or options only) means ``report``."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -121,13 +121,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_request:  # argparse: --help (0) or bad usage (2)
         return int(exit_request.code or 0)
     try:
-        _check_device(args.device)
-        time_limit = getattr(args, "time_limit", None)
-        if time_limit is not None and time_limit <= 0:
-            raise UsageError(f"--time-limit must be positive, got {time_limit:g}")
-        return int(command_module(args.command).command(args))
-    except (UsageError, CaseError, ImplementationError, JournalError, RolesError) as error:
+        with stop_on_signals():
+            try:
+                validate_global_options(args)
+                with claim_out_dir(args.out_dir):
+                    return int(command_module(args.command).command(args))
+            finally:
+                shutdown_workers()
+    except BAD_INPUT as error:
         return usage_error(str(error))
+    except StopRequested as stop:
+        return _stopped(stop, args)
+    except BrokenPipeError:  # stdout closed early (``--json | head``): nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
+
+
+BAD_INPUT = (
+    UsageError,
+    CaseError,
+    ImplementationError,
+    JournalError,
+    RolesError,
+    OutDirBusy,
+    MemoryLimitError,
+)
+BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a closed pipe
+
+
+def _stopped(stop: StopRequested, args: argparse.Namespace) -> int:
+    """One line on stderr and 130 (SIGINT) or 143 (SIGTERM)."""
+    code = ExitCode.INTERRUPTED if stop.signum == signal.SIGINT else ExitCode.TERMINATED
+    resumable = args.command in ("report", "compare", "sweep")
+    print(
+        f"interrupted by {signal.Signals(stop.signum).name}"
+        + (
+            ": finished work is kept; rerun with the same options and --resume" if resumable else ""
+        ),
+        file=sys.stderr,
+    )
+    return int(code)
 
 
 __all__ = ["COMMANDS", "ExitCode", "build_parser", "command_module", "main"]

@@ -8,6 +8,7 @@ import time
 from harness.cli.emit import emit
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import (
+    add_isolate_option,
     add_resume_option,
     add_role_options,
     add_selection_options,
@@ -25,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_selection_options(parser, verb="run")
     add_role_options(parser)
     add_resume_option(parser)
+    add_isolate_option(parser)
 
 
 def command(args: argparse.Namespace) -> ExitCode:
@@ -44,6 +46,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         time_limit_s=args.time_limit,
         journal=journal_path(args.out_dir, command="compare"),
         resume=args.resume,
+        isolate=args.isolate,
         pair=roles.pair,
     )
     sections = comparison_sections(records, require_coverage=not args.case, roles=roles)

@@ -124,6 +124,15 @@ def add_resume_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_isolate_option(parser: argparse.ArgumentParser) -> None:
+    """``--isolate``: each implementation in a worker process."""
+    parser.add_argument(
+        "--isolate",
+        action="store_true",
+        help="run each implementation in a worker process, so a crash is a recorded failure",
+    )
+
+
 def journal_path(out_dir: Path, *, command: str) -> Path:
     """Where a command keeps one line per finished case, under ``--out-dir``."""
     return out_dir / f"{command}.cases.jsonl"

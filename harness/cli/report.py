@@ -15,6 +15,7 @@ from harness.cli.emit import emit
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import (
     add_impl_option,
+    add_isolate_option,
     add_resume_option,
     add_role_options,
     journal_path,
@@ -33,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_impl_option(parser)
     add_role_options(parser)
     add_resume_option(parser)
+    add_isolate_option(parser)
     parser.add_argument("--no-stats", action="store_true", help="skip the statistical oracle")
     parser.add_argument("--no-work", action="store_true", help="skip the eliminated-work section")
 
@@ -51,6 +53,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         time_limit_s=args.time_limit,
         journal=journal_path(args.out_dir, command="report"),
         resume=args.resume,
+        isolate=args.isolate,
     )
     timing = {"matrix_s": round(time.perf_counter() - started, 3)}
     sections = comparison_sections(records, require_coverage=True, roles=roles)

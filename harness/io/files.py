@@ -9,9 +9,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from harness.io.lock import lock_before_writing
+
 
 def write_atomically(path: Path, data: str | bytes) -> None:
     """Write ``data`` to a temporary file beside ``path``, fsync it, then rename it."""
+    lock_before_writing(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode() if isinstance(data, str) else data
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -33,6 +36,7 @@ class JournalError(ValueError):
 def append_record(path: Path, record: dict[str, Any]) -> None:
     """Append one JSON line durably: one ``write`` on an ``O_APPEND`` descriptor, then
     ``fsync`` (a crash leaves at most a torn last line, which ``load_records`` drops)."""
+    lock_before_writing(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(record, sort_keys=True) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

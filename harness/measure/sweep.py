@@ -29,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.io.files import JournalError, append_record, load_records, write_atomically
+from harness.io.files import JournalError, load_records, write_atomically
+from harness.io.fingerprint import code_fingerprint
+from harness.io.journal import Journal
 from harness.measure.timing import CLOCKS, MODES, ab_timing, times_json
 from harness.pipeline.case import make_case
 from harness.render.figures import PLOT_EXTRA_HINT, render_png
@@ -168,22 +170,24 @@ def run_sweep(
     records of the whole grid in grid order."""
     out_dir.mkdir(parents=True, exist_ok=True)
     points_path = out_dir / POINTS_FILE
-    if not resume:
-        points_path.unlink(missing_ok=True)
-    done, dropped = load_points(points_path, repair=True)
+    journal = Journal(
+        points_path, schema=POINT_SCHEMA, fingerprint=code_fingerprint(), what="point"
+    )
+    try:  # a point measured by other code is recomputed; without resume, replaced later
+        done, notes = journal.finished(resume=resume)
+    except JournalError as error:
+        raise SweepError(str(error)) from None
     grid = config.points()
     keys = [config.point_key(p) for p in grid]
     already = sum(k in done for k in keys)
     progress(
         f"sweep: {len(grid)} points ({config.describe()}); "
-        f"{already} already done in {points_path}"
-        + (f"; dropped a torn last line ({dropped} bytes)" if dropped else "")
+        f"{already} already done in {points_path}" + "".join(f"; {note}" for note in notes)
     )
     for index, (point, key) in enumerate(zip(grid, keys, strict=True), 1):
         if key in done:
             continue
-        record = measure(config, point)
-        append_record(points_path, record)
+        record = journal.append(measure(config, point))
         done[key] = record
         progress(f"[sweep {index}/{len(grid)}] {_point_line(record, clock=config.clock)}")
     return [done[k] for k in keys]

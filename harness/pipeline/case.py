@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -34,10 +35,33 @@ DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
 }
 TOP_K_ALL = 1 << 30  # what the server stages for "no top-k": a sampled row
+SEED_LIMIT = 1 << 63  # seeds lie in [0, 2^63): every torch generator accepts them
+SHAPE_FIELDS = ("bs", "gamma", "vocab_size", "hidden_size", "markov_rank")
+FLAG_FIELDS = ("sample_from_anchor", "folded_sampling", "fused_greedy", "confidence")
+DEVICE_FORM = re.compile(r"cpu|cuda(:[0-9]+)?")
 
 
 class CaseError(ValueError):
     """A case (or case file) that does not describe a valid run."""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_device(device: object, *, what: str = "device") -> None:
+    """``cpu`` or ``cuda[:N]``, and present on this machine."""
+    if not isinstance(device, str) or DEVICE_FORM.fullmatch(device) is None:
+        raise CaseError(f"{what} must be 'cpu' or 'cuda[:N]' (a string), got {device!r}")
+    if device == "cpu":
+        return
+    if not torch.cuda.is_available():
+        raise CaseError(f"{what} {device} asked for, but no CUDA device is available here")
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise CaseError(
+            f"{what} {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+        )
 
 
 @dataclass(frozen=True)
@@ -64,6 +88,7 @@ class Case:
     name: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        self.check_types()
         # Normalise sequences so JSON lists and tuples give equal cases.
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
         object.__setattr__(self, "greedy_rows", tuple(bool(g) for g in self.greedy_rows))
@@ -72,6 +97,33 @@ class Case:
         self.validate()
 
     # -- validation ---------------------------------------------------------------------------
+    def check_types(self) -> None:
+        """JSON types exactly: integers for shapes and seeds, booleans for flags, strings
+        for names, lists of numbers and of booleans; nothing is coerced."""
+        for name in (*SHAPE_FIELDS, "seed", "max_bs", "vocab_padding"):
+            if not _is_int(getattr(self, name)):
+                raise CaseError(f"{name} must be an integer, got {getattr(self, name)!r}")
+        for name in FLAG_FIELDS:
+            if not isinstance(getattr(self, name), bool):
+                raise CaseError(
+                    f"{name} must be a JSON boolean (true or false), got {getattr(self, name)!r}"
+                )
+        if not isinstance(self.device, str):
+            raise CaseError(f"device must be 'cpu' or 'cuda[:N]' (a string), got {self.device!r}")
+        for name in ("head_kind", "dtype", "name"):
+            if not isinstance(getattr(self, name), str):
+                raise CaseError(f"{name} must be a string, got {getattr(self, name)!r}")
+        if not isinstance(self.temperatures, (list, tuple)) or not all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) for t in self.temperatures
+        ):
+            raise CaseError(f"temperatures must be a list of numbers, got {self.temperatures!r}")
+        if not isinstance(self.greedy_rows, (list, tuple)) or not all(
+            isinstance(g, bool) for g in self.greedy_rows
+        ):
+            raise CaseError(
+                f"greedy_rows must be a list of JSON booleans, got {self.greedy_rows!r}"
+            )
+
     def validate(self) -> None:
         for name in ("bs", "gamma", "vocab_size", "hidden_size", "markov_rank"):
             value = getattr(self, name)
@@ -83,8 +135,12 @@ class Case:
             raise CaseError(f"head_kind must be one of {HEAD_KINDS}, got {self.head_kind!r}")
         if self.dtype not in DTYPES:
             raise CaseError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
-        if self.device != "cpu" and not self.device.startswith("cuda"):
+        if DEVICE_FORM.fullmatch(self.device) is None:
             raise CaseError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+        if not 0 <= self.seed < SEED_LIMIT:
+            raise CaseError(f"seed must be an integer in [0, 2^63), got {self.seed}")
+        if self.max_bs < 0:
+            raise CaseError(f"max_bs must be >= 0 (0: same as bs), got {self.max_bs}")
         if len(self.temperatures) != self.bs or len(self.greedy_rows) != self.bs:
             raise CaseError(
                 f"temperatures and greedy_rows need one entry per row (bs={self.bs}), "
@@ -145,7 +201,7 @@ class Case:
         if not isinstance(data, dict) or data.get("schema") != CASE_SCHEMA:
             raise CaseError(f"not a case: expected an object with schema {CASE_SCHEMA!r}")
         version = data.get("schema_version")
-        if not isinstance(version, int):
+        if not isinstance(version, int) or isinstance(version, bool):
             raise CaseError(f"case schema_version must be an integer, got {version!r}")
         if version > CASE_SCHEMA_VERSION:
             raise CaseError(
@@ -160,22 +216,32 @@ class Case:
         if unknown:
             raise CaseError(f"unknown case fields {unknown}")
         try:
-            return cls(**body)
+            case = cls(**body)
         except TypeError as error:
             raise CaseError(f"malformed case: {error}") from None
+        check_device(case.device)  # a stored case names a device this machine must have
+        return case
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json_dict(), indent=2) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> Case:
+        """The case in a file; every problem is a ``CaseError`` naming the file."""
         try:
-            data = json.loads(Path(path).read_text())
+            data = json.loads(Path(path).read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as error:
+            raise CaseError(
+                f"{path}: not UTF-8 text ({error.reason} at byte {error.start})"
+            ) from None
         except json.JSONDecodeError as error:
             raise CaseError(f"{path}: not valid JSON ({error})") from None
         except OSError as error:
             raise CaseError(f"{path}: cannot read ({error.strerror})") from None
-        return cls.from_json_dict(data)
+        try:
+            return cls.from_json_dict(data)
+        except CaseError as error:
+            raise CaseError(f"{path}: {error}") from None
 
     def with_changes(self, **changes: Any) -> Case:
         return replace(self, **changes)

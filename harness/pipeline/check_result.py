@@ -22,6 +22,7 @@ CHECK_TIERS: dict[str, Tier] = {
     "outputs_written": "lossless",
     "no_writes_outside_batch": "lossless",
     "inputs_unchanged": "lossless",
+    "state_restored": "lossless",
     "teacher_forcing": "lossless",
     "noise_replay": "lossless",
     "greedy_consistency": "lossless",

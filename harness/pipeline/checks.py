@@ -153,10 +153,18 @@ def check_no_writes_outside_batch(run: CaseRun, result: ImplResult) -> CheckResu
 
 
 def check_inputs_unchanged(result: ImplResult) -> CheckResult:
-    """The call must leave its inputs (hidden states, input ids, model) as it found them."""
+    """The shared inputs (hidden states, ids, model, sampling parameters) are as given."""
     name = "inputs_unchanged"
     if result.mutated_inputs:
-        return failed(name, f"the call changed its inputs: {', '.join(result.mutated_inputs)}")
+        return failed(name, "mutated its inputs: " + ", ".join(result.mutated_inputs))
+    return passed(name)
+
+
+def check_state_restored(result: ImplResult) -> CheckResult:
+    """Global state (default dtype and device, environment, threads, flags) is as found."""
+    name = "state_restored"
+    if result.leaked_state:
+        return failed(name, "changed global state: " + "; ".join(result.leaked_state))
     return passed(name)
 
 
@@ -263,6 +271,8 @@ def check_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
             name,
             f"the second call drew the same noise as the first ({describe_draws(second_draws)})",
         )
+    if result.mutated_inputs:  # the second call ran on changed inputs: inputs_unchanged says so
+        return passed(name, "noise differs; outputs not judged (the first call changed the inputs)")
     for check in (check_teacher_forcing, check_noise_replay):
         outcome = check(run, second)
         if outcome.failed and not check(run, result).failed:  # else the first call's check says it
@@ -377,17 +387,17 @@ def check_single_walk(run: CaseRun, result: ImplResult) -> CheckResult:
 
 def self_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
     """Every self-consistency check of one implementation on one case."""
+    guarded = [check_inputs_unchanged(result), check_state_restored(result)]
     ran = check_ran(result)
     if ran.failed:
-        return [ran]
+        return [ran, *guarded]
     written = check_outputs_written(run, result)
     if written.failed and result.tokens is not None and not _token_ids_valid(run, result.tokens):
-        return [ran, written]  # the remaining checks index by token id
+        return [ran, written, *guarded]  # the remaining checks index by token id
     return [
         ran,
         written,
         check_no_writes_outside_batch(run, result),
-        check_inputs_unchanged(result),
         check_teacher_forcing(run, result),
         check_noise_replay(run, result),
         check_greedy_consistency(run, result),
@@ -396,6 +406,7 @@ def self_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
         check_fresh_noise(run, result),
         check_noise_budget(run, result),
         check_single_walk(run, result),
+        *guarded,
     ]
 
 

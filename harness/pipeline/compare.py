@@ -19,10 +19,12 @@ from typing import Any
 
 import torch
 
-from harness.io.files import append_record, load_records
+from harness.io.fingerprint import run_fingerprint
+from harness.io.journal import Journal, canonical
 from harness.pipeline.case import Case
 from harness.pipeline.checks import CheckResult, check_matches_reference, self_checks
 from harness.pipeline.ledger import LEDGER_CLASSES, LedgerEntry, observe_divergence
+from harness.pipeline.memory import check_cases_fit
 from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S, CaseRun, ImplResult, run_case
 from harness.pipeline.verdicts import DEFAULT_PAIR, Roles, case_verdict, implementation_verdict
 from harness.plugins.implementations import Implementation
@@ -108,21 +110,34 @@ def compare(
     journal: Path | None = None,
     resume: bool = False,
     pair: tuple[str, str] = DEFAULT_PAIR,
+    isolate: bool = False,
 ) -> list[Record]:
     """Run and evaluate every case into a record, reporting progress per case.
 
     With a ``journal``, each finished record is appended to it as one durable JSON
-    line; with ``resume``, records already there are taken instead of rerun (a torn
-    last line is dropped), otherwise the journal starts empty.
+    line stamped with the run's fingerprint (code and outcome-changing options); with
+    ``resume``, records already there with the same fingerprint are taken instead of
+    rerun (a torn last line is dropped), otherwise the journal starts over.
     """
+    check_cases_fit(cases)  # before anything is allocated or any journal touched
     finished: dict[str, Record] = {}
+    log: Journal | None = None
     if journal is not None:
-        if resume:
-            finished, _ = load_records(
-                journal, schema=CASE_RECORD_SCHEMA, repair=True, what="case record"
-            )
-        else:
-            journal.unlink(missing_ok=True)
+        fingerprint = run_fingerprint(
+            implementations={impl.name: impl.sampler_class for impl in implementations},
+            options={
+                "time_limit_s": time_limit_s,
+                "require_observable": require_observable,
+                "isolate": isolate,
+            },
+        )
+        log = Journal(
+            journal, schema=CASE_RECORD_SCHEMA, fingerprint=fingerprint, what="case record"
+        )
+        finished, notes = log.finished(resume=resume)
+        for note in notes:
+            if progress is not None:
+                progress(note)
     records = []
     for index, case in enumerate(cases, start=1):
         key = record_key(case, implementations, require_observable=require_observable, pair=pair)
@@ -133,12 +148,10 @@ def compare(
             continue
         if progress is not None:
             progress(f"[{index}/{len(cases)}] {case.label()}")
-        run = run_case(case, implementations, time_limit_s=time_limit_s)
+        run = run_case(case, implementations, time_limit_s=time_limit_s, isolate=isolate)
         verdict = evaluate_run(run, require_observable=require_observable, pair=pair)
         record = case_record(verdict, key=key, pair=pair)
-        if journal is not None:
-            append_record(journal, record)
-        records.append(record)
+        records.append(canonical(record) if log is None else log.append(record))
     return records
 
 

@@ -6,8 +6,12 @@ buffers with sentinels, stages the sampling parameters and runs one call — the
 server's protocol: staging before every call — all under the observers, then
 copies the live batch out and notes any write past it. Cases with sampled rows
 get a second staged call on the same inputs (each call must draw fresh noise).
-The caller's RNG state is restored afterwards. An implementation that raises is
-a recorded result, never a crash of the harness.
+The caller's RNG state is restored afterwards. An implementation that raises
+(``SystemExit`` and its own ``KeyboardInterrupt`` included) is a recorded result,
+never a crash of the harness; the time limit covers construction, staging and the
+calls. Around each implementation the guards of ``harness.pipeline.guard`` record
+changed inputs and leaked global state, and the next implementation gets both
+pristine.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import Any
 import torch
 
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
+from harness.pipeline.guard import GlobalState, changed_inputs, input_digests
+from harness.pipeline.interrupts import reraise_stop_request
 from harness.pipeline.observe import (
     DispatchObserver,
     HeadCounts,
@@ -80,7 +86,8 @@ class ImplResult:
     work: WorkCounts = field(default_factory=WorkCounts)
     random_draws: list[RandomDraw] = field(default_factory=list)  # every phase, in order
     outside_writes: dict[str, int] = field(default_factory=dict)  # buffer: entries written
-    mutated_inputs: list[str] = field(default_factory=list)  # inputs the call changed
+    mutated_inputs: list[str] = field(default_factory=list)  # shared inputs it changed
+    leaked_state: list[str] = field(default_factory=list)  # global settings it changed
     second_call: ImplResult | None = None  # the next staged call on the same inputs
 
     @property
@@ -90,7 +97,8 @@ class ImplResult:
 
 @dataclass
 class CaseRun:
-    """All implementations' results on one case, plus the shared inputs."""
+    """All implementations' results on one case, plus the shared inputs as generated
+    (pristine: rebuilt after any implementation that changed them)."""
 
     case: Case
     inputs: CaseInputs
@@ -119,11 +127,16 @@ DEFAULT_TIME_LIMIT_S = 120.0
 TOKEN_SENTINEL = -1  # never a token id: shows an unwritten ``out`` entry
 
 
+TIMEOUT_REFIRE_S = 0.5  # a swallowed timeout fires again this often
+
+
 @contextmanager
 def time_limit(seconds: float | None) -> Iterator[None]:
     """Raise ``CallTimeout`` in the main thread after ``seconds`` (POSIX timers).
 
-    Off the main thread, or with ``None``, no limit is applied.
+    The timer fires again every ``TIMEOUT_REFIRE_S`` until the block ends, and a block
+    that swallowed the timeout and returned still raises it on exit. Off the main
+    thread, or with ``None``, no limit is applied.
     """
     usable = (
         seconds is not None
@@ -134,17 +147,23 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         yield
         return
     assert seconds is not None
+    message = f"call exceeded the time limit of {seconds:g} s"
+    fired = False
 
     def on_alarm(signum: int, frame: object) -> None:
-        raise CallTimeout(f"call exceeded the time limit of {seconds:g} s")
+        nonlocal fired
+        fired = True
+        raise CallTimeout(message)
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+    if fired:  # the block caught the timeout and carried on: still a timeout
+        raise CallTimeout(message + " (the implementation caught the timeout)")
 
 
 def raised_error(error: BaseException) -> RaisedError:
@@ -260,18 +279,6 @@ def outside_batch_writes(sampler: object, case: Case) -> dict[str, int]:
     return written
 
 
-def restore_changed_inputs(inputs: CaseInputs, pristine: dict[str, torch.Tensor]) -> list[str]:
-    """The inputs that differ from their pristine copies, each put back as it was."""
-    changed = []
-    for name, before in pristine.items():
-        now: torch.Tensor = getattr(inputs, name)
-        if now.shape != before.shape or not torch.equal(now, before):
-            changed.append(name)
-            if now.shape == before.shape:  # the next implementation sees pristine inputs
-                now.copy_(before)
-    return changed
-
-
 def _observed_call(
     sampler: Any,
     *,
@@ -283,10 +290,6 @@ def _observed_call(
 ) -> None:
     """Stage, then call, under the observers (the server stages before every replay)."""
     head_counts = HeadCounts()
-    pristine = {
-        "hidden_states": inputs.hidden_states.clone(),
-        "input_ids": inputs.input_ids.clone(),
-    }
     try:
         with time_limit(time_limit_s):
             with dispatch.in_phase("staging"):
@@ -298,7 +301,6 @@ def _observed_call(
         result.noise_draws = dispatch.noise_draws
         result.random_draws = list(dispatch.draws)
         result.walk_tokens = head_counts.walk_tokens
-        result.mutated_inputs = restore_changed_inputs(inputs, pristine)
     read_outputs(sampler, case, result)
     result.outside_writes = outside_batch_writes(sampler, case)
 
@@ -317,6 +319,7 @@ def run_implementation(
     device = torch.device(case.device)
     try:
         with same_rng_start(device, case.seed), torch.inference_mode():
+            state = GlobalState.capture()  # inside the run's own modes
             dispatch = DispatchObserver(record_noise=record_noise)
             with time_limit(time_limit_s), dispatch.in_phase("construction"):
                 sampler = construct_for_case(implementation.sampler_class, case=case, inputs=inputs)
@@ -329,6 +332,9 @@ def run_implementation(
                 result=result,
                 time_limit_s=time_limit_s,
             )
+            # A leak undone by the next call (a toggled flag) is still a leak: check each call.
+            result.leaked_state = state.differences(GlobalState.capture())
+            state.restore()
             if case.has_sampled_rows:
                 second = ImplResult(name=implementation.name)
                 fill_sentinels(sampler)
@@ -341,8 +347,10 @@ def run_implementation(
                     time_limit_s=time_limit_s,
                 )
                 result.second_call = second
-    except Exception as error:  # the implementation under test failed: record, go on
+    except BaseException as error:  # SystemExit too: the implementation failed, go on
+        reraise_stop_request(error)
         result.error = raised_error(error)
+    reraise_stop_request(None)  # a stop the implementation swallowed still stops the run
     return result
 
 
@@ -359,20 +367,65 @@ def work_counts(head_counts: HeadCounts, dispatch: DispatchObserver) -> WorkCoun
     )
 
 
+def run_guarded(
+    implementation: Implementation,
+    *,
+    case: Case,
+    inputs: CaseInputs,
+    record_noise: bool = True,
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+) -> ImplResult:
+    """``run_implementation`` between two guards: the shared inputs are digested before
+    and after (changes land in ``mutated_inputs``), and the global state is restored
+    afterwards (changes land in ``leaked_state``)."""
+    before_inputs = input_digests(inputs)
+    before_state = GlobalState.capture()
+    try:
+        result = run_implementation(
+            implementation,
+            case=case,
+            inputs=inputs,
+            record_noise=record_noise,
+            time_limit_s=time_limit_s,
+        )
+    finally:
+        after_state = GlobalState.capture()
+        before_state.restore()
+    leaks = [*result.leaked_state, *before_state.differences(after_state)]
+    result.leaked_state = list(dict.fromkeys(leaks))  # once each, in order
+    result.mutated_inputs = changed_inputs(before_inputs, input_digests(inputs))
+    return result
+
+
 def run_case(
     case: Case,
     implementations: list[Implementation],
     *,
     record_noise: bool = True,
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    isolate: bool = False,
 ) -> CaseRun:
-    """Run every implementation on the case from the same RNG start."""
+    """Run every implementation on the case from the same RNG start, each on pristine
+    inputs and global state; the run holds pristine inputs for the checks.
+
+    With ``isolate`` each implementation runs in a worker process
+    (``harness.pipeline.isolation``), so even a crash of the process is its result.
+    """
     inputs = build_inputs(case)
-    block = case_block(case, inputs)
-    results = {
-        impl.name: run_implementation(
+    results = {}
+    for impl in implementations:
+        if isolate:
+            from harness.pipeline.isolation import worker_pool
+
+            results[impl.name] = worker_pool().run(
+                impl, case=case, record_noise=record_noise, time_limit_s=time_limit_s
+            )
+            continue
+        result = run_guarded(
             impl, case=case, inputs=inputs, record_noise=record_noise, time_limit_s=time_limit_s
         )
-        for impl in implementations
-    }
+        if result.mutated_inputs:  # generated from the seed on the CPU: rebuilding is exact
+            inputs = build_inputs(case)
+        results[impl.name] = result
+    block = case_block(case, inputs)
     return CaseRun(case=case, inputs=inputs, block=block, results=results)

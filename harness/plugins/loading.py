@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.pipeline.interrupts import StopRequested
 from harness.plugins.errors import ImplementationError
 from harness.plugins.sglang_surface import harness_import_surface, surface_for
 
@@ -48,7 +49,9 @@ def _run_import(load: Callable[[], types.ModuleType], *, what: str, spec: str) -
             f"--impl {spec}: importing {what} called sys.exit({stop.code!r}); "
             "a plug-in module must import without side effects"
         ) from None
-    except Exception as error:  # an import can fail in any way; report it, do not crash
+    except StopRequested:  # the user's Ctrl-C or SIGTERM: stop the run
+        raise
+    except (Exception, KeyboardInterrupt) as error:  # any failure at import: report it
         raise ImplementationError(
             f"--impl {spec}: importing {what} raised {type(error).__name__}: {error}"
         ) from None

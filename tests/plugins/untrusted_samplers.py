@@ -1,0 +1,168 @@
+"""Samplers that attack the harness itself: each correct in its outputs, with one planted
+way of corrupting other implementations' verdicts or of ending the process.
+
+The harness must blame each on itself alone (mutated inputs, leaked global state) or
+record it as a failure (``SystemExit``, a hang anywhere, abort, ``os._exit``, segfault)
+while every other implementation stays clean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import time
+from typing import Any
+
+import torch
+
+from fixed import DsparkDraftSampler as FixedSampler
+from reference import SamplingInfo
+
+
+class HiddenStatesMutatingSampler(FixedSampler):
+    """Correct tokens, then multiplies the shared ``hidden_states`` in place."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        super().__call__(hidden_states, input_ids)
+        hidden_states.mul_(3)
+
+
+class WeightMutatingSampler(FixedSampler):
+    """Correct tokens, then perturbs the shared model's ``lm_head`` weight."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        super().__call__(hidden_states, input_ids)
+        with torch.no_grad():
+            self.model.lm_head.weight.add_(1.0)
+
+
+class DtypeLeakingSampler(FixedSampler):
+    """Correct tokens, then leaves float64 as the default dtype."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        super().__call__(hidden_states, input_ids)
+        torch.set_default_dtype(torch.float64)
+
+
+class EnvironmentLeakingSampler(FixedSampler):
+    """Correct tokens, then sets an environment variable."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        super().__call__(hidden_states, input_ids)
+        os.environ["DSPARK_PLANTED_LEAK"] = "1"
+
+
+class ThreadCountLeakingSampler(FixedSampler):
+    """Correct tokens, then changes torch's intra-op thread count."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        super().__call__(hidden_states, input_ids)
+        torch.set_num_threads(torch.get_num_threads() + 1)
+
+
+class DeterministicFlagLeakingSampler(FixedSampler):
+    """Correct tokens, then flips the deterministic-algorithms flag."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        super().__call__(hidden_states, input_ids)
+        torch.use_deterministic_algorithms(not torch.are_deterministic_algorithms_enabled())
+
+
+class TidySampler(FixedSampler):
+    """Correct, and changes global state only inside its call, restoring it: no alarm."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
+        torch.set_default_dtype(torch.float64)
+        torch.set_num_threads(1)
+        scratch = hidden_states.clone().mul_(3)  # in place on its own copy only
+        del scratch
+        try:
+            super().__call__(hidden_states, input_ids)
+        finally:
+            torch.set_default_dtype(dtype)
+            torch.set_num_threads(threads)
+
+
+class SystemExitSampler(FixedSampler):
+    """Raises ``SystemExit(0)`` from its call, as if it were done."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        raise SystemExit(0)
+
+
+class KeyboardInterruptSampler(FixedSampler):
+    """Raises ``KeyboardInterrupt`` itself; no signal was sent."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        raise KeyboardInterrupt
+
+
+def _hang() -> None:
+    while True:
+        time.sleep(0.01)
+
+
+class ConstructorHangingSampler(FixedSampler):
+    """Never finishes its constructor."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        _hang()
+
+
+class StagingHangingSampler(FixedSampler):
+    """Never finishes staging its sampling parameters."""
+
+    def stage_sampling_params(self, *, bs: int, sampling_info: SamplingInfo | None) -> None:
+        _hang()
+
+
+class TimeoutSwallowingSampler(FixedSampler):
+    """Catches every ``Exception`` (the time limit's too) three times, then returns."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        swallowed = 0
+        while swallowed < 3:  # only a timer that fires again gets it past the first hang
+            try:
+                _hang()
+            except Exception:
+                swallowed += 1
+
+
+class AbortingSampler(FixedSampler):
+    """Kills its process with ``SIGABRT``."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        os.abort()
+
+
+class ExitingSampler(FixedSampler):
+    """Ends its process with status 0 and no clean-up."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        os._exit(0)
+
+
+class SegfaultingSampler(FixedSampler):
+    """Reads address 0: ``SIGSEGV``."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        ctypes.string_at(0)
+
+
+class SlowSampler(FixedSampler):
+    """Correct, but takes half a second per call: a run long enough to interrupt."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        time.sleep(0.5)
+        super().__call__(hidden_states, input_ids)
+
+
+class UnstoppableSampler(FixedSampler):
+    """Catches everything, timeouts included, forever: only a process boundary stops it."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        while True:
+            with contextlib.suppress(BaseException):  # the planted defect
+                _hang()
