@@ -39,3 +39,12 @@ def test_repro_check_refuses_an_unknown_check(tmp_path: Path, capsys) -> None:
     argv = ["repro", "--check", "nosuch", "--out", str(tmp_path / "x.json"), "--quiet"]
     assert main(argv) == 2
     assert "--check must be one of" in capsys.readouterr().err
+
+
+def test_repro_honours_the_time_limit(tmp_path: Path, capsys) -> None:
+    hanging = ["--impl", "hang=tests.plugins.broken_samplers:HangingSampler"]
+    argv = ["repro", *hanging, "--check", "ran", "--time-limit", "0.5", "--quiet", "--json"]
+    assert main([*argv, "--out", str(tmp_path / "hang.json")]) == 1
+    written = json.loads(capsys.readouterr().out)
+    failures = {f["check"]: f["detail"] for f in written["outcome"]["failures"]}
+    assert "time limit of 0.5 s" in failures["ran"]

@@ -54,7 +54,7 @@ def _replay(args: argparse.Namespace) -> ExitCode:
     case = recorded.case
     if args.device != "cpu":
         case = case.with_changes(device=args.device)
-    now = repro.outcome_of(case, implementation)
+    now = repro.outcome_of(case, implementation, time_limit_s=args.time_limit)
     identical = now == recorded.outcome
     passes = not now.fails(recorded.check)
     result = {
@@ -103,6 +103,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         chosen[0],
         check=args.check,
         progress=progress,
+        time_limit_s=args.time_limit,
     )
     if found is None:
         what = f"fails {args.check}" if args.check else "fails"

@@ -18,7 +18,7 @@ from typing import Any
 from harness.io.files import write_atomically
 from harness.pipeline.case import Case, CaseError
 from harness.pipeline.compare import REFERENCE, evaluate_run, tensor_digest
-from harness.pipeline.runner import run_case
+from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S, run_case
 from harness.plugins.implementations import (
     BUILTIN_IMPLEMENTATIONS,
     Implementation,
@@ -71,12 +71,18 @@ class Outcome:
         return cls(failures, data["tokens_sha256"], data["corrected_sha256"])
 
 
-def outcome_of(case: Case, implementation: Implementation) -> Outcome:
+def outcome_of(
+    case: Case,
+    implementation: Implementation,
+    *,
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+) -> Outcome:
     """Run the reference and the implementation on the case; collect its failures."""
     implementations = builtin_implementations((REFERENCE,))
     if implementation.name != REFERENCE:
         implementations.append(implementation)
-    verdict = evaluate_run(run_case(case, implementations), require_observable=False)
+    run = run_case(case, implementations, time_limit_s=time_limit_s)
+    verdict = evaluate_run(run, require_observable=False)
     result = verdict.results[implementation.name]
     failures = tuple(
         (c.name, c.detail, c.positions) for c in verdict.checks[implementation.name] if c.failed
@@ -143,10 +149,11 @@ def shrink(
     *,
     check: str | None = None,
     progress: Progress | None = None,
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
 ) -> tuple[Case, Outcome]:
     """Greedy shrinking: take any smaller case that still fails ``check`` (default: with
     the same first failing check)."""
-    outcome = outcome_of(case, implementation)
+    outcome = outcome_of(case, implementation, time_limit_s=time_limit_s)
     if not outcome.fails(check):
         raise ValueError(
             f"{implementation.name} does not fail {check or 'a check'} on {case.label()}"
@@ -156,7 +163,7 @@ def shrink(
     while improved:
         improved = False
         for candidate in _smaller(case):
-            candidate_outcome = outcome_of(candidate, implementation)
+            candidate_outcome = outcome_of(candidate, implementation, time_limit_s=time_limit_s)
             still = candidate_outcome.fails(check) if check else candidate_outcome.signature == kept
             if candidate_outcome.failing and still:
                 case, outcome, improved = candidate, candidate_outcome, True
@@ -172,6 +179,7 @@ def find_smallest_failure(
     *,
     check: str | None = None,
     progress: Progress | None = None,
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
 ) -> tuple[Case, Outcome] | None:
     """The smallest case among ``cases`` failing ``check`` (any check when ``None``),
     shrunk further; None if none does."""
@@ -179,11 +187,14 @@ def find_smallest_failure(
     for case in cases:
         if progress is not None:
             progress(f"trying {case.label()}")
-        if outcome_of(case, implementation).fails(check):
+        if outcome_of(case, implementation, time_limit_s=time_limit_s).fails(check):
             failing.append(case)
     if not failing:
         return None
-    return shrink(min(failing, key=_size), implementation, check=check, progress=progress)
+    smallest = min(failing, key=_size)
+    return shrink(
+        smallest, implementation, check=check, progress=progress, time_limit_s=time_limit_s
+    )
 
 
 def implementation_spec(implementation: Implementation) -> str:
