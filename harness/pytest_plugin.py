@@ -1,10 +1,11 @@
-"""A pytest plugin: ``pytest --dspark-impl NAME=SPEC`` judges a sampler on the standard
+"""A pytest plugin: ``pytest --dspark-impl NAME=TARGET`` judges a sampler on the standard
 matrix, one test per case, the evidence of every failing check in the failure message.
 
-``SPEC`` is what ``--impl`` takes (``module:Class``). ``--dspark-require lossless``
-relaxes the default ``drop-in``. The items are built the same way on every process,
-so the plugin works under ``pytest -n auto``. Nothing is imported before it is used:
-the plugin costs nothing in a run that does not ask for it.
+``TARGET`` is what ``--impl`` takes (``module:Class``, a file, or a function).
+``--dspark-require lossless`` relaxes the default ``drop-in``. The items are built
+the same way on every process, so the plugin works under ``pytest -n auto``. Nothing
+is imported before it is used: the plugin costs nothing in a run that does not ask
+for it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--dspark-impl",
         action="append",
         default=[],
-        metavar="NAME=SPEC",
+        metavar="NAME=TARGET",
         help="judge this sampler on the standard case matrix, one test per case (repeatable)",
     )
     group.addoption(
