@@ -3,12 +3,18 @@ the failure message, and works under xdist."""
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
+
 import pytest
 
 from tests.helpers import REPO_ROOT
 
 pytest_plugins = ["pytester"]
 SELECT = ["-k", "dspark and folded-sampled/vanilla"]  # two cases of the matrix
+# Installed, the package registers the plugin itself (entry point ``dspark``); from a
+# checkout it is named with ``-p``, as the README says.
+INSTALLED = any(e.name == "dspark" for e in entry_points(group="pytest11"))
+LOAD_PLUGIN = [] if INSTALLED else ["-p", "harness.pytest_plugin"]
 
 
 @pytest.fixture
@@ -16,9 +22,7 @@ def plugin_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
 
     def run(*args: str) -> pytest.RunResult:
-        return pytester.runpytest_subprocess(
-            "-p", "harness.pytest_plugin", "-p", "no:cacheprovider", *SELECT, *args
-        )
+        return pytester.runpytest_subprocess(*LOAD_PLUGIN, "-p", "no:cacheprovider", *SELECT, *args)
 
     return run
 
