@@ -285,3 +285,28 @@ def test_the_sweep_refuses_a_plugin_outside_the_pair(
     assert main(_sweep(tmp_path, "--pair", "legacy,nobody")) == 2
     assert "nobody" in capsys.readouterr().err
     assert not (tmp_path / sweep.POINTS_FILE).exists()
+
+
+# -- the main report ------------------------------------------------------------------------
+def test_the_reports_work_section_gets_the_plugins_and_the_pair(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.cli import report
+    from harness.render.sections import Section
+
+    calls: list[dict[str, Any]] = []
+
+    def recorded(**kwargs: Any) -> Section:
+        calls.append(kwargs)
+        return Section(title=work_report.WORK_TITLE, ok=True, verdict="recorded", blocks=())
+
+    matrix = report.standard_matrix
+    monkeypatch.setattr(report, "standard_matrix", lambda **kw: matrix(**kw)[:1])  # one case
+    monkeypatch.setattr(work_report, "report_section", recorded)
+    argv = ["report", "--quiet", "--no-stats", "--out-dir", str(tmp_path)]
+    main([*argv, "--impl", BEFORE, "--impl", AFTER, "--pair", "before,after"])
+    capsys.readouterr()
+    (kwargs,) = calls
+    assert kwargs["pair"] == UPSTREAM_PAIR
+    names = [i.name for i in kwargs["implementations"]]
+    assert names == [*model.IMPLEMENTATIONS, "before", "after"]
