@@ -25,6 +25,7 @@ import torch
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.cli import build_parser, main
 from harness.cli import work as work_command
+from harness.io import fingerprint
 from harness.io.fingerprint import code_fingerprint
 from harness.measure import model, sweep, timing, work, work_report
 from harness.pipeline.case import build_inputs, make_case
@@ -310,3 +311,15 @@ def test_the_reports_work_section_gets_the_plugins_and_the_pair(
     assert kwargs["pair"] == UPSTREAM_PAIR
     names = [i.name for i in kwargs["implementations"]]
     assert names == [*model.IMPLEMENTATIONS, "before", "after"]
+
+
+def test_the_fingerprint_of_a_function_plugin_covers_the_functions_file(tmp_path: Path) -> None:
+    # Planted: an edit of the function's file must change the fingerprint; the wrapper
+    # class lives in the harness, so digesting the class's own module would miss it.
+    source = tmp_path / "my_block.py"
+    shutil.copy("tests/plugins/functional_samplers.py", source)
+    (functional,) = select_implementations([], [f"myblock={source}:race_block"])
+    assert functional.kind == "function"
+    before = fingerprint.class_source_digest(functional.sampler_class)
+    source.write_text(source.read_text() + "\n# edited\n")
+    assert fingerprint.class_source_digest(functional.sampler_class) != before
