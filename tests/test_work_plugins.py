@@ -323,3 +323,10 @@ def test_the_fingerprint_of_a_function_plugin_covers_the_functions_file(tmp_path
     before = fingerprint.class_source_digest(functional.sampler_class)
     source.write_text(source.read_text() + "\n# edited\n")
     assert fingerprint.class_source_digest(functional.sampler_class) != before
+
+
+def test_a_raising_plugin_fails_the_sweep_with_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(_sweep(tmp_path, "--impl", RAISING, "--pair", "legacy,raising")) == 1
+    assert "sweep failed: raising" in capsys.readouterr().err

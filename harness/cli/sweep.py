@@ -56,9 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="intra-op threads while timing (default 1: CPU time then measures the work, "
         "not the neighbours; 0: torch's default)",
     )
-    add_impl_option(parser, verb="add, for --pair to name,")
+    add_impl_option(parser, verb="load")
     add_pair_option(
-        parser, help_text="time BUGGY against FIXED at every point (default legacy,fixed)"
+        parser,
+        help_text="time BUGGY against FIXED at every point; either may be an --impl "
+        "(default legacy,fixed)",
     )
 
 
