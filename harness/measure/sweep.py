@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from harness.io.files import JournalError, load_records, write_atomically
-from harness.io.fingerprint import run_fingerprint
+from harness.io.fingerprint import code_fingerprint, run_fingerprint
 from harness.io.journal import Journal
 from harness.measure.timing import CLOCKS, MODES, Pair, ab_timing, times_json
 from harness.pipeline.case import make_case
@@ -174,7 +174,7 @@ def sweep_fingerprint(config: SweepConfig) -> str:
     """The journal fingerprint: the built-in code, and the pair's plug-in files and
     specs when there are any (the default pair's is the built-in code's alone)."""
     if config.default_pair:
-        return run_fingerprint(implementations={}, options={})
+        return code_fingerprint()
     plugins = [i for i in sweep_pair(config) if i.name not in BUILTIN_IMPLEMENTATIONS]
     return run_fingerprint(
         implementations={i.name: i.sampler_class for i in plugins},
