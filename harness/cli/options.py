@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from harness.pipeline.verdicts import DEFAULT_PAIR, REQUIREMENTS, Roles
+from harness.pipeline.verdicts import DEFAULT_PAIR, REQUIREMENTS, Roles, RolesError
 from harness.plugins.implementations import (
     BUILTIN_IMPLEMENTATIONS,
     Implementation,
@@ -84,16 +84,22 @@ def _pair(text: str) -> tuple[str, str]:
     return names[0], names[1]
 
 
+def add_pair_option(
+    parser: argparse.ArgumentParser,
+    *,
+    help_text: str = "hold BUGGY to the legacy divergence ledger against FIXED "
+    "(default legacy,fixed)",
+) -> None:
+    """``--pair BUGGY,FIXED`` (default ``legacy,fixed``)."""
+    parser.add_argument(
+        "--pair", type=_pair, default=DEFAULT_PAIR, metavar="BUGGY,FIXED", help=help_text
+    )
+
+
 def add_role_options(parser: argparse.ArgumentParser) -> None:
     """``--pair BUGGY,FIXED``, ``--expect-fail NAME`` (repeatable) and ``--require``: what
     each implementation of a comparison is held to."""
-    parser.add_argument(
-        "--pair",
-        type=_pair,
-        default=DEFAULT_PAIR,
-        metavar="BUGGY,FIXED",
-        help="hold BUGGY to the legacy divergence ledger against FIXED (default legacy,fixed)",
-    )
+    add_pair_option(parser)
     parser.add_argument(
         "--expect-fail",
         action="append",
@@ -143,6 +149,18 @@ def selected_implementations(
 ) -> list[Implementation]:
     """The built-ins ``names`` and every ``--impl`` of the command line."""
     return select_implementations(names, args.impl)
+
+
+def pair_implementations(
+    implementations: Sequence[Implementation], pair: tuple[str, str]
+) -> tuple[Implementation, Implementation]:
+    """The two implementations ``--pair`` names, in its order; a name that is neither a
+    built-in nor an ``--impl`` is bad usage (``RolesError``)."""
+    by_name = {i.name: i for i in implementations}
+    missing = [name for name in pair if name not in by_name]
+    if missing:
+        raise RolesError(f"--pair names implementations not in the comparison: {missing}")
+    return by_name[pair[0]], by_name[pair[1]]
 
 
 def judged_implementations(

@@ -78,7 +78,15 @@ def command(args: argparse.Namespace) -> ExitCode:
 
         progress("eliminated work ...")
         started = time.perf_counter()
-        sections.insert(-1, work_report.report_section(seed=args.seed, progress=progress))
+        sections.insert(
+            -1,
+            work_report.report_section(
+                seed=args.seed,
+                progress=progress,
+                implementations=implementations,
+                pair=roles.pair,
+            ),
+        )
         timing["work_s"] = round(time.perf_counter() - started, 3)
     heading = (
         f"DSpark draft-sampler harness: standard matrix ({len(cases)} cases, "

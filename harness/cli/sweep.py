@@ -1,14 +1,16 @@
-"""``python -m harness sweep``: the scaling sweep over bs, gamma and V, resumable."""
+"""``python -m harness sweep``: the scaling sweep of the pair (``--pair``, default
+legacy,fixed; ``--impl`` adds plug-ins it may name) over bs, gamma and V, resumable."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from harness.cli.emit import emit, usage_error
 from harness.cli.exit_codes import ExitCode
-from harness.cli.options import comma_separated
+from harness.cli.options import add_impl_option, add_pair_option, comma_separated
 from harness.measure.sweep import (
     DEFAULT_CONFIG,
     QUICK_CONFIG,
@@ -16,9 +18,11 @@ from harness.measure.sweep import (
     SweepError,
     run_sweep,
     summarise,
+    sweep_pair,
     sweep_section,
     write_outputs,
 )
+from harness.measure.timing import TimingError
 from harness.render.progress import progress_printer
 
 POSITIVE_INTS = comma_separated(int, what="grid values", minimum=1)
@@ -52,6 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="intra-op threads while timing (default 1: CPU time then measures the work, "
         "not the neighbours; 0: torch's default)",
     )
+    add_impl_option(parser, verb="load")
+    add_pair_option(
+        parser,
+        help_text="time BUGGY against FIXED at every point; either may be an --impl "
+        "(default legacy,fixed)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> tuple[SweepConfig, bool]:
@@ -71,6 +81,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[SweepConfig, bool]:
         seed=args.seed,
         device=args.device,
         threads=args.threads or None,
+        pair=tuple(args.pair),
+        plugins=tuple(args.impl),
     )
     config = SweepConfig(**fields)
     default_grid = not args.quick and all(
@@ -86,10 +98,14 @@ def command(args: argparse.Namespace) -> ExitCode:
     progress = progress_printer(quiet=args.quiet)
     try:
         config, checked = config_from_args(args)
+        sweep_pair(config)  # a bad --impl or --pair is bad usage before anything is written
         out_dir = args.out or Path(args.out_dir) / "sweep"
         records = run_sweep(config, out_dir=out_dir, resume=args.resume, progress=progress)
     except SweepError as error:
         return usage_error(str(error))
+    except TimingError as error:  # a sampler of the pair raised: finished points are kept
+        print(f"sweep failed: {error}", file=sys.stderr)
+        return ExitCode.FAIL
     summary = summarise(records, clock=config.clock, checked=checked)
     paths = write_outputs(out_dir=out_dir, config=config, records=records, summary=summary)
     section = sweep_section(summary, config=config, paths=paths)

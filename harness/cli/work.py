@@ -1,5 +1,6 @@
 """``python -m harness work``: the work the fix eliminates, counted against the model
-(and, with ``--timing``, the legacy/fixed time ratio)."""
+for the built-ins and counted only for ``--impl`` plug-ins, the pair (``--pair``,
+default legacy,fixed) compared (and, with ``--timing``, the pair's time ratio)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,13 @@ import argparse
 
 from harness.cli.emit import emit, usage_error
 from harness.cli.exit_codes import ExitCode
+from harness.cli.options import (
+    add_impl_option,
+    add_pair_option,
+    pair_implementations,
+    selected_implementations,
+)
+from harness.measure.model import IMPLEMENTATIONS
 from harness.measure.timing import PRODUCTION_HIDDEN
 from harness.measure.work import collect_work
 from harness.measure.work_report import timing_section, work_section
@@ -16,6 +24,12 @@ from harness.render.progress import progress_printer
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``python -m harness work`` (``--seed``, ``--device``, ``--json``,
     ``--out-dir``, ``--quiet`` are the CLI's common options)."""
+    add_impl_option(parser, verb="also count the work of")
+    add_pair_option(
+        parser,
+        help_text="report the work BUGGY does beyond FIXED, and time this pair with --timing "
+        "(default legacy,fixed)",
+    )
     parser.add_argument(
         "--timing",
         action="store_true",
@@ -42,8 +56,20 @@ def command(args: argparse.Namespace) -> ExitCode:
         return usage_error(f"--repeats must be >= 1, got {args.repeats}")
     if args.hidden_size is not None and args.hidden_size < 1:
         return usage_error(f"--hidden-size must be >= 1, got {args.hidden_size}")
+    reserved = {"op", "diff", "ratio", "one_walk"} & set(args.pair)
+    if reserved:
+        return usage_error(f"--pair names {sorted(reserved)} are reserved words of the work JSON")
+    implementations = selected_implementations(args, IMPLEMENTATIONS)
+    pair = pair_implementations(implementations, args.pair)
     progress = progress_printer(quiet=args.quiet)
-    sections = [work_section(collect_work(seed=args.seed, device=args.device, progress=progress))]
+    works = collect_work(
+        seed=args.seed,
+        device=args.device,
+        progress=progress,
+        implementations=implementations,
+        pair=args.pair,
+    )
+    sections = [work_section(works)]
     if args.timing:
         sections.append(
             timing_section(
@@ -53,6 +79,7 @@ def command(args: argparse.Namespace) -> ExitCode:
                 hidden_size=args.hidden_size or PRODUCTION_HIDDEN,
                 callgrind=not args.no_callgrind,
                 progress=progress,
+                pair=pair,
             )
         )
     heading = f"DSpark draft-sampler harness: eliminated work (seed {args.seed}, {args.device})"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 BUILT_IN_PACKAGES = ("harness", "reference", "legacy", "fixed")
+FUNCTION_WRAPPER_MODULE = "harness.plugins.functional"  # where block sampler functions are wrapped
 
 
 def _digest_files(files: Iterable[tuple[str, Path]]) -> str:
@@ -40,8 +41,13 @@ def package_digest(package: str) -> str:
 
 
 def class_source_digest(sampler_class: type[Any]) -> str:
-    """Digest of the file that defines ``sampler_class`` (a plug-in's module or file)."""
-    module = sys.modules.get(sampler_class.__module__)
+    """Digest of the file that defines ``sampler_class`` (a plug-in's module or file);
+    for a wrapped block sampler function, the file that defines the function."""
+    module_name = sampler_class.__module__
+    if module_name == FUNCTION_WRAPPER_MODULE:  # the wrapper is ours; the function is theirs
+        function = getattr(sampler_class, "block_sampler", None)
+        module_name = getattr(function, "__module__", None) or module_name
+    module = sys.modules.get(module_name)
     try:
         source = inspect.getsourcefile(module) if module is not None else None
     except TypeError:  # a built-in or generated module: no file to read

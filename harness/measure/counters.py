@@ -127,10 +127,14 @@ class MeasuredWork:
         return int(getattr(self.counts, key))
 
 
-def cost_of_call(name: str, *, case: Case, inputs: CaseInputs) -> CallCost:
-    """FLOPs and bytes of one more call, from the same RNG start as the runner's."""
-    sampler = build_sampler(BUILTIN_IMPLEMENTATIONS[name], case=case, inputs=inputs)
+def cost_of_call(sampler_class: type[Any], *, case: Case, inputs: CaseInputs) -> CallCost:
+    """FLOPs and bytes of one more call, from the same RNG start as the runner's; a
+    sampler that cannot be built costs nothing and records why."""
     device = torch.device(case.device)
+    try:
+        sampler = build_sampler(sampler_class, case=case, inputs=inputs)
+    except Exception as exc:  # the implementation under test failed: recorded
+        return CallCost(0, 0, None, error=type(exc).__name__)
     with same_rng_start(device, case.seed), torch.inference_mode():
         return instrumented_call(
             lambda: sampler(inputs.hidden_states, inputs.input_ids), device=device

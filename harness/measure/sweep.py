@@ -1,4 +1,9 @@
-"""Scaling sweep: legacy and fixed time over a grid of ``bs``, ``gamma`` and ``V``.
+"""Scaling sweep: the pair's time (default legacy and fixed) over a grid of ``bs``,
+``gamma`` and ``V``.
+
+The pair is any two of the built-ins and the ``--impl`` plug-ins (``SweepConfig.pair``,
+``SweepConfig.plugins``); in points, CSV and JSON the buggy side's times sit in the
+``legacy`` slot and the fixed side's in the ``fixed`` slot, and the config says whose.
 
 Each grid point is timed with the A/B protocol of ``harness.measure.timing`` (walk-only and
 whole call, alternating). The cost exponent is the slope of ``log time`` against
@@ -24,16 +29,19 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from harness.io.files import JournalError, load_records, write_atomically
-from harness.io.fingerprint import code_fingerprint
+from harness.io.fingerprint import code_fingerprint, run_fingerprint
 from harness.io.journal import Journal
-from harness.measure.timing import CLOCKS, MODES, ab_timing, times_json
+from harness.measure.timing import CLOCKS, MODES, Pair, ab_timing, times_json
 from harness.pipeline.case import make_case
+from harness.pipeline.verdicts import DEFAULT_PAIR
+from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS, select_implementations
 from harness.render.figures import PLOT_EXTRA_HINT, render_png
 from harness.render.progress import Progress, no_progress
 from harness.render.sections import Section, Table
@@ -62,6 +70,8 @@ class SweepConfig:
     seed: int = 0
     device: str = "cpu"
     dtype: str = "float32"
+    pair: tuple[str, str] = DEFAULT_PAIR  # (buggy, fixed): built-ins or plug-in names
+    plugins: tuple[str, ...] = ()  # the --impl specs the pair names
 
     def __post_init__(self) -> None:
         for name in ("bs", "gamma", "vocab"):
@@ -74,6 +84,18 @@ class SweepConfig:
             raise SweepError(f"need repeats >= 1, warmup >= 0; got {self.repeats}, {self.warmup}")
         if self.threads is not None and self.threads < 1:
             raise SweepError(f"threads must be positive, got {self.threads}")
+        if len(self.pair) != 2 or self.pair[0] == self.pair[1]:
+            raise SweepError(f"the pair needs two different names, got {self.pair}")
+
+    @property
+    def default_pair(self) -> bool:
+        return tuple(self.pair) == DEFAULT_PAIR and not self.plugins
+
+    def pair_text(self) -> str:
+        """``; pair BUGGY,FIXED (specs)``, or nothing for the default pair."""
+        if self.default_pair:
+            return ""
+        return f"; pair {','.join(self.pair)}" + "".join(f" [{p}]" for p in self.plugins)
 
     @property
     def clock(self) -> str:
@@ -92,7 +114,7 @@ class SweepConfig:
         return (
             f"bs={bs},gamma={gamma},V={vocab}|H={self.hidden_size},r={self.markov_rank},"
             f"repeats={self.repeats},warmup={self.warmup},threads={self.threads},seed={self.seed},"
-            f"{self.dtype},{self.device}"
+            f"{self.dtype},{self.device}{self.pair_text()}"
         )
 
     def describe(self) -> str:
@@ -101,6 +123,7 @@ class SweepConfig:
             f"H={self.hidden_size} r={self.markov_rank} vanilla folded {self.dtype} "
             f"{self.device}, {self.threads or 'default'} thread(s); {self.repeats} alternating "
             f"repetitions after {self.warmup} warm-up; fitted on {self.clock} time"
+            f"{self.pair_text()}"
         )
 
 
@@ -127,6 +150,38 @@ def load_points(path: Path, *, repair: bool) -> tuple[dict[str, dict[str, Any]],
 
 
 # -- measuring ------------------------------------------------------------------------------
+@cache
+def _load_pair(pair: tuple[str, str], plugins: tuple[str, ...]) -> Pair:
+    """The pair's implementations, each plug-in loaded once per process."""
+    builtins = [name for name in pair if name in BUILTIN_IMPLEMENTATIONS]
+    by_name = {i.name: i for i in select_implementations(builtins, plugins)}
+    missing = [name for name in pair if name not in by_name]
+    if missing:
+        raise SweepError(f"--pair names neither a built-in nor an --impl: {missing}")
+    unused = sorted(set(by_name) - set(pair))
+    if unused:
+        raise SweepError(f"the sweep times the pair only; --impl {unused} is not in --pair")
+    return by_name[pair[0]], by_name[pair[1]]
+
+
+def sweep_pair(config: SweepConfig) -> Pair:
+    """The two implementations the sweep times (``SweepError`` when the pair names one
+    that is neither a built-in nor a plug-in, or a plug-in is not in the pair)."""
+    return _load_pair(tuple(config.pair), tuple(config.plugins))
+
+
+def sweep_fingerprint(config: SweepConfig) -> str:
+    """The journal fingerprint: the built-in code, and the pair's plug-in files and
+    specs when there are any (the default pair's is the built-in code's alone)."""
+    if config.default_pair:
+        return code_fingerprint()
+    plugins = [i for i in sweep_pair(config) if i.name not in BUILTIN_IMPLEMENTATIONS]
+    return run_fingerprint(
+        implementations={i.name: i.sampler_class for i in plugins},
+        options={"pair": list(config.pair), "plugins": {i.name: i.spec for i in plugins}},
+    )
+
+
 def measure_point(config: SweepConfig, point: tuple[int, int, int]) -> dict[str, Any]:
     """Time one grid point (folded sampling, all rows sampled, vanilla head)."""
     bs, gamma, vocab = point
@@ -141,7 +196,13 @@ def measure_point(config: SweepConfig, point: tuple[int, int, int]) -> dict[str,
         dtype=config.dtype,
     )
     started = time.perf_counter()
-    timing = ab_timing(case, repeats=config.repeats, warmup=config.warmup, threads=config.threads)
+    timing = ab_timing(
+        case,
+        repeats=config.repeats,
+        warmup=config.warmup,
+        threads=config.threads,
+        pair=sweep_pair(config),
+    )
     record: dict[str, Any] = {
         "schema": POINT_SCHEMA,
         "key": config.point_key(point),
@@ -171,7 +232,7 @@ def run_sweep(
     out_dir.mkdir(parents=True, exist_ok=True)
     points_path = out_dir / POINTS_FILE
     journal = Journal(
-        points_path, schema=POINT_SCHEMA, fingerprint=code_fingerprint(), what="point"
+        points_path, schema=POINT_SCHEMA, fingerprint=sweep_fingerprint(config), what="point"
     )
     try:  # a point measured by other code is recomputed; without resume, replaced later
         done, notes = journal.finished(resume=resume)
@@ -189,16 +250,19 @@ def run_sweep(
             continue
         record = journal.append(measure(config, point))
         done[key] = record
-        progress(f"[sweep {index}/{len(grid)}] {_point_line(record, clock=config.clock)}")
+        line = _point_line(record, clock=config.clock, pair=config.pair)
+        progress(f"[sweep {index}/{len(grid)}] {line}")
     return [done[k] for k in keys]
 
 
-def _point_line(record: dict[str, Any], *, clock: str) -> str:
+def _point_line(record: dict[str, Any], *, clock: str, pair: tuple[str, str]) -> str:
     walk, whole = record["walk_only"][clock], record["whole_call"][clock]
+    buggy, fixed = pair
     return (
         f"bs={record['bs']} gamma={record['gamma']} V={record['vocab_size']}: walk-only "
-        f"legacy {walk['legacy_median_s'] * 1e3:.2f} ms, fixed {walk['fixed_median_s'] * 1e3:.2f} "
-        f"ms (x{walk['ratio_median']:.2f}); whole call x{whole['ratio_median']:.2f} ({clock})"
+        f"{buggy} {walk['legacy_median_s'] * 1e3:.2f} ms, {fixed} "
+        f"{walk['fixed_median_s'] * 1e3:.2f} ms (x{walk['ratio_median']:.2f}); "
+        f"whole call x{whole['ratio_median']:.2f} ({clock})"
     )
 
 
@@ -311,7 +375,7 @@ def _plot(
 
     def draw(figure: Any) -> None:
         times_ax, ratio_ax = figure.subplots(1, 2)
-        _draw_sweep(times_ax, ratio_ax, records=records, summary=summary)
+        _draw_sweep(times_ax, ratio_ax, records=records, summary=summary, pair=config.pair)
         figure.suptitle(f"DSpark draft sampler sweep: {config.describe()}", fontsize=8)
         figure.tight_layout()
 
@@ -319,9 +383,15 @@ def _plot(
 
 
 def _draw_sweep(
-    times_ax: Any, ratio_ax: Any, *, records: list[dict[str, Any]], summary: SweepSummary
+    times_ax: Any,
+    ratio_ax: Any,
+    *,
+    records: list[dict[str, Any]],
+    summary: SweepSummary,
+    pair: tuple[str, str],
 ) -> None:
     clock = summary.clock
+    names = dict(zip(("legacy", "fixed"), pair, strict=True))  # slot -> the pair's name
     work = np.array([r["work"] for r in records], dtype=float)
     order = np.argsort(work)
     styles = {"walk_only": "o", "whole_call": "s"}
@@ -336,7 +406,7 @@ def _draw_sweep(
                 styles[mode],
                 color=colours[name],
                 fillstyle="full" if mode == "walk_only" else "none",
-                label=f"{name}, {mode.replace('_', '-')} (exponent {exponent:.2f})",
+                label=f"{names[name]}, {mode.replace('_', '-')} (exponent {exponent:.2f})",
             )
             if len(set(work)) > 1:
                 slope, intercept = np.polyfit(np.log(work), np.log(ms), 1)
@@ -354,8 +424,8 @@ def _draw_sweep(
     )
     ratio_ax.set(
         xlabel="bs * gamma * V",
-        ylabel="legacy / fixed (median paired ratio)",
-        title="legacy / fixed",
+        ylabel=f"{pair[0]} / {pair[1]} (median paired ratio)",
+        title=f"{pair[0]} / {pair[1]}",
     )
     times_ax.legend(fontsize=7)
     ratio_ax.legend(fontsize=7)
@@ -377,8 +447,9 @@ def sweep_section(summary: SweepSummary, *, config: SweepConfig, paths: list[Pat
                 ]
             )
     low, high = EXPONENT_RANGE
+    buggy, fixed = config.pair
     verdict = (
-        f"fixed walk-only exponent ({summary.clock} time) {summary.fixed_exponent:.3f}, "
+        f"{fixed} walk-only exponent ({summary.clock} time) {summary.fixed_exponent:.3f}, "
         f"expected in [{low}, {high}]: "
         + (("holds" if summary.ok else "FAILS") if summary.checked else "not checked on this grid")
     )
@@ -387,9 +458,10 @@ def sweep_section(summary: SweepSummary, *, config: SweepConfig, paths: list[Pat
         written.append(f"{PNG_FILE} skipped: {PLOT_EXTRA_HINT}")
     blocks = (
         f"sweep: {config.describe()}\n"
-        "cost exponent in bs*gamma*V (log-log least squares) and median legacy/fixed ratio:",
+        "cost exponent in bs*gamma*V (log-log least squares) and median "
+        f"{buggy}/{fixed} ratio:",
         Table.of(
-            ["mode", "clock", "legacy", "fixed", "ratio"],
+            ["mode", "clock", buggy, fixed, "ratio"],
             rows,
             align=["left", "left", "right", "right", "right"],
         ),

@@ -1,4 +1,8 @@
-"""Time of the fix: legacy vs fixed A/B in one process.
+"""Time of the fix: the pair (default legacy vs fixed) A/B in one process.
+
+The pair is any two implementations (``--pair BUGGY,FIXED``); in the data the buggy
+side's times sit in the ``legacy`` slot and the fixed side's in the ``fixed`` slot
+(``SAMPLERS``), and ``pair`` says whose they are.
 
 Wall-clock ratios come from **alternating** calls in one process (legacy, fixed,
 then fixed, legacy, ...), so drift of a shared, noisy machine hits both samplers
@@ -34,7 +38,8 @@ import torch
 from harness.devices import intra_op_threads, synchronize
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block, make_case
 from harness.pipeline.runner import build_sampler, same_rng_start
-from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
+from harness.pipeline.verdicts import DEFAULT_PAIR
+from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.progress import Progress, no_progress
 from harness.render.sections import Table, render_blocks, right_aligned
 from reference import PrecomputedBaseLogits
@@ -43,7 +48,18 @@ PRODUCTION_HIDDEN = 256  # small on purpose: the lm_head must not swamp the walk
 WALK_RATIO_RANGE = (1.9, 2.1)
 MODES = ("walk_only", "whole_call")
 MODE_LABELS = {"walk_only": "walk-only (lm_head precomputed)", "whole_call": "whole call"}
-SAMPLERS = ("legacy", "fixed")
+SAMPLERS = ("legacy", "fixed")  # the slots of the pair: buggy side, fixed side
+Pair = tuple[Implementation, Implementation]
+
+
+class TimingError(RuntimeError):
+    """A sampler of the pair raised while being built or timed: there is no time to report."""
+
+
+def default_pair() -> Pair:
+    """The built-in legacy and fixed samplers."""
+    legacy, fixed = builtin_implementations(DEFAULT_PAIR)
+    return legacy, fixed
 
 
 def production_like_case(
@@ -63,37 +79,53 @@ def production_like_case(
     )
 
 
-def make_samplers(case: Case, *, inputs: CaseInputs) -> dict[tuple[str, str], Any]:
-    """One sampler per (mode, sampler name), each with its own buffers; walk-only
-    samplers drive the ``PrecomputedBaseLogits`` drafter."""
+def make_samplers(
+    case: Case, *, inputs: CaseInputs, pair: Pair | None = None
+) -> dict[tuple[str, str], Any]:
+    """One sampler per (mode, slot of ``SAMPLERS``), each with its own buffers; the slots
+    hold the pair (default legacy, fixed); walk-only samplers drive the
+    ``PrecomputedBaseLogits`` drafter."""
     block = case_block(case, inputs)
     base = block.base_logits.reshape(case.bs * case.gamma, -1)  # [bs*gamma, V]
     models = {
         "walk_only": PrecomputedBaseLogits(inputs.model, base_logits=base),
         "whole_call": inputs.model,
     }
+    implementations = dict(zip(SAMPLERS, pair or default_pair(), strict=True))
     samplers: dict[tuple[str, str], Any] = {}
     for mode in MODES:
-        for name in SAMPLERS:
-            samplers[mode, name] = build_sampler(
-                BUILTIN_IMPLEMENTATIONS[name], case=case, inputs=inputs, model=models[mode]
-            )
+        for name, implementation in implementations.items():
+            try:
+                samplers[mode, name] = build_sampler(
+                    implementation.sampler_class, case=case, inputs=inputs, model=models[mode]
+                )
+            except Exception as error:  # the implementation under test failed
+                raise TimingError(f"{implementation.name} ({mode}): {_said(error)}") from error
     return samplers
 
 
-def make_calls(case: Case, *, inputs: CaseInputs) -> dict[tuple[str, str], Callable[[], None]]:
-    """One zero-argument call per (mode, sampler name)."""
-    return {
-        key: _bind(sampler, inputs) for key, sampler in make_samplers(case, inputs=inputs).items()
-    }
+def make_calls(
+    case: Case, *, inputs: CaseInputs, pair: Pair | None = None
+) -> dict[tuple[str, str], Callable[[], None]]:
+    """One zero-argument call per (mode, slot)."""
+    samplers = make_samplers(case, inputs=inputs, pair=pair)
+    names = {slot: i.name for slot, i in zip(SAMPLERS, pair or default_pair(), strict=True)}
+    return {key: _bind(sampler, inputs, name=names[key[1]]) for key, sampler in samplers.items()}
 
 
-def _bind(sampler: Any, inputs: CaseInputs) -> Callable[[], None]:
+def _said(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _bind(sampler: Any, inputs: CaseInputs, *, name: str) -> Callable[[], None]:
     def call() -> None:
-        sampler.stage_sampling_params(  # the server stages before every replay
-            bs=inputs.sampling_info.temperatures.shape[0], sampling_info=inputs.sampling_info
-        )
-        sampler(inputs.hidden_states, inputs.input_ids)
+        try:
+            sampler.stage_sampling_params(  # the server stages before every replay
+                bs=inputs.sampling_info.temperatures.shape[0], sampling_info=inputs.sampling_info
+            )
+            sampler(inputs.hidden_states, inputs.input_ids)
+        except Exception as error:  # the implementation under test failed
+            raise TimingError(f"{name}: {_said(error)}") from error
 
     return call
 
@@ -125,7 +157,8 @@ CLOCKS = ("wall", "cpu")  # perf_counter (device synchronised); process CPU time
 
 @dataclass(frozen=True)
 class ABTiming:
-    """Alternating legacy/fixed timing of one case, by mode and clock.
+    """Alternating timing of the pair on one case, by mode and clock (``pair``: the
+    names in the ``legacy`` and ``fixed`` slots).
 
     ``wall`` is the wall clock around each call (CUDA synchronised); ``cpu`` is the
     process CPU time of the same call (all threads): on a shared CPU it is much less
@@ -137,10 +170,12 @@ class ABTiming:
     warmup: int
     threads: int
     times: dict[str, dict[str, PairedTimes]]  # mode -> clock -> times
+    pair: tuple[str, str] = DEFAULT_PAIR
 
     def to_json(self) -> dict[str, Any]:
         return {
             "case": self.case.to_json_dict()["case"],
+            "pair": list(self.pair),
             "repeats": self.repeats,
             "warmup": self.warmup,
             "threads": self.threads,
@@ -175,14 +210,18 @@ def ab_timing(
     modes: tuple[str, ...] = MODES,
     inputs: CaseInputs | None = None,
     progress: Progress = no_progress,
+    pair: Pair | None = None,
 ) -> ABTiming:
-    """Time legacy and fixed alternately: per repetition and mode, one call of each,
-    the order flipped every repetition. The global RNG is left as it was."""
+    """Time the pair (default legacy and fixed) alternately: per repetition and mode,
+    one call of each, staged first, the order flipped every repetition. The global RNG
+    is left as it was."""
     if repeats < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
     device = torch.device(case.device)
     inputs = inputs if inputs is not None else build_inputs(case)
-    calls = make_calls(case, inputs=inputs)
+    pair = pair or default_pair()
+    names = dict(zip(SAMPLERS, (i.name for i in pair), strict=True))
+    calls = make_calls(case, inputs=inputs, pair=pair)
     seconds: dict[tuple[str, str, str], list[float]] = {
         (mode, name, clock): [] for mode, name in calls for clock in CLOCKS
     }
@@ -204,8 +243,8 @@ def ab_timing(
             progress(
                 f"[timing {rep + 1}/{repeats}] "
                 + ", ".join(
-                    f"{mode}: legacy {seconds[mode, 'legacy', 'wall'][-1] * 1e3:.1f} ms, "
-                    f"fixed {seconds[mode, 'fixed', 'wall'][-1] * 1e3:.1f} ms"
+                    f"{mode}: {names['legacy']} {seconds[mode, 'legacy', 'wall'][-1] * 1e3:.1f} "
+                    f"ms, {names['fixed']} {seconds[mode, 'fixed', 'wall'][-1] * 1e3:.1f} ms"
                     for mode in modes
                 )
             )
@@ -218,7 +257,7 @@ def ab_timing(
         }
         for mode in modes
     }
-    return ABTiming(case, repeats, warmup, used_threads, times)
+    return ABTiming(case, repeats, warmup, used_threads, times, (names["legacy"], names["fixed"]))
 
 
 # -- report ---------------------------------------------------------------------------------
@@ -244,7 +283,8 @@ def timing_blocks(timing: ABTiming) -> tuple[str, Table]:
                     f"{s['ratio_max']:.3f}",
                 ]
             )
-    header = ["mode", "clock", "legacy ms", "fixed ms", "ratio min", "median", "max"]
+    buggy, fixed = timing.pair
+    header = ["mode", "clock", f"{buggy} ms", f"{fixed} ms", "ratio min", "median", "max"]
     return stated, Table.of(header, rows, align=["left", "left", *right_aligned(5)])
 
 

@@ -1,5 +1,6 @@
 """Work the fix eliminates: every implementation's counted work on one case, held
-against the analytic model, and legacy vs fixed side by side.
+against the analytic model where there is one, and the pair (default legacy vs
+fixed) side by side.
 
 Three layers, each checkable against the next:
 
@@ -8,9 +9,13 @@ Three layers, each checkable against the next:
 - **the counters** (the runner's exact counts, plus ``harness.measure.counters``:
   GEMM FLOPs, allocated bytes and, on CUDA, the allocator's peak, from a second
   identical call);
-- **the comparison** (``WorkComparison``): legacy, fixed, legacy - fixed and
-  legacy / fixed per counter, and the structural check that legacy's surplus is
-  exactly one Markov walk (measured on its own) plus the view legacy's first pass takes.
+- **the comparison** (``WorkComparison``): BUGGY, FIXED, BUGGY - FIXED and
+  BUGGY / FIXED per counter for the pair (default legacy, fixed), and the structural
+  check that the buggy side's surplus is exactly one Markov walk (measured on its
+  own) plus the view legacy's first pass takes.
+
+A plug-in (``--impl``) has no model: its work is counted only, and a plug-in that
+raises on a case is a recorded result of that case.
 
 The cases covering every ledger kind (``work_cases``) live here too; the tables and
 the report section are in ``harness.measure.work_report``. See ``docs/design.md``
@@ -20,13 +25,15 @@ the report section are in ``harness.measure.work_report``. See ``docs/design.md`
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.measure.counters import CallCost, MeasuredWork, cost_of_call, measure_one_walk
 from harness.measure.model import IMPLEMENTATIONS, MODEL_COUNTERS, PredictedWork, predict_work
 from harness.pipeline.case import Case, make_case
 from harness.pipeline.runner import run_case
-from harness.plugins.implementations import builtin_implementations
+from harness.pipeline.verdicts import DEFAULT_PAIR
+from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.progress import Progress, no_progress
 
 PASS1_VIEW_OP = "aten.view"  # legacy's hidden_states.view(bs, gamma, -1) before pass 1
@@ -46,9 +53,13 @@ COUNTERS: tuple[tuple[str, str], ...] = (
 )
 
 
+NO_MODEL = "counted only (no model)"
+
+
 @dataclass(frozen=True)
 class CounterComparison:
-    """One counter: legacy, fixed, legacy - fixed, legacy / fixed."""
+    """One counter of the pair: ``legacy`` is the buggy side's value, ``fixed`` the
+    fixed side's (legacy and fixed by default), then their difference and ratio."""
 
     key: str
     label: str
@@ -66,7 +77,7 @@ class CounterComparison:
 
 @dataclass(frozen=True)
 class OpDifference:
-    """An ATen operator whose count differs between legacy and fixed."""
+    """An ATen operator whose count differs between the pair (buggy side in ``legacy``)."""
 
     op: str
     legacy: int
@@ -80,10 +91,12 @@ class OpDifference:
 
 @dataclass(frozen=True)
 class WorkComparison:
-    """legacy vs fixed on one case: every counter, and the operators that differ."""
+    """The pair on one case (default legacy vs fixed): every counter, and the operators
+    that differ."""
 
     counters: tuple[CounterComparison, ...]
     op_differences: tuple[OpDifference, ...]
+    pair: tuple[str, str] = DEFAULT_PAIR
 
     @classmethod
     def of(
@@ -93,6 +106,7 @@ class WorkComparison:
         *,
         one_walk: CallCost,
         pass1_views: int,
+        pair: tuple[str, str] = DEFAULT_PAIR,
     ) -> WorkComparison:
         counters = []
         for key, label in COUNTERS:
@@ -107,7 +121,7 @@ class WorkComparison:
             for op in sorted(set(legacy_ops) | set(fixed_ops) | set(explained))
             if legacy_ops.get(op, 0) != fixed_ops.get(op, 0) or explained.get(op, 0)
         ]
-        return cls(tuple(counters), tuple(differences))
+        return cls(tuple(counters), tuple(differences), pair)
 
     def counter(self, key: str) -> CounterComparison | None:
         return next((c for c in self.counters if c.key == key), None)
@@ -119,7 +133,8 @@ class WorkComparison:
 
 @dataclass
 class CaseWork:
-    """Measured and predicted work of every implementation on one case."""
+    """Measured work of every implementation on one case, predicted work of the
+    modelled ones (a plug-in has none), and the pair's comparison."""
 
     case: Case
     kind: str
@@ -128,10 +143,17 @@ class CaseWork:
     one_walk: CallCost
     comparison: WorkComparison | None
     problems: list[str]
+    pair: tuple[str, str] = DEFAULT_PAIR
 
     @property
     def agrees(self) -> bool:
         return not self.problems
+
+    def model_status(self, name: str) -> str:
+        """``agrees``, ``DIFFERS`` (the model and the counts disagree) or ``NO_MODEL``."""
+        if name not in self.predicted:
+            return NO_MODEL
+        return "DIFFERS" if any(p.startswith(f"{name}:") for p in self.problems) else "agrees"
 
 
 def case_kind(case: Case) -> str:
@@ -151,30 +173,53 @@ def case_kind(case: Case) -> str:
     return f"{mode} [{case.head_kind}/{layout}{divides}]"
 
 
-def measure_work(case: Case, *, implementations: tuple[str, ...] = IMPLEMENTATIONS) -> CaseWork:
-    """Count every implementation's work on the case and hold it against the model."""
-    run = run_case(case, builtin_implementations(implementations), record_noise=False)
+def measure_work(
+    case: Case,
+    *,
+    implementations: Sequence[Implementation] | None = None,
+    pair: tuple[str, str] = DEFAULT_PAIR,
+) -> CaseWork:
+    """Count every implementation's work on the case (default: the modelled built-ins),
+    hold the modelled ones against the model and compare the pair."""
+    chosen = (
+        list(implementations)
+        if implementations is not None
+        else builtin_implementations(IMPLEMENTATIONS)
+    )
+    run = run_case(case, chosen, record_noise=False)
     measured: dict[str, MeasuredWork] = {}
-    for name, result in run.results.items():
-        cost = cost_of_call(name, case=case, inputs=run.inputs)
-        measured[name] = MeasuredWork(
-            implementation=name,
+    for impl in chosen:
+        result = run.results[impl.name]
+        # A plug-in's failure is already recorded; calling it again could only hang.
+        rerun = result.error is None or impl.name in IMPLEMENTATIONS
+        cost = (
+            cost_of_call(impl.sampler_class, case=case, inputs=run.inputs)
+            if rerun
+            else CallCost(0, 0, None, error=result.error.type if result.error else None)
+        )
+        measured[impl.name] = MeasuredWork(
+            implementation=impl.name,
             error=result.error.summary() if result.error else None,
             error_type=result.error.type if result.error else None,
             counts=result.work,
             cost=cost,
         )
-    predicted = {name: predict_work(case, name) for name in implementations}
+    modelled = [i.name for i in chosen if i.name in IMPLEMENTATIONS]
+    predicted = {name: predict_work(case, name) for name in modelled}
     one_walk = measure_one_walk(case, inputs=run.inputs)
     problems = _model_problems(case, measured, predicted, one_walk)
     comparison = None
-    legacy, fixed = measured.get("legacy"), measured.get("fixed")
-    if legacy is not None and fixed is not None and not legacy.error and not fixed.error:
+    buggy, fixed = (measured.get(name) for name in pair)
+    if buggy is not None and fixed is not None and not buggy.error and not fixed.error:
+        # The bug's shape (one more walk, over the view pass 1 takes) is legacy's model.
+        pass1_views = predict_work(case, "legacy").pass1_views
         comparison = WorkComparison.of(
-            legacy, fixed, one_walk=one_walk, pass1_views=predicted["legacy"].pass1_views
+            buggy, fixed, one_walk=one_walk, pass1_views=pass1_views, pair=pair
         )
         problems += _surplus_problems(case, comparison, one_walk=one_walk)
-    return CaseWork(case, case_kind(case), measured, predicted, one_walk, comparison, problems)
+    return CaseWork(
+        case, case_kind(case), measured, predicted, one_walk, comparison, problems, pair
+    )
 
 
 def _model_problems(
@@ -207,21 +252,43 @@ def _model_problems(
     return problems
 
 
+def surplus_held_exactly(pair: tuple[str, str]) -> bool:
+    """Whether the pair's operator and byte surplus is held to the separately measured
+    walk: only between modelled built-ins, since that walk runs the built-in step
+    sampler and a plug-in's step sampler is its own (its slices, its casts)."""
+    return all(name in IMPLEMENTATIONS for name in pair)
+
+
 def _surplus_problems(case: Case, comparison: WorkComparison, *, one_walk: CallCost) -> list[str]:
-    problems = [
-        f"{d.op}: legacy - fixed = {d.diff}, one walk (+ pass-1 view) = {d.one_walk}"
-        for d in comparison.op_differences
-        if d.diff != d.one_walk
-    ]
-    allocated = comparison.counter("allocated_bytes")
-    if allocated is None or allocated.diff != one_walk.allocated_bytes:
-        problems.append(
-            f"legacy - fixed allocated bytes = {allocated.diff if allocated else '?'}, "
-            f"one walk allocates {one_walk.allocated_bytes}"
-        )
+    surplus = " - ".join(comparison.pair)
+    problems = []
+    if surplus_held_exactly(comparison.pair):
+        problems += [
+            f"{d.op}: {surplus} = {d.diff}, one walk (+ pass-1 view) = {d.one_walk}"
+            for d in comparison.op_differences
+            if d.diff != d.one_walk
+        ]
+        allocated = comparison.counter("allocated_bytes")
+        if allocated is None or allocated.diff != one_walk.allocated_bytes:
+            problems.append(
+                f"{surplus} allocated bytes = {allocated.diff if allocated else '?'}, "
+                f"one walk allocates {one_walk.allocated_bytes}"
+            )
+    else:  # the walk's structure, which no step sampler changes
+        expected = {
+            "head_steps": case.gamma,
+            "sampler_calls": case.gamma,
+            "gemm_flops": one_walk.gemm_flops,
+        }
+        for key, value in expected.items():
+            got = comparison.counter(key)
+            if got is None or got.diff != value:
+                problems.append(
+                    f"{surplus} {key} = {got.diff if got else '?'}, one walk has {value}"
+                )
     walks = comparison.counter("walks")
     if walks is None or walks.diff != 1:
-        problems.append(f"legacy - fixed walks = {walks.diff if walks else '?'}, expected 1")
+        problems.append(f"{surplus} walks = {walks.diff if walks else '?'}, expected 1")
     noise = comparison.counter("noise_elements")
     if case.folded_sampling and (noise is None or noise.legacy != 2 * noise.fixed):
         problems.append("folded: noise elements drawn are not exactly 2:1")
@@ -292,11 +359,17 @@ def work_cases(
 
 
 def collect_work(
-    *, seed: int, device: str = "cpu", progress: Progress = no_progress
+    *,
+    seed: int,
+    device: str = "cpu",
+    progress: Progress = no_progress,
+    implementations: Sequence[Implementation] | None = None,
+    pair: tuple[str, str] = DEFAULT_PAIR,
 ) -> list[CaseWork]:
+    """``measure_work`` on every work case (default: the modelled built-ins)."""
     works = []
     cases = work_cases(seed=seed, device=device)
     for index, case in enumerate(cases, 1):
         progress(f"[work {index}/{len(cases)}] {case_kind(case)}")
-        works.append(measure_work(case))
+        works.append(measure_work(case, implementations=implementations, pair=pair))
     return works

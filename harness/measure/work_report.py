@@ -1,10 +1,13 @@
-"""How the eliminated work is shown: the tables of counted vs modelled work, the JSON
-of each case, the main report's "eliminated work" section, and the "time ratio"
-section of ``python -m harness work --timing``."""
+"""How the eliminated work is shown: the tables of counted vs modelled work (and, with
+plug-ins, every implementation's counted work), the JSON of each case, the main
+report's "eliminated work" section, and the "time ratio" section of
+``python -m harness work --timing``. The pair (default legacy, fixed) names the
+columns of every BUGGY vs FIXED table."""
 
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
 from typing import Any
 
 from harness.measure.callgrind import (
@@ -17,6 +20,8 @@ from harness.measure.model import MODEL_COUNTERS, lm_head_cost, production_shape
 from harness.measure.timing import (
     PRODUCTION_HIDDEN,
     WALK_RATIO_RANGE,
+    Pair,
+    TimingError,
     ab_timing,
     production_like_case,
     timing_blocks,
@@ -25,12 +30,17 @@ from harness.measure.work import (
     COUNTERS,
     HIDDEN_DIVISIBLE,
     HIDDEN_NOT_DIVISIBLE,
+    NO_MODEL,
     CaseWork,
     CounterComparison,
     WorkComparison,
     collect_work,
+    surplus_held_exactly,
 )
 from harness.pipeline.case import Case
+from harness.pipeline.runner import WorkCounts
+from harness.pipeline.verdicts import DEFAULT_PAIR
+from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS, Implementation
 from harness.render.progress import Progress, no_progress
 from harness.render.sections import Block, Section, Table, right_aligned
 from harness.render.tables import Alignment
@@ -47,15 +57,16 @@ def _number(value: float | int | None) -> str:
 
 
 def _pair(work: CaseWork, key: str) -> str:
-    legacy, fixed = work.measured.get("legacy"), work.measured.get("fixed")
-    if legacy is None or fixed is None:
+    buggy, fixed = (work.measured.get(name) for name in work.pair)
+    if buggy is None or fixed is None:
         return "-"
-    lv = "raises" if legacy.error else _number(legacy.counter(key))
-    return f"{lv} | {_number(fixed.counter(key))}"
+    bv = "raises" if buggy.error else _number(buggy.counter(key))
+    fv = "raises" if fixed.error else _number(fixed.counter(key))
+    return f"{bv} | {fv}"
 
 
 def overview_table(works: list[CaseWork]) -> Table:
-    """One row per case kind: legacy | fixed for the headline counters, model agreement."""
+    """One row per case kind: BUGGY | FIXED for the headline counters, model agreement."""
     short = {
         "walks": "walks",
         "sampler_calls": "sampler calls",
@@ -68,16 +79,18 @@ def overview_table(works: list[CaseWork]) -> Table:
         [work.kind, *(_pair(work, k) for k in short), "agrees" if work.agrees else "DIFFERS"]
         for work in works
     ]
-    header = ["case kind (legacy | fixed)", *short.values(), "model"]
+    buggy, fixed = works[0].pair if works else DEFAULT_PAIR
+    header = [f"case kind ({buggy} | {fixed})", *short.values(), "model"]
     return Table.of(header, rows, align=["left", *right_aligned(len(short)), "left"])
 
 
 def comparison_tables(comparison: WorkComparison) -> tuple[Table, Table]:
-    """legacy / fixed / legacy - fixed / legacy / fixed for every counter, then the
+    """BUGGY / FIXED / BUGGY - FIXED / BUGGY / FIXED for every counter, then the
     operators that differ against the separately measured walk."""
     numbers: list[Alignment] = ["left", "right", "right", "right", "right"]
+    buggy, fixed = comparison.pair
     counters = Table.of(
-        ["counter", "legacy", "fixed", "legacy - fixed", "legacy / fixed"],
+        ["counter", buggy, fixed, f"{buggy} - {fixed}", f"{buggy} / {fixed}"],
         [
             [c.label, _number(c.legacy), _number(c.fixed), _number(c.diff), _ratio(c)]
             for c in comparison.counters
@@ -85,11 +98,77 @@ def comparison_tables(comparison: WorkComparison) -> tuple[Table, Table]:
         align=numbers,
     )
     ops = Table.of(
-        ["ATen operator", "legacy", "fixed", "legacy - fixed", "one walk (+view)"],
+        ["ATen operator", buggy, fixed, f"{buggy} - {fixed}", "one walk (+view)"],
         [[d.op, d.legacy, d.fixed, d.diff, d.one_walk] for d in comparison.op_differences],
         align=numbers,
     )
     return counters, ops
+
+
+def rng_text(counts: WorkCounts) -> str:
+    """Random draws by phase and op, ``op calls x elements``: the call's bare, the
+    other phases named (a sampler may pre-stage its noise)."""
+    parts = [
+        f"{'' if phase == 'call' else phase + ' '}{op} {calls}x {elements:,}"
+        for phase, ops in counts.rng.items()
+        for op, (calls, elements) in ops.items()
+    ]
+    return "; ".join(parts) or "none"
+
+
+def counted_work_rows(works: list[CaseWork]) -> list[dict[str, Any]]:
+    """Every implementation's counted work per call on every case, as plain data."""
+    rows = []
+    for work in works:
+        for name, m in work.measured.items():
+            rows.append(
+                {
+                    "kind": work.kind,
+                    "implementation": name,
+                    "error": m.error,
+                    "walks": m.counts.walks,
+                    "fused_calls": m.counts.fused_calls,
+                    "sampler_calls": m.counts.sampler_calls,
+                    "rng": m.counts.rng,
+                    "aten_ops": m.counts.total_ops,
+                    "model": work.model_status(name),
+                }
+            )
+    return rows
+
+
+def counted_work_table(works: list[CaseWork]) -> Table:
+    """One row per case kind and implementation: walks, fused calls, step-sampler
+    calls, random draws by op, the ATen operator total and the model's word."""
+    rows = []
+    for work in works:
+        for name, m in work.measured.items():
+            counts = m.counts
+            counted = (
+                [f"raises {m.error_type}", "", "", "", ""]
+                if m.error
+                else [
+                    _number(counts.walks),
+                    _number(counts.fused_calls),
+                    _number(counts.sampler_calls),
+                    rng_text(counts),
+                    _number(counts.total_ops),
+                ]
+            )
+            rows.append([work.kind, name, *counted, work.model_status(name)])
+    header = [
+        "case kind",
+        "implementation",
+        "walks",
+        "fused calls",
+        "sampler calls",
+        "random draws (op calls x elements)",
+        "ATen ops",
+        "model",
+    ]
+    return Table.of(
+        header, rows, align=["left", "left", *right_aligned(3), "left", "right", "left"]
+    )
 
 
 def _ratio(c: CounterComparison) -> str:
@@ -116,8 +195,10 @@ def format_model(case: Case) -> str:
 
 
 def work_json(work: CaseWork) -> dict[str, Any]:
-    """Plain data of one case's measured and predicted work."""
+    """Plain data of one case's measured and predicted work; the pair's comparison is
+    keyed ``BUGGY_vs_FIXED`` (``legacy_vs_fixed`` by default) by the pair's names."""
     comparison = work.comparison
+    buggy, fixed = work.pair
     return {
         "kind": work.kind,
         "case": work.case.to_json_dict()["case"],
@@ -147,10 +228,10 @@ def work_json(work: CaseWork) -> dict[str, Any]:
             "allocated_bytes": work.one_walk.allocated_bytes,
             "op_counts": work.one_walk.op_counts,
         },
-        "legacy_vs_fixed": None
+        f"{buggy}_vs_{fixed}": None
         if comparison is None
         else {
-            c.key: {"legacy": c.legacy, "fixed": c.fixed, "diff": c.diff, "ratio": c.ratio}
+            c.key: {buggy: c.legacy, fixed: c.fixed, "diff": c.diff, "ratio": c.ratio}
             for c in comparison.counters
         },
         "op_differences": None
@@ -158,8 +239,8 @@ def work_json(work: CaseWork) -> dict[str, Any]:
         else [
             {
                 "op": d.op,
-                "legacy": d.legacy,
-                "fixed": d.fixed,
+                buggy: d.legacy,
+                fixed: d.fixed,
                 "diff": d.diff,
                 "one_walk": d.one_walk,
             }
@@ -169,31 +250,63 @@ def work_json(work: CaseWork) -> dict[str, Any]:
 
 
 def work_section(works: list[CaseWork]) -> Section:
-    """The 'eliminated work' section from measured case works."""
-    headline = next(w for w in works if w.comparison is not None and w.case.has_sampled_rows)
+    """The 'eliminated work' section from measured case works (the pair's comparison;
+    every implementation's counted work when plug-ins took part)."""
+    buggy, fixed = works[0].pair if works else DEFAULT_PAIR
     agreeing = sum(w.agrees for w in works)
     ok = agreeing == len(works)
-    assert headline.comparison is not None
+    plugins = list(
+        dict.fromkeys(n for w in works for n in w.measured if n not in BUILTIN_IMPLEMENTATIONS)
+    )
+    data: dict[str, Any] = {"cases": [work_json(w) for w in works]}
+    if plugins:
+        data["counted_work"] = counted_work_rows(works)
+    headline = next(
+        (w for w in works if w.comparison is not None and w.case.has_sampled_rows), None
+    )
+    if headline is None or headline.comparison is None:
+        verdict = (
+            f"no case with sampled rows where both {buggy} and {fixed} ran: nothing to compare"
+        )
+        blocks: list[Block] = [verdict]
+        if plugins:
+            blocks += ["counted work per call, every implementation", counted_work_table(works)]
+        return Section(title=WORK_TITLE, ok=False, verdict=verdict, blocks=tuple(blocks), data=data)
     noise = headline.comparison.counter("noise_elements")
     noise_text = f"{noise.legacy:,}:{noise.fixed:,}" if noise else "?"
     verdict = (
-        f"legacy does exactly one extra Markov walk per call (and gamma extra [bs, V] noise "
+        f"{buggy} does exactly one extra Markov walk per call (and gamma extra [bs, V] noise "
         f"draws when folded: {noise_text} elements); counts match the work model in "
         f"{agreeing}/{len(works)} case kinds"
         if ok
         else f"work model DISAGREES with the counts in {len(works) - agreeing}/{len(works)} "
         "case kinds"
     )
+    if plugins:
+        verdict += f"; {', '.join(plugins)}: {NO_MODEL}"
     shape = headline.case
-    blocks: list[Block] = [
-        f"per call, legacy | fixed (counts exact); shapes bs={shape.bs} gamma={shape.gamma} "
+    blocks = [
+        f"per call, {buggy} | {fixed} (counts exact); shapes bs={shape.bs} gamma={shape.gamma} "
         f"V={shape.vocab_size} r={shape.markov_rank} H={HIDDEN_DIVISIBLE} "
         f"(no-anchor g∤H: H={HIDDEN_NOT_DIVISIBLE}), {shape.dtype}, {shape.device}",
         overview_table(works),
-        f"{headline.kind}: legacy vs fixed",
+        f"{headline.kind}: {buggy} vs {fixed}",
         *comparison_tables(headline.comparison),
         "work model: " + format_model(headline.case),
     ]
+    if not surplus_held_exactly(headline.comparison.pair):
+        blocks.insert(
+            -1,
+            f"{buggy}'s surplus is held to one walk by walks, head steps, step-sampler calls, "
+            "GEMM FLOPs and (folded) 2:1 noise; its operators and bytes are shown against "
+            "the built-in walk, not held (a plug-in's step sampler is its own)",
+        )
+    if plugins:
+        blocks += [
+            "counted work per call, every implementation (plug-ins: "
+            f"{NO_MODEL}; a plug-in that raises is a result of its case)",
+            counted_work_table(works),
+        ]
     problems = [f"{w.kind}: {p}" for w in works for p in w.problems]
     if problems:
         blocks.append("model disagreements:\n" + "\n".join(f"  {p}" for p in problems))
@@ -205,13 +318,22 @@ def work_section(works: list[CaseWork]) -> Section:
         ok=ok,
         verdict=verdict,
         blocks=tuple(blocks),
-        data={"cases": [work_json(w) for w in works]},
+        data=data,
     )
 
 
-def report_section(*, seed: int, progress: Progress) -> Section:
-    """The main report's 'eliminated work' section (small shapes; a few seconds)."""
-    return work_section(collect_work(seed=seed, progress=progress))
+def report_section(
+    *,
+    seed: int,
+    progress: Progress,
+    implementations: Sequence[Implementation] | None = None,
+    pair: tuple[str, str] = DEFAULT_PAIR,
+) -> Section:
+    """The main report's 'eliminated work' section (small shapes; a few seconds): the
+    modelled built-ins and every plug-in among ``implementations``, compared by ``pair``."""
+    return work_section(
+        collect_work(seed=seed, progress=progress, implementations=implementations, pair=pair)
+    )
 
 
 def timing_section(
@@ -222,12 +344,19 @@ def timing_section(
     hidden_size: int = PRODUCTION_HIDDEN,
     callgrind: bool = True,
     progress: Progress = no_progress,
+    pair: Pair | None = None,
 ) -> Section:
-    """A/B timing at the production-like shape (+ callgrind where valgrind exists);
-    ok iff the median walk-only ratio lies in ``WALK_RATIO_RANGE``."""
+    """A/B timing of the pair (default legacy, fixed) at the production-like shape
+    (+ callgrind of the built-in pair where valgrind exists); ok iff the median
+    walk-only ratio lies in ``WALK_RATIO_RANGE``."""
     case = production_like_case(seed=seed, device=device, hidden_size=hidden_size)
     progress(f"timing: {case.label()} ({repeats} alternating repetitions)")
-    timing = ab_timing(case, repeats=repeats, progress=progress)
+    try:
+        timing = ab_timing(case, repeats=repeats, progress=progress, pair=pair)
+    except TimingError as error:  # a plug-in that raises is a result, not a crash
+        verdict = f"timing failed: {error}"
+        return Section(title="time ratio", ok=False, verdict=verdict, blocks=(verdict,))
+    buggy, fixed = timing.pair
     walk = timing.times["walk_only"]["wall"].summary()
     whole = timing.times["whole_call"]["wall"].summary()
     low, high = WALK_RATIO_RANGE
@@ -236,6 +365,8 @@ def timing_section(
     data: dict[str, Any] = {"ab": timing.to_json(), "callgrind": None}
     if not callgrind:
         blocks.append("callgrind: skipped (--no-callgrind)")
+    elif timing.pair != DEFAULT_PAIR:
+        blocks.append("callgrind: skipped (it counts the built-in legacy and fixed only)")
     elif device != "cpu":
         blocks.append("callgrind: skipped (counts CPU instructions; the device is not the CPU)")
     elif valgrind_path() is None:
@@ -249,7 +380,7 @@ def timing_section(
             blocks.extend(callgrind_blocks(counts))
             data["callgrind"] = counts.to_json()
     verdict = (
-        f"legacy/fixed wall time: walk-only median {walk['ratio_median']:.3f} "
+        f"{buggy}/{fixed} wall time: walk-only median {walk['ratio_median']:.3f} "
         f"(min {walk['ratio_min']:.3f}, max {walk['ratio_max']:.3f}; expected "
         f"{low}-{high}), whole call median {whole['ratio_median']:.3f} at H={hidden_size}"
     )
