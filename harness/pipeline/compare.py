@@ -5,14 +5,17 @@ the ledger entry); ``case_record`` makes it a plain JSON record; ``compare`` run
 list of cases into records, appending each finished one to a journal so that an
 interrupted comparison resumes where it stopped; ``comparison_sections`` formats
 records into report sections: the two verdicts of every implementation against
-what its role requires (``harness.pipeline.verdicts``), and whether the buggy side
-of the pair (default ``legacy,fixed``) reproduces the documented bug.
+what its role requires (``harness.pipeline.verdicts``), with the statistical
+oracle's verdict inside each lossless verdict when it ran, and whether the buggy
+side of the pair (default ``legacy,fixed``) reproduces the documented bug. Their
+tables are ``Table`` blocks: aligned in the terminal, Markdown tables in a report.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,11 +29,18 @@ from harness.pipeline.checks import CheckResult, check_matches_reference, self_c
 from harness.pipeline.ledger import LEDGER_CLASSES, LedgerEntry, observe_divergence
 from harness.pipeline.memory import check_cases_fit
 from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S, CaseRun, ImplResult, run_case
-from harness.pipeline.verdicts import DEFAULT_PAIR, Roles, case_verdict, implementation_verdict
+from harness.pipeline.verdicts import (
+    DEFAULT_PAIR,
+    NOT_RUN,
+    Roles,
+    Statistical,
+    Verdict,
+    case_verdict,
+    implementation_verdict,
+)
 from harness.plugins.implementations import Implementation
 from harness.render.progress import Progress
-from harness.render.sections import Section
-from harness.render.tables import table
+from harness.render.sections import Block, Section, Table
 
 LEGACY, FIXED, REFERENCE = "legacy", "fixed", "reference"
 CASE_RECORD_SCHEMA = "dspark-harness/case-record"
@@ -219,9 +229,21 @@ def _failed_checks(record: Record, name: str) -> list[dict[str, Any]]:
 
 
 # -- sections ------------------------------------------------------------------------------
-def _verdict_section(name: str, records: list[Record], *, roles: Roles, title: str) -> Section:
-    """One implementation's verdicts held against its role, with the failing checks."""
-    verdict = implementation_verdict(records, name)
+Statisticals = Mapping[str, Statistical] | None  # None: the statistical oracle did not run
+
+
+def full_verdict(records: list[Record], name: str, statistical: Statisticals) -> Verdict:
+    """``name``'s verdicts from its checks with the statistical oracle's part in them."""
+    part = NOT_RUN if statistical is None else statistical.get(name, NOT_RUN)
+    return implementation_verdict(records, name).with_statistical(part)
+
+
+def _verdict_section(
+    name: str, records: list[Record], *, roles: Roles, title: str, statistical: Statisticals
+) -> Section:
+    """One implementation's verdicts held against its role, with the failing checks and
+    the statistical oracle's part."""
+    verdict = full_verdict(records, name, statistical)
     failing = verdict.failures
     lines = [
         f"{label}: {check}: {detail}"
@@ -235,8 +257,13 @@ def _verdict_section(name: str, records: list[Record], *, roles: Roles, title: s
     ]
     if drop_in_lines:
         lines += ["", "not drop-in (bit-compatibility with the reference):", *drop_in_lines]
+    if verdict.statistical.failed:
+        lines += ["", verdict.statistical.describe()]
+    statistical_line = verdict.statistical_line()
+    lossless_failures = len([f for f in failing if f[2] == "lossless"])
     failing_cases = len({label for label, _, tier, _ in failing if tier == "lossless"})
     of_cases = f"{verdict.cases}/{verdict.cases} cases"
+    data = {"verdict": verdict.to_json()}
     if name in roles.expect_fail:
         ok = not verdict.lossless
         line = (
@@ -244,12 +271,20 @@ def _verdict_section(name: str, records: list[Record], *, roles: Roles, title: s
             if ok
             else f"{name}: expected to fail a lossless check, but is {verdict.summary()}"
         )
-        return Section(title=title, ok=ok, verdict=line, text="\n".join(lines).strip())
+        return Section(
+            title=title,
+            ok=ok,
+            verdict=f"{line}; {statistical_line}",
+            text="\n".join(lines).strip(),
+            data=data,
+        )
     required = roles.requirement(name)
     ok = verdict.meets(required)
-    if not verdict.lossless:
+    if not verdict.lossless and not lossless_failures:
+        line = f"{name}: passes every lossless check on {of_cases}, but NOT lossless"
+    elif not verdict.lossless:
         line = (
-            f"{name}: FAILS {len([f for f in failing if f[2] == 'lossless'])} lossless check(s) "
+            f"{name}: FAILS {lossless_failures} lossless check(s) "
             f"on {failing_cases} of {verdict.cases} cases — {verdict.summary()}"
         )
     elif verdict.drop_in:
@@ -261,6 +296,7 @@ def _verdict_section(name: str, records: list[Record], *, roles: Roles, title: s
         line = f"{name}: clean on {of_cases} — lossless and drop-in ({exactness})"
     else:
         line = f"{name}: lossless on {of_cases}; not drop-in: {verdict.reason}"
+    line += f"; {statistical_line}"
     if not ok:
         line += f" [required: {required}]"
     return Section(
@@ -268,7 +304,7 @@ def _verdict_section(name: str, records: list[Record], *, roles: Roles, title: s
         ok=ok,
         verdict=line,
         text="\n".join(lines).strip(),
-        data={"verdict": verdict.to_json(), "required": required},
+        data={**data, "required": required},
     )
 
 
@@ -279,14 +315,15 @@ def _ledger_section(records: list[Record], *, require_coverage: bool, roles: Rol
     seen = {name for _, e in entries for name in e["observed"]}
     missing = sorted(set(LEDGER_CLASSES) - seen) if require_coverage else []
     width = max((len(label) for label, _ in entries), default=10)
-    lines = [f"pair: {buggy} (buggy) vs {fixed} (fixed)", ""]
     rows = []
     for name in LEDGER_CLASSES:
         showing = [(label, e) for label, e in entries if name in e["observed"]]
         first = f"{showing[0][0]}: {showing[0][1]['evidence'].get(name, '')}" if showing else "-"
         rows.append([name, len(showing), first[:150]])
-    lines.append(table(["class", "cases", "first evidence"], rows, align=("left", "right", "left")))
-    lines += ["", f"{'case'.ljust(width)}  divergence classes observed (evidence)"]
+    classes_table = Table.of(
+        ["class", "cases", "first evidence"], rows, align=("left", "right", "left")
+    )
+    lines = [f"{'case'.ljust(width)}  divergence classes observed (evidence)"]
     for label, entry in entries:
         mark = "ok  " if entry["holds"] else "FAIL"
         classes = ", ".join(entry["observed"]) or "-"
@@ -317,7 +354,7 @@ def _ledger_section(records: list[Record], *, require_coverage: bool, roles: Rol
         title=f"Divergence ledger: {buggy} vs {fixed}",
         ok=ok,
         verdict=verdict,
-        text="\n".join(lines),
+        blocks=(f"pair: {buggy} (buggy) vs {fixed} (fixed)", classes_table, "\n".join(lines)),
         data={"pair": list(roles.pair)},
     )
 
@@ -359,7 +396,8 @@ def _checks_cell(checks: list[dict[str, Any]]) -> str:
     return "pass"
 
 
-def _checks_table(records: list[Record], names: list[str]) -> str:
+def _checks_table(records: list[Record], names: list[str]) -> tuple[Block, ...]:
+    """The legend and the table of each case's failed checks per implementation."""
     legend = "failed checks: " + ", ".join(f"{code}={name}" for name, code in CHECK_CODES.items())
     rows = [
         [
@@ -368,14 +406,19 @@ def _checks_table(records: list[Record], names: list[str]) -> str:
         ]
         for record in records
     ]
-    return legend + "\n" + table(["case", *names], rows)
+    return legend, Table.of(["case", *names], rows)
 
 
 def comparison_sections(
-    records: list[Record], *, require_coverage: bool, roles: Roles | None = None
+    records: list[Record],
+    *,
+    require_coverage: bool,
+    roles: Roles | None = None,
+    statistical: Statisticals = None,
 ) -> list[Section]:
     """Verdict sections: fixed, the pair's ledger, reference, then every other
-    implementation, each held to what its role requires."""
+    implementation, each held to what its role requires; ``statistical`` (by name,
+    ``None`` when the oracle did not run) enters each lossless verdict."""
     roles = roles or Roles()
     names = list(records[0]["implementations"]) if records else []
     sections: list[Section] = []
@@ -386,7 +429,9 @@ def comparison_sections(
         if name == roles.buggy and name not in roles.expect_fail:
             continue
         title = titles.get(name, f"Implementation {name}")
-        sections.append(_verdict_section(name, records, roles=roles, title=title))
+        sections.append(
+            _verdict_section(name, records, roles=roles, title=title, statistical=statistical)
+        )
     if roles.buggy in names and roles.fixed in names:
         index = 1 if sections and sections[0].title == titles[FIXED] else 0
         sections.insert(
@@ -398,7 +443,7 @@ def comparison_sections(
                 title="Verdicts per implementation",
                 ok=True,
                 verdict="",
-                text=_verdicts_table(records, roles=roles),
+                blocks=(_verdicts_table(records, roles=roles, statistical=statistical),),
             )
         )
         sections.append(
@@ -406,7 +451,7 @@ def comparison_sections(
                 title="Checks per implementation",
                 ok=True,
                 verdict="",
-                text=_checks_table(records, names),
+                blocks=_checks_table(records, names),
             )
         )
     return sections
@@ -423,34 +468,47 @@ def _role(name: str, roles: Roles) -> tuple[str, str]:
     return "judged", roles.requirement(name)
 
 
-def _verdicts_table(records: list[Record], *, roles: Roles) -> str:
-    """Implementation, role, requirement, the two verdicts, and why not drop-in."""
+def _statistical_cell(statistical: Statistical) -> str:
+    if not statistical.ran:
+        return "not run"
+    if statistical.error is not None:
+        return "raised"
+    return "REJECTED" if statistical.rejected else "pass"
+
+
+def _verdicts_table(records: list[Record], *, roles: Roles, statistical: Statisticals) -> Table:
+    """Implementation, role, requirement, the statistical part, the two verdicts, and why
+    not drop-in."""
     rows = []
     for name in records[0]["implementations"]:
-        verdict = implementation_verdict(records, name)
+        verdict = full_verdict(records, name, statistical)
         role, required = _role(name, roles)
         rows.append(
             [
                 name,
                 role,
                 required,
+                _statistical_cell(verdict.statistical),
                 "yes" if verdict.lossless else "NO",
                 "yes" if verdict.drop_in else "no",
                 verdict.summary()[:120],
             ]
         )
-    header = ["implementation", "role", "held to", "lossless", "drop-in", "verdict"]
-    return table(header, rows)
+    header = ["implementation", "role", "held to", "statistical", "lossless", "drop-in", "verdict"]
+    return Table.of(header, rows)
 
 
-def verdicts_json(records: list[Record], *, roles: Roles) -> dict[str, Any]:
-    """Per implementation: its two verdicts, its role and what it is held to; the roles."""
+def verdicts_json(
+    records: list[Record], *, roles: Roles, statistical: Statisticals = None
+) -> dict[str, Any]:
+    """Per implementation: its two verdicts (the statistical part in them), its role and
+    what it is held to; the roles."""
     names = list(records[0]["implementations"]) if records else []
     implementations = {}
     for name in names:
         role, required = _role(name, roles)
         implementations[name] = {
-            **implementation_verdict(records, name).to_json(),
+            **full_verdict(records, name, statistical).to_json(),
             "role": role,
             "held_to": required,
         }
