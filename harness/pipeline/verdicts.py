@@ -57,8 +57,14 @@ class Statistical:
             return f"statistical oracle could not judge it: {self.error}"
         p = "nan" if self.p_value is None else f"{self.p_value:.3g}"
         if self.rejected:
-            return f"statistical oracle REJECTED it (family p={p}; carried by {self.carried_by})"
+            return f"statistical oracle REJECTED it (family p={p}; carried by {self.carriers()})"
         return f"statistical oracle passed it (family p={p})"
+
+    def carriers(self, most: int = 4) -> str:
+        """The first ``most`` of ``carried_by`` (strongest first), and how many more."""
+        named = [part for part in self.carried_by.split(", ") if part]
+        more = f" and {len(named) - most} more" if len(named) > most else ""
+        return ", ".join(named[:most]) + more
 
     def to_json(self) -> dict[str, Any]:
         return {
