@@ -151,5 +151,8 @@ def test_report_command_carries_the_statistical_verdict_into_json_and_exit_code(
     assert verdicts["gumbel"]["lossless"] is True
     assert verdicts["gumbel"]["statistical"]["rejected"] is False
     assert verdicts["legacy"]["statistical"]["rejected"] is True
+    line = next(s["verdict"] for s in body["sections"] if s["title"] == "Implementation reused")
+    assert line.startswith("reused: fails a lossless check, as expected — statistical oracle")
+    assert line.count("REJECTED") == 1
     markdown = (tmp_path / "report.md").read_text()
     assert "| implementation " in markdown and "| class " in markdown

@@ -259,6 +259,8 @@ def _verdict_section(
         lines += ["", "not drop-in (bit-compatibility with the reference):", *drop_in_lines]
     if verdict.statistical.failed:
         lines += ["", verdict.statistical.describe()]
+        if verdict.statistical.carried_by:
+            lines.append(f"every rejected test: {verdict.statistical.carried_by}")
     statistical_line = verdict.statistical_line()
     lossless_failures = len([f for f in failing if f[2] == "lossless"])
     failing_cases = len({label for label, _, tier, _ in failing if tier == "lossless"})
@@ -271,10 +273,12 @@ def _verdict_section(
             if ok
             else f"{name}: expected to fail a lossless check, but is {verdict.summary()}"
         )
+        if lossless_failures or verdict.lossless:  # else the reason is the oracle's already
+            line += f"; {statistical_line}"
         return Section(
             title=title,
             ok=ok,
-            verdict=f"{line}; {statistical_line}",
+            verdict=line,
             text="\n".join(lines).strip(),
             data=data,
         )
