@@ -33,7 +33,7 @@ ALTERNATIVES = {
     "multi": alternative_samplers.MultinomialSampler,  # not replayable: multinomial
 }
 NOT_REPLAYABLE = ("reused", "gumbel", "multi")
-REUSED_SPEC = "reused=tests.plugins.stats_defects:ReusedNoiseSampler"
+REUSED_IMPL = "reused=tests.plugins.stats_defects:ReusedNoiseSampler"
 
 
 def _plugins() -> list[Implementation]:
@@ -141,7 +141,7 @@ def test_report_command_carries_the_statistical_verdict_into_json_and_exit_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     gumbel = "gumbel=tests.plugins.alternative_samplers:UniformGumbelSampler"
-    argv = ["report", "--impl", REUSED_SPEC, "--impl", gumbel, "--no-work", "--quiet"]
+    argv = ["report", "--impl", REUSED_IMPL, "--impl", gumbel, "--no-work", "--quiet"]
     argv += ["--require", "lossless", "--out-dir", str(tmp_path), "--json"]
     assert main([*argv, "--expect-fail", "reused"]) == ExitCode.OK
     body = json.loads(capsys.readouterr().out)

@@ -23,8 +23,9 @@ from harness.pipeline.check_result import tier_of
 
 Requirement = Literal["lossless", "drop-in"]
 REQUIREMENTS: tuple[Requirement, ...] = ("lossless", "drop-in")
-ALWAYS_DROP_IN = ("fixed", "reference")  # built-ins held to drop-in whatever is required
-DEFAULT_PAIR = ("legacy", "fixed")
+LEGACY, FIXED, REFERENCE = "legacy", "fixed", "reference"
+ALWAYS_DROP_IN = (FIXED, REFERENCE)  # built-ins held to drop-in whatever is required
+DEFAULT_PAIR = (LEGACY, FIXED)
 Record = dict[str, Any]
 NOT_REPLAYABLE = "draws not replayable"  # how noise_replay says it skipped
 
