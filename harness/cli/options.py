@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from harness.pipeline.verdicts import DEFAULT_PAIR, REQUIREMENTS, Roles, RolesError
+from harness.pipeline.verdicts import DEFAULT_PAIR, REQUIREMENTS, Requirement, Roles, RolesError
 from harness.plugins.implementations import (
     BUILTIN_IMPLEMENTATIONS,
     Implementation,
@@ -96,9 +96,9 @@ def add_pair_option(
     )
 
 
-def add_role_options(parser: argparse.ArgumentParser) -> None:
-    """``--pair BUGGY,FIXED``, ``--expect-fail NAME`` (repeatable) and ``--require``: what
-    each implementation of a comparison is held to."""
+def add_role_options(parser: argparse.ArgumentParser, *, require: bool = True) -> None:
+    """``--pair BUGGY,FIXED``, ``--expect-fail NAME`` (repeatable) and, with ``require``,
+    ``--require``: what each implementation of a comparison is held to."""
     add_pair_option(parser)
     parser.add_argument(
         "--expect-fail",
@@ -107,6 +107,8 @@ def add_role_options(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="NAME must fail a lossless check for exit 0 (repeatable; CI guards over planted bugs)",
     )
+    if not require:  # the statistical oracle has one verdict, so nothing to require
+        return
     parser.add_argument(
         "--require",
         choices=REQUIREMENTS,
@@ -118,7 +120,8 @@ def add_role_options(parser: argparse.ArgumentParser) -> None:
 
 def roles_from_args(args: argparse.Namespace) -> Roles:
     """The roles the role options describe."""
-    return Roles(pair=args.pair, expect_fail=tuple(args.expect_fail), require=args.require)
+    require: Requirement = getattr(args, "require", "drop-in")  # commands without --require
+    return Roles(pair=args.pair, expect_fail=tuple(args.expect_fail), require=require)
 
 
 def add_resume_option(parser: argparse.ArgumentParser) -> None:

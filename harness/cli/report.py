@@ -56,23 +56,28 @@ def command(args: argparse.Namespace) -> ExitCode:
         isolate=args.isolate,
     )
     timing = {"matrix_s": round(time.perf_counter() - started, 3)}
-    sections = comparison_sections(records, require_coverage=True, roles=roles)
+    stats_part: Section | None = None
+    statistical = None  # the oracle's verdicts enter each lossless verdict when it ran
     if not args.no_stats:
         from harness.oracles import section as stats
 
         progress("statistical oracle ...")
         started = time.perf_counter()
-        sections.insert(
-            -1,
-            stats.report_section(
-                seed=args.seed,
-                progress=progress,
-                device=args.device,
-                implementations=implementations,
-                time_limit_s=args.time_limit,
-            ),
+        stats_part, oracle = stats.report_stats(
+            seed=args.seed,
+            progress=progress,
+            device=args.device,
+            implementations=implementations,
+            time_limit_s=args.time_limit,
+            roles=roles,
         )
+        statistical = stats.statistical_verdicts(oracle)
         timing["stats_s"] = round(time.perf_counter() - started, 3)
+    sections = comparison_sections(
+        records, require_coverage=True, roles=roles, statistical=statistical
+    )
+    if stats_part is not None:
+        sections.insert(-1, stats_part)
     if not args.no_work:
         from harness.measure import work_report
 
@@ -100,7 +105,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         sections=sections,
         cases=records,
         timing=timing,
-        verdicts=verdicts_json(records, roles=roles),
+        verdicts=verdicts_json(records, roles=roles, statistical=statistical),
     )
 
 

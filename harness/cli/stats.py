@@ -2,9 +2,11 @@
 
 Options and the command; the oracle itself is ``harness.oracles``. ``--time-limit``
 bounds each implementation's decode (every head kind); ``--out-dir`` receives
-``stats.{json,md,txt}`` and, with ``--power``, ``stats-power.png``. Exit 0 when
-legacy is rejected (and not on position 0) and every other implementation
-(fixed and each ``--impl``) passes; 1 otherwise; 2 on bad usage.
+``stats.{json,md,txt}`` and, with ``--power``, ``stats-power.png``. ``--pair`` and
+``--expect-fail`` give the roles, as in ``report``. Exit 0 when the pair's buggy side
+(default legacy) is rejected (and not on position 0 alone), every ``--expect-fail``
+name is rejected and every other implementation (fixed and each ``--impl``) passes;
+1 otherwise; 2 on bad usage.
 """
 
 from __future__ import annotations
@@ -15,11 +17,17 @@ import time
 from dataclasses import replace
 
 from harness.cli.exit_codes import ExitCode
-from harness.cli.options import add_impl_option, comma_separated
+from harness.cli.options import (
+    add_impl_option,
+    add_role_options,
+    comma_separated,
+    roles_from_args,
+)
 from harness.io.files import write_atomically
 from harness.oracles.problem import DEFAULT_CONFIG, StatsError
 from harness.oracles.section import power_curves_png, stats_section
 from harness.oracles.stats import default_implementations
+from harness.pipeline.verdicts import RolesError
 from harness.plugins.implementations import ImplementationError, parse_impl_spec
 from harness.render.progress import progress_printer
 from harness.render.report import emit_report
@@ -33,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ``--quiet`` and ``--time-limit`` are the shared ones)."""
     default = DEFAULT_CONFIG
     add_impl_option(parser, verb="also test")
+    add_role_options(parser, require=False)
     parser.add_argument(
         "--rows", type=int, default=default.rows, help=f"rows per head (default {default.rows})"
     )
@@ -83,9 +92,12 @@ def command(args: argparse.Namespace) -> int:
     progress = progress_printer(quiet=args.quiet)
     try:
         extras = [parse_impl_spec(spec) for spec in args.impl]
-        names = [impl.name for impl in extras]
+        roles = roles_from_args(args)
+        implementations = [*default_implementations(roles), *extras]
+        names = [impl.name for impl in implementations]
         if len(set(names)) != len(names):
             raise ImplementationError(f"--impl names must differ, got {names}")
+        roles.validate(names)
         config = replace(
             DEFAULT_CONFIG,
             rows=args.rows,
@@ -100,16 +112,17 @@ def command(args: argparse.Namespace) -> int:
             model_seed=args.model_seed,
             device=args.device,
         )
-    except (ImplementationError, StatsError) as error:
+    except (ImplementationError, StatsError, RolesError) as error:
         print(f"error: {error}", file=sys.stderr)
         return ExitCode.USAGE
     started = time.perf_counter()
     section, oracle = stats_section(
         config,
-        implementations=[*default_implementations(), *extras],
+        implementations=implementations,
         power=args.power,
         progress=progress,
         time_limit_s=args.time_limit,
+        roles=roles,
     )
     if oracle.curves:
         png = power_curves_png([curve.to_json_dict() for curve in oracle.curves])

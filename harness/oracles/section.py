@@ -13,12 +13,15 @@ from harness.oracles.power import PowerCurve, run_power_curves
 from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, group_label
 from harness.oracles.stats import (
     BUGGY,
+    DEFAULT_ROLES,
     OracleRun,
     StatsResult,
     expectations_hold,
+    expected_rejected,
     meets_expectation,
     run_oracle,
 )
+from harness.pipeline.verdicts import Roles, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.figures import render_png
 from harness.render.progress import Progress, no_progress
@@ -53,18 +56,31 @@ def verdict_word(result: StatsResult) -> str:
     return f"REJECTED (p={p_text(result.p_value)}; {len(result.rejections())} tests)"
 
 
-def verdict_line(results: dict[str, StatsResult], *, config: StatsConfig) -> str:
-    """One line: every implementation's verdict; legacy's position 0 on its own."""
-    parts = [f"{name} {verdict_word(r)}" for name, r in results.items()]
+def verdict_line(
+    results: dict[str, StatsResult], *, config: StatsConfig, roles: Roles = DEFAULT_ROLES
+) -> str:
+    """One line: every implementation's verdict (``expected`` where its role wants it
+    rejected, ``UNEXPECTED`` where the verdict goes against its role); the pair's buggy
+    side on position 0 on its own."""
+    parts = []
+    for name, r in results.items():
+        mark = "" if meets_expectation(r, roles) else " UNEXPECTED"
+        wanted = " (expected)" if expected_rejected(name, roles) and not mark else ""
+        parts.append(f"{name} {verdict_word(r)}{wanted}{mark}")
     line = (
         f"losslessness at family alpha {config.alpha:g} ({family_size(config)} tests, Holm): "
         + ", ".join(parts)
     )
-    legacy = results.get(BUGGY)
-    if legacy is not None and legacy.error is None:
-        seen = "also REJECTED" if legacy.rejected_at_position(0) else "passes, as the bug predicts"
-        line += f"; {BUGGY} on position 0 alone {seen}"
+    buggy = results.get(roles.buggy)
+    if buggy is not None and buggy.error is None:
+        seen = "also REJECTED" if buggy.rejected_at_position(0) else "passes, as the bug predicts"
+        line += f"; {roles.buggy} on position 0 alone {seen}"
     return line
+
+
+def statistical_verdicts(oracle: OracleRun) -> dict[str, Statistical]:
+    """Each implementation's statistical part, as its lossless verdict takes it."""
+    return {name: result.statistical() for name, result in oracle.results.items()}
 
 
 def coverage_text(config: StatsConfig) -> str:
@@ -182,13 +198,16 @@ def oracle_text(oracle: OracleRun) -> str:
     return "\n".join(parts)
 
 
-def oracle_json(oracle: OracleRun) -> dict[str, Any]:
+def oracle_json(oracle: OracleRun, *, roles: Roles = DEFAULT_ROLES) -> dict[str, Any]:
     return json_safe(
         {
             "config": asdict(oracle.config),
             "family_size": family_size(oracle.config),
             "results": {name: r.to_json_dict() for name, r in oracle.results.items()},
-            "expectations": {name: meets_expectation(r) for name, r in oracle.results.items()},
+            "roles": roles.to_json(),
+            "expectations": {
+                name: meets_expectation(r, roles) for name, r in oracle.results.items()
+            },
             "power_curves": [c.to_json_dict() for c in oracle.curves],
         }
     )
@@ -212,9 +231,11 @@ def stats_section(
     power: bool,
     progress: Progress = no_progress,
     time_limit_s: float | None = None,
+    roles: Roles = DEFAULT_ROLES,
 ) -> tuple[Section, OracleRun]:
-    """Run the oracle on ``implementations`` (default: fixed and legacy), with
-    ``power`` also legacy's power curve per head kind, and present it as a section."""
+    """Run the oracle on ``implementations`` (default: fixed and legacy), each held to
+    its role in ``roles``, with ``power`` also legacy's power curve per head kind, and
+    present it as a section."""
     oracle = run_oracle(
         config, implementations=implementations, progress=progress, time_limit_s=time_limit_s
     )
@@ -226,15 +247,40 @@ def stats_section(
             decoded=oracle.decoded.get(BUGGY),
             progress=progress,
         )
-    ok = expectations_hold(oracle.results)
+    ok = expectations_hold(oracle.results, roles)
     section = Section(
         title=TITLE,
         ok=ok,
-        verdict=verdict_line(oracle.results, config=config),
+        verdict=verdict_line(oracle.results, config=config, roles=roles),
         text=oracle_text(oracle),
-        data={**oracle_json(oracle), "ok": ok},
+        data={**oracle_json(oracle, roles=roles), "ok": ok},
     )
     return section, oracle
+
+
+def report_stats(
+    *,
+    seed: int,
+    progress: Progress = no_progress,
+    device: str = "cpu",
+    implementations: Sequence[Implementation] | None = None,
+    time_limit_s: float | None = None,
+    roles: Roles = DEFAULT_ROLES,
+) -> tuple[Section, OracleRun]:
+    """The statistical part of the main report: ``implementations`` (default: the
+    built-ins; plug-ins given with ``--impl`` belong here too) at the default config,
+    each held to its role, and legacy's power curve per head kind; with the run, whose
+    verdicts enter each implementation's lossless verdict."""
+    chosen = list(implementations) if implementations is not None else builtin_implementations()
+    config = replace(DEFAULT_CONFIG, seed=seed, device=device)
+    return stats_section(
+        config,
+        implementations=chosen,
+        power=True,
+        progress=progress,
+        time_limit_s=time_limit_s,
+        roles=roles,
+    )
 
 
 def report_section(
@@ -244,14 +290,16 @@ def report_section(
     device: str = "cpu",
     implementations: Sequence[Implementation] | None = None,
     time_limit_s: float | None = None,
+    roles: Roles = DEFAULT_ROLES,
 ) -> Section:
-    """The statistical part of the main report: ``implementations`` (default: the
-    built-ins; plug-ins given with ``--impl`` belong here too) at the default config,
-    and legacy's power curve per head kind."""
-    chosen = list(implementations) if implementations is not None else builtin_implementations()
-    config = replace(DEFAULT_CONFIG, seed=seed, device=device)
-    return stats_section(
-        config, implementations=chosen, power=True, progress=progress, time_limit_s=time_limit_s
+    """``report_stats``'s section alone."""
+    return report_stats(
+        seed=seed,
+        progress=progress,
+        device=device,
+        implementations=implementations,
+        time_limit_s=time_limit_s,
+        roles=roles,
     )[0]
 
 

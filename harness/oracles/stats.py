@@ -5,8 +5,10 @@ This module owns the oracle run: decoding every head kind's rows with each
 implementation (``harness.oracles.problem``), fitting the family of tests
 (``harness.oracles.fits``), Holm's correction over the whole family so the chance
 of any false rejection stays at the stated alpha, the per-implementation result,
-and the expectations the built-ins are held to: ``legacy`` is rejected (and not on
-position 0, where the bug cannot show), every other implementation passes.
+and the expectations each implementation is held to by its role
+(``harness.pipeline.verdicts.Roles``): the buggy side of the pair (default
+``legacy``) is rejected, and not on position 0 alone, where the bug cannot show;
+every ``expect_fail`` name is rejected; every other implementation passes.
 """
 
 from __future__ import annotations
@@ -37,11 +39,13 @@ from harness.oracles.problem import (
     decode_rows,
 )
 from harness.pipeline.runner import time_limit
+from harness.pipeline.verdicts import Roles, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.progress import Progress, no_progress
 from reference.verifier import DecodeResult
 
-BUGGY = "legacy"  # the built-in the oracle must reject
+BUGGY = "legacy"  # the built-in buggy side of the default pair
+DEFAULT_ROLES = Roles()
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,21 @@ class StatsResult:
             m.p_value < self.test_level for m in self.marginals if m.position == position
         )
 
+    def carrier_names(self) -> str:
+        """``head/group/test`` of each rejection, strongest first."""
+        return ", ".join(
+            f"{s.head}/{s.group}/{s.test}" for s in sorted(self.rejections(), key=_by_p)
+        )
+
+    def statistical(self) -> Statistical:
+        """This result as the lossless verdict takes it."""
+        if self.error is not None:
+            return Statistical(ran=True, error=self.error)
+        p = None if math.isnan(self.p_value) else self.p_value
+        return Statistical(
+            ran=True, rejected=self.rejected, p_value=p, carried_by=self.carrier_names()
+        )
+
     def to_json_dict(self) -> dict[str, Any]:
         """Everything but the wall time, so a report's JSON is the same on every run."""
         body = asdict(self)
@@ -103,6 +122,10 @@ class StatsResult:
             test_level=self.test_level,
         )
         return body
+
+
+def _by_p(statistic: Statistic) -> float:
+    return statistic.p_value
 
 
 def fit_decoded(
@@ -192,16 +215,24 @@ def run_stats(
 
 
 # -- the expectations -------------------------------------------------------------------------
-def meets_expectation(result: StatsResult) -> bool:
-    """``legacy``: rejected, and not by anything confined to position 0 (both walks
-    condition the first token on the same anchor). Everything else: passes."""
-    if result.name != BUGGY:
+def expected_rejected(name: str, roles: Roles = DEFAULT_ROLES) -> bool:
+    """Whether ``name``'s role expects the oracle to reject it."""
+    return name == roles.buggy or name in roles.expect_fail
+
+
+def meets_expectation(result: StatsResult, roles: Roles = DEFAULT_ROLES) -> bool:
+    """The pair's buggy side: rejected, and not by anything confined to position 0 (both
+    walks condition the first token on the same anchor). An ``expect_fail`` name:
+    rejected. Everything else: passes."""
+    if not expected_rejected(result.name, roles):
         return result.passed
-    return result.error is None and result.rejected and not result.rejected_at_position(0)
+    if result.error is not None or not result.rejected:
+        return False
+    return result.name != roles.buggy or not result.rejected_at_position(0)
 
 
-def expectations_hold(results: dict[str, StatsResult]) -> bool:
-    return all(meets_expectation(r) for r in results.values())
+def expectations_hold(results: dict[str, StatsResult], roles: Roles = DEFAULT_ROLES) -> bool:
+    return all(meets_expectation(r, roles) for r in results.values())
 
 
 def default_verdict(
@@ -227,8 +258,11 @@ class OracleRun:
     curves: list[PowerCurve] = field(default_factory=list)  # filled by the report, per head
 
 
-def default_implementations() -> list[Implementation]:
-    return builtin_implementations(("fixed", BUGGY))
+def default_implementations(roles: Roles = DEFAULT_ROLES) -> list[Implementation]:
+    """``fixed``, and ``legacy`` where a role expects it rejected (the default pair, or
+    ``expect_fail``): with another pair, legacy has no role in the oracle."""
+    wanted = ["fixed", *([BUGGY] if expected_rejected(BUGGY, roles) else [])]
+    return builtin_implementations(tuple(wanted))
 
 
 def run_oracle(

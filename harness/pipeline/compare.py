@@ -3,10 +3,9 @@
 ``evaluate_run`` turns a case run into a ``CaseVerdict`` (checks per implementation,
 the ledger entry); ``case_record`` makes it a plain JSON record; ``compare`` runs a
 list of cases into records, appending each finished one to a journal so that an
-interrupted comparison resumes where it stopped; ``comparison_sections`` formats
-records into report sections: the two verdicts of every implementation against
-what its role requires (``harness.pipeline.verdicts``), and whether the buggy side
-of the pair (default ``legacy,fixed``) reproduces the documented bug.
+interrupted comparison resumes where it stopped; ``comparison_sections`` (from
+``harness.pipeline.verdict_sections``, re-exported here) formats records into
+report sections.
 """
 
 from __future__ import annotations
@@ -23,16 +22,15 @@ from harness.io.fingerprint import run_fingerprint
 from harness.io.journal import Journal, canonical
 from harness.pipeline.case import Case
 from harness.pipeline.checks import CheckResult, check_matches_reference, self_checks
-from harness.pipeline.ledger import LEDGER_CLASSES, LedgerEntry, observe_divergence
+from harness.pipeline.ledger import LedgerEntry, observe_divergence
 from harness.pipeline.memory import check_cases_fit
 from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S, CaseRun, ImplResult, run_case
-from harness.pipeline.verdicts import DEFAULT_PAIR, Roles, case_verdict, implementation_verdict
+from harness.pipeline.verdict_sections import comparison_sections as comparison_sections
+from harness.pipeline.verdict_sections import verdicts_json as verdicts_json
+from harness.pipeline.verdicts import DEFAULT_PAIR, REFERENCE, case_verdict
 from harness.plugins.implementations import Implementation
 from harness.render.progress import Progress
-from harness.render.sections import Section
-from harness.render.tables import table
 
-LEGACY, FIXED, REFERENCE = "legacy", "fixed", "reference"
 CASE_RECORD_SCHEMA = "dspark-harness/case-record"
 Record = dict[str, Any]
 
@@ -216,242 +214,3 @@ def case_record(verdict: CaseVerdict, *, key: str, pair: tuple[str, str] = DEFAU
 def _failed_checks(record: Record, name: str) -> list[dict[str, Any]]:
     checks = record["implementations"].get(name, {}).get("checks", [])
     return [c for c in checks if c["status"] == "fail"]
-
-
-# -- sections ------------------------------------------------------------------------------
-def _verdict_section(name: str, records: list[Record], *, roles: Roles, title: str) -> Section:
-    """One implementation's verdicts held against its role, with the failing checks."""
-    verdict = implementation_verdict(records, name)
-    failing = verdict.failures
-    lines = [
-        f"{label}: {check}: {detail}"
-        for label, check, tier, detail in failing
-        if tier == "lossless"
-    ]
-    drop_in_lines = [
-        f"{label}: {check}: {detail}"
-        for label, check, tier, detail in failing
-        if tier != "lossless"
-    ]
-    if drop_in_lines:
-        lines += ["", "not drop-in (bit-compatibility with the reference):", *drop_in_lines]
-    failing_cases = len({label for label, _, tier, _ in failing if tier == "lossless"})
-    of_cases = f"{verdict.cases}/{verdict.cases} cases"
-    if name in roles.expect_fail:
-        ok = not verdict.lossless
-        line = (
-            f"{name}: fails a lossless check, as expected — {verdict.reason}"
-            if ok
-            else f"{name}: expected to fail a lossless check, but is {verdict.summary()}"
-        )
-        return Section(title=title, ok=ok, verdict=line, text="\n".join(lines).strip())
-    required = roles.requirement(name)
-    ok = verdict.meets(required)
-    if not verdict.lossless:
-        line = (
-            f"{name}: FAILS {len([f for f in failing if f[2] == 'lossless'])} lossless check(s) "
-            f"on {failing_cases} of {verdict.cases} cases — {verdict.summary()}"
-        )
-    elif verdict.drop_in:
-        exactness = (
-            "bit-exact vs reference in float32, within dtype tolerance otherwise"
-            if name != REFERENCE
-            else "self-consistent"
-        )
-        line = f"{name}: clean on {of_cases} — lossless and drop-in ({exactness})"
-    else:
-        line = f"{name}: lossless on {of_cases}; not drop-in: {verdict.reason}"
-    if not ok:
-        line += f" [required: {required}]"
-    return Section(
-        title=title,
-        ok=ok,
-        verdict=line,
-        text="\n".join(lines).strip(),
-        data={"verdict": verdict.to_json(), "required": required},
-    )
-
-
-def _ledger_section(records: list[Record], *, require_coverage: bool, roles: Roles) -> Section:
-    buggy, fixed = roles.pair
-    entries = [(r["label"], r["ledger"]) for r in records if r["ledger"] is not None]
-    broken = [(label, e) for label, e in entries if not e["holds"]]
-    seen = {name for _, e in entries for name in e["observed"]}
-    missing = sorted(set(LEDGER_CLASSES) - seen) if require_coverage else []
-    width = max((len(label) for label, _ in entries), default=10)
-    lines = [f"pair: {buggy} (buggy) vs {fixed} (fixed)", ""]
-    rows = []
-    for name in LEDGER_CLASSES:
-        showing = [(label, e) for label, e in entries if name in e["observed"]]
-        first = f"{showing[0][0]}: {showing[0][1]['evidence'].get(name, '')}" if showing else "-"
-        rows.append([name, len(showing), first[:150]])
-    lines.append(table(["class", "cases", "first evidence"], rows, align=("left", "right", "left")))
-    lines += ["", f"{'case'.ljust(width)}  divergence classes observed (evidence)"]
-    for label, entry in entries:
-        mark = "ok  " if entry["holds"] else "FAIL"
-        classes = ", ".join(entry["observed"]) or "-"
-        lines.append(f"{label.ljust(width)}  {mark} {classes}")
-        for name in entry["observed"]:
-            lines.append(f"{'':{width}}         {name}: {entry['evidence'].get(name, '')}")
-        if entry["latent"]:
-            lines.append(
-                f"{'':{width}}         latent (walks drew equal tokens): {entry['latent']}"
-            )
-        lines.extend(f"{'':{width}}         PROBLEM: {p}" for p in entry["problems"])
-    ok = not broken and not missing and bool(entries)
-    if ok:
-        verdict = (
-            f"{buggy}: reproduces the documented bug — ledger holds on {len(entries)}/"
-            f"{len(entries)} cases (pair {buggy},{fixed})"
-        )
-    else:
-        parts = []
-        if broken:
-            parts.append(f"ledger broken on {len(broken)} case(s)")
-        if missing:
-            parts.append(f"classes never observed: {', '.join(missing)}")
-        if not entries:
-            parts.append(f"{buggy} and {fixed} were not both run")
-        verdict = f"{buggy}: does NOT reproduce the documented bug — " + "; ".join(parts)
-    return Section(
-        title=f"Divergence ledger: {buggy} vs {fixed}",
-        ok=ok,
-        verdict=verdict,
-        text="\n".join(lines),
-        data={"pair": list(roles.pair)},
-    )
-
-
-CHECK_CODES = {
-    "ran": "RAN",
-    "outputs_written": "OUT",
-    "no_writes_outside_batch": "OOB",
-    "inputs_unchanged": "IN",
-    "teacher_forcing": "TF",
-    "noise_replay": "NR",
-    "greedy_consistency": "GC",
-    "greedy_rows_argmax": "GA",
-    "support": "SUP",
-    "fresh_noise": "FN",
-    "noise_budget": "NB",
-    "single_walk": "SW",
-    "matches_reference": "REF",
-}
-
-
-def _checks_cell(checks: list[dict[str, Any]]) -> str:
-    if not checks:
-        return "-"
-    lossless = [
-        CHECK_CODES.get(c["name"], c["name"])
-        for c in checks
-        if c["status"] == "fail" and c["tier"] == "lossless"
-    ]
-    drop_in = [
-        CHECK_CODES.get(c["name"], c["name"])
-        for c in checks
-        if c["status"] == "fail" and c["tier"] != "lossless"
-    ]
-    if lossless:
-        return "FAIL " + ",".join(lossless + drop_in)
-    if drop_in:
-        return "lossless; not drop-in " + ",".join(drop_in)
-    return "pass"
-
-
-def _checks_table(records: list[Record], names: list[str]) -> str:
-    legend = "failed checks: " + ", ".join(f"{code}={name}" for name, code in CHECK_CODES.items())
-    rows = [
-        [
-            record["label"],
-            *(_checks_cell(record["implementations"].get(n, {}).get("checks", [])) for n in names),
-        ]
-        for record in records
-    ]
-    return legend + "\n" + table(["case", *names], rows)
-
-
-def comparison_sections(
-    records: list[Record], *, require_coverage: bool, roles: Roles | None = None
-) -> list[Section]:
-    """Verdict sections: fixed, the pair's ledger, reference, then every other
-    implementation, each held to what its role requires."""
-    roles = roles or Roles()
-    names = list(records[0]["implementations"]) if records else []
-    sections: list[Section] = []
-    titles = {FIXED: "Fixed sampler", REFERENCE: "Reference oracle"}
-    ordered = [n for n in (FIXED, REFERENCE) if n in names]
-    ordered += [n for n in names if n not in ordered]
-    for name in ordered:
-        if name == roles.buggy and name not in roles.expect_fail:
-            continue
-        title = titles.get(name, f"Implementation {name}")
-        sections.append(_verdict_section(name, records, roles=roles, title=title))
-    if roles.buggy in names and roles.fixed in names:
-        index = 1 if sections and sections[0].title == titles[FIXED] else 0
-        sections.insert(
-            index, _ledger_section(records, require_coverage=require_coverage, roles=roles)
-        )
-    if records:
-        sections.append(
-            Section(
-                title="Verdicts per implementation",
-                ok=True,
-                verdict="",
-                text=_verdicts_table(records, roles=roles),
-            )
-        )
-        sections.append(
-            Section(
-                title="Checks per implementation",
-                ok=True,
-                verdict="",
-                text=_checks_table(records, names),
-            )
-        )
-    return sections
-
-
-def _role(name: str, roles: Roles) -> tuple[str, str]:
-    """``(role, what it is held to)`` of one implementation."""
-    if name in roles.expect_fail:
-        return "expected to fail", "fails a lossless check"
-    if name == roles.buggy:
-        return f"buggy side of the pair with {roles.fixed}", "the divergence ledger"
-    if name == roles.fixed:
-        return f"fixed side of the pair with {roles.buggy}", roles.requirement(name)
-    return "judged", roles.requirement(name)
-
-
-def _verdicts_table(records: list[Record], *, roles: Roles) -> str:
-    """Implementation, role, requirement, the two verdicts, and why not drop-in."""
-    rows = []
-    for name in records[0]["implementations"]:
-        verdict = implementation_verdict(records, name)
-        role, required = _role(name, roles)
-        rows.append(
-            [
-                name,
-                role,
-                required,
-                "yes" if verdict.lossless else "NO",
-                "yes" if verdict.drop_in else "no",
-                verdict.summary()[:120],
-            ]
-        )
-    header = ["implementation", "role", "held to", "lossless", "drop-in", "verdict"]
-    return table(header, rows)
-
-
-def verdicts_json(records: list[Record], *, roles: Roles) -> dict[str, Any]:
-    """Per implementation: its two verdicts, its role and what it is held to; the roles."""
-    names = list(records[0]["implementations"]) if records else []
-    implementations = {}
-    for name in names:
-        role, required = _role(name, roles)
-        implementations[name] = {
-            **implementation_verdict(records, name).to_json(),
-            "role": role,
-            "held_to": required,
-        }
-    return {"roles": roles.to_json(), "implementations": implementations}

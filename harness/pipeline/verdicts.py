@@ -7,25 +7,77 @@ it is so on every case. ``Roles`` says what each implementation is held to: the
 buggy side of the ``pair`` is held to the legacy ledger, an ``expect_fail`` one must
 fail a lossless check, the built-ins ``fixed`` and ``reference`` must be drop-in,
 and every other implementation must meet ``require``.
+
+The statistical oracle's verdict (``Statistical``) is part of the lossless verdict:
+an implementation it rejects is not lossless, whatever its checks say. Without it
+(not run) the lossless verdict rests on the checks alone, and says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from harness.pipeline.check_result import tier_of
 
 Requirement = Literal["lossless", "drop-in"]
 REQUIREMENTS: tuple[Requirement, ...] = ("lossless", "drop-in")
-ALWAYS_DROP_IN = ("fixed", "reference")  # built-ins held to drop-in whatever is required
-DEFAULT_PAIR = ("legacy", "fixed")
+LEGACY, FIXED, REFERENCE = "legacy", "fixed", "reference"
+ALWAYS_DROP_IN = (FIXED, REFERENCE)  # built-ins held to drop-in whatever is required
+DEFAULT_PAIR = (LEGACY, FIXED)
 Record = dict[str, Any]
+NOT_REPLAYABLE = "draws not replayable"  # how noise_replay says it skipped
 
 
 class RolesError(ValueError):
     """Roles that name implementations not in the comparison, or leave nothing to judge."""
+
+
+@dataclass(frozen=True)
+class Statistical:
+    """The statistical oracle's verdict on one implementation, as the lossless verdict
+    needs it: whether it ran, whether it rejected (``None``: it did not finish), the
+    family p-value, and which head/group/position carried a rejection."""
+
+    ran: bool = False
+    rejected: bool | None = None
+    p_value: float | None = None
+    carried_by: str = ""
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Rejected, or raised before it could judge: either way not shown lossless."""
+        return self.ran and (self.rejected is not False)
+
+    def describe(self) -> str:
+        if not self.ran:
+            return "statistical oracle not run"
+        if self.error is not None:
+            return f"statistical oracle could not judge it: {self.error}"
+        p = "nan" if self.p_value is None else f"{self.p_value:.3g}"
+        if self.rejected:
+            return f"statistical oracle REJECTED it (family p={p}; carried by {self.carriers()})"
+        return f"statistical oracle passed it (family p={p})"
+
+    def carriers(self, most: int = 4) -> str:
+        """The first ``most`` of ``carried_by`` (strongest first), and how many more."""
+        named = [part for part in self.carried_by.split(", ") if part]
+        more = f" and {len(named) - most} more" if len(named) > most else ""
+        return ", ".join(named[:most]) + more
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ran": self.ran,
+            "rejected": self.rejected,
+            "p_value": self.p_value,
+            "carried_by": self.carried_by,  # head/group/test of each rejection
+            "error": self.error,
+        }
+
+
+NOT_RUN = Statistical()
 
 
 def case_verdict(checks: Sequence[Record]) -> tuple[bool, bool]:
@@ -45,11 +97,27 @@ class Verdict:
     cases: int
     failures: tuple[tuple[str, str, str, str], ...]  # (case label, check, tier, detail)
     required: Requirement = "drop-in"  # what ``ok`` holds it to
+    statistical: Statistical = field(default=NOT_RUN)
+    replayable: bool = True  # False: some case's draws could not be replayed
+
+    def with_statistical(self, statistical: Statistical) -> Verdict:
+        """This verdict with the statistical oracle's part in it: rejected (or raised)
+        means not lossless, so not drop-in either."""
+        keep = not statistical.failed
+        return replace(
+            self,
+            lossless=self.lossless and keep,
+            drop_in=self.drop_in and keep,
+            statistical=statistical,
+        )
 
     @property
     def reason(self) -> str:
-        """Why it is not lossless (else not drop-in): the first such failure."""
+        """Why it is not lossless (else not drop-in): the first such failure, or the
+        statistical oracle's rejection when no lossless check failed."""
         wanted = "lossless" if not self.lossless else "drop_in"
+        if wanted == "lossless" and not any(f[2] == wanted for f in self.failures):
+            return self.statistical.describe()
         for label, check, tier, detail in self.failures:
             if tier == wanted:
                 return f"{check}: {detail} ({label})"
@@ -84,13 +152,26 @@ class Verdict:
             "drop_in": self.drop_in,
             "cases": self.cases,
             "summary": self.summary(),
+            "statistical": self.statistical.to_json(),
+            "replayable": self.replayable,
         }
+
+    def statistical_line(self) -> str:
+        """How the statistical oracle enters the lossless verdict, in one sentence."""
+        if not self.statistical.ran:
+            return "statistical part not run (lossless verdict from the checks alone)"
+        if not self.replayable:
+            return (
+                "draws not replayable: the statistical oracle carries the lossless verdict — "
+                + ("passed" if not self.statistical.failed else self.statistical.describe())
+            )
+        return self.statistical.describe()
 
 
 def implementation_verdict(records: Sequence[Record], name: str) -> Verdict:
     """The verdicts of implementation ``name`` over every record that ran it."""
     failures = []
-    lossless = drop_in = True
+    lossless = drop_in = replayable = True
     cases = 0
     for record in records:
         entry = record["implementations"].get(name)
@@ -105,7 +186,11 @@ def implementation_verdict(records: Sequence[Record], name: str) -> Verdict:
             for c in entry["checks"]
             if c["status"] == "fail"
         ]
-    return Verdict(name, lossless, drop_in, cases, tuple(failures))
+        replayable &= not any(
+            c["name"] == "noise_replay" and c["status"] == "skip" and NOT_REPLAYABLE in c["detail"]
+            for c in entry["checks"]
+        )
+    return Verdict(name, lossless, drop_in, cases, tuple(failures), replayable=replayable)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,313 @@
+"""How a comparison's records read: one verdict section per implementation, held to
+its role (``harness.pipeline.verdicts``) with the statistical oracle's part inside its
+lossless verdict when that ran; the divergence ledger between the pair; and the
+verdicts and checks tables, as ``Table`` blocks so they are aligned in the terminal
+and Markdown tables in a report; and the report's ``"verdicts"`` JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from harness.pipeline.ledger import LEDGER_CLASSES
+from harness.pipeline.verdicts import (
+    FIXED,
+    NOT_RUN,
+    REFERENCE,
+    Roles,
+    Statistical,
+    Verdict,
+    implementation_verdict,
+)
+from harness.render.sections import Block, Section, Table
+
+Record = dict[str, Any]
+Statisticals = Mapping[str, Statistical] | None  # None: the statistical oracle did not run
+
+
+def full_verdict(records: list[Record], name: str, statistical: Statisticals) -> Verdict:
+    """``name``'s verdicts from its checks with the statistical oracle's part in them."""
+    part = NOT_RUN if statistical is None else statistical.get(name, NOT_RUN)
+    return implementation_verdict(records, name).with_statistical(part)
+
+
+def _verdict_section(
+    name: str, records: list[Record], *, roles: Roles, title: str, statistical: Statisticals
+) -> Section:
+    """One implementation's verdicts held against its role, with the failing checks and
+    the statistical oracle's part."""
+    verdict = full_verdict(records, name, statistical)
+    failing = verdict.failures
+    lines = [
+        f"{label}: {check}: {detail}"
+        for label, check, tier, detail in failing
+        if tier == "lossless"
+    ]
+    drop_in_lines = [
+        f"{label}: {check}: {detail}"
+        for label, check, tier, detail in failing
+        if tier != "lossless"
+    ]
+    if drop_in_lines:
+        lines += ["", "not drop-in (bit-compatibility with the reference):", *drop_in_lines]
+    if verdict.statistical.failed:
+        lines += ["", verdict.statistical.describe()]
+        if verdict.statistical.carried_by:
+            lines.append(f"every rejected test: {verdict.statistical.carried_by}")
+    statistical_line = verdict.statistical_line()
+    lossless_failures = len([f for f in failing if f[2] == "lossless"])
+    failing_cases = len({label for label, _, tier, _ in failing if tier == "lossless"})
+    of_cases = f"{verdict.cases}/{verdict.cases} cases"
+    data = {"verdict": verdict.to_json()}
+    if name in roles.expect_fail:
+        ok = not verdict.lossless
+        line = (
+            f"{name}: fails a lossless check, as expected — {verdict.reason}"
+            if ok
+            else f"{name}: expected to fail a lossless check, but is {verdict.summary()}"
+        )
+        if lossless_failures or verdict.lossless:  # else the reason is the oracle's already
+            line += f"; {statistical_line}"
+        return Section(
+            title=title,
+            ok=ok,
+            verdict=line,
+            text="\n".join(lines).strip(),
+            data=data,
+        )
+    required = roles.requirement(name)
+    ok = verdict.meets(required)
+    if not verdict.lossless and not lossless_failures:
+        line = f"{name}: passes every lossless check on {of_cases}, but NOT lossless"
+    elif not verdict.lossless:
+        line = (
+            f"{name}: FAILS {lossless_failures} lossless check(s) "
+            f"on {failing_cases} of {verdict.cases} cases — {verdict.summary()}"
+        )
+    elif verdict.drop_in:
+        exactness = (
+            "bit-exact vs reference in float32, within dtype tolerance otherwise"
+            if name != REFERENCE
+            else "self-consistent"
+        )
+        line = f"{name}: clean on {of_cases} — lossless and drop-in ({exactness})"
+    else:
+        line = f"{name}: lossless on {of_cases}; not drop-in: {verdict.reason}"
+    line += f"; {statistical_line}"
+    if not ok:
+        line += f" [required: {required}]"
+    return Section(
+        title=title,
+        ok=ok,
+        verdict=line,
+        text="\n".join(lines).strip(),
+        data={**data, "required": required},
+    )
+
+
+def _ledger_section(records: list[Record], *, require_coverage: bool, roles: Roles) -> Section:
+    buggy, fixed = roles.pair
+    entries = [(r["label"], r["ledger"]) for r in records if r["ledger"] is not None]
+    broken = [(label, e) for label, e in entries if not e["holds"]]
+    seen = {name for _, e in entries for name in e["observed"]}
+    missing = sorted(set(LEDGER_CLASSES) - seen) if require_coverage else []
+    width = max((len(label) for label, _ in entries), default=10)
+    rows = []
+    for name in LEDGER_CLASSES:
+        showing = [(label, e) for label, e in entries if name in e["observed"]]
+        first = f"{showing[0][0]}: {showing[0][1]['evidence'].get(name, '')}" if showing else "-"
+        rows.append([name, len(showing), first[:150]])
+    classes_table = Table.of(
+        ["class", "cases", "first evidence"], rows, align=("left", "right", "left")
+    )
+    lines = [f"{'case'.ljust(width)}  divergence classes observed (evidence)"]
+    for label, entry in entries:
+        mark = "ok  " if entry["holds"] else "FAIL"
+        classes = ", ".join(entry["observed"]) or "-"
+        lines.append(f"{label.ljust(width)}  {mark} {classes}")
+        for name in entry["observed"]:
+            lines.append(f"{'':{width}}         {name}: {entry['evidence'].get(name, '')}")
+        if entry["latent"]:
+            lines.append(
+                f"{'':{width}}         latent (walks drew equal tokens): {entry['latent']}"
+            )
+        lines.extend(f"{'':{width}}         PROBLEM: {p}" for p in entry["problems"])
+    ok = not broken and not missing and bool(entries)
+    if ok:
+        verdict = (
+            f"{buggy}: reproduces the documented bug — ledger holds on {len(entries)}/"
+            f"{len(entries)} cases (pair {buggy},{fixed})"
+        )
+    else:
+        parts = []
+        if broken:
+            parts.append(f"ledger broken on {len(broken)} case(s)")
+        if missing:
+            parts.append(f"classes never observed: {', '.join(missing)}")
+        if not entries:
+            parts.append(f"{buggy} and {fixed} were not both run")
+        verdict = f"{buggy}: does NOT reproduce the documented bug — " + "; ".join(parts)
+    return Section(
+        title=f"Divergence ledger: {buggy} vs {fixed}",
+        ok=ok,
+        verdict=verdict,
+        blocks=(f"pair: {buggy} (buggy) vs {fixed} (fixed)", classes_table, "\n".join(lines)),
+        data={"pair": list(roles.pair)},
+    )
+
+
+CHECK_CODES = {
+    "ran": "RAN",
+    "outputs_written": "OUT",
+    "no_writes_outside_batch": "OOB",
+    "inputs_unchanged": "IN",
+    "teacher_forcing": "TF",
+    "noise_replay": "NR",
+    "greedy_consistency": "GC",
+    "greedy_rows_argmax": "GA",
+    "support": "SUP",
+    "fresh_noise": "FN",
+    "noise_budget": "NB",
+    "single_walk": "SW",
+    "matches_reference": "REF",
+}
+
+
+def _checks_cell(checks: list[dict[str, Any]]) -> str:
+    if not checks:
+        return "-"
+    lossless = [
+        CHECK_CODES.get(c["name"], c["name"])
+        for c in checks
+        if c["status"] == "fail" and c["tier"] == "lossless"
+    ]
+    drop_in = [
+        CHECK_CODES.get(c["name"], c["name"])
+        for c in checks
+        if c["status"] == "fail" and c["tier"] != "lossless"
+    ]
+    if lossless:
+        return "FAIL " + ",".join(lossless + drop_in)
+    if drop_in:
+        return "lossless; not drop-in " + ",".join(drop_in)
+    return "pass"
+
+
+def _checks_table(records: list[Record], names: list[str]) -> tuple[Block, ...]:
+    """The legend and the table of each case's failed checks per implementation."""
+    legend = "failed checks: " + ", ".join(f"{code}={name}" for name, code in CHECK_CODES.items())
+    rows = [
+        [
+            record["label"],
+            *(_checks_cell(record["implementations"].get(n, {}).get("checks", [])) for n in names),
+        ]
+        for record in records
+    ]
+    return legend, Table.of(["case", *names], rows)
+
+
+def comparison_sections(
+    records: list[Record],
+    *,
+    require_coverage: bool,
+    roles: Roles | None = None,
+    statistical: Statisticals = None,
+) -> list[Section]:
+    """Verdict sections: fixed, the pair's ledger, reference, then every other
+    implementation, each held to what its role requires; ``statistical`` (by name,
+    ``None`` when the oracle did not run) enters each lossless verdict."""
+    roles = roles or Roles()
+    names = list(records[0]["implementations"]) if records else []
+    sections: list[Section] = []
+    titles = {FIXED: "Fixed sampler", REFERENCE: "Reference oracle"}
+    ordered = [n for n in (FIXED, REFERENCE) if n in names]
+    ordered += [n for n in names if n not in ordered]
+    for name in ordered:
+        if name == roles.buggy and name not in roles.expect_fail:
+            continue
+        title = titles.get(name, f"Implementation {name}")
+        sections.append(
+            _verdict_section(name, records, roles=roles, title=title, statistical=statistical)
+        )
+    if roles.buggy in names and roles.fixed in names:
+        index = 1 if sections and sections[0].title == titles[FIXED] else 0
+        sections.insert(
+            index, _ledger_section(records, require_coverage=require_coverage, roles=roles)
+        )
+    if records:
+        sections.append(
+            Section(
+                title="Verdicts per implementation",
+                ok=True,
+                verdict="",
+                blocks=(_verdicts_table(records, roles=roles, statistical=statistical),),
+            )
+        )
+        sections.append(
+            Section(
+                title="Checks per implementation",
+                ok=True,
+                verdict="",
+                blocks=_checks_table(records, names),
+            )
+        )
+    return sections
+
+
+def _role(name: str, roles: Roles) -> tuple[str, str]:
+    """``(role, what it is held to)`` of one implementation."""
+    if name in roles.expect_fail:
+        return "expected to fail", "fails a lossless check"
+    if name == roles.buggy:
+        return f"buggy side of the pair with {roles.fixed}", "the divergence ledger"
+    if name == roles.fixed:
+        return f"fixed side of the pair with {roles.buggy}", roles.requirement(name)
+    return "judged", roles.requirement(name)
+
+
+def _statistical_cell(statistical: Statistical) -> str:
+    if not statistical.ran:
+        return "not run"
+    if statistical.error is not None:
+        return "raised"
+    return "REJECTED" if statistical.rejected else "pass"
+
+
+def _verdicts_table(records: list[Record], *, roles: Roles, statistical: Statisticals) -> Table:
+    """Implementation, role, requirement, the statistical part, the two verdicts, and why
+    not drop-in."""
+    rows = []
+    for name in records[0]["implementations"]:
+        verdict = full_verdict(records, name, statistical)
+        role, required = _role(name, roles)
+        rows.append(
+            [
+                name,
+                role,
+                required,
+                _statistical_cell(verdict.statistical),
+                "yes" if verdict.lossless else "NO",
+                "yes" if verdict.drop_in else "no",
+                verdict.summary()[:120],
+            ]
+        )
+    header = ["implementation", "role", "held to", "statistical", "lossless", "drop-in", "verdict"]
+    return Table.of(header, rows)
+
+
+def verdicts_json(
+    records: list[Record], *, roles: Roles, statistical: Statisticals = None
+) -> dict[str, Any]:
+    """Per implementation: its two verdicts (the statistical part in them), its role and
+    what it is held to; the roles."""
+    names = list(records[0]["implementations"]) if records else []
+    implementations = {}
+    for name in names:
+        role, required = _role(name, roles)
+        implementations[name] = {
+            **full_verdict(records, name, statistical).to_json(),
+            "role": role,
+            "held_to": required,
+        }
+    return {"roles": roles.to_json(), "implementations": implementations}

@@ -1,0 +1,158 @@
+"""The statistical oracle's verdict inside each implementation's lossless verdict.
+
+A planted defect whose draws cannot be replayed (``ReusedNoiseSampler``: one noise
+draw reused by every step) passes every lossless check, so only the oracle can
+see it: its verdict must be "not lossless", naming the head/group/position that
+carried the rejection. The correct alternative designs stay "lossless; not
+drop-in" with the statistical part passing; without the oracle the verdict says
+its statistical part was not run. The comparison tables are Markdown tables in a
+report. Fixed seeds throughout.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.cli.exit_codes import ExitCode
+from harness.oracles import section as stats_section
+from harness.pipeline.compare import compare, comparison_sections, verdicts_json
+from harness.pipeline.matrix import standard_matrix
+from harness.pipeline.verdicts import Roles, Statistical, implementation_verdict
+from harness.plugins.implementations import Implementation, builtin_implementations
+from harness.render.sections import Section, Table
+from tests.plugins import alternative_samplers
+from tests.plugins.stats_defects import ReusedNoiseSampler
+
+ALTERNATIVES = {
+    "pre": alternative_samplers.PrestagedNoiseSampler,  # replayable: one staged draw
+    "gumbel": alternative_samplers.UniformGumbelSampler,  # not replayable: uniform_
+    "multi": alternative_samplers.MultinomialSampler,  # not replayable: multinomial
+}
+NOT_REPLAYABLE = ("reused", "gumbel", "multi")
+REUSED_IMPL = "reused=tests.plugins.stats_defects:ReusedNoiseSampler"
+
+
+def _plugins() -> list[Implementation]:
+    reused = Implementation("reused", ReusedNoiseSampler, "test:ReusedNoiseSampler")
+    others = [Implementation(n, cls, f"test:{cls.__name__}") for n, cls in ALTERNATIVES.items()]
+    return [reused, *others]
+
+
+@pytest.fixture(scope="module")
+def judged() -> tuple[list[dict], dict[str, Statistical]]:
+    """The standard matrix's records and the oracle's verdicts, for fixed, reference, the
+    planted defect and the three alternative designs."""
+    implementations = [*builtin_implementations(("reference", "fixed")), *_plugins()]
+    records = compare(standard_matrix(seed=0), implementations, require_observable=True)
+    _, oracle = stats_section.report_stats(
+        seed=0, implementations=implementations, roles=Roles(require="lossless")
+    )
+    return records, stats_section.statistical_verdicts(oracle)
+
+
+def _sections(records: list[dict], statistical: dict[str, Statistical] | None) -> dict:
+    roles = Roles(require="lossless")
+    sections = comparison_sections(
+        records, require_coverage=False, roles=roles, statistical=statistical
+    )
+    return {s.title: s for s in sections}
+
+
+def test_a_defect_only_the_oracle_sees_is_not_lossless(judged) -> None:
+    records, statistical = judged
+    by_checks = implementation_verdict(records, "reused")
+    assert by_checks.lossless and not by_checks.replayable  # the checks cannot see it
+    part = statistical["reused"]
+    assert part.ran and part.rejected and part.p_value is not None and part.p_value < 1e-6
+    section = _sections(records, statistical)["Implementation reused"]
+    assert not section.ok
+    assert section.verdict.startswith("reused: passes every lossless check on 16/16 cases")
+    assert "NOT lossless" in section.verdict
+    assert "the statistical oracle carries the lossless verdict" in section.verdict
+    first = part.carried_by.split(", ")
+    assert f"carried by {', '.join(first[:4])} and {len(first) - 4} more)" in section.verdict
+    assert all(name.count("/") == 2 for name in first)  # head/group/test
+    assert "/pos " in first[0]  # the strongest carrier is a position
+    body = verdicts_json(records, roles=Roles(require="lossless"), statistical=statistical)
+    entry = body["implementations"]["reused"]
+    assert (entry["lossless"], entry["drop_in"]) == (False, False)
+    assert entry["statistical"]["rejected"] is True
+    assert entry["statistical"]["carried_by"] == part.carried_by
+    assert "statistical oracle REJECTED" in entry["summary"]
+
+
+def test_alternative_designs_stay_lossless_not_drop_in_with_the_statistical_part_passing(
+    judged,
+) -> None:
+    records, statistical = judged
+    sections = _sections(records, statistical)
+    body = verdicts_json(records, roles=Roles(require="lossless"), statistical=statistical)
+    for name in ALTERNATIVES:
+        entry = body["implementations"][name]
+        assert (entry["lossless"], entry["drop_in"]) == (True, False), entry["summary"]
+        assert entry["summary"].startswith("lossless; not drop-in: ")
+        assert entry["statistical"]["ran"] and entry["statistical"]["rejected"] is False
+        assert entry["statistical"]["p_value"] > 1e-6
+        section = sections[f"Implementation {name}"]
+        assert section.ok, section.verdict
+        carried = "draws not replayable: the statistical oracle carries the lossless verdict"
+        assert (f"{carried} — passed" in section.verdict) == (name in NOT_REPLAYABLE)
+    assert "statistical oracle passed it" in sections["Implementation pre"].verdict
+    assert body["implementations"]["fixed"]["drop_in"] is True
+
+
+def test_without_the_oracle_the_verdict_says_its_statistical_part_was_not_run(judged) -> None:
+    records, _ = judged
+    sections = _sections(records, None)
+    assert "statistical part not run" in sections["Fixed sampler"].verdict
+    assert sections["Implementation reused"].ok  # the checks alone cannot see the defect
+    body = verdicts_json(records, roles=Roles(require="lossless"))
+    for entry in body["implementations"].values():
+        assert entry["statistical"] == {
+            "ran": False,
+            "rejected": None,
+            "p_value": None,
+            "carried_by": "",
+            "error": None,
+        }
+
+
+def test_comparison_tables_are_markdown_tables_and_aligned_text(judged) -> None:
+    records, statistical = judged
+    sections = _sections(records, statistical)
+    for title in ("Verdicts per implementation", "Checks per implementation"):
+        section: Section = sections[title]
+        assert any(isinstance(b, Table) for b in section.blocks)
+        markdown = section.markdown()
+        assert "```" not in markdown, title
+        rows = [line for line in markdown.splitlines() if line.startswith("|")]
+        assert len(rows) >= 3 and rows[1].startswith("|--"), title
+        assert len({len(line) for line in rows}) == 1, title  # a padded Markdown table
+        assert "|" not in section.text.splitlines()[-1], title  # the terminal text is not
+    verdicts = sections["Verdicts per implementation"].markdown()
+    assert "| statistical " in verdicts and "REJECTED" in verdicts
+
+
+def test_report_command_carries_the_statistical_verdict_into_json_and_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gumbel = "gumbel=tests.plugins.alternative_samplers:UniformGumbelSampler"
+    argv = ["report", "--impl", REUSED_IMPL, "--impl", gumbel, "--no-work", "--quiet"]
+    argv += ["--require", "lossless", "--out-dir", str(tmp_path), "--json"]
+    assert main([*argv, "--expect-fail", "reused"]) == ExitCode.OK
+    body = json.loads(capsys.readouterr().out)
+    verdicts = body["verdicts"]["implementations"]
+    assert verdicts["reused"]["lossless"] is False
+    assert verdicts["reused"]["statistical"]["rejected"] is True
+    assert verdicts["gumbel"]["lossless"] is True
+    assert verdicts["gumbel"]["statistical"]["rejected"] is False
+    assert verdicts["legacy"]["statistical"]["rejected"] is True
+    line = next(s["verdict"] for s in body["sections"] if s["title"] == "Implementation reused")
+    assert line.startswith("reused: fails a lossless check, as expected — statistical oracle")
+    assert line.count("REJECTED") == 1
+    markdown = (tmp_path / "report.md").read_text()
+    assert "| implementation " in markdown and "| class " in markdown
