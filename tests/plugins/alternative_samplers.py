@@ -65,42 +65,36 @@ class PrestagedNoiseSampler(FixedSampler):
         return sample_step
 
 
-def _scaled(step_logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:
-    return step_logits.float() / temperatures.float().unsqueeze(-1)  # [bs, V]
+class _RowDrawSampler(FixedSampler):
+    """The fixed sampler whose sampled rows draw with ``draw(scaled_logits) -> [bs]``,
+    where ``scaled_logits = float(step logits) / T``; greedy rows take the argmax."""
+
+    def draw(self, scaled: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def step_sampler(self, bs: int) -> StepSampler:
+        if not self.folded_sampling:
+            return greedy_step
+        temperatures, greedy = self.temperatures[:bs], self.greedy_mask[:bs]
+
+        def sample_step(step_logits: torch.Tensor, step_idx: int) -> torch.Tensor:
+            del step_idx
+            scaled = step_logits.float() / temperatures.float().unsqueeze(-1)  # [bs, V]
+            return torch.where(greedy, torch.argmax(scaled, dim=-1), self.draw(scaled))
+
+        return sample_step
 
 
-class UniformGumbelSampler(FixedSampler):
+class UniformGumbelSampler(_RowDrawSampler):
     """Gumbel-max with the Gumbel noise made from ``uniform_`` draws."""
 
-    def step_sampler(self, bs: int) -> StepSampler:
-        if not self.folded_sampling:
-            return greedy_step
-        temperatures, greedy = self.temperatures[:bs], self.greedy_mask[:bs]
-
-        def sample_step(step_logits: torch.Tensor, step_idx: int) -> torch.Tensor:
-            del step_idx
-            scaled = _scaled(step_logits, temperatures)
-            uniform = torch.empty_like(scaled).uniform_()  # [bs, V]
-            gumbel = -torch.log(-torch.log(uniform))
-            sampled = torch.argmax(scaled + gumbel, dim=-1)
-            return torch.where(greedy, torch.argmax(scaled, dim=-1), sampled)
-
-        return sample_step
+    def draw(self, scaled: torch.Tensor) -> torch.Tensor:
+        uniform = torch.empty_like(scaled).uniform_()  # [bs, V]
+        return torch.argmax(scaled - torch.log(-torch.log(uniform)), dim=-1)
 
 
-class MultinomialSampler(FixedSampler):
+class MultinomialSampler(_RowDrawSampler):
     """``softmax(logits / T)`` then ``torch.multinomial``, as DeepSpec's sampler draws."""
 
-    def step_sampler(self, bs: int) -> StepSampler:
-        if not self.folded_sampling:
-            return greedy_step
-        temperatures, greedy = self.temperatures[:bs], self.greedy_mask[:bs]
-
-        def sample_step(step_logits: torch.Tensor, step_idx: int) -> torch.Tensor:
-            del step_idx
-            scaled = _scaled(step_logits, temperatures)
-            probs = torch.softmax(scaled, dim=-1)  # [bs, V]
-            sampled = torch.multinomial(probs, 1).squeeze(-1)
-            return torch.where(greedy, torch.argmax(scaled, dim=-1), sampled)
-
-        return sample_step
+    def draw(self, scaled: torch.Tensor) -> torch.Tensor:
+        return torch.multinomial(torch.softmax(scaled, dim=-1), 1).squeeze(-1)
