@@ -6,6 +6,8 @@ buffers with sentinels, stages the sampling parameters and runs one call — the
 server's protocol: staging before every call — all under the observers, then
 copies the live batch out and notes any write past it. Cases with sampled rows
 get a second staged call on the same inputs (each call must draw fresh noise).
+A case with ``replays`` then lives a server's life on a new instance
+(``harness.pipeline.life``).
 The caller's RNG state is restored afterwards. An implementation that raises
 (``SystemExit`` and its own ``KeyboardInterrupt`` included) is a recorded result,
 never a crash of the harness; the time limit covers construction, staging and the
@@ -23,7 +25,7 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -40,6 +42,9 @@ from harness.pipeline.observe import (
 from harness.plugins.construct import bind_constructor, construct_sampler
 from harness.plugins.implementations import Implementation
 from reference import BlockInputs
+
+if TYPE_CHECKING:
+    from harness.pipeline.life import Life
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,10 @@ class ImplResult:
     mutated_inputs: list[str] = field(default_factory=list)  # shared inputs it changed
     leaked_state: list[str] = field(default_factory=list)  # global settings it changed
     second_call: ImplResult | None = None  # the next staged call on the same inputs
+    # Draws made before this call that it may consume (noise drawn at construction or
+    # at the end of the previous call: double-buffered designs).
+    carried_draws: list[RandomDraw] = field(default_factory=list)
+    life: Life | None = None  # the case's server life on a new instance, if it has one
 
     @property
     def ok(self) -> bool:
@@ -188,10 +197,16 @@ def fill_sentinels(sampler: object) -> None:
             buffer.fill_(math.nan)
 
 
-def read_outputs(sampler: object, case: Case, result: ImplResult) -> None:
-    """Copy the written part of each output buffer, checking its shape and dtype."""
+def read_outputs(
+    sampler: object, case: Case, result: ImplResult, *, out: torch.Tensor | None = None
+) -> None:
+    """Copy the written part of each output buffer, checking its shape and dtype.
+
+    ``out`` is the server's own token buffer, passed at construction: read it instead
+    of the sampler's, as the verifier would."""
     rows = case.bs * case.gamma
-    out = _read_buffer(sampler, "out")
+    if out is None:
+        out = _read_buffer(sampler, "out")
     if out is None or out.dtype != torch.int64 or out.dim() != 1 or out.numel() < rows:
         described = "missing" if out is None else f"{out.dtype} {tuple(out.shape)}"
         raise OutputError(f"out must be an int64 vector of >= bs*gamma={rows}, got {described}")
@@ -232,11 +247,13 @@ def construct_for_case(
     case: Case,
     inputs: CaseInputs,
     model: torch.nn.Module | None = None,
+    out: torch.Tensor | None = None,
 ) -> Any:
     """A sampler for the case, constructed in the class's own calling convention
     (``harness.plugins.construct``); nothing staged yet.
 
-    ``model`` replaces the case's model (timing swaps in precomputed base logits).
+    ``model`` replaces the case's model (timing swaps in precomputed base logits);
+    ``out`` is a server-owned token buffer, for a constructor that takes ``out=``.
     """
     return construct_sampler(
         bind_constructor(sampler_class),
@@ -247,6 +264,7 @@ def construct_for_case(
         confidence_fn=inputs.confidence_fn,
         folded_sampling=case.folded_sampling,
         fused_greedy=case.fused_greedy,
+        out=out,
     )
 
 
@@ -287,8 +305,10 @@ def _observed_call(
     dispatch: DispatchObserver,
     result: ImplResult,
     time_limit_s: float | None,
+    out: torch.Tensor | None = None,
 ) -> None:
-    """Stage, then call, under the observers (the server stages before every replay)."""
+    """Stage, then call, under the observers (the server stages before every replay);
+    ``out``: the server's token buffer the outputs are read from."""
     head_counts = HeadCounts()
     try:
         with time_limit(time_limit_s):
@@ -301,7 +321,7 @@ def _observed_call(
         result.noise_draws = dispatch.noise_draws
         result.random_draws = list(dispatch.draws)
         result.walk_tokens = head_counts.walk_tokens
-    read_outputs(sampler, case, result)
+    read_outputs(sampler, case, result, out=out)
     result.outside_writes = outside_batch_writes(sampler, case)
 
 
@@ -323,6 +343,7 @@ def run_implementation(
             dispatch = DispatchObserver(record_noise=record_noise)
             with time_limit(time_limit_s), dispatch.in_phase("construction"):
                 sampler = construct_for_case(implementation.sampler_class, case=case, inputs=inputs)
+            result.carried_draws = list(dispatch.draws)  # construction's draws
             fill_sentinels(sampler)
             _observed_call(
                 sampler,
@@ -346,12 +367,30 @@ def run_implementation(
                     result=second,
                     time_limit_s=time_limit_s,
                 )
+                second.carried_draws = latest_draws(result)
                 result.second_call = second
+            if case.replays:
+                from harness.pipeline.life import run_life  # the life builds on these helpers
+
+                result.life = run_life(
+                    implementation,
+                    case=case,
+                    inputs=inputs,
+                    record_noise=record_noise,
+                    time_limit_s=time_limit_s,
+                )
     except BaseException as error:  # SystemExit too: the implementation failed, go on
         reraise_stop_request(error)
         result.error = raised_error(error)
     reraise_stop_request(None)  # a stop the implementation swallowed still stops the run
     return result
+
+
+def latest_draws(result: ImplResult) -> list[RandomDraw]:
+    """The draws a call made (its staging and its call), or, when it made none, the
+    draws it was carried: what the next call of the instance may consume."""
+    own = [d for d in result.random_draws if d.phase != "construction"]
+    return own or result.carried_draws
 
 
 def work_counts(head_counts: HeadCounts, dispatch: DispatchObserver) -> WorkCounts:

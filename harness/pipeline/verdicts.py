@@ -27,7 +27,7 @@ LEGACY, FIXED, REFERENCE = "legacy", "fixed", "reference"
 ALWAYS_DROP_IN = (FIXED, REFERENCE)  # built-ins held to drop-in whatever is required
 DEFAULT_PAIR = (LEGACY, FIXED)
 Record = dict[str, Any]
-NOT_REPLAYABLE = "draws not replayable"  # how noise_replay says it skipped
+NOT_REPLAYABLE = "not replayable"  # how noise_replay says it skipped
 
 
 class RolesError(ValueError):
@@ -162,7 +162,8 @@ class Verdict:
             return "statistical part not run (lossless verdict from the checks alone)"
         if not self.replayable:
             return (
-                "draws not replayable: the statistical oracle carries the lossless verdict — "
+                "draws not visible / not replayable: the statistical oracle carries the "
+                "lossless verdict — "
                 + ("passed" if not self.statistical.failed else self.statistical.describe())
             )
         return self.statistical.describe()
