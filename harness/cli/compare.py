@@ -12,12 +12,13 @@ from harness.cli.options import (
     add_resume_option,
     add_role_options,
     add_selection_options,
+    add_thorough_option,
     journal_path,
     judged_implementations,
+    matrix_cases,
 )
 from harness.pipeline.case import Case
 from harness.pipeline.compare import compare, comparison_sections, verdicts_json
-from harness.pipeline.matrix import standard_matrix
 from harness.plugins.implementations import parse_names
 from harness.render.progress import progress_printer
 
@@ -25,6 +26,7 @@ from harness.render.progress import progress_printer
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_selection_options(parser, verb="run")
     add_role_options(parser)
+    add_thorough_option(parser)
     add_resume_option(parser)
     add_isolate_option(parser)
 
@@ -36,7 +38,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         if args.device != "cpu":
             cases = [c.with_changes(device=args.device) for c in cases]
     else:
-        cases = standard_matrix(seed=args.seed, device=args.device)
+        cases = matrix_cases(args)
     started = time.perf_counter()
     records = compare(
         cases,

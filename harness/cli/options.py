@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from harness.pipeline.case import Case
+from harness.pipeline.matrix import standard_matrix, thorough_matrix
 from harness.pipeline.verdicts import DEFAULT_PAIR, REQUIREMENTS, Requirement, Roles, RolesError
 from harness.plugins.implementations import (
     BUILTIN_IMPLEMENTATIONS,
@@ -51,6 +53,24 @@ def add_selection_options(parser: argparse.ArgumentParser, *, verb: str) -> None
         help=f"built-in implementations to {verb}, comma-separated (default: all three)",
     )
     add_impl_option(parser, verb=f"also {verb}")
+
+
+def add_thorough_option(parser: argparse.ArgumentParser) -> None:
+    """``--thorough``: the standard matrix plus production shapes."""
+    parser.add_argument(
+        "--thorough",
+        action="store_true",
+        help=(
+            "add production shapes to the matrix: V 129280 and 151936, bf16 and fp16, "
+            "bs 1 and 256, a longer life (minutes on a CPU; within --max-memory)"
+        ),
+    )
+
+
+def matrix_cases(args: argparse.Namespace) -> list[Case]:
+    """The matrix ``--thorough`` asks for, at ``--seed`` on ``--device``."""
+    matrix = thorough_matrix if args.thorough else standard_matrix
+    return matrix(seed=args.seed, device=args.device)
 
 
 def comma_separated(

@@ -18,12 +18,13 @@ from harness.cli.options import (
     add_isolate_option,
     add_resume_option,
     add_role_options,
+    add_thorough_option,
     journal_path,
     judged_implementations,
+    matrix_cases,
 )
 from harness.io.files import write_atomically
 from harness.pipeline.compare import compare, comparison_sections, verdicts_json
-from harness.pipeline.matrix import standard_matrix
 from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
 from harness.render.figures import PLOT_EXTRA_HINT
 from harness.render.progress import Progress, progress_printer
@@ -33,6 +34,7 @@ from harness.render.sections import Section
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_impl_option(parser)
     add_role_options(parser)
+    add_thorough_option(parser)
     add_resume_option(parser)
     add_isolate_option(parser)
     parser.add_argument("--no-stats", action="store_true", help="skip the statistical oracle")
@@ -42,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def command(args: argparse.Namespace) -> ExitCode:
     progress = progress_printer(quiet=args.quiet)
     started = time.perf_counter()
-    cases = standard_matrix(seed=args.seed, device=args.device)
+    cases = matrix_cases(args)
     implementations, roles = judged_implementations(args, list(BUILTIN_IMPLEMENTATIONS))
     records = compare(
         cases,

@@ -27,7 +27,7 @@ from harness.pipeline.check_result import (
     skipped,
     tier_of,
 )
-from harness.pipeline.life import LifeReplay
+from harness.pipeline.life import LifeReplay, replay_inputs
 from harness.pipeline.observe import NOISE_OP, RandomDraw
 from harness.pipeline.runner import TOKEN_SENTINEL, CaseRun, ImplResult
 from reference import exponential_race_torch, teacher_forced_logits
@@ -505,10 +505,11 @@ def check_matches_reference(run: CaseRun, result: ImplResult, reference: ImplRes
 def replay_run(run: CaseRun, replay: LifeReplay) -> CaseRun:
     """One replay of the life as a run of its own: its case, inputs and result."""
     case = replay.step.case_of(run.case)
+    inputs = replay_inputs(run.case, replay.step, run.inputs)  # pristine, from the seed
     return CaseRun(
         case=case,
-        inputs=replay.inputs,
-        block=case_block(case, replay.inputs),
+        inputs=inputs,
+        block=case_block(case, inputs),
         results={replay.result.name: replay.result},
     )
 

@@ -25,6 +25,7 @@ import torch
 
 from harness.pipeline.case import Case, CaseInputs, build_inputs
 from harness.pipeline.interrupts import stop_on_signals
+from harness.pipeline.life import Life
 from harness.pipeline.observe import RandomDraw
 from harness.pipeline.runner import (
     DEFAULT_TIME_LIMIT_S,
@@ -46,6 +47,9 @@ def _on_device(result: ImplResult, device: torch.device) -> ImplResult:
             setattr(result, item.name, value.to(device))
         elif isinstance(value, ImplResult):  # the second call
             _on_device(value, device)
+        elif isinstance(value, Life):
+            for replay in value.replays:
+                _on_device(replay.result, device)
         elif isinstance(value, list) and value and isinstance(value[0], torch.Tensor):
             setattr(result, item.name, [t.to(device) for t in value])
         elif isinstance(value, list) and value and isinstance(value[0], RandomDraw):

@@ -144,10 +144,10 @@ def replay_inputs(case: Case, step: LifeStep, inputs: CaseInputs) -> CaseInputs:
 
 @dataclass
 class LifeReplay:
-    """One replay's step, its inputs and what the sampler produced."""
+    """One replay's step and what the sampler produced (its inputs are regenerated from
+    the step with ``replay_inputs``)."""
 
     step: LifeStep
-    inputs: CaseInputs
     result: ImplResult
 
 
@@ -159,7 +159,6 @@ class Life:
     planned: int = 0  # replays the schedule asked for
     out_passed: bool = False  # the constructor took the server's out= buffer
     error: RaisedError | None = None  # construction raised
-    construction_draws: list[RandomDraw] = field(default_factory=list)
 
 
 def run_life(
@@ -192,12 +191,11 @@ def run_life(
         reraise_stop_request(error)
         life.error = raised_error(error)
         return life
-    life.construction_draws = list(construction.draws)
-    carried = life.construction_draws
+    carried: list[RandomDraw] = list(construction.draws)
     for step in steps:
         step_case, step_inputs = step.case_of(case), replay_inputs(case, step, inputs)
         result = ImplResult(name=implementation.name, carried_draws=carried)
-        life.replays.append(LifeReplay(step=step, inputs=step_inputs, result=result))
+        life.replays.append(LifeReplay(step=step, result=result))
         fill_sentinels(sampler)
         if server_out is not None:
             server_out.fill_(TOKEN_SENTINEL)
