@@ -301,8 +301,8 @@ def test_the_reports_work_section_gets_the_plugins_and_the_pair(
         calls.append(kwargs)
         return Section(title=work_report.WORK_TITLE, ok=True, verdict="recorded", blocks=())
 
-    matrix = report.standard_matrix
-    monkeypatch.setattr(report, "standard_matrix", lambda **kw: matrix(**kw)[:1])  # one case
+    matrix = report.matrix_cases
+    monkeypatch.setattr(report, "matrix_cases", lambda args: matrix(args)[:1])  # one case
     monkeypatch.setattr(work_report, "report_section", recorded)
     argv = ["report", "--quiet", "--no-stats", "--out-dir", str(tmp_path)]
     main([*argv, "--impl", BEFORE, "--impl", AFTER, "--pair", "before,after"])

@@ -328,7 +328,7 @@ def check_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
         if same_noise(first_noise, second_noise):
             return failed(
                 name,
-                "the second call used the same noise as the first "
+                "the second call drew the same noise as the first "
                 f"({describe_draws(call_draws(second) or second.carried_draws)})",
             )
     elif first_noise is not None and not call_draws(second):

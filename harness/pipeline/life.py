@@ -174,7 +174,7 @@ def run_life(
     runner's RNG fork and guards; a replay that raises is recorded and ends the life."""
     device = torch.device(case.device)
     steps = life_schedule(case)
-    takes_out = "out" in bind_constructor(implementation.sampler_class).keywords
+    takes_out = bind_constructor(implementation.sampler_class).takes_out
     server_out = (
         torch.full((case.max_bs * case.gamma,), TOKEN_SENTINEL, dtype=torch.int64, device=device)
         if takes_out

@@ -87,7 +87,7 @@ def standard_matrix(*, seed: int = 0, device: str = "cpu") -> list[Case]:
         ),
         ("folded-sampled/gated/gamma=7", {**small, **rows, "gamma": 7, "head_kind": "gated"}),
         (
-            "folded-sampled/vanilla/bs=64/gamma=8",
+            "folded-sampled/bs=64/gamma=8",
             {**small, **mixed_rows(64), "bs": 64, "gamma": 8, "max_bs": 72},
         ),
         ("folded-all-greedy/vanilla", {**small, **greedy, "gamma": 2}),
