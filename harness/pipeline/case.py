@@ -190,6 +190,7 @@ class Case:
         return (
             f"{self.head_kind}/{layout}/{mode}/{self.dtype} bs={self.bs} g={self.gamma} "
             f"V={self.vocab_size} H={self.hidden_size} r={self.markov_rank} seed={self.seed}"
+            + (f" replays={self.replays}" if self.replays else "")
         )
 
     # -- JSON ---------------------------------------------------------------------------------

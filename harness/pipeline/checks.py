@@ -514,11 +514,12 @@ def replay_run(run: CaseRun, replay: LifeReplay) -> CaseRun:
     )
 
 
-def _life_skip(name: str, result: ImplResult) -> CheckResult | None:
-    """The skip of a life check when there is no life to judge."""
+def _without_life(name: str, result: ImplResult) -> CheckResult | None:
+    """A life check's outcome when there is no life to judge: a skip when none was run
+    (a result replayed from a CUDA graph), a failure when its construction raised."""
     life = result.life
     if life is None:
-        return skipped(name, "no life: the case has no replays")
+        return skipped(name, "no life was run for this result")
     if life.error is not None:
         return failed(name, f"construction for the life raised {life.error.summary()}")
     return None
@@ -554,9 +555,9 @@ def check_life_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
     """No replay with sampled rows uses the noise of any earlier one of the instance (on
     the rows both drew), wherever the noise is visible."""
     name = "life_fresh_noise"
-    skip = _life_skip(name, result)
-    if skip is not None:
-        return skip
+    without = _without_life(name, result)
+    if without is not None:
+        return without
     assert result.life is not None
     if not run.case.folded_sampling:
         return skipped(name, "greedy fold: no noise")
@@ -587,9 +588,9 @@ def check_life_server_buffer(run: CaseRun, result: ImplResult) -> CheckResult:
     """The token buffer the server passed at construction (``out=``) holds every replay's
     tokens: that is the buffer the verifier reads."""
     name = "life_server_buffer"
-    skip = _life_skip(name, result)
-    if skip is not None:
-        return skip
+    without = _without_life(name, result)
+    if without is not None:
+        return without
     assert result.life is not None
     if not result.life.out_passed:
         return skipped(name, "the constructor takes no out= buffer")
@@ -609,9 +610,9 @@ def life_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
     """The checks of the case's life, if it has one (none otherwise)."""
     if not run.case.replays or not result.ok:
         return []
-    skip = _life_skip("life_replays", result)
-    if skip is not None:
-        return [skip]
+    without = _without_life("life_replays", result)
+    if without is not None:
+        return [without]
     failures = replay_failures(run, result)  # once for both tiers: each replay is a full run
     return [
         _replay_verdict("life_replays", result, failures["lossless"]),
