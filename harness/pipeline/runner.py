@@ -30,7 +30,6 @@ import torch
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.guard import (
     AlarmBackstop,
-    GlobalState,
     changed_inputs,
     implementation_world,
     input_digests,
@@ -339,22 +338,23 @@ def run_implementation(
     device = torch.device(case.device)
     try:
         with same_rng_start(device, case.seed), torch.inference_mode():
-            state = GlobalState.capture()  # inside the run's own modes
-            dispatch = DispatchObserver(record_noise=record_noise)
-            with time_limit(time_limit_s), dispatch.in_phase("construction"):
-                sampler = construct_for_case(implementation.sampler_class, case=case, inputs=inputs)
-            fill_sentinels(sampler)
-            _observed_call(
-                sampler,
-                case=case,
-                inputs=inputs,
-                dispatch=dispatch,
-                result=result,
-                time_limit_s=time_limit_s,
-            )
             # A leak undone by the next call (a toggled flag) is still a leak: check each call.
-            result.leaked_state = state.differences(GlobalState.capture())
-            state.restore()
+            with implementation_world(owner=implementation.name) as first_call:
+                dispatch = DispatchObserver(record_noise=record_noise)
+                with time_limit(time_limit_s), dispatch.in_phase("construction"):
+                    sampler = construct_for_case(
+                        implementation.sampler_class, case=case, inputs=inputs
+                    )
+                fill_sentinels(sampler)
+                _observed_call(
+                    sampler,
+                    case=case,
+                    inputs=inputs,
+                    dispatch=dispatch,
+                    result=result,
+                    time_limit_s=time_limit_s,
+                )
+            result.leaked_state = first_call.lines
             if case.has_sampled_rows:
                 second = ImplResult(name=implementation.name)
                 fill_sentinels(sampler)
