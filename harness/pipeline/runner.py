@@ -34,7 +34,13 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
-from harness.pipeline.guard import GlobalState, changed_inputs, input_digests
+from harness.pipeline.guard import (
+    AlarmBackstop,
+    changed_inputs,
+    implementation_world,
+    input_digests,
+    take_thread_blame,
+)
 from harness.pipeline.interrupts import reraise_stop_request
 from harness.pipeline.observe import (
     DispatchObserver,
@@ -139,6 +145,7 @@ TOKEN_SENTINEL = -1  # never a token id: shows an unwritten ``out`` entry
 
 
 TIMEOUT_REFIRE_S = 0.5  # a swallowed timeout fires again this often
+BACKSTOP_PERIOD_S = 4 * TIMEOUT_REFIRE_S  # no alarm heard for this long: SIGALRM is lost
 
 
 @contextmanager
@@ -160,19 +167,31 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     assert seconds is not None
     message = f"call exceeded the time limit of {seconds:g} s"
     fired = False
+    # the code may ignore, replace or block SIGALRM: then the backstop raises the timeout
+    backstop = AlarmBackstop(
+        first_s=seconds + BACKSTOP_PERIOD_S, every_s=BACKSTOP_PERIOD_S, exception=CallTimeout
+    )
 
     def on_alarm(signum: int, frame: object) -> None:
         nonlocal fired
         fired = True
+        backstop.heard()
         raise CallTimeout(message)
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
     try:
-        yield
+        with backstop:
+            yield
+    except CallTimeout as error:
+        if error.args:
+            raise
+        fired = True  # the backstop's: SIGALRM did not reach the limit's handler
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+    if backstop.raised:
+        raise CallTimeout(message + " (SIGALRM was ignored, replaced or blocked)")
     if fired:  # the block caught the timeout and carried on: still a timeout
         raise CallTimeout(message + " (the implementation caught the timeout)")
 
@@ -384,22 +403,23 @@ def run_implementation(
 
     def construct_and_call() -> None:
         with same_rng_start(device, case.seed), torch.inference_mode():
-            state = GlobalState.capture()  # inside the run's own modes
-            dispatch = DispatchObserver(record_noise=record_noise)
-            with time_limit(time_limit_s), dispatch.in_phase("construction"):
-                sampler = construct_for_case(implementation.sampler_class, case=case, inputs=inputs)
-            fill_sentinels(sampler)
-            _observed_call(
-                sampler,
-                case=case,
-                inputs=inputs,
-                dispatch=dispatch,
-                result=result,
-                time_limit_s=time_limit_s,
-            )
             # A leak undone by the next call (a toggled flag) is still a leak: check each call.
-            result.leaked_state = state.differences(GlobalState.capture())
-            state.restore()
+            with implementation_world(owner=implementation.name) as first_call:
+                dispatch = DispatchObserver(record_noise=record_noise)
+                with time_limit(time_limit_s), dispatch.in_phase("construction"):
+                    sampler = construct_for_case(
+                        implementation.sampler_class, case=case, inputs=inputs
+                    )
+                fill_sentinels(sampler)
+                _observed_call(
+                    sampler,
+                    case=case,
+                    inputs=inputs,
+                    dispatch=dispatch,
+                    result=result,
+                    time_limit_s=time_limit_s,
+                )
+            result.leaked_state = first_call.lines
             if case.has_sampled_rows:
                 second = ImplResult(name=implementation.name)
                 fill_sentinels(sampler)
@@ -442,8 +462,7 @@ def run_guarded(
     and after (changes land in ``mutated_inputs``), and the global state is restored
     afterwards (changes land in ``leaked_state``)."""
     before_inputs = input_digests(inputs)
-    before_state = GlobalState.capture()
-    try:
+    with implementation_world(owner=implementation.name) as world:
         result = run_implementation(
             implementation,
             case=case,
@@ -451,10 +470,7 @@ def run_guarded(
             record_noise=record_noise,
             time_limit_s=time_limit_s,
         )
-    finally:
-        after_state = GlobalState.capture()
-        before_state.restore()
-    leaks = [*result.leaked_state, *before_state.differences(after_state)]
+    leaks = [*result.leaked_state, *world.lines]
     result.leaked_state = list(dict.fromkeys(leaks))  # once each, in order
     result.mutated_inputs = changed_inputs(before_inputs, input_digests(inputs))
     return result
@@ -490,5 +506,7 @@ def run_case(
         if result.mutated_inputs:  # generated from the seed on the CPU: rebuilding is exact
             inputs = build_inputs(case)
         results[impl.name] = result
+        for name, earlier in results.items():  # its threads may have acted in later calls
+            earlier.leaked_state += take_thread_blame(name)
     block = case_block(case, inputs)
     return CaseRun(case=case, inputs=inputs, block=block, results=results)

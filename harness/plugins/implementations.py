@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fixed import DsparkDraftSampler as FixedSampler
+from harness.pipeline.guard import import_world
 from harness.plugins.construct import REQUIRED_KEYWORDS, bind_constructor
 from harness.plugins.errors import ImplementationError
 from harness.plugins.functional import functional_sampler_class
@@ -151,6 +152,12 @@ def _split_target(text: str, target: str) -> tuple[str, str, bool]:
     return left, attribute, False
 
 
+def file_module_name(name: str) -> str:
+    """The module a file plug-in named ``name`` is loaded as: two names with the same
+    module (``a-b`` and ``a_b``) cannot both take part."""
+    return f"dspark_impl_{name.replace('-', '_')}"
+
+
 def split_impl_spec(text: str) -> tuple[str, str, str, bool]:
     """``(name, module or path, attribute, is_file)`` of an ``--impl`` spec; nothing loaded."""
     name, sep, target = text.partition("=")
@@ -172,9 +179,12 @@ def parse_impl_spec(text: str) -> Implementation:
     name, where, attribute, is_file = split_impl_spec(text)
     check_impl_name(name)
     if not is_file:
-        return _implementation(name, import_named_module(where, spec=text), where, attribute, text)
-    module_name = f"dspark_impl_{name.replace('-', '_')}"
-    loaded = load_source_file(where, module_name=module_name, spec=text)
+        with import_world():
+            loaded = import_named_module(where, spec=text)
+        return _implementation(name, loaded, where, attribute, text)
+    module_name = file_module_name(name)
+    with import_world():
+        loaded = load_source_file(where, module_name=module_name, spec=text)
     try:
         return _implementation(name, loaded, where, attribute, text)
     except ImplementationError:
@@ -222,16 +232,27 @@ def select_implementations(
             f"expected some of {list(BUILTIN_IMPLEMENTATIONS)}"
         )
     implementations = builtin_implementations(tuple(names))
+    modules: dict[str, str] = {}  # file_module_name -> the --impl name that has it
+    for spec in specs:
+        name = spec.partition("=")[0]
+        if not name:
+            continue  # parse_impl_spec names the form expected
+        taken = modules.get(file_module_name(name))
+        if taken == name:
+            raise ImplementationError(f"--impl name {name!r} given twice")
+        if taken is not None:  # one module for both: the second would replace the first
+            raise ImplementationError(
+                f"--impl names {taken!r} and {name!r} differ only in '-' against '_'; "
+                "expected names that stay distinct with '-' read as '_'"
+            )
+        modules[file_module_name(name)] = name
     for spec in specs:
         if isolate:
             from harness.pipeline.isolation import worker_only
 
-            extra = worker_only(spec)
+            implementations.append(worker_only(spec))
         else:
-            extra = parse_impl_spec(spec)
-        if extra.name in {i.name for i in implementations}:
-            raise ImplementationError(f"--impl name {extra.name!r} given twice")
-        implementations.append(extra)
+            implementations.append(parse_impl_spec(spec))
     return implementations
 
 
