@@ -129,7 +129,10 @@ def cost_of_call(sampler_class: type[Any], *, case: Case, inputs: CaseInputs) ->
     """FLOPs and bytes of one more call, from the same RNG start as the runner's; a
     sampler that cannot be built costs nothing and records why."""
     device = torch.device(case.device)
-    built = guarded_call(partial(build_sampler, sampler_class, case=case, inputs=inputs))
+    owner = sampler_class.__qualname__
+    built = guarded_call(
+        partial(build_sampler, sampler_class, case=case, inputs=inputs), owner=owner
+    )
     if built.error is not None:  # the implementation under test failed: recorded
         return CallCost(0, 0, None, error=built.error.type)
     sampler = built.returned()

@@ -103,7 +103,8 @@ def make_samplers(
                     case=case,
                     inputs=inputs,
                     model=models[mode],
-                )
+                ),
+                owner=implementation.name,
             )
             if built.error is not None:  # the implementation under test failed
                 raise TimingError(f"{implementation.name} ({mode}): {built.error.summary()}")

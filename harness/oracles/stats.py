@@ -203,6 +203,7 @@ def _decode_and_fit(
             for kind in config.head_kinds
         },
         time_limit_s=time_limit_s,
+        owner=implementation.name,
     )
     if outcome.error is not None:
         wall_s = time.perf_counter() - started

@@ -22,6 +22,7 @@ the sampler controls, is refused.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import signal
 import threading
@@ -36,6 +37,7 @@ import torch
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.guard import (
     AlarmBackstop,
+    WorldChanges,
     changed_inputs,
     implementation_world,
     input_digests,
@@ -218,6 +220,7 @@ class Guarded(Generic[T]):
     value: T | None = None
     error: RaisedError | None = None
     exception: BaseException | None = field(default=None, compare=False)
+    world: list[str] = field(default_factory=list)  # global changes it made (with an owner)
 
     def returned(self) -> T:
         """The value of a call that did not fail (check ``error`` first)."""
@@ -226,16 +229,27 @@ class Guarded(Generic[T]):
         return self.value  # type: ignore[return-value]  # T itself may include None
 
 
-def guarded_call(call: Callable[[], T], *, time_limit_s: float | None = None) -> Guarded[T]:
+def guarded_call(
+    call: Callable[[], T], *, time_limit_s: float | None = None, owner: str | None = None
+) -> Guarded[T]:
     """Run implementation code under the time limit; anything it raises (``SystemExit``,
     its own ``KeyboardInterrupt``, a timeout) is its failure. Only the harness's own stop
-    requests (``harness.pipeline.interrupts``) pass, including one it swallowed."""
+    requests (``harness.pipeline.interrupts``) pass, including one it swallowed. With
+    ``owner``, the code runs in ``implementation_world`` (``harness.pipeline.guard``):
+    global state restored, children killed, stdout to stderr; the changes it made are
+    in ``world``."""
+    changes = WorldChanges()
     try:
-        with time_limit(time_limit_s):
-            outcome = Guarded(value=call())
+        with contextlib.ExitStack() as stack:
+            if owner is not None:
+                changes = stack.enter_context(implementation_world(owner=owner))
+            stack.enter_context(time_limit(time_limit_s))
+            value = call()
     except BaseException as error:  # SystemExit too: the implementation failed, go on
         reraise_stop_request(error)
-        outcome = Guarded(error=raised_error(error), exception=error)
+        outcome = Guarded[T](error=raised_error(error), exception=error, world=changes.lines)
+    else:
+        outcome = Guarded(value=value, world=changes.lines)
     reraise_stop_request(None)  # a stop the implementation swallowed still stops the run
     return outcome
 
