@@ -10,6 +10,9 @@ other sampler joins with ``--impl``:
   (``harness.plugins.protocol.BlockSamplerFunction``), wrapped into a sampler.
 
 Every class is bound against its constructor once, here, before the first case.
+Under ``--isolate`` a plug-in is loaded in its worker only
+(``harness.pipeline.isolation.worker_only``); the judge holds a ``WorkerOnlySampler``
+in its place.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import inspect
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fixed import DsparkDraftSampler as FixedSampler
@@ -41,6 +45,7 @@ __all__ = [
     "REQUIRED_CONSTRUCTOR_KEYWORDS",
     "Implementation",
     "ImplementationError",
+    "WorkerOnlySampler",
     "builtin_implementations",
     "check_sampler_class",
     "parse_impl_spec",
@@ -65,6 +70,8 @@ class Implementation:
     ``import_surface``: which ``sglang`` its module was given (``"harness"``: ours,
     ``"sglang"``: the real one, ``None``: it imports none). ``kind``: ``"class"`` or
     ``"function"`` (a block sampler function wrapped into ``sampler_class``).
+    ``convention``: its constructor convention as its worker found it (``None``: read
+    from ``sampler_class``).
     """
 
     name: str
@@ -72,6 +79,7 @@ class Implementation:
     spec: str
     import_surface: str | None = None
     kind: str = "class"
+    convention: str | None = None
 
     def provenance(self) -> dict[str, Any]:
         """Where the sampler came from and how it is called, as plain JSON for reports."""
@@ -80,8 +88,29 @@ class Implementation:
             "spec": self.spec,
             "kind": self.kind,
             "import_surface": self.import_surface,
-            "convention": bind_constructor(self.sampler_class).convention,
+            "convention": self.convention or bind_constructor(self.sampler_class).convention,
         }
+
+
+class WorkerOnlySampler:
+    """Stands in the judge for a plug-in loaded in its worker only (``--isolate``).
+
+    ``spec`` names it and ``source`` is its file, digested for the fingerprint. It is
+    never constructed in the judge: a stage that tried would record this failure
+    instead of importing the plug-in.
+    """
+
+    spec: str = ""
+    source: Path | None = None
+
+    def __init__(self, **kwargs: Any) -> None:
+        raise ImplementationError(f"--impl {self.spec}: loaded in its worker only (--isolate)")
+
+    def stage_sampling_params(self, *, bs: int, sampling_info: Any) -> None:
+        raise ImplementationError(f"--impl {self.spec}: loaded in its worker only (--isolate)")
+
+    def __call__(self, hidden_states: Any, input_ids: Any) -> None:
+        raise ImplementationError(f"--impl {self.spec}: loaded in its worker only (--isolate)")
 
 
 def builtin_implementations(
@@ -129,16 +158,26 @@ def file_module_name(name: str) -> str:
     return f"dspark_impl_{name.replace('-', '_')}"
 
 
-def parse_impl_spec(text: str) -> Implementation:
-    """An ``--impl`` spec -> a loaded, constructor-checked implementation."""
+def split_impl_spec(text: str) -> tuple[str, str, str, bool]:
+    """``(name, module or path, attribute, is_file)`` of an ``--impl`` spec; nothing loaded."""
     name, sep, target = text.partition("=")
     if not sep or not name or not target:
         raise ImplementationError(_bad_form(text))
+    return (name, *_split_target(text, target))
+
+
+def check_impl_name(name: str) -> None:
+    """Refuse an ``--impl`` name that is not a plain word or is a built-in's."""
     if not name.replace("_", "").replace("-", "").isalnum():
         raise ImplementationError(f"--impl name must be letters, digits, '-' or '_', got {name!r}")
     if name in BUILTIN_IMPLEMENTATIONS:
         raise ImplementationError(f"--impl name {name!r} is taken by a built-in implementation")
-    where, attribute, is_file = _split_target(text, target)
+
+
+def parse_impl_spec(text: str) -> Implementation:
+    """An ``--impl`` spec -> a loaded, constructor-checked implementation."""
+    name, where, attribute, is_file = split_impl_spec(text)
+    check_impl_name(name)
     if not is_file:
         with import_world():
             loaded = import_named_module(where, spec=text)
@@ -181,8 +220,11 @@ def _implementation(
     )
 
 
-def select_implementations(names: Sequence[str], specs: Sequence[str]) -> list[Implementation]:
-    """Built-in implementations by name, then every ``--impl`` spec."""
+def select_implementations(
+    names: Sequence[str], specs: Sequence[str], *, isolate: bool = False
+) -> list[Implementation]:
+    """Built-in implementations by name, then every ``--impl`` spec (with ``isolate``,
+    loaded in its own worker only)."""
     unknown = [n for n in names if n not in BUILTIN_IMPLEMENTATIONS]
     if unknown:
         raise ImplementationError(
@@ -205,7 +247,12 @@ def select_implementations(names: Sequence[str], specs: Sequence[str]) -> list[I
             )
         modules[file_module_name(name)] = name
     for spec in specs:
-        implementations.append(parse_impl_spec(spec))
+        if isolate:
+            from harness.pipeline.isolation import worker_only
+
+            implementations.append(worker_only(spec))
+        else:
+            implementations.append(parse_impl_spec(spec))
     return implementations
 
 

@@ -175,6 +175,62 @@ class UnstoppableSampler(FixedSampler):
                 _hang()
 
 
+STATS_BATCH = 256  # the statistical oracle builds samplers with max_bs = its row count
+
+
+class SystemExitAtStatsSizeSampler(FixedSampler):
+    """Correct at the matrix's batch sizes; raises ``SystemExit(0)`` at the oracle's."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        if self.max_bs >= STATS_BATCH:
+            raise SystemExit(0)
+        super().__call__(hidden_states, input_ids)
+
+
+class SlowAtStatsSizeSampler(FixedSampler):
+    """Correct everywhere, but takes 2 s per call at the oracle's batch sizes: a time
+    limit reached, never a defect."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        if self.max_bs >= STATS_BATCH:
+            time.sleep(2.0)
+        super().__call__(hidden_states, input_ids)
+
+
+class AlwaysEqualTensor(torch.Tensor):
+    """A tensor whose comparisons always say "equal"."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        result = super().__torch_function__(func, types, args, kwargs or {})
+        if func in (torch.equal, torch.Tensor.equal):
+            return True
+        if func in (torch.eq, torch.Tensor.eq, torch.Tensor.__eq__):
+            return torch.ones_like(result.as_subclass(torch.Tensor), dtype=torch.bool)
+        return result
+
+
+class TensorSubclassSampler(FixedSampler):
+    """Writes token 0 everywhere, into an ``out`` whose comparisons always say equal."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.out = self.out.as_subclass(AlwaysEqualTensor)
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        super().__call__(hidden_states, input_ids)
+        self.out.fill_(0)
+
+
+class SegfaultAtStatsSizeSampler(FixedSampler):
+    """Correct at the matrix's batch sizes; reads address 0 at the oracle's."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        if self.max_bs >= STATS_BATCH:
+            ctypes.string_at(0)
+        super().__call__(hidden_states, input_ids)
+
+
 class UmaskChangingSampler(FixedSampler):
     """Correct tokens, then sets the umask to 0o077."""
 
