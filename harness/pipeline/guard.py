@@ -419,9 +419,7 @@ def implementation_world(*, owner: str) -> Iterator[WorldChanges]:
     finally:
         now = GlobalState.capture()
         unrestored = before.restore()
-        for thread in threading.enumerate():
-            if thread.ident not in threads_before and thread.ident is not None:
-                _thread_owners[thread.ident] = owner
+        _remember_threads(threads_before, owner=owner)
         own_keys, own_directory = _split_by_thread(
             owner=owner,
             since=audit_mark,
@@ -441,21 +439,32 @@ def implementation_world(*, owner: str) -> Iterator[WorldChanges]:
         del _thread_changes[audit_mark:]
 
 
+def _remember_threads(before: set[int | None], *, owner: str) -> None:
+    """Threads running now that were not in ``before`` are ``owner``'s."""
+    for thread in threading.enumerate():
+        if thread.ident not in before and thread.ident is not None:
+            _thread_owners[thread.ident] = owner
+
+
 def _alive(ident: int) -> bool:
     return any(t.ident == ident for t in threading.enumerate())
 
 
 @contextlib.contextmanager
-def import_world() -> Iterator[None]:
-    """Around a plug-in module's import: its stdout goes to stderr, and the signal
-    handlers, umask and working directory are put back (the environment stays as the
-    module set it: a module may configure itself there)."""
+def import_world(*, owner: str) -> Iterator[None]:
+    """Around the import of ``owner``'s plug-in module: its stdout goes to stderr, the
+    signal handlers, umask and working directory are put back (the environment stays
+    as the module set it: a module may configure itself there), and threads it left
+    running are remembered as ``owner``'s."""
+    _install_audit_hook()
     handlers = {s: signal.getsignal(s) for s in GUARDED_SIGNALS}
     umask, directory = current_umask(), os.getcwd()
+    threads_before = {t.ident for t in threading.enumerate()}
     try:
         with stdout_to_stderr():
             yield
     finally:
+        _remember_threads(threads_before, owner=owner)
         if threading.current_thread() is threading.main_thread():
             for signum, handler in handlers.items():
                 if handler is not None and signal.getsignal(signum) != handler:
