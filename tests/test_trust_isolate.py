@@ -73,12 +73,12 @@ def test_under_isolate_a_correct_file_plugin_passes_and_is_never_imported_by_the
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["compare", *_case_args(tmp_path), "--only", "reference,fixed", "--isolate"]
-    argv += ["--impl", f"after={CORRECT_FILE}", "--out-dir", str(tmp_path / "out")]
+    argv += ["--impl", f"only_there={CORRECT_FILE}", "--out-dir", str(tmp_path / "out")]
     assert main(argv) == 0
     stdout = capsys.readouterr().out
-    assert "[ok] after: clean on 2/2 cases — lossless and drop-in" in stdout
+    assert "[ok] only_there: clean on 2/2 cases — lossless and drop-in" in stdout
     assert "in-process" not in stdout
-    assert not [name for name in sys.modules if name.startswith("dspark_impl_")]
+    assert "dspark_impl_only_there" not in sys.modules
 
 
 def test_in_process_the_report_says_plugin_code_shares_the_judge(
@@ -134,15 +134,20 @@ def test_an_edited_journal_record_is_recomputed_on_resume(
     assert _without_timing(out / "compare.json") == fresh
 
 
+TIMING = ["work", "--timing", "--repeats", "1", "--hidden-size", "64", "--no-callgrind"]
+
+
 @pytest.mark.parametrize(
-    "command",
+    ("command", "sampler"),
     [
-        ["report", "--no-work"],
-        ["stats", *SMALL_STATS],
+        (["report", "--no-work"], "SystemExitSampler"),
+        (["report", "--no-work"], "SystemExitAtStatsSizeSampler"),
+        (["stats", *SMALL_STATS], "SystemExitSampler"),
+        (["stats", *SMALL_STATS], "SystemExitAtStatsSizeSampler"),
+        ([*TIMING, "--pair", "planted,fixed"], "SystemExitSampler"),
     ],
-    ids=["report", "stats"],
+    ids=["report", "report-at-stats-size", "stats", "stats-at-stats-size", "timing"],
 )
-@pytest.mark.parametrize("sampler", ["SystemExitSampler", "SystemExitAtStatsSizeSampler"])
 def test_a_system_exit_zero_sampler_makes_every_command_exit_1_with_a_complete_report(
     command: list[str], sampler: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -27,6 +27,7 @@ import dataclasses
 import importlib.machinery
 import io
 import multiprocessing
+import os
 import pickle
 import signal
 import sys
@@ -255,7 +256,10 @@ def _reference(implementation: Implementation) -> Any:
 
 # -- the worker ----------------------------------------------------------------------------
 def _worker_main(connection: Connection) -> None:
-    """Serve requests until the judge closes the connection."""
+    """Serve requests until the judge closes the connection; the worker's stdout is its
+    stderr, so nothing it prints lands in the judge's report (``--json``)."""
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     with stop_on_signals():  # so a KeyboardInterrupt the implementation raises is its own
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the judge decides what Ctrl-C stops
         _serve(connection)
