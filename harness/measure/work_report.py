@@ -328,11 +328,18 @@ def report_section(
     progress: Progress,
     implementations: Sequence[Implementation] | None = None,
     pair: tuple[str, str] = DEFAULT_PAIR,
+    isolate: bool = False,
 ) -> Section:
     """The main report's 'eliminated work' section (small shapes; a few seconds): the
     modelled built-ins and every plug-in among ``implementations``, compared by ``pair``."""
     return work_section(
-        collect_work(seed=seed, progress=progress, implementations=implementations, pair=pair)
+        collect_work(
+            seed=seed,
+            progress=progress,
+            implementations=implementations,
+            pair=pair,
+            isolate=isolate,
+        )
     )
 
 
