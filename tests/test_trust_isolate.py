@@ -145,8 +145,16 @@ TIMING = ["work", "--timing", "--repeats", "1", "--hidden-size", "64", "--no-cal
         (["stats", *SMALL_STATS], "SystemExitSampler"),
         (["stats", *SMALL_STATS], "SystemExitAtStatsSizeSampler"),
         ([*TIMING, "--pair", "planted,fixed"], "SystemExitSampler"),
+        ([*TIMING, "--isolate", "--pair", "planted,fixed"], "SystemExitSampler"),
     ],
-    ids=["report", "report-at-stats-size", "stats", "stats-at-stats-size", "timing"],
+    ids=[
+        "report",
+        "report-at-stats-size",
+        "stats",
+        "stats-at-stats-size",
+        "timing",
+        "timing-isolate",
+    ],
 )
 def test_a_system_exit_zero_sampler_makes_every_command_exit_1_with_a_complete_report(
     command: list[str], sampler: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -194,3 +202,14 @@ def test_a_segfaulting_sampler_under_report_isolate_gives_a_complete_report_and_
     assert "WorkerDied" in planted["statistical"]["error"]
     assert "SIGSEGV" in planted["statistical"]["error"]
     assert report["verdicts"]["implementations"]["fixed"]["lossless"]
+
+
+def test_a_worker_is_told_neither_the_out_dir_nor_the_journal_key(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    argv = ["compare", *_case_args(tmp_path, 1), "--only", "reference,fixed", "--isolate"]
+    argv += ["--impl", f"nosy={PLANTED}:CommandLineSampler", "--out-dir", str(out)]
+    done = _harness(*argv, cache=tmp_path / "cache")
+    assert done.returncode == 1, done.stderr
+    error = json.loads((out / "compare.json").read_text())["cases"][0]["implementations"]
+    message = error["nosy"]["error"]["message"]
+    assert message.startswith("argv:") and str(out) not in message and "journal" not in message
