@@ -4,7 +4,9 @@ worker, results cross as plain tensors, and journal records carry a keyed digest
 
 from __future__ import annotations
 
+import io
 import json
+import pickle
 import stat
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import torch
 
 from harness.cli import main
 from harness.io.journal import key_path
+from harness.pipeline import isolation
 from harness.pipeline.case import make_case
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case
@@ -213,3 +216,23 @@ def test_a_worker_is_told_neither_the_out_dir_nor_the_journal_key(tmp_path: Path
     error = json.loads((out / "compare.json").read_text())["cases"][0]["implementations"]
     message = error["nosy"]["error"]["message"]
     assert message.startswith("argv:") and str(out) not in message and "journal" not in message
+
+
+def test_answers_cross_as_plain_data_and_plain_tensors_only() -> None:
+    tensors = [
+        torch.arange(5),
+        torch.tensor([True, False]),
+        torch.randn(2, 3).to(torch.bfloat16),
+        torch.empty(0, 3),
+        torch.tensor(3.5),
+    ]
+    for tensor in tensors:
+        back = isolation.from_wire(pickle.loads(pickle.dumps(isolation.to_wire(tensor))))
+        assert type(back) is torch.Tensor and back.dtype == tensor.dtype
+        assert torch.equal(back, tensor)
+    with pytest.raises(isolation.WireError, match=r"not a plain torch\.Tensor"):
+        isolation.to_wire(torch.zeros(2).as_subclass(untrusted_samplers.AlwaysEqualTensor))
+    with pytest.raises(pickle.UnpicklingError, match="refused"):  # a class reference
+        isolation._DataOnly(io.BytesIO(pickle.dumps(torch.arange(3)))).load()
+    with pytest.raises(isolation.WireError, match="may not cross"):
+        isolation.from_wire({"\0dataclass": "Popen", "args": ["sh"]})

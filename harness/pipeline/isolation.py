@@ -358,7 +358,7 @@ def _refused(answer: Any, error: WireError) -> Any:
     failure = RaisedError(type="OutputError", message=str(error), where="worker")
     if isinstance(answer, ImplResult):
         return ImplResult(name=answer.name, error=failure)
-    raise error  # the oracle's and the cost's results hold only what the harness built
+    return failure
 
 
 def _death(process: multiprocessing.process.BaseProcess) -> str:
@@ -542,7 +542,7 @@ def isolated_cost(implementation: Implementation, *, case: Case) -> Any:
     answer = worker_for(implementation).request(
         "cost", _reference(implementation), case, time_limit_s=DEFAULT_TIME_LIMIT_S
     )
-    if isinstance(answer, WorkerFailure):
+    if isinstance(answer, WorkerFailure | RaisedError):
         return CallCost(0, 0, None, error=answer.type)
     return answer if isinstance(answer, CallCost) else CallCost(0, 0, None, error="BadAnswer")
 
@@ -583,8 +583,9 @@ def isolated_decode_and_fit(
     answer = worker_for(implementation).request(
         "stats", _reference(implementation), config, time_limit_s, time_limit_s=time_limit_s
     )
-    if isinstance(answer, WorkerFailure):
-        return failed_result(implementation.name, config=config, error=answer.raised()), None
+    if isinstance(answer, WorkerFailure | RaisedError):
+        error = answer.raised() if isinstance(answer, WorkerFailure) else answer
+        return failed_result(implementation.name, config=config, error=error), None
     stats, decoded = answer if isinstance(answer, tuple) and len(answer) == 2 else (None, None)
     if not isinstance(stats, StatsResult) or stats.name != implementation.name:
         failure = WorkerFailure("BadAnswer", "the worker's answer is not this result")
