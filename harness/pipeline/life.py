@@ -14,12 +14,13 @@ holds every replay to the per-call checks for its own inputs and parameters
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 
 from harness.pipeline.case import SEED_LIMIT, TOP_K_ALL, Case, CaseInputs
-from harness.pipeline.interrupts import reraise_stop_request
 from harness.pipeline.observe import DispatchObserver, RandomDraw
 from harness.pipeline.runner import (
     TOKEN_SENTINEL,
@@ -28,9 +29,8 @@ from harness.pipeline.runner import (
     _observed_call,
     construct_for_case,
     fill_sentinels,
+    guarded_call,
     latest_draws,
-    raised_error,
-    time_limit,
 )
 from harness.plugins.construct import bind_constructor
 from harness.plugins.implementations import Implementation
@@ -182,15 +182,18 @@ def run_life(
     )  # [max_bs*gamma], owned by the server
     life = Life(planned=len(steps), out_passed=takes_out)
     construction = DispatchObserver(record_noise=record_noise)
-    try:
-        with time_limit(time_limit_s), construction.in_phase("construction"):
-            sampler = construct_for_case(
+
+    def construct() -> Any:
+        with construction.in_phase("construction"):
+            return construct_for_case(
                 implementation.sampler_class, case=case, inputs=inputs, out=server_out
             )
-    except BaseException as error:  # the instance is the life: nothing to replay
-        reraise_stop_request(error)
-        life.error = raised_error(error)
+
+    built = guarded_call(construct, time_limit_s=time_limit_s)
+    if built.error is not None:  # the instance is the life: nothing to replay
+        life.error = built.error
         return life
+    sampler = built.returned()
     carried: list[RandomDraw] = list(construction.draws)
     for step in steps:
         step_case, step_inputs = step.case_of(case), replay_inputs(case, step, inputs)
@@ -199,8 +202,9 @@ def run_life(
         fill_sentinels(sampler)
         if server_out is not None:
             server_out.fill_(TOKEN_SENTINEL)
-        try:
-            _observed_call(
+        replayed = guarded_call(
+            functools.partial(
+                _observed_call,
                 sampler,
                 case=step_case,
                 inputs=step_inputs,
@@ -209,9 +213,9 @@ def run_life(
                 time_limit_s=time_limit_s,
                 out=server_out,
             )
-        except BaseException as error:  # recorded on the replay; the life ends here
-            reraise_stop_request(error)
-            result.error = raised_error(error)
+        )
+        if replayed.error is not None:  # recorded on the replay; the life ends here
+            result.error = replayed.error
             break
         carried = latest_draws(result)
     return life
