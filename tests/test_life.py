@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from harness.cli import main
 from harness.pipeline.case import Case, make_case
@@ -259,3 +260,14 @@ def test_the_thorough_shapes_pass_fixed_and_hold_the_ledger(case: Case) -> None:
     assert verdict.ledger is not None and verdict.ledger.holds, verdict.ledger.problems
     failed = [c for c in verdict.checks["fixed"] if c.failed]
     assert not failed, [(c.name, c.detail) for c in failed]
+
+
+def test_a_life_crosses_the_isolation_boundary_unchanged() -> None:
+    implementations = builtin_implementations(("fixed",))
+    here = run_case(LIFE_CASE, implementations).results["fixed"].life
+    there = run_case(LIFE_CASE, implementations, isolate=True).results["fixed"].life
+    assert here is not None and there is not None
+    assert [r.step for r in there.replays] == [r.step for r in here.replays]
+    for mine, theirs in zip(here.replays, there.replays, strict=True):
+        assert mine.result.tokens is not None and theirs.result.tokens is not None
+        assert torch.equal(mine.result.tokens, theirs.result.tokens)
