@@ -21,10 +21,8 @@ from harness.cli.options import (
     journal_path,
     judged_implementations,
 )
+from harness.defaults import BUILTIN_NAMES
 from harness.io.files import write_atomically
-from harness.pipeline.compare import compare, comparison_sections, verdicts_json
-from harness.pipeline.matrix import standard_matrix
-from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
 from harness.render.figures import PLOT_EXTRA_HINT
 from harness.render.progress import Progress, progress_printer
 from harness.render.sections import Section
@@ -40,10 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace) -> ExitCode:
+    from harness.pipeline.compare import compare, comparison_sections, verdicts_json
+    from harness.pipeline.matrix import standard_matrix
+
     progress = progress_printer(quiet=args.quiet)
     started = time.perf_counter()
     cases = standard_matrix(seed=args.seed, device=args.device)
-    implementations, roles = judged_implementations(args, list(BUILTIN_IMPLEMENTATIONS))
+    implementations, roles = judged_implementations(args, list(BUILTIN_NAMES))
     records = compare(
         cases,
         implementations,

@@ -35,12 +35,12 @@ from typing import Any
 
 import numpy as np
 
+from harness.defaults import DEFAULT_PAIR
 from harness.io.files import JournalError, load_records, write_atomically
 from harness.io.fingerprint import code_fingerprint, run_fingerprint
 from harness.io.journal import Journal
 from harness.measure.timing import CLOCKS, MODES, Pair, ab_timing, times_json
 from harness.pipeline.case import make_case
-from harness.pipeline.verdicts import DEFAULT_PAIR
 from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS, select_implementations
 from harness.render.figures import PLOT_EXTRA_HINT, render_png
 from harness.render.progress import Progress, no_progress

@@ -35,10 +35,10 @@ from typing import Any
 
 import torch
 
+from harness.defaults import DEFAULT_PAIR
 from harness.devices import intra_op_threads, synchronize
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block, make_case
 from harness.pipeline.runner import build_sampler, same_rng_start
-from harness.pipeline.verdicts import DEFAULT_PAIR
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.progress import Progress, no_progress
 from harness.render.sections import Table, render_blocks, right_aligned

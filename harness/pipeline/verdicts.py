@@ -17,15 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
+from harness.defaults import DEFAULT_PAIR, FIXED, REFERENCE, REQUIREMENTS, Requirement
 from harness.pipeline.check_result import tier_of
 
-Requirement = Literal["lossless", "drop-in"]
-REQUIREMENTS: tuple[Requirement, ...] = ("lossless", "drop-in")
-LEGACY, FIXED, REFERENCE = "legacy", "fixed", "reference"
 ALWAYS_DROP_IN = (FIXED, REFERENCE)  # built-ins held to drop-in whatever is required
-DEFAULT_PAIR = (LEGACY, FIXED)
 Record = dict[str, Any]
 NOT_REPLAYABLE = "draws not replayable"  # how noise_replay says it skipped
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fixed import DsparkDraftSampler as FixedSampler
+from harness.defaults import BUILTIN_NAMES
 from harness.plugins.construct import REQUIRED_KEYWORDS, bind_constructor
 from harness.plugins.errors import ImplementationError
 from harness.plugins.functional import functional_sampler_class
@@ -47,11 +48,9 @@ __all__ = [
     "select_implementations",
 ]
 
-BUILTIN_IMPLEMENTATIONS: dict[str, type[Any]] = {
-    "reference": ReferenceDraftSampler,
-    "fixed": FixedSampler,
-    "legacy": LegacySampler,
-}
+BUILTIN_IMPLEMENTATIONS: dict[str, type[Any]] = dict(
+    zip(BUILTIN_NAMES, (ReferenceDraftSampler, FixedSampler, LegacySampler), strict=True)
+)
 REQUIRED_CONSTRUCTOR_KEYWORDS = REQUIRED_KEYWORDS
 DEFAULT_FILE_CLASS = "DsparkDraftSampler"
 TARGET_FORMS = f"{MODULE_FORM} or {FILE_FORM}"

@@ -13,8 +13,6 @@ import platform
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from harness.io.files import write_atomically
 from harness.render.sections import Section
 
@@ -54,6 +52,8 @@ def render_markdown(*, heading: str, sections: list[Section]) -> str:
 
 def environment() -> dict[str, Any]:
     """Versions that define what the numbers mean."""
+    import torch  # here, not at import: the command line answers --help without it
+
     try:
         import triton
 
