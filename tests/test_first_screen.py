@@ -1,14 +1,18 @@
 """The first screen a person sees: ``--help`` and bad usage answer at once, without
-importing torch or the commands that are not run."""
+importing torch or the commands that are not run; the verdict opens and closes the
+report on the terminal."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from harness.cli import COMMANDS
+from harness.render.report import emit_report
+from harness.render.sections import Section
 from tests.helpers import REPO_ROOT, subprocess_env
 
 # Commands whose option defaults (the oracle's configuration, the GPU figures' shape,
@@ -69,3 +73,30 @@ def test_top_level_help_imports_no_command_module() -> None:
     _, imported = _run_harness("--help")
     modules = {f"harness.cli.{name.replace('-', '_')}" for name in COMMANDS}
     assert not modules & imported, sorted(modules & imported)
+
+
+@pytest.mark.parametrize("ok", [True, False])
+def test_the_verdict_is_the_first_and_the_last_line_on_the_screen(
+    ok: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sections = [
+        Section("fixed", ok=True, verdict="fixed: clean", text="evidence"),
+        Section("legacy", ok=ok, verdict="legacy: as documented", text="more\nevidence"),
+    ]
+    holds = emit_report(
+        out_dir=tmp_path,
+        as_json=False,
+        command="report",
+        seed=0,
+        device="cpu",
+        heading="heading",
+        sections=sections,
+        cases=[],
+        timing={},
+    )
+    lines = capsys.readouterr().out.splitlines()
+    verdict = f"VERDICT: {'PASS' if ok else 'FAIL'}"
+    assert holds is ok
+    assert lines[2] == verdict and lines[-1] == verdict
+    assert any(line.startswith("written: ") for line in lines[-4:])
+    assert (tmp_path / "report.txt").read_text().splitlines()[-1] == verdict
