@@ -83,7 +83,7 @@ class Implementation:
 
 
 def builtin_implementations(
-    names: tuple[str, ...] = ("reference", "fixed", "legacy"),
+    names: tuple[str, ...] = BUILTIN_NAMES,
 ) -> list[Implementation]:
     return [
         Implementation(name, BUILTIN_IMPLEMENTATIONS[name], f"builtin:{name}") for name in names

@@ -12,12 +12,14 @@ from harness.render.tables import Alignment, TableFormat, table
 
 @dataclass(frozen=True)
 class Table:
-    """Rows of cells under a header; rendered aligned for the terminal and as a real
-    Markdown table in ``report.md``."""
+    """Rows of cells under a header; rendered aligned for the terminal (long cells
+    wrapped between words at ``wrap``'s widths) and as a real Markdown table in
+    ``report.md``."""
 
     header: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
     align: tuple[Alignment, ...] | None = None
+    wrap: tuple[int | None, ...] | None = None
 
     @classmethod
     def of(
@@ -26,15 +28,17 @@ class Table:
         rows: Sequence[Sequence[object]],
         *,
         align: Sequence[Alignment] | None = None,
+        wrap: Sequence[int | None] | None = None,
     ) -> Table:
         return cls(
             tuple(header),
             tuple(tuple(str(cell) for cell in row) for row in rows),
             None if align is None else tuple(align),
+            None if wrap is None else tuple(wrap),
         )
 
     def render(self, fmt: TableFormat = "text") -> str:
-        return table(self.header, self.rows, fmt=fmt, align=self.align)
+        return table(self.header, self.rows, fmt=fmt, align=self.align, wrap=self.wrap)
 
 
 def right_aligned(columns: int) -> list[Alignment]:
