@@ -25,7 +25,9 @@ from harness.defaults import BUILTIN_NAMES
 from harness.io.files import write_atomically
 from harness.render.figures import PLOT_EXTRA_HINT
 from harness.render.progress import Progress, progress_printer
-from harness.render.sections import Section
+from harness.render.sections import Figure, Section
+
+POWER_CAPTION = "power of the statistical oracle per head kind: measured and predicted"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -127,4 +129,5 @@ def write_power_plot(out_dir: Path, sections: list[Section], *, progress: Progre
         progress(note)
         return
     write_atomically(path, png)
+    section.append(Figure(path.name, caption=POWER_CAPTION))
     progress(f"written: {path}")

@@ -303,6 +303,9 @@ def report_section(
     )[0]
 
 
+MEASURED_MARKERS = ("o", "s", "^")  # one shape per head kind, nested by size
+
+
 def power_curves_png(curves: Sequence[dict[str, Any]]) -> bytes | None:
     """The power curves (``PowerCurve.to_json_dict()``) as a PNG, one line pair per head:
     rows against the rejection rate, measured and predicted; ``None`` without matplotlib."""
@@ -312,11 +315,13 @@ def power_curves_png(curves: Sequence[dict[str, Any]]) -> bytes | None:
         for index, curve in enumerate(curves):
             colour = f"C{index}"
             rows = [p["rows"] for p in curve["points"]]
-            axes.semilogx(
+            axes.semilogx(  # hollow and each head smaller: equal points stay visible
                 rows,
                 [p["empirical_power"] for p in curve["points"]],
-                "o",
+                MEASURED_MARKERS[index % len(MEASURED_MARKERS)],
                 color=colour,
+                markerfacecolor="none",
+                markersize=11 - 3 * (index % len(MEASURED_MARKERS)),
                 label=f"{curve['head']}: measured (blocks)",
             )
             axes.semilogx(
