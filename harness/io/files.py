@@ -5,11 +5,24 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
 from harness.io.lock import lock_before_writing
+
+FILE_MODE = 0o666  # what the user's umask then narrows, as for any file a tool writes
+
+
+def _create_beside(path: Path) -> tuple[int, Path]:
+    """A new, exclusively created temporary file beside ``path`` (mode ``FILE_MODE``
+    under the umask, where ``tempfile.mkstemp`` would force 0600)."""
+    while True:
+        temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), temporary
+        except FileExistsError:
+            continue
 
 
 def write_atomically(path: Path, data: str | bytes) -> None:
@@ -17,7 +30,7 @@ def write_atomically(path: Path, data: str | bytes) -> None:
     lock_before_writing(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode() if isinstance(data, str) else data
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, temporary = _create_beside(path)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
@@ -39,7 +52,7 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
     lock_before_writing(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(record, sort_keys=True) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
     try:
         view = memoryview(line)
         while view:
