@@ -41,7 +41,7 @@ from harness.measure.timing import MODE_LABELS, MODES, SAMPLERS, PairedTimes, ma
 from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.runner import same_rng_start
 from harness.render.progress import Progress, no_progress
-from harness.render.sections import Block, Section, Table, render_blocks
+from harness.render.sections import Block, Section, Table
 
 FIGURE_BS = KERNEL_BS  # the largest decode graph bucket
 FIGURE_VOCAB = KERNEL_VOCAB
@@ -208,11 +208,6 @@ def sampler_time_blocks(times: SamplerTimes) -> tuple[str, Table]:
             )
     header = ["execution", "mode", "legacy ms", "fixed ms", "legacy/fixed", "min..max"]
     return head, Table.of(header, rows, align=["left", "left", "right", "right", "right", "left"])
-
-
-def format_sampler_times(times: SamplerTimes) -> str:
-    """The sampler times as terminal text."""
-    return render_blocks(sampler_time_blocks(times), fmt="text")
 
 
 def figures_section(

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from harness.defaults import DEFAULT_PAIR
-from harness.io.files import JournalError, load_records, write_atomically
+from harness.io.files import JournalError, write_atomically
 from harness.io.fingerprint import code_fingerprint, run_fingerprint
 from harness.io.journal import Journal
 from harness.measure.timing import CLOCKS, MODES, Pair, ab_timing, times_json
@@ -138,15 +138,6 @@ DEFAULT_CONFIG = SweepConfig(
 QUICK_CONFIG = SweepConfig(
     bs=(1, 2), gamma=(2, 3), vocab=(256, 512), hidden_size=16, markov_rank=16, repeats=1, warmup=1
 )
-
-
-# -- the points file ------------------------------------------------------------------------
-def load_points(path: Path, *, repair: bool) -> tuple[dict[str, dict[str, Any]], int]:
-    """Finished points by key, and how many bytes of a torn last line were dropped."""
-    try:
-        return load_records(path, schema=POINT_SCHEMA, repair=repair, what="sweep point")
-    except JournalError as error:
-        raise SweepError(str(error)) from None
 
 
 # -- measuring ------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block, ma
 from harness.pipeline.runner import build_sampler, same_rng_start
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.progress import Progress, no_progress
-from harness.render.sections import Table, render_blocks, right_aligned
+from harness.render.sections import Table, right_aligned
 from reference import PrecomputedBaseLogits
 
 PRODUCTION_HIDDEN = 256  # small on purpose: the lm_head must not swamp the walk
@@ -286,8 +286,3 @@ def timing_blocks(timing: ABTiming) -> tuple[str, Table]:
     buggy, fixed = timing.pair
     header = ["mode", "clock", f"{buggy} ms", f"{fixed} ms", "ratio min", "median", "max"]
     return stated, Table.of(header, rows, align=["left", "left", *right_aligned(5)])
-
-
-def format_timing(timing: ABTiming) -> str:
-    """The timing as terminal text."""
-    return render_blocks(timing_blocks(timing), fmt="text")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.pipeline.case import Case
-from harness.pipeline.checks import CheckResult, check_teacher_forcing, near_tie_mask
+from harness.pipeline.checks import check_teacher_forcing, near_tie_mask
 from harness.pipeline.control_flow import control_flow
 from harness.pipeline.runner import CaseRun, ImplResult
 from reference import teacher_forced_logits
@@ -42,11 +42,6 @@ LEDGER_CLASSES: dict[str, str] = {
     ),
     "fused_discarded": "the fused greedy result is computed, then overwritten by the loop",
 }
-
-
-def legacy_raises_expected(case: Case) -> bool:
-    """Whether the modelled legacy call raises on the case (the ``legacy_raises`` kinds)."""
-    return control_flow(case, "legacy").raises is not None
 
 
 def expected_classes(case: Case) -> set[str]:
@@ -242,10 +237,3 @@ def _check_confidence(
     differ = (legacy.confidence != fixed.confidence) & same_prefix
     if differ.any():
         problems.append(f"confidence differs where tokens agree at {_positions(differ)}")
-
-
-def ledger_check(entry: LedgerEntry) -> CheckResult:
-    """The ledger entry as a check result for the report."""
-    if entry.holds:
-        return CheckResult("ledger", "pass", ", ".join(sorted(entry.observed)))
-    return CheckResult("ledger", "fail", "; ".join(entry.problems))

@@ -22,7 +22,7 @@ from typing import Any
 
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.defaults import BUILTIN_NAMES
-from harness.plugins.construct import REQUIRED_KEYWORDS, bind_constructor
+from harness.plugins.construct import bind_constructor
 from harness.plugins.errors import ImplementationError
 from harness.plugins.functional import functional_sampler_class
 from harness.plugins.loading import (
@@ -38,7 +38,6 @@ from reference import ReferenceDraftSampler
 __all__ = [
     "BUILTIN_IMPLEMENTATIONS",
     "DEFAULT_FILE_CLASS",
-    "REQUIRED_CONSTRUCTOR_KEYWORDS",
     "Implementation",
     "ImplementationError",
     "builtin_implementations",
@@ -51,7 +50,6 @@ __all__ = [
 BUILTIN_IMPLEMENTATIONS: dict[str, type[Any]] = dict(
     zip(BUILTIN_NAMES, (ReferenceDraftSampler, FixedSampler, LegacySampler), strict=True)
 )
-REQUIRED_CONSTRUCTOR_KEYWORDS = REQUIRED_KEYWORDS
 DEFAULT_FILE_CLASS = "DsparkDraftSampler"
 TARGET_FORMS = f"{MODULE_FORM} or {FILE_FORM}"
 
