@@ -21,7 +21,7 @@ from harness.oracles.stats import (
     meets_expectation,
     run_oracle,
 )
-from harness.pipeline.verdicts import Roles, Statistical
+from harness.pipeline.verdicts import MAX_CARRIERS, Roles, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.figures import render_png
 from harness.render.progress import Progress, no_progress
@@ -29,7 +29,6 @@ from harness.render.sections import Section
 from harness.render.tables import Alignment, TableFormat, table
 
 TITLE = "Statistical losslessness (docs/statistics.md)"
-MAX_CARRIERS = 4  # rejections named in a verdict line
 
 
 def p_text(value: float) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.pipeline.case import Case
+from harness.pipeline.check_result import MAX_LISTED
 from harness.pipeline.checks import check_teacher_forcing, near_tie_mask
 from harness.pipeline.control_flow import control_flow
 from harness.pipeline.runner import CaseRun, ImplResult
@@ -78,10 +79,10 @@ class LedgerEntry:
         return not self.problems
 
 
-def _positions(mask: torch.Tensor, limit: int = 6) -> str:
+def _positions(mask: torch.Tensor) -> str:
     where = [f"(row {b}, step {k})" for b, k in mask.nonzero().tolist()]
-    more = f" and {len(where) - limit} more" if len(where) > limit else ""
-    return ", ".join(where[:limit]) + more
+    more = f" and {len(where) - MAX_LISTED} more" if len(where) > MAX_LISTED else ""
+    return ", ".join(where[:MAX_LISTED]) + more
 
 
 def _walks_differ(legacy: ImplResult, sampled: torch.Tensor) -> tuple[bool, bool]:
