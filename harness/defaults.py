@@ -12,4 +12,5 @@ BUILTIN_NAMES = (REFERENCE, FIXED, LEGACY)  # the order every report lists them 
 DEFAULT_PAIR = (LEGACY, FIXED)
 Requirement = Literal["lossless", "drop-in"]
 REQUIREMENTS: tuple[Requirement, ...] = ("lossless", "drop-in")
+DTYPE_NAMES = ("float32", "bfloat16", "float16")  # the model dtypes a case can take
 DEFAULT_TIME_LIMIT_S = 120.0  # per construction, staging and call of an implementation

@@ -23,9 +23,9 @@ from harness.render.report import emit_report
 from harness.render.sections import Section, Table
 from tests.helpers import REPO_ROOT, subprocess_env
 
-# Commands whose option defaults (the oracle's configuration, the GPU figures' shape,
-# the replay count) are still defined in modules that import torch.
-DEFAULTS_BESIDE_TORCH = ("stats", "graphs", "gpu-figures")
+# Commands whose option defaults (the oracle's configuration, its head kinds) are still
+# defined in modules that import torch.
+DEFAULTS_BESIDE_TORCH = ("stats",)
 SMALL_CASES = ("folded-sampled/vanilla", "no-anchor/gated/folded")
 
 
