@@ -135,7 +135,7 @@ def _run(args: argparse.Namespace) -> int:
                     return int(command_module(args.command).command(args))
             finally:
                 shutdown_workers()
-    except bad_input() as error:
+    except _bad_input() as error:
         return usage_error(str(error))
     except StopRequested as stop:
         return _stopped(stop, args)
@@ -144,7 +144,7 @@ def _run(args: argparse.Namespace) -> int:
         return BROKEN_PIPE
 
 
-def bad_input() -> tuple[type[Exception], ...]:
+def _bad_input() -> tuple[type[Exception], ...]:
     """The errors that mean bad usage or bad input (exit 2): imported only once a
     command runs, since most of them live beside torch."""
     from harness.pipeline.case import CaseError
