@@ -23,7 +23,7 @@ from typing import Any
 from harness.cli.emit import UsageError, usage_error
 from harness.cli.exit_codes import ExitCode
 from harness.defaults import DEFAULT_TIME_LIMIT_S
-from harness.io.files import JournalError
+from harness.io.files import JournalError, OutputWriteError
 from harness.io.lock import OutDirBusy, claim_out_dir
 from harness.pipeline.interrupts import StopRequested, stop_on_signals
 
@@ -160,6 +160,7 @@ def _bad_input() -> tuple[type[Exception], ...]:
         RolesError,
         OutDirBusy,
         MemoryLimitError,
+        OutputWriteError,
     )
 
 

@@ -13,6 +13,8 @@ from harness.cli.exit_codes import ExitCode
 from harness.render.report import emit_report
 from harness.render.sections import Section
 
+IN_PROCESS_NOTE = "in-process: plug-in code shares the judge; --isolate keeps it out"
+
 
 class UsageError(Exception):
     """Bad usage or bad input: nothing was judged (``ExitCode.USAGE``)."""
@@ -35,7 +37,15 @@ def emit(
     verdicts: dict[str, Any] | None = None,
 ) -> ExitCode:
     """Emit a command's report with the common options in ``args`` (``--out-dir``,
-    ``--json``, ``--seed``, ``--device``): ``OK`` when every section holds, else ``FAIL``."""
+    ``--json``, ``--seed``, ``--device``): ``OK`` when every section holds, else ``FAIL``.
+
+    Every worker is stopped first: the report and the exit status are the judge's
+    alone. A plug-in run in process is said to share the judge."""
+    from harness.pipeline.isolation import shutdown_workers  # here: --help needs no torch
+
+    shutdown_workers()
+    if getattr(args, "impl", None) and not getattr(args, "isolate", False):
+        heading += f" ({IN_PROCESS_NOTE})"
     ok = emit_report(
         out_dir=Path(args.out_dir),
         as_json=bool(args.json),
