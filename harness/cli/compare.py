@@ -17,9 +17,6 @@ from harness.cli.options import (
     judged_implementations,
     matrix_cases,
 )
-from harness.pipeline.case import Case
-from harness.pipeline.compare import compare, comparison_sections, verdicts_json
-from harness.plugins.implementations import parse_names
 from harness.render.progress import progress_printer
 
 
@@ -32,6 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace) -> ExitCode:
+    from harness.pipeline.case import Case
+    from harness.pipeline.compare import compare, comparison_sections, verdicts_json
+    from harness.plugins.implementations import parse_names
+
     implementations, roles = judged_implementations(args, parse_names(args.only))
     if args.case:
         cases = [Case.load(path) for path in args.case]

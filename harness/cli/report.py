@@ -23,12 +23,13 @@ from harness.cli.options import (
     judged_implementations,
     matrix_cases,
 )
+from harness.defaults import BUILTIN_NAMES
 from harness.io.files import write_atomically
-from harness.pipeline.compare import compare, comparison_sections, verdicts_json
-from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
 from harness.render.figures import PLOT_EXTRA_HINT
 from harness.render.progress import Progress, progress_printer
-from harness.render.sections import Section
+from harness.render.sections import Figure, Section
+
+POWER_CAPTION = "power of the statistical oracle per head kind: measured and predicted"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,10 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace) -> ExitCode:
+    from harness.pipeline.compare import compare, comparison_sections, verdicts_json
+
     progress = progress_printer(quiet=args.quiet)
     started = time.perf_counter()
     cases = matrix_cases(args)
-    implementations, roles = judged_implementations(args, list(BUILTIN_IMPLEMENTATIONS))
+    implementations, roles = judged_implementations(args, list(BUILTIN_NAMES))
     records = compare(
         cases,
         implementations,
@@ -130,4 +133,5 @@ def write_power_plot(out_dir: Path, sections: list[Section], *, progress: Progre
         progress(note)
         return
     write_atomically(path, png)
+    section.append(Figure(path.name, caption=POWER_CAPTION))
     progress(f"written: {path}")
