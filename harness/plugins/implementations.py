@@ -7,7 +7,9 @@ other sampler joins with ``--impl``:
 - ``NAME=path/to/module.py[:Class]``: a class in a source file (default class
   ``DsparkDraftSampler``), e.g. a working copy of the server's own module;
 - ``NAME=module:function`` or ``NAME=path.py:function``: a block sampler function
-  (``harness.plugins.protocol.BlockSamplerFunction``), wrapped into a sampler.
+  (``harness.plugins.protocol.BlockSamplerFunction``), wrapped into a sampler;
+- ``NAME=sglang``: the installed sglang release's own ``DsparkDraftSampler``, loaded by
+  ``harness.upstream.sglang_loader`` and built in its convention.
 
 Every class is bound against its constructor once, here, before the first case.
 """
@@ -22,6 +24,7 @@ from typing import Any
 
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.plugins.construct import REQUIRED_KEYWORDS, bind_constructor
+from harness.plugins.conventions import convention_of
 from harness.plugins.errors import ImplementationError
 from harness.plugins.functional import functional_sampler_class
 from harness.plugins.loading import (
@@ -31,6 +34,8 @@ from harness.plugins.loading import (
     import_named_module,
     load_source_file,
 )
+from harness.upstream.sglang_convention import speaks_sglang_0_5_23
+from harness.upstream.sglang_loader import UpstreamUnavailable, load_sglang
 from legacy import DsparkDraftSampler as LegacySampler
 from reference import ReferenceDraftSampler
 
@@ -54,6 +59,7 @@ BUILTIN_IMPLEMENTATIONS: dict[str, type[Any]] = {
 }
 REQUIRED_CONSTRUCTOR_KEYWORDS = REQUIRED_KEYWORDS
 DEFAULT_FILE_CLASS = "DsparkDraftSampler"
+UPSTREAM_TARGET = "sglang"  # NAME=sglang: the installed release (harness.upstream)
 TARGET_FORMS = f"{MODULE_FORM} or {FILE_FORM}"
 
 
@@ -79,7 +85,7 @@ class Implementation:
             "spec": self.spec,
             "kind": self.kind,
             "import_surface": self.import_surface,
-            "convention": bind_constructor(self.sampler_class).convention,
+            "convention": convention_of(self.sampler_class).name.value,
         }
 
 
@@ -95,7 +101,8 @@ def check_sampler_class(sampler_class: object, *, spec: str) -> type[Any]:
     """Raise ``ImplementationError`` unless the class can be constructed and called."""
     if not inspect.isclass(sampler_class):
         raise ImplementationError(f"{spec}: {sampler_class!r} is not a class")
-    bind_constructor(sampler_class, spec=spec)
+    if not speaks_sglang_0_5_23(sampler_class):  # the package's own convention, not ours
+        bind_constructor(sampler_class, spec=spec)
     return sampler_class
 
 
@@ -131,6 +138,8 @@ def parse_impl_spec(text: str) -> Implementation:
         raise ImplementationError(f"--impl name must be letters, digits, '-' or '_', got {name!r}")
     if name in BUILTIN_IMPLEMENTATIONS:
         raise ImplementationError(f"--impl name {name!r} is taken by a built-in implementation")
+    if target == UPSTREAM_TARGET:
+        return _upstream_implementation(name, text)
     where, attribute, is_file = _split_target(text, target)
     if not is_file:
         return _implementation(name, import_named_module(where, spec=text), where, attribute, text)
@@ -141,6 +150,19 @@ def parse_impl_spec(text: str) -> Implementation:
     except ImplementationError:
         sys.modules.pop(module_name, None)  # nothing of a refused file stays behind
         raise
+
+
+def _upstream_implementation(name: str, text: str) -> Implementation:
+    """``NAME=sglang``: the installed package's own ``DsparkDraftSampler``."""
+    try:
+        package = load_sglang()
+    except UpstreamUnavailable as error:
+        raise ImplementationError(f"--impl {text}: {error}") from None
+    except ImportError as error:  # an import the version's lists do not cover
+        raise ImplementationError(f"--impl {text}: loading sglang failed: {error}") from None
+    return Implementation(
+        name, package.DsparkDraftSampler, text, f"sglang-{package.version}", kind="class"
+    )
 
 
 def _implementation(
