@@ -29,6 +29,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from harness.pipeline.observe import HeadCounts
 from harness.plugins.conventions import (
@@ -387,11 +388,14 @@ class Sglang0523Convention(Convention):
     ) -> BuiltSampler:
         loaded = load_sglang()
         device = torch.device(case.device)
-        drafter = Sglang0523Drafter(
-            model=inputs.model if model is None else model,
-            confidence_fn=inputs.confidence_fn,
-            loaded=loaded,
-        )
+        # The drafter is the harness's model (loaded weights), not the sampler's work: its
+        # heads' default initialisation is kept out of the observed construction.
+        with _disable_current_modes():
+            drafter = Sglang0523Drafter(
+                model=inputs.model if model is None else model,
+                confidence_fn=inputs.confidence_fn,
+                loaded=loaded,
+            )
         noise = loaded.DraftNoise(
             key=loaded.draft_noise_key(case.seed),
             offset=torch.zeros(1, dtype=torch.int64, device=device),
