@@ -27,6 +27,7 @@ from harness.pipeline.check_result import (
 )
 from harness.pipeline.observe import NOISE_OP, RandomDraw
 from harness.pipeline.runner import CaseRun, ImplResult
+from harness.plugins.conventions import NoiseCounter
 from reference import exponential_race_torch, teacher_forced_logits
 from reference.sampling_params import stage_sampling_params
 from reference.verifier import draft_distribution
@@ -94,7 +95,8 @@ def _token_ids_valid(run: CaseRun, tokens: torch.Tensor) -> bool:
 
 def check_outputs_written(run: CaseRun, result: ImplResult) -> CheckResult:
     """Every output entry was written with a valid value: token ids in ``[0, V)``,
-    finite corrected logits (the inputs are finite), confidence in ``[0, 1]``."""
+    finite corrected logits (the inputs are finite), confidence in ``[0, 1]``, and
+    ``verify_ids`` (where the convention has it) the anchor followed by the drafts."""
     name = "outputs_written"
     if result.tokens is None:
         return skipped(name, "no output")
@@ -110,6 +112,12 @@ def check_outputs_written(run: CaseRun, result: ImplResult) -> CheckResult:
         bad_confidence = ~((result.confidence >= 0) & (result.confidence <= 1))
         if bad_confidence.any():
             problems.append(("confidence_out unwritten or outside [0, 1]", bad_confidence))
+    if result.verify_ids is not None:  # [bs, gamma + 1]: the anchor, then the drafts
+        expected = torch.cat([run.block.anchor_tokens.unsqueeze(1), result.tokens], dim=1)
+        wrong = result.verify_ids != expected.to(result.verify_ids.device)
+        if wrong.any():  # a wrong anchor shows at step 0 with the drafts
+            at_step = wrong[:, 1:] | wrong[:, :1]
+            problems.append(("verify_ids is not [anchor | out]", at_step))
     if problems:
         detail, mask = problems[0]
         others = "; ".join(d for d, _ in problems[1:])
@@ -144,8 +152,9 @@ def check_teacher_forcing(run: CaseRun, result: ImplResult) -> CheckResult:
 
 
 def check_no_writes_outside_batch(run: CaseRun, result: ImplResult) -> CheckResult:
-    """``out[bs*gamma:]``, ``corrected_out[bs*gamma:]`` and ``confidence_out[bs:]`` belong
-    to other graph buckets: their sentinels must survive the call."""
+    """Rows past the live batch of every output buffer belong to other graph buckets:
+    ``out[bs*gamma:]``, ``corrected_out[bs*gamma:]`` (sglang 0.5.23: ``step_logits[bs:]``),
+    ``confidence_out[bs:]`` and ``verify_ids[bs:]``; their sentinels must survive the call."""
     name = "no_writes_outside_batch"
     if result.tokens is None:
         return skipped(name, "no output")
@@ -233,7 +242,7 @@ def check_noise_replay(run: CaseRun, result: ImplResult) -> CheckResult:
     if result.tokens is None or result.corrected is None:
         return skipped(name, "no output")
     noise = replay_noise(run, result)
-    if isinstance(noise, str) and result.counter_replay is not None and not call_draws(result):
+    if isinstance(noise, str) and result.counter_replay is not None and counter_noise(result):
         return counter_stream_replay(result)
     if isinstance(noise, str):
         return skipped(name, f"{noise}: not replayable, the statistical oracle carries it")
@@ -256,6 +265,13 @@ def check_noise_replay(run: CaseRun, result: ImplResult) -> CheckResult:
     return passed(name)
 
 
+def counter_noise(result: ImplResult) -> NoiseCounter | None:
+    """The call's counter-based noise stream, when that is where its noise came from: the
+    convention declares a counter (sglang 0.5.23's ``DraftNoise``) and the call drew
+    nothing from torch's RNG."""
+    return None if call_draws(result) else result.noise_counter
+
+
 def counter_stream_replay(result: ImplResult) -> CheckResult:
     """Counter-based noise declared by the convention (sglang 0.5.23's ``DraftNoise``):
     the tokens must be what the declared stream gives for the kept step logits at the
@@ -276,7 +292,7 @@ def counter_stream_replay(result: ImplResult) -> CheckResult:
 
 def _fresh_counter(result: ImplResult, second: ImplResult) -> str | None:
     """Why counter-based noise was not fresh on the second call, or ``None``."""
-    first_counter, second_counter = result.noise_counter, second.noise_counter
+    first_counter, second_counter = counter_noise(result), counter_noise(second)
     if first_counter is None or second_counter is None:
         return None
     if first_counter.advances < 1:
@@ -312,7 +328,7 @@ def check_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
     first_values = [d.values for d in first_draws if d.values is not None]
     second_values = [d.values for d in second_draws if d.values is not None]
     comparable = len(first_values) == len(first_draws) == len(second_draws) == len(second_values)
-    from_torch = bool(first_draws) or second.noise_counter is None  # else: the counter said it
+    from_torch = counter_noise(second) is None  # else the counter said it, above
     if from_torch and comparable and all(map(torch.equal, first_values, second_values)):
         return failed(
             name,
@@ -341,13 +357,12 @@ def check_noise_budget(run: CaseRun, result: ImplResult) -> CheckResult:
         )
     else:
         expected, budget = "no random draws in a greedy fold", not draws
-    counter = result.noise_counter
+    counter = counter_noise(result)
     if counter is not None and case.folded_sampling:
         return failed(
             name,
             f"noise source differs: counter-based Philox noise (key, counter advanced "
-            f"{counter.advances} per call) and {describe_draws(draws)}; the reference draws "
-            f"{expected}",
+            f"{counter.advances} per call), no torch random draw; the reference draws {expected}",
         )
     if not budget:
         return failed(name, f"drew {describe_draws(draws)}; the reference draws {expected}")
@@ -470,7 +485,7 @@ def contract_differences(result: ImplResult, reference: ImplResult) -> list[str]
     """The differences of contract a drop-in mismatch comes from, each named: the noise
     source, the step-dtype policy, and the rule for NaN (docs/numerics.md)."""
     differences = []
-    if result.noise_counter is not None and reference.noise_counter is None:
+    if counter_noise(result) is not None and counter_noise(reference) is None:
         differences.append(
             "noise source: counter-based Philox noise (key, counter) where the reference "
             "draws torch exponential_ noise"
