@@ -19,6 +19,7 @@ from harness.pipeline.check_result import tier_of
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import ImplResult, run_case
 from harness.plugins.conventions import ConventionName, convention_of
+from harness.plugins.eras import Era
 from harness.plugins.implementations import Implementation, parse_impl_spec
 from harness.testing import check_sampler
 
@@ -49,7 +50,26 @@ def test_impl_sglang_is_the_package_sampler_in_its_own_convention() -> None:
     assert implementation.sampler_class.__module__.startswith("sglang.srt.speculative")
     assert convention_of(implementation.sampler_class).name is ConventionName.SGLANG_0_5_23
     assert implementation.provenance()["convention"] == "sglang-0.5.23"
-    assert implementation.import_surface == "sglang-0.5.23"
+    assert implementation.era is Era.SGLANG_0_5_23
+
+
+def test_a_working_copy_of_the_package_module_loads_for_its_era_and_is_lossless() -> None:
+    from harness.upstream.sglang_convention import SAMPLER_MODULE
+    from harness.upstream.sglang_loader import load_sglang
+
+    path = load_sglang().modules[SAMPLER_MODULE].__file__  # the file a kernel engineer edits
+    implementation = parse_impl_spec(f"copy={path}")
+    assert implementation.era is Era.SGLANG_0_5_23  # detected from its imports
+    assert convention_of(implementation.sampler_class).name is ConventionName.SGLANG_0_5_23
+    _, statuses = _run(BUCKETED, implementation.sampler_class)
+    assert {name for name, status in statuses.items() if status == "fail"} == ALWAYS
+
+
+def test_the_bug_era_modules_keep_their_surface_with_the_package_installed() -> None:
+    after_fix = parse_impl_spec("after=tests/plugins/upstream/dspark_after_fix.py")
+    assert after_fix.era is Era.PR36934
+    _, statuses = _run(BUCKETED, after_fix.sampler_class)
+    assert {name for name, status in statuses.items() if status == "fail"} == set()
 
 
 def test_the_package_sampler_is_lossless_and_not_drop_in_for_its_noise_source() -> None:

@@ -25,6 +25,7 @@ from typing import Any
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.plugins.construct import REQUIRED_KEYWORDS, bind_constructor
 from harness.plugins.conventions import convention_of
+from harness.plugins.eras import Era, split_era
 from harness.plugins.errors import ImplementationError
 from harness.plugins.functional import functional_sampler_class
 from harness.plugins.loading import (
@@ -67,15 +68,15 @@ TARGET_FORMS = f"{MODULE_FORM} or {FILE_FORM}"
 class Implementation:
     """A named sampler class; ``spec`` says where it came from.
 
-    ``import_surface``: which ``sglang`` its module was given (``"harness"``: ours,
-    ``"sglang"``: the real one, ``None``: it imports none). ``kind``: ``"class"`` or
-    ``"function"`` (a block sampler function wrapped into ``sampler_class``).
+    ``era``: the server era its module was loaded for (``harness.plugins.eras``;
+    ``None``: it imports no sglang). ``kind``: ``"class"`` or ``"function"`` (a block
+    sampler function wrapped into ``sampler_class``).
     """
 
     name: str
     sampler_class: type[Any]
     spec: str
-    import_surface: str | None = None
+    era: Era | None = None
     kind: str = "class"
 
     def provenance(self) -> dict[str, Any]:
@@ -84,7 +85,7 @@ class Implementation:
             "name": self.name,
             "spec": self.spec,
             "kind": self.kind,
-            "import_surface": self.import_surface,
+            "era": None if self.era is None else self.era.value,
             "convention": convention_of(self.sampler_class).name.value,
         }
 
@@ -140,11 +141,13 @@ def parse_impl_spec(text: str) -> Implementation:
         raise ImplementationError(f"--impl name {name!r} is taken by a built-in implementation")
     if target == UPSTREAM_TARGET:
         return _upstream_implementation(name, text)
+    target, era = split_era(target, spec=text)
     where, attribute, is_file = _split_target(text, target)
     if not is_file:
-        return _implementation(name, import_named_module(where, spec=text), where, attribute, text)
+        loaded_module = import_named_module(where, spec=text, era=era)
+        return _implementation(name, loaded_module, where, attribute, text)
     module_name = f"dspark_impl_{name.replace('-', '_')}"
-    loaded = load_source_file(where, module_name=module_name, spec=text)
+    loaded = load_source_file(where, module_name=module_name, spec=text, era=era)
     try:
         return _implementation(name, loaded, where, attribute, text)
     except ImplementationError:
@@ -160,9 +163,7 @@ def _upstream_implementation(name: str, text: str) -> Implementation:
         raise ImplementationError(f"--impl {text}: {error}") from None
     except ImportError as error:  # an import the version's lists do not cover
         raise ImplementationError(f"--impl {text}: loading sglang failed: {error}") from None
-    return Implementation(
-        name, package.DsparkDraftSampler, text, f"sglang-{package.version}", kind="class"
-    )
+    return Implementation(name, package.DsparkDraftSampler, text, Era.SGLANG_0_5_23)
 
 
 def _implementation(
@@ -183,10 +184,10 @@ def _implementation(
     target_object = getattr(module, attribute)
     if inspect.isclass(target_object):
         sampler_class = check_sampler_class(target_object, spec=f"--impl {text}")
-        return Implementation(name, sampler_class, text, loaded.import_surface)
+        return Implementation(name, sampler_class, text, loaded.era)
     if callable(target_object):
         wrapped = functional_sampler_class(target_object, spec=text)
-        return Implementation(name, wrapped, text, loaded.import_surface, kind="function")
+        return Implementation(name, wrapped, text, loaded.era, kind="function")
     raise ImplementationError(
         f"--impl {text}: {attribute!r} is a {type(target_object).__name__}, "
         "neither a sampler class nor a block sampler function"

@@ -23,6 +23,7 @@ no stream can capture) the call runs with that query answering ``False``.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -69,10 +70,17 @@ CPU_CAPTURE_FINDING = (
 
 
 def speaks_sglang_0_5_23(sampler_class: type[Any]) -> bool:
-    """Whether the class is the package's ``DsparkDraftSampler`` or a subclass of it."""
-    return any(
-        cls.__module__ == SAMPLER_MODULE and cls.__qualname__ == "DsparkDraftSampler"
-        for cls in getattr(sampler_class, "__mro__", ())
+    """Whether the class is built the 0.5.23 way: its constructor takes the ``noise`` and
+    ``greedy_draft`` keywords (the package's ``DsparkDraftSampler``, a subclass, or a
+    working copy of its module loaded as a file)."""
+    try:
+        parameters = inspect.signature(sampler_class).parameters
+    except (TypeError, ValueError):
+        return False
+    keyword = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return all(
+        name in parameters and parameters[name].kind in keyword
+        for name in ("noise", "greedy_draft")
     )
 
 
