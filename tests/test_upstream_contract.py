@@ -52,6 +52,8 @@ def test_impl_sglang_is_the_package_sampler_in_its_own_convention() -> None:
     assert convention_of(implementation.sampler_class).name is ConventionName.SGLANG_0_5_23
     assert implementation.provenance()["convention"] == "sglang-0.5.23"
     assert implementation.era is Era.SGLANG_0_5_23
+    cpu_only = not torch.backends.cuda.is_built()  # the adapter's one workaround is named
+    assert bool(implementation.provenance()["adaptations"]) is cpu_only
 
 
 def test_a_working_copy_of_the_package_module_loads_for_its_era_and_is_lossless() -> None:

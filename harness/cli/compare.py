@@ -76,10 +76,15 @@ def provenance_section(implementations: list[Implementation]) -> Section:
             for row in rows
         ],
     )
+    adapted = [
+        f"{row['name']}: the harness's adapter works around: {adaptation}"
+        for row in rows
+        for adaptation in row["adaptations"]
+    ]
     return Section(
         title="Implementations",
         ok=True,
         verdict="where each sampler came from (era: the sglang its module was loaded with)",
-        text=text,
+        text="\n".join([text, *adapted]),
         data={"implementations": rows},
     )
