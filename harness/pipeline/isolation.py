@@ -80,6 +80,7 @@ def _wire_types() -> dict[str, type[Any]]:
     from harness.measure.timing import PairedTimes
     from harness.oracles.fits import Marginal, Statistic
     from harness.oracles.stats import StatsResult
+    from harness.plugins.conventions import NoiseCounter, StagedParams
     from reference.verifier import DecodeResult
 
     allowed = (
@@ -94,6 +95,8 @@ def _wire_types() -> dict[str, type[Any]]:
         DecodeResult,
         PluginDescription,
         PairedTimes,
+        StagedParams,  # a convention's staging, as read (sglang 0.5.23)
+        NoiseCounter,
     )
     return {cls.__name__: cls for cls in allowed}
 
@@ -256,7 +259,12 @@ def _reference(implementation: Implementation) -> Any:
     (a class built in memory, as tests do) the class itself by reference."""
     if implementation.name in BUILTIN_IMPLEMENTATIONS and _domain(implementation) == BUILTINS:
         return ("builtin", implementation.name)
-    if issubclass(implementation.sampler_class, WorkerOnlySampler) or ".py" in implementation.spec:
+    by_spec = (
+        issubclass(implementation.sampler_class, WorkerOnlySampler)
+        or ".py" in implementation.spec
+        or implementation.era is Era.SGLANG_0_5_23  # its modules live in no importable package
+    )
+    if by_spec:
         return ("spec", implementation.spec)
     return ("class", implementation)
 
