@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
 
 from harness.cli.emit import emit
 from harness.cli.exit_codes import ExitCode
@@ -15,13 +16,12 @@ from harness.cli.options import (
     journal_path,
     judged_implementations,
 )
-from harness.pipeline.case import Case
-from harness.pipeline.compare import compare, comparison_sections, verdicts_json
-from harness.pipeline.matrix import standard_matrix
-from harness.plugins.implementations import Implementation, parse_names
 from harness.render.progress import progress_printer
 from harness.render.sections import Section
 from harness.render.tables import table
+
+if TYPE_CHECKING:
+    from harness.plugins.implementations import Implementation
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace) -> ExitCode:
+    from harness.pipeline.case import Case
+    from harness.pipeline.compare import compare, comparison_sections, verdicts_json
+    from harness.pipeline.matrix import standard_matrix
+    from harness.plugins.implementations import parse_names
+
     implementations, roles = judged_implementations(args, parse_names(args.only))
     if args.case:
         cases = [Case.load(path) for path in args.case]
@@ -66,8 +71,9 @@ def command(args: argparse.Namespace) -> ExitCode:
 
 
 def provenance_section(implementations: list[Implementation]) -> Section:
-    """Where each sampler came from: its spec, the server era its module was loaded for
-    and the calling convention it was built in (docs/plugins.md)."""
+    """Where each sampler came from: its spec, the server era its module was loaded for,
+    the calling convention it was built in and what the adapter works around in it
+    (docs/plugins.md)."""
     rows = [implementation.provenance() for implementation in implementations]
     text = table(
         ("implementation", "spec", "kind", "era", "convention"),

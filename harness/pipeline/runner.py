@@ -34,6 +34,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
+from harness.defaults import DEFAULT_TIME_LIMIT_S
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.guard import (
     AlarmBackstop,
@@ -145,9 +146,6 @@ def same_rng_start(device: torch.device, seed: int) -> Iterator[None]:
 
 class CallTimeout(Exception):
     """An implementation's call ran past the per-call time limit."""
-
-
-DEFAULT_TIME_LIMIT_S = 120.0
 
 
 TIMEOUT_REFIRE_S = 0.5  # a swallowed timeout fires again this often

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from fixed import DsparkDraftSampler as FixedSampler
+from harness.defaults import BUILTIN_NAMES
 from harness.pipeline.guard import import_world
-from harness.plugins.construct import REQUIRED_KEYWORDS, bind_constructor
+from harness.plugins.construct import bind_constructor
 from harness.plugins.conventions import convention_of
 from harness.plugins.eras import Era, split_era
 from harness.plugins.errors import ImplementationError
@@ -50,7 +51,6 @@ from reference import ReferenceDraftSampler
 __all__ = [
     "BUILTIN_IMPLEMENTATIONS",
     "DEFAULT_FILE_CLASS",
-    "REQUIRED_CONSTRUCTOR_KEYWORDS",
     "Implementation",
     "ImplementationError",
     "WorkerOnlySampler",
@@ -61,12 +61,9 @@ __all__ = [
     "select_implementations",
 ]
 
-BUILTIN_IMPLEMENTATIONS: dict[str, type[Any]] = {
-    "reference": ReferenceDraftSampler,
-    "fixed": FixedSampler,
-    "legacy": LegacySampler,
-}
-REQUIRED_CONSTRUCTOR_KEYWORDS = REQUIRED_KEYWORDS
+BUILTIN_IMPLEMENTATIONS: dict[str, type[Any]] = dict(
+    zip(BUILTIN_NAMES, (ReferenceDraftSampler, FixedSampler, LegacySampler), strict=True)
+)
 DEFAULT_FILE_CLASS = "DsparkDraftSampler"
 UPSTREAM_TARGET = "sglang"  # NAME=sglang: the installed release (harness.upstream)
 TARGET_FORMS = f"{MODULE_FORM} or {FILE_FORM}"
@@ -130,7 +127,7 @@ class WorkerOnlySampler:
 
 
 def builtin_implementations(
-    names: tuple[str, ...] = ("reference", "fixed", "legacy"),
+    names: tuple[str, ...] = BUILTIN_NAMES,
 ) -> list[Implementation]:
     return [
         Implementation(name, BUILTIN_IMPLEMENTATIONS[name], f"builtin:{name}") for name in names
