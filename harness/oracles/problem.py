@@ -19,7 +19,14 @@ from harness.pipeline.case import TOP_K_ALL
 from harness.plugins.construct import bind_constructor, construct_sampler
 from reference import HEAD_KINDS, SamplingInfo, ToyDraftModel, make_toy_draft_model
 from reference.target_model import MarkovTargetModel, make_markov_target
-from reference.verifier import DecodeResult, DraftContext, derived_seeds, speculative_decode
+from reference.verifier import (
+    CHAIN_VERIFIER,
+    DecodeResult,
+    DraftContext,
+    Verifier,
+    derived_seeds,
+    speculative_decode,
+)
 
 DEFAULT_ALPHA = 1e-6
 MAX_JOINT_CELLS = 1 << 16  # V**m cells of the enumerated joint
@@ -207,10 +214,16 @@ def cpu_threads(device: str) -> int | None:
 
 
 def decode_rows(
-    sampler_class: type, *, problem: StatsProblem, head_kind: str, seed: int
+    sampler_class: type,
+    *,
+    problem: StatsProblem,
+    head_kind: str,
+    seed: int,
+    verifier: Verifier = CHAIN_VERIFIER,
 ) -> DecodeResult:
     """Build the sampler at ``max_bs = rows`` (folded sampling, in the sampler's own
-    constructor convention) and run the decode loop for one head kind."""
+    constructor convention) and run the decode loop for one head kind, verified by
+    ``verifier``."""
     config = problem.config
     with intra_op_threads(cpu_threads(config.device)):
         sampler = construct_sampler(
@@ -229,4 +242,5 @@ def decode_rows(
             m=config.m,
             seed=head_seed(seed, head_kind=head_kind),
             min_rounds=config.rounds,
+            verifier=verifier,
         )
