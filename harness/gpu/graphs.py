@@ -44,18 +44,18 @@ import torch
 from harness.devices import synchronize
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.compare import CaseVerdict, case_record, comparison_sections, evaluate_run
-from harness.pipeline.observe import DispatchObserver, HeadCounts, observe_head
+from harness.pipeline.observe import DispatchObserver, HeadCounts
 from harness.pipeline.runner import (
     CaseRun,
     ImplResult,
     RaisedError,
     build_sampler,
-    fill_sentinels,
     raised_error,
-    read_outputs,
+    record_outputs,
     same_rng_start,
     work_counts,
 )
+from harness.plugins.conventions import BuiltSampler
 from harness.plugins.implementations import (
     Implementation,
 )
@@ -205,7 +205,7 @@ class GraphedSampler:
     """One implementation's sampler, captured over the shared static inputs."""
 
     name: str
-    sampler: Any
+    sampler: BuiltSampler
     runner: GraphRunner
     head_counts: HeadCounts  # what the captured call did: the work of every replay
     dispatch: DispatchObserver
@@ -223,12 +223,11 @@ def capture_sampler(
     upstream does) and capture one observed call over the static inputs."""
     sampler = build_sampler(implementation.sampler_class, case=case, inputs=inputs)
     hidden_states, input_ids = static.call_arguments()
-    head = inputs.model.markov_head
     observed: list[tuple[HeadCounts, DispatchObserver]] = []
 
     def observed_call() -> list[torch.Tensor]:
         dispatch = DispatchObserver(record_noise=True)
-        with observe_head(head) as head_counts, dispatch:
+        with sampler.observe_walks() as head_counts, dispatch:
             sampler(hidden_states, input_ids)
         observed.append((head_counts, dispatch))
         # Walk tokens and noise clones are static outputs too: replays rewrite them.
@@ -245,11 +244,11 @@ def replay_result(
     """Poison the outputs, reseed the generator, replay once and read the buffers out."""
     result = ImplResult(name=graphed.name)
     try:
-        fill_sentinels(graphed.sampler)
+        graphed.sampler.poison()
         torch.manual_seed(seed)  # the replay's in-graph noise starts from this state
         graphed.runner.replay()
         synchronize(device)
-        read_outputs(graphed.sampler, case, result)
+        record_outputs(graphed.sampler.read(case), result)
         result.work = work_counts(graphed.head_counts, graphed.dispatch)
         result.noise_draws = [draw.clone() for draw in graphed.dispatch.noise_draws]
         result.walk_tokens = [tokens.clone() for tokens in graphed.head_counts.walk_tokens]
@@ -312,7 +311,6 @@ def redraw_check(
     device: torch.device,
 ) -> RedrawCheck:
     """Replay twice on ``inputs`` and compare the tokens and the static noise buffer."""
-    rows = case.bs * case.gamma
     tokens: list[torch.Tensor] = []
     noise: list[torch.Tensor] = []
     try:
@@ -320,8 +318,8 @@ def redraw_check(
         for _ in range(2):
             graphed.runner.replay()
             synchronize(device)
-            tokens.append(graphed.sampler.out[:rows].view(case.bs, case.gamma).clone())
-            buffer = getattr(graphed.sampler, "exp_noise", None)
+            tokens.append(graphed.sampler.read(case).tokens)
+            buffer = getattr(graphed.sampler.sampler, "exp_noise", None)
             if case.folded_sampling and isinstance(buffer, torch.Tensor):
                 noise.append(buffer[: case.bs].clone())
     except Exception as error:  # the implementation under test failed: record, go on

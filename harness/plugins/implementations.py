@@ -7,7 +7,9 @@ other sampler joins with ``--impl``:
 - ``NAME=path/to/module.py[:Class]``: a class in a source file (default class
   ``DsparkDraftSampler``), e.g. a working copy of the server's own module;
 - ``NAME=module:function`` or ``NAME=path.py:function``: a block sampler function
-  (``harness.plugins.protocol.BlockSamplerFunction``), wrapped into a sampler.
+  (``harness.plugins.protocol.BlockSamplerFunction``), wrapped into a sampler;
+- ``NAME=sglang``: the installed sglang release's own ``DsparkDraftSampler``, loaded by
+  ``harness.upstream.sglang_loader`` and built in its convention.
 
 Every class is bound against its constructor once, here, before the first case.
 """
@@ -22,6 +24,8 @@ from typing import Any
 
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.plugins.construct import REQUIRED_KEYWORDS, bind_constructor
+from harness.plugins.conventions import convention_of
+from harness.plugins.eras import Era, split_era
 from harness.plugins.errors import ImplementationError
 from harness.plugins.functional import functional_sampler_class
 from harness.plugins.loading import (
@@ -31,6 +35,8 @@ from harness.plugins.loading import (
     import_named_module,
     load_source_file,
 )
+from harness.upstream.sglang_convention import speaks_sglang_0_5_23
+from harness.upstream.sglang_loader import UpstreamUnavailable, load_sglang
 from legacy import DsparkDraftSampler as LegacySampler
 from reference import ReferenceDraftSampler
 
@@ -54,6 +60,7 @@ BUILTIN_IMPLEMENTATIONS: dict[str, type[Any]] = {
 }
 REQUIRED_CONSTRUCTOR_KEYWORDS = REQUIRED_KEYWORDS
 DEFAULT_FILE_CLASS = "DsparkDraftSampler"
+UPSTREAM_TARGET = "sglang"  # NAME=sglang: the installed release (harness.upstream)
 TARGET_FORMS = f"{MODULE_FORM} or {FILE_FORM}"
 
 
@@ -61,15 +68,15 @@ TARGET_FORMS = f"{MODULE_FORM} or {FILE_FORM}"
 class Implementation:
     """A named sampler class; ``spec`` says where it came from.
 
-    ``import_surface``: which ``sglang`` its module was given (``"harness"``: ours,
-    ``"sglang"``: the real one, ``None``: it imports none). ``kind``: ``"class"`` or
-    ``"function"`` (a block sampler function wrapped into ``sampler_class``).
+    ``era``: the server era its module was loaded for (``harness.plugins.eras``;
+    ``None``: it imports no sglang). ``kind``: ``"class"`` or ``"function"`` (a block
+    sampler function wrapped into ``sampler_class``).
     """
 
     name: str
     sampler_class: type[Any]
     spec: str
-    import_surface: str | None = None
+    era: Era | None = None
     kind: str = "class"
 
     def provenance(self) -> dict[str, Any]:
@@ -78,8 +85,8 @@ class Implementation:
             "name": self.name,
             "spec": self.spec,
             "kind": self.kind,
-            "import_surface": self.import_surface,
-            "convention": bind_constructor(self.sampler_class).convention,
+            "era": None if self.era is None else self.era.value,
+            "convention": convention_of(self.sampler_class).name.value,
         }
 
 
@@ -95,7 +102,8 @@ def check_sampler_class(sampler_class: object, *, spec: str) -> type[Any]:
     """Raise ``ImplementationError`` unless the class can be constructed and called."""
     if not inspect.isclass(sampler_class):
         raise ImplementationError(f"{spec}: {sampler_class!r} is not a class")
-    bind_constructor(sampler_class, spec=spec)
+    if not speaks_sglang_0_5_23(sampler_class):  # the package's own convention, not ours
+        bind_constructor(sampler_class, spec=spec)
     return sampler_class
 
 
@@ -131,16 +139,31 @@ def parse_impl_spec(text: str) -> Implementation:
         raise ImplementationError(f"--impl name must be letters, digits, '-' or '_', got {name!r}")
     if name in BUILTIN_IMPLEMENTATIONS:
         raise ImplementationError(f"--impl name {name!r} is taken by a built-in implementation")
+    if target == UPSTREAM_TARGET:
+        return _upstream_implementation(name, text)
+    target, era = split_era(target, spec=text)
     where, attribute, is_file = _split_target(text, target)
     if not is_file:
-        return _implementation(name, import_named_module(where, spec=text), where, attribute, text)
+        loaded_module = import_named_module(where, spec=text, era=era)
+        return _implementation(name, loaded_module, where, attribute, text)
     module_name = f"dspark_impl_{name.replace('-', '_')}"
-    loaded = load_source_file(where, module_name=module_name, spec=text)
+    loaded = load_source_file(where, module_name=module_name, spec=text, era=era)
     try:
         return _implementation(name, loaded, where, attribute, text)
     except ImplementationError:
         sys.modules.pop(module_name, None)  # nothing of a refused file stays behind
         raise
+
+
+def _upstream_implementation(name: str, text: str) -> Implementation:
+    """``NAME=sglang``: the installed package's own ``DsparkDraftSampler``."""
+    try:
+        package = load_sglang()
+    except UpstreamUnavailable as error:
+        raise ImplementationError(f"--impl {text}: {error}") from None
+    except ImportError as error:  # an import the version's lists do not cover
+        raise ImplementationError(f"--impl {text}: loading sglang failed: {error}") from None
+    return Implementation(name, package.DsparkDraftSampler, text, Era.SGLANG_0_5_23)
 
 
 def _implementation(
@@ -161,10 +184,10 @@ def _implementation(
     target_object = getattr(module, attribute)
     if inspect.isclass(target_object):
         sampler_class = check_sampler_class(target_object, spec=f"--impl {text}")
-        return Implementation(name, sampler_class, text, loaded.import_surface)
+        return Implementation(name, sampler_class, text, loaded.era)
     if callable(target_object):
         wrapped = functional_sampler_class(target_object, spec=text)
-        return Implementation(name, wrapped, text, loaded.import_surface, kind="function")
+        return Implementation(name, wrapped, text, loaded.era, kind="function")
     raise ImplementationError(
         f"--impl {text}: {attribute!r} is a {type(target_object).__name__}, "
         "neither a sampler class nor a block sampler function"

@@ -350,6 +350,7 @@ class LoadedSglang:
     version: str
     root: Path  # the installed package folder
     modules: dict[str, types.ModuleType]  # every module of DSPARK_MODULES
+    scope: dict[str, types.ModuleType]  # every sglang module the load made: packages, stand-ins
     DsparkDraftSampler: type[Any]
     DraftNoise: type[Any]
     DraftParams: type[Any]
@@ -396,11 +397,35 @@ def load_sglang() -> LoadedSglang:
     _refuse_torch_build()
     root = _package_root()
     finder = _DsparkFinder(root)
-    with _scoped_sglang_modules():
-        sys.meta_path.insert(0, finder)
-        try:
-            modules = {name: importlib.import_module(name) for name in DSPARK_MODULES}
-        finally:
-            sys.meta_path.remove(finder)
+    with _scoped_sglang_modules(), _finder_active(finder):
+        modules = {name: importlib.import_module(name) for name in DSPARK_MODULES}
+        scope = {n: m for n, m in sys.modules.items() if n.split(".")[0] == "sglang"}
     exported = {name: getattr(modules[module], name) for name, module in EXPORTS.items()}
-    return LoadedSglang(version=SUPPORTED_VERSION, root=root, modules=modules, **exported)
+    return LoadedSglang(
+        version=SUPPORTED_VERSION, root=root, modules=modules, scope=scope, **exported
+    )
+
+
+@contextmanager
+def _finder_active(finder: _DsparkFinder) -> Iterator[None]:
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
+def provides(loaded: LoadedSglang, module: str, name: str | None) -> bool:
+    """Whether ``from module import name`` (``import module`` for ``None``) is served by
+    the loaded modules: a real DSpark module's name, or a stand-in the version lists."""
+    found = loaded.scope.get(module)
+    return found is not None and (name is None or hasattr(found, name))
+
+
+@contextmanager
+def importable(loaded: LoadedSglang) -> Iterator[None]:
+    """While a plug-in file built for this version loads: its ``sglang`` imports get the
+    loaded modules themselves (the same classes), and ``sys.modules`` is restored after."""
+    with _scoped_sglang_modules(), _finder_active(_DsparkFinder(loaded.root)):
+        sys.modules.update(loaded.scope)
+        yield
