@@ -2,7 +2,7 @@
 
 Commands, each in its own module of this package with ``add_arguments(parser)`` and
 ``command(args) -> ExitCode``: ``report`` (the default: the standard matrix, the
-statistical oracle and the eliminated work), ``compare``, ``repro``, ``stats``,
+statistical oracle and the eliminated work), ``compare``, ``repro``, ``stats``, ``scan``,
 ``work``, ``sweep``, ``graphs``, ``gpu-figures``. Every command ends through
 ``harness.cli.emit`` and returns an ``ExitCode`` (``harness.cli.exit_codes``): 0 when
 every expectation holds, 1 when any fails, 2 on bad usage or bad input (an unknown
@@ -39,6 +39,7 @@ COMMAND_TABLE: dict[str, tuple[str, str, bool]] = {
     "compare": ("compare", "chosen cases and implementations side by side", True),
     "repro": ("repro", "write the smallest failing case, or replay one", True),
     "stats": ("stats", "statistical losslessness oracle", True),
+    "scan": ("scan", "support scan over many (row, step, counter) triples, NaN/inf rule", False),
     "work": ("work", "work the fix eliminates (counters, model, --timing)", False),
     "sweep": ("sweep", "scaling sweep over bs, gamma and V", False),
     "graphs": (
