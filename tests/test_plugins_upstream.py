@@ -67,6 +67,7 @@ def test_server_modules_load_on_the_harness_surface_and_leave_sys_modules_as_fou
         "kind": "class",
         "era": "pr36934",
         "convention": "server",
+        "adaptations": [],
     }
 
 

@@ -8,6 +8,7 @@ check aimed at it (and exactly the checks listed).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -51,6 +52,8 @@ def test_impl_sglang_is_the_package_sampler_in_its_own_convention() -> None:
     assert convention_of(implementation.sampler_class).name is ConventionName.SGLANG_0_5_23
     assert implementation.provenance()["convention"] == "sglang-0.5.23"
     assert implementation.era is Era.SGLANG_0_5_23
+    cpu_only = not torch.backends.cuda.is_built()  # the adapter's one workaround is named
+    assert bool(implementation.provenance()["adaptations"]) is cpu_only
 
 
 def test_a_working_copy_of_the_package_module_loads_for_its_era_and_is_lossless() -> None:
@@ -171,3 +174,22 @@ def test_finding_the_first_call_asks_cuda_whether_it_is_capturing(samplers: Modu
     built.stage_sampling_params(bs=BUCKETED.bs, sampling_info=inputs.sampling_info)
     with pytest.raises(RuntimeError, match="_cuda_isCurrentStreamCapturing"):
         built.sampler(inputs.hidden_states, inputs.input_ids)  # without the adapter's answer
+
+
+def test_the_pytest_plugin_judges_the_package_sampler_and_a_planted_defect(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from tests.helpers import REPO_ROOT
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO_ROOT), *sys.path]))
+    select = ["-p", "no:cacheprovider", "-k", "dspark and folded-sampled/vanilla"]
+    passing = pytester.runpytest_subprocess(
+        *select, "--dspark-impl", "sglang=sglang", "--dspark-require", "lossless"
+    )
+    passing.assert_outcomes(passed=2)
+    frozen = "frozen=tests.plugins.sglang_samplers:OffsetNotAdvanced"
+    failing = pytester.runpytest_subprocess(*select, "--dspark-impl", frozen)
+    failing.assert_outcomes(failed=2)
+    failing.stdout.fnmatch_lines(["*fresh_noise*the first call did not advance the noise counter*"])

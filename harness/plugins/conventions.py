@@ -253,6 +253,11 @@ class Convention(ABC):
 
     name: ConventionName
 
+    def adaptations(self) -> tuple[str, ...]:
+        """What the harness's adapter works around in the implementation on this machine
+        (each a finding of that implementation, named in the report)."""
+        return ()
+
     @abstractmethod
     def build(
         self, sampler_class: type[Any], *, case: Case, inputs: CaseInputs, model: Any = None
@@ -290,10 +295,7 @@ def convention_of(sampler_class: type[Any]) -> Convention:
 
     if speaks_sglang_0_5_23(sampler_class):
         return SGLANG_0_5_23
-    binding = bind_constructor(sampler_class)
-    return ConstructorConvention(
-        ConventionName.SERVER if binding.fused_greedy_from_env else ConventionName.HARNESS
-    )
+    return ConstructorConvention(ConventionName(bind_constructor(sampler_class).convention))
 
 
 def build_for_case(

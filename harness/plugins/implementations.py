@@ -81,12 +81,14 @@ class Implementation:
 
     def provenance(self) -> dict[str, Any]:
         """Where the sampler came from and how it is called, as plain JSON for reports."""
+        convention = convention_of(self.sampler_class)
         return {
             "name": self.name,
             "spec": self.spec,
             "kind": self.kind,
             "era": None if self.era is None else self.era.value,
-            "convention": convention_of(self.sampler_class).name.value,
+            "convention": convention.name.value,
+            "adaptations": list(convention.adaptations()),
         }
 
 

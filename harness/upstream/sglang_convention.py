@@ -24,7 +24,6 @@ no stream can capture) the call runs with that query answering ``False``.
 from __future__ import annotations
 
 import inspect
-import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from harness.pipeline.observe import HeadCounts
+from harness.plugins.construct import environment_variable
 from harness.plugins.conventions import (
     BuiltSampler,
     CallOutputs,
@@ -163,19 +163,6 @@ class OneRankGroup:
 
 
 @contextmanager
-def _environment_flag(name: str, value: str) -> Iterator[None]:
-    previous = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = previous
-
-
-@contextmanager
 def _capture_query_on_cpu_only_torch() -> Iterator[None]:
     """On a CPU-only torch, answer the CUDA capture query ``False`` (see the module doc)."""
     if torch.backends.cuda.is_built():
@@ -205,12 +192,20 @@ class Sglang0523Sampler(BuiltSampler):
 
     convention = ConventionName.SGLANG_0_5_23
 
-    def __init__(self, *, sampler: Any, model: Sglang0523Drafter, loaded: LoadedSglang) -> None:
+    def __init__(
+        self,
+        *,
+        sampler: Any,
+        model: Sglang0523Drafter,
+        noise: Any,
+        tp_sync: Any,
+        loaded: LoadedSglang,
+    ) -> None:
         self.sampler = sampler
         self.model = model
         self.loaded = loaded
-        self.noise = sampler._noise  # the DraftNoise the harness built and owns
-        self.tp_sync = sampler._tp_sync
+        self.noise = noise  # the DraftNoise the harness built and owns
+        self.tp_sync = tp_sync
         self._counter_start = self.counter()
         self._step_logits_poisoned = False
 
@@ -405,6 +400,9 @@ class Sglang0523Convention(Convention):
 
     name = ConventionName.SGLANG_0_5_23
 
+    def adaptations(self) -> tuple[str, ...]:
+        return () if torch.backends.cuda.is_built() else (CPU_CAPTURE_FINDING,)
+
     def build(
         self, sampler_class: type[Any], *, case: Case, inputs: CaseInputs, model: Any = None
     ) -> BuiltSampler:
@@ -422,18 +420,21 @@ class Sglang0523Convention(Convention):
             key=loaded.draft_noise_key(case.seed),
             offset=torch.zeros(1, dtype=torch.int64, device=device),
         )
-        with _environment_flag(VERIFY_IDS_ENV, "1"):
+        tp_sync = loaded.SpecTpSync(OneRankGroup())
+        with environment_variable(VERIFY_IDS_ENV, "1"):
             sampler = sampler_class(
                 model=drafter,
                 gamma=case.gamma,
                 max_bs=case.max_bs,
                 device=device,
                 noise=noise,
-                tp_sync=loaded.SpecTpSync(OneRankGroup()),
+                tp_sync=tp_sync,
                 greedy_draft=not case.folded_sampling,
                 out=torch.empty(case.max_bs * case.gamma, dtype=torch.int64, device=device),
             )
-        return Sglang0523Sampler(sampler=sampler, model=drafter, loaded=loaded)
+        return Sglang0523Sampler(
+            sampler=sampler, model=drafter, noise=noise, tp_sync=tp_sync, loaded=loaded
+        )
 
 
 SGLANG_0_5_23 = Sglang0523Convention()
