@@ -167,3 +167,19 @@ def test_a_uniform_of_one_sends_the_packages_key_to_minus_inf(loaded) -> None:  
     assert bool((ours == known["token"]).all())
     others = torch.arange(rows) != known["row"]
     assert bool((theirs[others] == known["token"]).all())
+
+
+def test_a_uniform_of_one_breaks_the_first_pos_inf_rule(loaded) -> None:  # type: ignore[no-untyped-def]
+    """+inf at tokens 0 and 2, the known draw on token 2: its key is inf - inf = NaN, and
+    the package's NaN-first reduction drafts token 2 where the rule says the first +inf."""
+    known = KNOWN_UNIT_UNIFORM
+    rows = known["row"] + 1
+    logits = torch.zeros(rows, 4)
+    logits[:, [0, known["token"]]] = float("inf")
+    tokens = loaded.MarkovSampleStep.torch(
+        base_logits=logits, bias=torch.zeros_like(logits), temperatures=torch.ones(rows),
+        key=loaded.draft_noise_key(known["seed"]), offset=torch.tensor([known["counter"]]),
+        step=known["step"], step_dtype=torch.float32,
+    )  # fmt: skip
+    assert int(tokens[known["row"]]) == known["token"]
+    assert int((tokens != 0).sum()) == 1  # every other row yields its first +inf
