@@ -18,6 +18,7 @@ from harness.pipeline.support_scan import (
     RowPattern,
     ScanPlan,
     ScanPoint,
+    full_plan,
     nonfinite_behaviour,
     pattern_logits,
     scan_point,
@@ -193,16 +194,7 @@ def test_a_hundred_million_triples_find_only_the_released_samplers_hits() -> Non
     covered = 0
     for spec, per_point in budgets.items():
         impl = FIXED if spec == "builtin:fixed" else parse_impl_spec(spec)
-        plan = ScanPlan(
-            head_kinds=HEAD_KINDS,
-            dtypes=("float32", "bfloat16"),
-            patterns=tuple(RowPattern),
-            bs=1 << 14,
-            gamma=4,
-            vocab_size=4,
-            triples_per_point=per_point,
-        )
-        results = [scan_point(impl, point) for point in plan.points()]
+        results = [scan_point(impl, p) for p in full_plan(triples_per_point=per_point).points()]
         covered += sum(r.triples for r in results)
         assert all(r.error is None for r in results)
         hits = sum(r.hit_count for r in results)

@@ -33,7 +33,7 @@ from harness.pipeline.case import Case, CaseError, build_inputs, make_case
 from harness.plugins.conventions import BuiltSampler, build_for_case
 from harness.plugins.implementations import Implementation
 from harness.render.progress import Progress, no_progress
-from reference import PrecomputedBaseLogits
+from reference import HEAD_KINDS, PrecomputedBaseLogits
 
 FAR_GAP = 1.0e4  # far-apart rows: the second token sits this far below the top one
 SCAN_TEMPERATURES = (0.6, 1.0, 1.4)  # rows take them in turn; every row is sampled
@@ -218,6 +218,7 @@ def scan_point(
     hits: list[ScanHit] = []
     count = 0
     covered = 0
+    error = None
     try:
         with intra_op_threads(1), torch.random.fork_rng(devices=[]):
             driver = ScanDriver(implementation, point)
@@ -226,16 +227,8 @@ def scan_point(
                 hits += found[: MAX_HITS_KEPT - len(hits)]
                 count += found_count
                 covered += point.bs * point.gamma
-    except Exception as error:  # the code under test failing is a result, never a crash
-        return PointResult(
-            implementation=implementation.name,
-            point=point,
-            hits=tuple(hits),
-            hit_count=count,
-            triples=covered,
-            wall_s=time.perf_counter() - started,
-            error=f"{type(error).__name__}: {error}",
-        )
+    except Exception as failure:  # the code under test failing is a result, never a crash
+        error = f"{type(failure).__name__}: {failure}"
     progress(f"scan: {implementation.name} {point.label()}: {count} hits in {covered} triples")
     return PointResult(
         implementation=implementation.name,
@@ -244,6 +237,7 @@ def scan_point(
         hit_count=count,
         triples=covered,
         wall_s=time.perf_counter() - started,
+        error=error,
     )
 
 
@@ -285,6 +279,20 @@ class ScanPlan:
     @property
     def triples(self) -> int:
         return sum(p.triples for p in self.points())
+
+
+def full_plan(*, triples_per_point: int, seed: int = 0) -> ScanPlan:
+    """Every head kind x float32, bfloat16 x both patterns at bs=16384, gamma=4, V=4."""
+    return ScanPlan(
+        head_kinds=HEAD_KINDS,
+        dtypes=("float32", "bfloat16"),
+        patterns=tuple(RowPattern),
+        bs=1 << 14,
+        gamma=4,
+        vocab_size=4,
+        triples_per_point=triples_per_point,
+        seed=seed,
+    )
 
 
 def tokens_digest(tokens: torch.Tensor) -> str:

@@ -24,8 +24,7 @@ from harness.pipeline.case import Case, make_case
 from harness.pipeline.runner import run_case
 from harness.pipeline.support_scan import (
     PointResult,
-    RowPattern,
-    ScanPlan,
+    full_plan,
     nonfinite_behaviour,
     scan_point,
 )
@@ -39,7 +38,6 @@ from harness.render.sections import Section
 from harness.render.tables import table
 from harness.testing import check_sampler
 from harness.upstream.rejection import BLOCKWISE_REJECTION
-from reference import HEAD_KINDS
 from reference.verifier import CHAIN_VERIFIER
 
 VERSIONS: dict[str, str] = {
@@ -154,16 +152,7 @@ def collect_versions(
         verifiers=(CHAIN_VERIFIER, BLOCKWISE_REJECTION),
         progress=progress,
     )
-    plan = ScanPlan(
-        head_kinds=HEAD_KINDS,
-        dtypes=("float32", "bfloat16"),
-        patterns=tuple(RowPattern),
-        bs=1 << 14,
-        gamma=4,
-        vocab_size=4,
-        triples_per_point=scan_triples_per_point,
-        seed=seed,
-    )
+    plan = full_plan(triples_per_point=scan_triples_per_point, seed=seed)
     rows = []
     for name, impl in implementations.items():
         progress(f"versions: {name}: standard matrix, work, timing, scan ...")
