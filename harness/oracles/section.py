@@ -316,10 +316,14 @@ def report_stats(
 ) -> tuple[Section, OracleRun]:
     """The statistical part of the main report: ``implementations`` (default: the
     built-ins; plug-ins given with ``--impl`` belong here too) at the default config,
-    each held to its role, and legacy's power curve per head kind; with the run, whose
-    verdicts enter each implementation's lossless verdict."""
+    each held to its role, under every verifier that can run here (ours; also the
+    released server's block-wise rejection with the sglang package), and legacy's power
+    curve per head kind; with the run, whose verdicts enter each implementation's
+    lossless verdict."""
     chosen = list(implementations) if implementations is not None else builtin_implementations()
     config = replace(DEFAULT_CONFIG, seed=seed, device=device)
+    from harness.oracles.verifiers import available_verifiers
+
     return stats_section(
         config,
         implementations=chosen,
@@ -327,6 +331,7 @@ def report_stats(
         progress=progress,
         time_limit_s=time_limit_s,
         roles=roles,
+        verifiers=available_verifiers(),
     )
 
 
