@@ -181,14 +181,28 @@ CHAIN_VERIFIER = ChainVerifier()
 
 def read_draft_block(sampler: Any, rows: int) -> DraftBlock:
     """The draft block of a sampler in our convention (``out``, ``corrected_out``, the
-    staged ``temperatures`` and ``greedy_mask``), on the sampler's device."""
+    staged ``temperatures`` and ``greedy_mask``), on the sampler's device; each buffer
+    must be a plain tensor (``plain_buffer``)."""
     gamma = int(sampler.gamma)
-    return DraftBlock(
-        tokens=sampler.out[: rows * gamma].view(rows, gamma),
-        step_logits=sampler.corrected_out[: rows * gamma].view(rows, gamma, -1),
-        temperatures=sampler.temperatures[:rows],
-        greedy_mask=sampler.greedy_mask[:rows],
+    out, corrected_out, temperatures, greedy_mask = (
+        plain_buffer(sampler, name)
+        for name in ("out", "corrected_out", "temperatures", "greedy_mask")
     )
+    return DraftBlock(
+        tokens=out[: rows * gamma].view(rows, gamma),
+        step_logits=corrected_out[: rows * gamma].view(rows, gamma, -1),
+        temperatures=temperatures[:rows],
+        greedy_mask=greedy_mask[:rows],
+    )
+
+
+def plain_block(block: DraftBlock) -> DraftBlock:
+    """``block``, refused (``TypeError``) unless every field is exactly a ``torch.Tensor``
+    (whatever convention read it): a subclass decides what its own operators return."""
+    for name, value in vars(block).items():
+        if type(value) is not torch.Tensor:
+            raise TypeError(f"{name} must be a plain torch.Tensor, got {type(value).__qualname__}")
+    return block
 
 
 DraftReader = Callable[[Any, int], DraftBlock]
@@ -261,6 +275,15 @@ def derived_seeds(seed: int, count: int) -> list[int]:
     return [int(s) for s in torch.randint(0, 2**62, (count,), generator=generator)]
 
 
+def plain_buffer(sampler: Any, name: str) -> torch.Tensor:
+    """The sampler's buffer ``name``, refused (``TypeError``) unless it is exactly a
+    ``torch.Tensor``: a subclass decides what its own operators return."""
+    value = getattr(sampler, name, None)
+    if type(value) is not torch.Tensor:
+        raise TypeError(f"{name} must be a plain torch.Tensor, got {type(value).__qualname__}")
+    return value
+
+
 def speculative_decode(
     *,
     sampler: Any,
@@ -312,7 +335,7 @@ def speculative_decode(
         while bool((filled < m).any()) or len(round_blocks) < min_rounds:
             sampler.stage_sampling_params(bs=rows, sampling_info=sampling_info)
             sampler(context.hidden_states(anchors), context.input_ids(anchors))
-            block = read_draft(sampler, rows)
+            block = plain_block(read_draft(sampler, rows))
             verdict = verify(
                 VerifyRound(
                     anchors=anchors,

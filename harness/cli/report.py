@@ -70,6 +70,7 @@ def command(args: argparse.Namespace) -> ExitCode:
             implementations=implementations,
             time_limit_s=args.time_limit,
             roles=roles,
+            isolate=args.isolate,
         )
         statistical = stats.statistical_verdicts(oracle)
         timing["stats_s"] = round(time.perf_counter() - started, 3)
@@ -90,6 +91,7 @@ def command(args: argparse.Namespace) -> ExitCode:
                 progress=progress,
                 implementations=implementations,
                 pair=roles.pair,
+                isolate=args.isolate,
             ),
         )
         timing["work_s"] = round(time.perf_counter() - started, 3)

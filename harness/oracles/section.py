@@ -50,6 +50,8 @@ def carriers(result: StatsResult) -> str:
 
 
 def verdict_word(result: StatsResult) -> str:
+    if result.not_judged:
+        return f"not judged ({result.not_judged})"
     if result.error:
         return f"raised ({result.error})"
     if not result.rejected:
@@ -73,7 +75,7 @@ def verdict_line(
         + ", ".join(parts)
     )
     buggy = results.get(roles.buggy)
-    if buggy is not None and buggy.error is None:
+    if buggy is not None and buggy.error is None and buggy.not_judged is None:
         seen = "also REJECTED" if buggy.rejected_at_position(0) else "passes, as the bug predicts"
         line += f"; {roles.buggy} on position 0 alone {seen}"
     return line
@@ -98,6 +100,8 @@ def combined_statistical(results: Sequence[StatsResult]) -> Statistical:
             return replace(verdict, carried_by=named)
         if several and verdict.error is not None:
             return replace(verdict, error=f"under {result.verifier}: {verdict.error}")
+        if several and verdict.not_judged is not None:
+            return replace(verdict, not_judged=f"under {result.verifier}: {verdict.not_judged}")
         return verdict
     p_values = [r.p_value for r in results if not math.isnan(r.p_value)]
     return Statistical(ran=True, rejected=False, p_value=min(p_values) if p_values else None)
@@ -127,7 +131,13 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
     ]
     rows = []
     for r in results:
-        verdict = "ERROR" if r.error else ("REJECTED" if r.rejected else "pass")
+        verdict = (
+            "not judged"
+            if r.not_judged
+            else "ERROR"
+            if r.error
+            else ("REJECTED" if r.rejected else "pass")
+        )
         accepted = ", ".join(f"{h} {v:.2f}" for h, v in r.mean_accepted_length.items())
         rows.append(
             [
@@ -141,6 +151,9 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
             ]
         )
     notes = [f"  {r.name} ({r.verifier}): raised {r.error}" for r in results if r.error]
+    notes += [
+        f"  {r.name} ({r.verifier}): not judged, {r.not_judged}" for r in results if r.not_judged
+    ]
     notes += [
         f"  {r.name} ({r.verifier}): {r.impossible} committed tuples the target gives probability 0"
         for r in results
@@ -268,19 +281,22 @@ def stats_section(
     time_limit_s: float | None = None,
     roles: Roles = DEFAULT_ROLES,
     verifiers: Sequence[Verifier] = (CHAIN_VERIFIER,),
+    isolate: bool = False,
 ) -> tuple[Section, OracleRun]:
     """Run the oracle on ``implementations`` (default: fixed and legacy) under every
-    verifier, each held to its role in ``roles`` under each, with ``power`` also legacy's
-    power curve per head kind (first verifier), and present it as a section."""
+    verifier, each held to its role in ``roles`` under each (with ``isolate``, each in
+    its worker), with ``power`` also legacy's power curve per head kind (first
+    verifier), and present it as a section."""
     oracle = run_oracle(
         config,
         implementations=implementations,
         progress=progress,
         time_limit_s=time_limit_s,
         verifiers=verifiers,
+        isolate=isolate,
     )
     legacy = oracle.results.get(BUGGY)
-    if power and legacy is not None and legacy.error is None:
+    if power and legacy is not None and legacy.error is None and legacy.not_judged is None:
         oracle.curves = run_power_curves(
             builtin_implementations((BUGGY,))[0],
             problem=oracle.problem,
@@ -313,17 +329,16 @@ def report_stats(
     implementations: Sequence[Implementation] | None = None,
     time_limit_s: float | None = None,
     roles: Roles = DEFAULT_ROLES,
+    isolate: bool = False,
 ) -> tuple[Section, OracleRun]:
     """The statistical part of the main report: ``implementations`` (default: the
     built-ins; plug-ins given with ``--impl`` belong here too) at the default config,
-    each held to its role, under every verifier that can run here (ours; also the
-    released server's block-wise rejection with the sglang package), and legacy's power
-    curve per head kind; with the run, whose verdicts enter each implementation's
-    lossless verdict."""
+    each held to its role, and legacy's power curve per head kind; with the run, whose
+    verdicts enter each implementation's lossless verdict."""
     chosen = list(implementations) if implementations is not None else builtin_implementations()
-    config = replace(DEFAULT_CONFIG, seed=seed, device=device)
     from harness.oracles.verifiers import available_verifiers
 
+    config = replace(DEFAULT_CONFIG, seed=seed, device=device)
     return stats_section(
         config,
         implementations=chosen,
@@ -331,6 +346,7 @@ def report_stats(
         progress=progress,
         time_limit_s=time_limit_s,
         roles=roles,
+        isolate=isolate,
         verifiers=available_verifiers(),
     )
 

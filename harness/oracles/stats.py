@@ -44,7 +44,7 @@ from harness.oracles.problem import (
     cpu_threads,
     decode_rows,
 )
-from harness.pipeline.runner import time_limit
+from harness.pipeline.runner import RaisedError, guarded_call
 from harness.pipeline.verdicts import Roles, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.progress import Progress, no_progress
@@ -67,6 +67,7 @@ class StatsResult:
     mean_accepted_length: dict[str, float]  # by head kind
     error: str | None = None  # the implementation raised: no verdict on the distribution
     verifier: str = CHAIN_VERIFIER.name  # whose verification committed the tokens
+    not_judged: str | None = None  # why it was not judged (the time limit): never a defect
     wall_s: float = field(default=0.0, compare=False)
 
     @property
@@ -75,7 +76,7 @@ class StatsResult:
 
     @property
     def passed(self) -> bool:
-        return self.error is None and not self.rejected
+        return self.error is None and self.not_judged is None and not self.rejected
 
     @property
     def p_value(self) -> float:
@@ -111,6 +112,8 @@ class StatsResult:
 
     def statistical(self) -> Statistical:
         """This result as the lossless verdict takes it."""
+        if self.not_judged is not None:
+            return Statistical(ran=True, not_judged=self.not_judged)
         if self.error is not None:
             return Statistical(ran=True, error=self.error)
         p = None if math.isnan(self.p_value) else self.p_value
@@ -167,6 +170,31 @@ def fit_decoded(
     )
 
 
+def failed_result(
+    name: str,
+    *,
+    config: StatsConfig,
+    error: RaisedError,
+    wall_s: float = 0.0,
+    verifier: str = CHAIN_VERIFIER.name,
+) -> StatsResult:
+    """No verdict on the distribution: ``error`` is the implementation's failure, or,
+    when the time limit stopped it, the reason it was not judged."""
+    return StatsResult(
+        name=name,
+        rows=config.rows,
+        alpha=config.alpha,
+        family_size=family_size(config),
+        statistics=(),
+        marginals=(),
+        mean_accepted_length={},
+        error=None if error.timed_out else error.summary(),
+        not_judged=f"time limit reached ({error.message})" if error.timed_out else None,
+        verifier=verifier,
+        wall_s=wall_s,
+    )
+
+
 def decode_and_fit(
     implementation: Implementation,
     *,
@@ -193,32 +221,30 @@ def _decode_and_fit(
 ) -> tuple[StatsResult, dict[str, DecodeResult] | None]:
     config = problem.config
     started = time.perf_counter()
-    try:
-        with time_limit(time_limit_s):
-            decoded = {
-                kind: decode_rows(
-                    implementation.sampler_class,
-                    problem=problem,
-                    head_kind=kind,
-                    seed=config.seed,
-                    verifier=verifier,
-                )
-                for kind in config.head_kinds
-            }
-    except Exception as error:  # any failure of the code under test is a recorded result
-        failed = StatsResult(
-            name=implementation.name,
-            rows=config.rows,
-            alpha=config.alpha,
-            family_size=family_size(config),
-            statistics=(),
-            marginals=(),
-            mean_accepted_length={},
-            error=f"{type(error).__name__}: {error}",
+    outcome = guarded_call(
+        lambda: {
+            kind: decode_rows(
+                implementation.sampler_class,
+                problem=problem,
+                head_kind=kind,
+                seed=config.seed,
+                verifier=verifier,
+            )
+            for kind in config.head_kinds
+        },
+        time_limit_s=time_limit_s,
+        owner=implementation.name,
+    )
+    if outcome.error is not None:
+        wall_s = time.perf_counter() - started
+        return failed_result(
+            implementation.name,
+            config=config,
+            error=outcome.error,
+            wall_s=wall_s,
             verifier=verifier.name,
-            wall_s=time.perf_counter() - started,
-        )
-        return failed, None
+        ), None
+    decoded = outcome.returned()
     result = fit_decoded(
         implementation.name,
         decoded=decoded,
@@ -312,10 +338,12 @@ def run_oracle(
     progress: Progress = no_progress,
     time_limit_s: float | None = None,
     verifiers: Sequence[Verifier] = (CHAIN_VERIFIER,),
+    isolate: bool = False,
 ) -> OracleRun:
     """Decode and fit every implementation (default: fixed and legacy) at ``config``
     under every verifier (default: ours alone); ``time_limit_s`` bounds each
-    implementation's decode (all head kinds) under one verifier."""
+    implementation's decode (all head kinds) under one verifier; with ``isolate`` each
+    decodes in its worker."""
     if not verifiers or len({v.name for v in verifiers}) != len(verifiers):
         raise StatsError(f"verifiers must be distinct and not empty, got {list(verifiers)}")
     problem = build_problem(config)
@@ -329,9 +357,16 @@ def run_oracle(
                 f"stats: {impl.name} under {verifier.name} "
                 f"({config.rows} rows x {len(config.head_kinds)} heads) ..."
             )
-            results[impl.name], run = decode_and_fit(
-                impl, problem=problem, time_limit_s=time_limit_s, verifier=verifier
-            )
+            if isolate:
+                from harness.pipeline.isolation import isolated_decode_and_fit
+
+                results[impl.name], run = isolated_decode_and_fit(
+                    impl, config=config, time_limit_s=time_limit_s, verifier=verifier
+                )
+            else:
+                results[impl.name], run = decode_and_fit(
+                    impl, problem=problem, time_limit_s=time_limit_s, verifier=verifier
+                )
             if run is not None and verifier is verifiers[0]:
                 decoded[impl.name] = run
     return OracleRun(config=config, by_verifier=by_verifier, decoded=decoded, problem=problem)

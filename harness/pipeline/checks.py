@@ -245,7 +245,7 @@ def check_noise_replay(run: CaseRun, result: ImplResult) -> CheckResult:
     if isinstance(noise, str) and result.counter_replay is not None and counter_noise(result):
         return counter_stream_replay(result)
     if isinstance(noise, str):
-        return skipped(name, f"{noise}: not replayable, the statistical oracle carries it")
+        return skipped(name, f"{noise} — the statistical oracle carries the lossless verdict")
     temperatures, greedy_mask = staged_parameters(run, result)
     replayed = torch.stack(
         [

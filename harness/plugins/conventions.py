@@ -84,9 +84,26 @@ class CallOutputs:
     verify_ids: torch.Tensor | None = None  # [bs, gamma + 1]: anchor, then the drafts
 
 
+def plain_tensor(value: object, *, name: str) -> torch.Tensor | None:
+    """``value`` if it is exactly a ``torch.Tensor``; ``None`` when absent. A subclass
+    decides what its own comparisons say, so it is refused (``OutputError``)."""
+    if value is None:
+        return None
+    if type(value) is not torch.Tensor:
+        raise OutputError(
+            f"{name} must be a plain torch.Tensor, got {type(value).__module__}."
+            f"{type(value).__qualname__}"
+        )
+    return value
+
+
 def read_tensor(owner: object, name: str) -> torch.Tensor | None:
+    """The sampler's buffer ``name``: ``None`` when it has none, refused when it is a
+    ``torch.Tensor`` subclass."""
     value = getattr(owner, name, None)
-    return value if isinstance(value, torch.Tensor) else None
+    if not isinstance(value, torch.Tensor):
+        return None
+    return plain_tensor(value, name=name)
 
 
 def poison(buffer: torch.Tensor | None) -> None:

@@ -11,7 +11,12 @@ other sampler joins with ``--impl``:
 - ``NAME=sglang``: the installed sglang release's own ``DsparkDraftSampler``, loaded by
   ``harness.upstream.sglang_loader`` and built in its convention.
 
+A file or module target may name its server era after ``@`` (``harness.plugins.eras``).
+
 Every class is bound against its constructor once, here, before the first case.
+Under ``--isolate`` a plug-in is loaded in its worker only
+(``harness.pipeline.isolation.worker_only``); the judge holds a ``WorkerOnlySampler``
+in its place.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ import inspect
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fixed import DsparkDraftSampler as FixedSampler
+from harness.pipeline.guard import import_world
 from harness.plugins.construct import REQUIRED_KEYWORDS, bind_constructor
 from harness.plugins.conventions import convention_of
 from harness.plugins.eras import Era, split_era
@@ -46,6 +53,7 @@ __all__ = [
     "REQUIRED_CONSTRUCTOR_KEYWORDS",
     "Implementation",
     "ImplementationError",
+    "WorkerOnlySampler",
     "builtin_implementations",
     "check_sampler_class",
     "parse_impl_spec",
@@ -70,7 +78,9 @@ class Implementation:
 
     ``era``: the server era its module was loaded for (``harness.plugins.eras``;
     ``None``: it imports no sglang). ``kind``: ``"class"`` or ``"function"`` (a block
-    sampler function wrapped into ``sampler_class``).
+    sampler function wrapped into ``sampler_class``). ``convention`` and
+    ``adaptations``: its calling convention and what the harness's adapter works around
+    in it, as its worker found them (``None``: read from ``sampler_class``).
     """
 
     name: str
@@ -78,18 +88,45 @@ class Implementation:
     spec: str
     era: Era | None = None
     kind: str = "class"
+    convention: str | None = None
+    adaptations: tuple[str, ...] | None = None
 
     def provenance(self) -> dict[str, Any]:
         """Where the sampler came from and how it is called, as plain JSON for reports."""
-        convention = convention_of(self.sampler_class)
+        if self.convention is None or self.adaptations is None:
+            convention = convention_of(self.sampler_class)
+            name, adaptations = convention.name.value, convention.adaptations()
+        else:
+            name, adaptations = self.convention, self.adaptations
         return {
             "name": self.name,
             "spec": self.spec,
             "kind": self.kind,
             "era": None if self.era is None else self.era.value,
-            "convention": convention.name.value,
-            "adaptations": list(convention.adaptations()),
+            "convention": name,
+            "adaptations": list(adaptations),
         }
+
+
+class WorkerOnlySampler:
+    """Stands in the judge for a plug-in loaded in its worker only (``--isolate``).
+
+    ``spec`` names it and ``source`` is its file, digested for the fingerprint. It is
+    never constructed in the judge: a stage that tried would record this failure
+    instead of importing the plug-in.
+    """
+
+    spec: str = ""
+    source: Path | None = None
+
+    def __init__(self, **kwargs: Any) -> None:
+        raise ImplementationError(f"--impl {self.spec}: loaded in its worker only (--isolate)")
+
+    def stage_sampling_params(self, *, bs: int, sampling_info: Any) -> None:
+        raise ImplementationError(f"--impl {self.spec}: loaded in its worker only (--isolate)")
+
+    def __call__(self, hidden_states: Any, input_ids: Any) -> None:
+        raise ImplementationError(f"--impl {self.spec}: loaded in its worker only (--isolate)")
 
 
 def builtin_implementations(
@@ -132,24 +169,55 @@ def _split_target(text: str, target: str) -> tuple[str, str, bool]:
     return left, attribute, False
 
 
-def parse_impl_spec(text: str) -> Implementation:
-    """An ``--impl`` spec -> a loaded, constructor-checked implementation."""
+def file_module_name(name: str) -> str:
+    """The module a file plug-in named ``name`` is loaded as: two names with the same
+    module (``a-b`` and ``a_b``) cannot both take part."""
+    return f"dspark_impl_{name.replace('-', '_')}"
+
+
+def split_impl_spec(text: str) -> tuple[str, str, str, bool]:
+    """``(name, module or path, attribute, is_file)`` of an ``--impl`` spec; nothing loaded."""
+    if not text.isprintable():  # it is quoted in reports: a newline could forge a line
+        raise ImplementationError(
+            f"--impl must be printable text (no newline, tab or other control character), "
+            f"got {text!r}"
+        )
     name, sep, target = text.partition("=")
     if not sep or not name or not target:
         raise ImplementationError(_bad_form(text))
+    if target == UPSTREAM_TARGET:
+        return name, UPSTREAM_TARGET, "", False
+    return (name, *_split_target(text, split_era(target, spec=text)[0]))
+
+
+def impl_era(text: str) -> Era | None:
+    """The server era an ``--impl`` spec names after ``@`` (``None``: detect it)."""
+    return split_era(text.partition("=")[2], spec=text)[1]
+
+
+def check_impl_name(name: str) -> None:
+    """Refuse an ``--impl`` name that is not a plain word or is a built-in's."""
     if not name.replace("_", "").replace("-", "").isalnum():
         raise ImplementationError(f"--impl name must be letters, digits, '-' or '_', got {name!r}")
     if name in BUILTIN_IMPLEMENTATIONS:
         raise ImplementationError(f"--impl name {name!r} is taken by a built-in implementation")
-    if target == UPSTREAM_TARGET:
-        return _upstream_implementation(name, text)
-    target, era = split_era(target, spec=text)
-    where, attribute, is_file = _split_target(text, target)
+
+
+def parse_impl_spec(text: str) -> Implementation:
+    """An ``--impl`` spec -> a loaded, constructor-checked implementation."""
+    name, where, attribute, is_file = split_impl_spec(text)
+    check_impl_name(name)
+    if where == UPSTREAM_TARGET and not attribute:
+        with import_world(owner=name):
+            return _upstream_implementation(name, text)
+    era = impl_era(text)
     if not is_file:
-        loaded_module = import_named_module(where, spec=text, era=era)
-        return _implementation(name, loaded_module, where, attribute, text)
-    module_name = f"dspark_impl_{name.replace('-', '_')}"
-    loaded = load_source_file(where, module_name=module_name, spec=text, era=era)
+        with import_world(owner=name):
+            loaded = import_named_module(where, spec=text, era=era)
+        return _implementation(name, loaded, where, attribute, text)
+    module_name = file_module_name(name)
+    with import_world(owner=name):
+        loaded = load_source_file(where, module_name=module_name, spec=text, era=era)
     try:
         return _implementation(name, loaded, where, attribute, text)
     except ImplementationError:
@@ -196,8 +264,11 @@ def _implementation(
     )
 
 
-def select_implementations(names: Sequence[str], specs: Sequence[str]) -> list[Implementation]:
-    """Built-in implementations by name, then every ``--impl`` spec."""
+def select_implementations(
+    names: Sequence[str], specs: Sequence[str], *, isolate: bool = False
+) -> list[Implementation]:
+    """Built-in implementations by name, then every ``--impl`` spec (with ``isolate``,
+    loaded in its own worker only)."""
     unknown = [n for n in names if n not in BUILTIN_IMPLEMENTATIONS]
     if unknown:
         raise ImplementationError(
@@ -205,11 +276,27 @@ def select_implementations(names: Sequence[str], specs: Sequence[str]) -> list[I
             f"expected some of {list(BUILTIN_IMPLEMENTATIONS)}"
         )
     implementations = builtin_implementations(tuple(names))
+    modules: dict[str, str] = {}  # file_module_name -> the --impl name that has it
     for spec in specs:
-        extra = parse_impl_spec(spec)
-        if extra.name in {i.name for i in implementations}:
-            raise ImplementationError(f"--impl name {extra.name!r} given twice")
-        implementations.append(extra)
+        name = spec.partition("=")[0]
+        if not name:
+            continue  # parse_impl_spec names the form expected
+        taken = modules.get(file_module_name(name))
+        if taken == name:
+            raise ImplementationError(f"--impl name {name!r} given twice")
+        if taken is not None:  # one module for both: the second would replace the first
+            raise ImplementationError(
+                f"--impl names {taken!r} and {name!r} differ only in '-' against '_'; "
+                "expected names that stay distinct with '-' read as '_'"
+            )
+        modules[file_module_name(name)] = name
+    for spec in specs:
+        if isolate:
+            from harness.pipeline.isolation import worker_only
+
+            implementations.append(worker_only(spec))
+        else:
+            implementations.append(parse_impl_spec(spec))
     return implementations
 
 
