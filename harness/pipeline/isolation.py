@@ -317,14 +317,16 @@ class _Worker:
             self.cached = None
         return result
 
-    def stats(self, reference: Any, config: Any, limit: float | None) -> Any:
+    def stats(self, reference: Any, config: Any, limit: float | None, verifier: Any) -> Any:
         from harness.oracles.problem import build_problem
         from harness.oracles.stats import decode_and_fit
 
         if config not in self.problems:
             self.problems[config] = build_problem(config)
         problem = self.problems[config]
-        return decode_and_fit(self.implementation(reference), problem=problem, time_limit_s=limit)
+        return decode_and_fit(
+            self.implementation(reference), problem=problem, time_limit_s=limit, verifier=verifier
+        )
 
     def timing(self, case: Case, repeats: int, references: tuple[Any, Any]) -> Any:
         from harness.measure.timing import TimingError, ab_timing
@@ -587,20 +589,36 @@ def isolated_ab_timing(
 
 
 def isolated_decode_and_fit(
-    implementation: Implementation, *, config: Any, time_limit_s: float | None
+    implementation: Implementation, *, config: Any, time_limit_s: float | None, verifier: Any
 ) -> tuple[Any, Any]:
-    """``decode_and_fit`` in the implementation's worker (which builds the problem from
-    ``config``); a worker that dies, hangs or answers nonsense is its failure."""
+    """``decode_and_fit`` under ``verifier`` (a plain value, sent to the worker) in the
+    implementation's worker (which builds the problem from ``config``); a worker that
+    dies, hangs or answers nonsense is its failure."""
     from harness.oracles.stats import StatsResult, failed_result
 
     answer = worker_for(implementation).request(
-        "stats", _reference(implementation), config, time_limit_s, time_limit_s=time_limit_s
+        "stats",
+        _reference(implementation),
+        config,
+        time_limit_s,
+        verifier,
+        time_limit_s=time_limit_s,
     )
     if isinstance(answer, WorkerFailure | RaisedError):
         error = answer.raised() if isinstance(answer, WorkerFailure) else answer
-        return failed_result(implementation.name, config=config, error=error), None
+        failed = failed_result(
+            implementation.name, config=config, error=error, verifier=verifier.name
+        )
+        return failed, None
     stats, decoded = answer if isinstance(answer, tuple) and len(answer) == 2 else (None, None)
-    if not isinstance(stats, StatsResult) or stats.name != implementation.name:
+    if (
+        not isinstance(stats, StatsResult)
+        or stats.name != implementation.name
+        or stats.verifier != verifier.name
+    ):
         failure = WorkerFailure("BadAnswer", "the worker's answer is not this result")
-        return failed_result(implementation.name, config=config, error=failure.raised()), None
+        failed = failed_result(
+            implementation.name, config=config, error=failure.raised(), verifier=verifier.name
+        )
+        return failed, None
     return stats, decoded

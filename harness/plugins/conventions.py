@@ -29,6 +29,7 @@ import torch
 from harness.pipeline.observe import HeadCounts, observe_head
 from harness.plugins.construct import bind_constructor, construct_sampler
 from reference.sampling_params import SamplingInfo
+from reference.verifier import DraftBlock, read_draft_block
 
 if TYPE_CHECKING:
     from harness.pipeline.case import Case, CaseInputs
@@ -162,6 +163,10 @@ class BuiltSampler(ABC):
     sampler: Any  # the implementation's own object
     model: Any  # the drafter the sampler was built over
 
+    @property
+    def gamma(self) -> int:
+        return int(self.sampler.gamma)
+
     def stage_sampling_params(self, *, bs: int, sampling_info: SamplingInfo | None) -> None:
         """Stage the case's per-row parameters the way this convention's server sends them."""
         self.sampler.stage_sampling_params(bs=bs, sampling_info=sampling_info)
@@ -172,6 +177,16 @@ class BuiltSampler(ABC):
     def observe_walks(self) -> AbstractContextManager[HeadCounts]:
         """Count the walks, head steps and walk tokens of the next call."""
         return observe_head(self.model.markov_head)
+
+    def seek_noise(self, counter: int) -> None:
+        """Put the noise stream at ``counter`` before a call: here torch's RNG, seeded
+        with it (a counter-based stream sets its counter)."""
+        torch.manual_seed(counter)
+
+    @abstractmethod
+    def draft_block(self, rows: int) -> DraftBlock:
+        """What a verifier reads of the last call's first ``rows`` rows (the sampler's
+        own tensors: tokens, kept step logits, staged temperatures and greedy mask)."""
 
     @abstractmethod
     def poison(self) -> None:
@@ -197,6 +212,9 @@ class CorrectedOutSampler(BuiltSampler):
 
     def _buffers(self) -> dict[str, torch.Tensor | None]:
         return {name: read_tensor(self.sampler, name) for name in BUFFER_ROWS}
+
+    def draft_block(self, rows: int) -> DraftBlock:
+        return read_draft_block(self.sampler, rows)
 
     def poison(self) -> None:
         for buffer in self._buffers().values():

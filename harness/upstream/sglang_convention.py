@@ -50,6 +50,7 @@ from harness.plugins.conventions import (
 from harness.upstream.sglang_loader import LoadedSglang, load_sglang
 from reference import MarkovHead
 from reference.sampling_params import SamplingInfo
+from reference.verifier import DraftBlock
 
 if TYPE_CHECKING:
     from harness.pipeline.case import Case, CaseInputs
@@ -210,6 +211,19 @@ class Sglang0523Sampler(BuiltSampler):
 
     def counter(self) -> int:
         return int(self.noise.offset.item())
+
+    def seek_noise(self, counter: int) -> None:
+        self.noise.offset.fill_(counter)
+
+    def draft_block(self, rows: int) -> DraftBlock:
+        gamma = self.sampler.gamma
+        params = self.sampler.params
+        return DraftBlock(
+            tokens=self.sampler.out[: rows * gamma].view(rows, gamma),
+            step_logits=self.sampler.step_logits[:rows],
+            temperatures=params.temperatures[:rows],
+            greedy_mask=params.greedy_mask[:rows],
+        )
 
     def stage_sampling_params(self, *, bs: int, sampling_info: SamplingInfo | None) -> None:
         self.sampler.stage_sampling_params(bs=bs, sampling_info=server_sampling_info(sampling_info))
