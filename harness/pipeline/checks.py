@@ -29,7 +29,8 @@ from harness.pipeline.check_result import (
 )
 from harness.pipeline.life import LifeReplay, replay_inputs
 from harness.pipeline.observe import NOISE_OP, RandomDraw
-from harness.pipeline.runner import TOKEN_SENTINEL, CaseRun, ImplResult
+from harness.pipeline.runner import CaseRun, ImplResult
+from harness.plugins.conventions import TOKEN_SENTINEL, NoiseCounter
 from reference import exponential_race_torch, teacher_forced_logits
 from reference.sampling_params import stage_sampling_params
 from reference.verifier import draft_distribution
@@ -61,8 +62,12 @@ def positions_differ(actual: torch.Tensor, expected: torch.Tensor, *, exact: boo
     return differ.reshape(*differ.shape[:2], -1).any(dim=-1)
 
 
-def staged_parameters(run: CaseRun) -> tuple[torch.Tensor, torch.Tensor]:
-    """The temperatures and greedy mask a correct sampler stages for the case."""
+def staged_parameters(run: CaseRun, result: ImplResult) -> tuple[torch.Tensor, torch.Tensor]:
+    """The temperatures and greedy mask the tokens were drawn under: the sampler's own
+    staging where its convention exposes it (sglang 0.5.23's ``params``), else what a
+    correct sampler stages for the case (the reference's rule)."""
+    if result.staged is not None:
+        return result.staged.temperatures, result.staged.greedy_mask
     case = run.case
     temperatures = torch.ones(case.bs, dtype=torch.float32, device=run.block.base_logits.device)
     greedy_mask = torch.ones(case.bs, dtype=torch.bool, device=temperatures.device)
@@ -93,7 +98,8 @@ def _token_ids_valid(run: CaseRun, tokens: torch.Tensor) -> bool:
 
 def check_outputs_written(run: CaseRun, result: ImplResult) -> CheckResult:
     """Every output entry was written with a valid value: token ids in ``[0, V)``,
-    finite corrected logits (the inputs are finite), confidence in ``[0, 1]``."""
+    finite corrected logits (the inputs are finite), confidence in ``[0, 1]``, and
+    ``verify_ids`` (where the convention has it) the anchor followed by the drafts."""
     name = "outputs_written"
     if result.tokens is None:
         return skipped(name, "no output")
@@ -109,6 +115,12 @@ def check_outputs_written(run: CaseRun, result: ImplResult) -> CheckResult:
         bad_confidence = ~((result.confidence >= 0) & (result.confidence <= 1))
         if bad_confidence.any():
             problems.append(("confidence_out unwritten or outside [0, 1]", bad_confidence))
+    if result.verify_ids is not None:  # [bs, gamma + 1]: the anchor, then the drafts
+        expected = torch.cat([run.block.anchor_tokens.unsqueeze(1), result.tokens], dim=1)
+        wrong = result.verify_ids != expected.to(result.verify_ids.device)
+        if wrong.any():  # a wrong anchor shows at step 0 with the drafts
+            at_step = wrong[:, 1:] | wrong[:, :1]
+            problems.append(("verify_ids is not [anchor | out]", at_step))
     if problems:
         detail, mask = problems[0]
         others = "; ".join(d for d, _ in problems[1:])
@@ -117,7 +129,8 @@ def check_outputs_written(run: CaseRun, result: ImplResult) -> CheckResult:
 
 
 def check_teacher_forcing(run: CaseRun, result: ImplResult) -> CheckResult:
-    """``corrected_out`` must equal the logits rebuilt from the emitted tokens."""
+    """The kept step logits (``corrected_out``; sglang 0.5.23's ``step_logits``) must equal
+    the logits rebuilt from the emitted tokens, rounded to the sampler's own step dtype."""
     name = "teacher_forcing"
     if not run.case.folded_sampling:
         return skipped(name, "no corrected logits without folded sampling")
@@ -128,7 +141,7 @@ def check_teacher_forcing(run: CaseRun, result: ImplResult) -> CheckResult:
     with torch.inference_mode():
         rebuilt = teacher_forced_logits(
             model=run.inputs.model, block=run.block, tokens=result.tokens
-        )
+        ).to(result.corrected.dtype)  # [bs, gamma, V] in the step dtype
     differ = positions_differ(result.corrected, rebuilt, exact=exact_comparison(run))
     if differ.any():
         max_diff = (result.corrected.double() - rebuilt.double()).abs().max().item()
@@ -142,8 +155,9 @@ def check_teacher_forcing(run: CaseRun, result: ImplResult) -> CheckResult:
 
 
 def check_no_writes_outside_batch(run: CaseRun, result: ImplResult) -> CheckResult:
-    """``out[bs*gamma:]``, ``corrected_out[bs*gamma:]`` and ``confidence_out[bs:]`` belong
-    to other graph buckets: their sentinels must survive the call."""
+    """Rows past the live batch of every output buffer belong to other graph buckets:
+    ``out[bs*gamma:]``, ``corrected_out[bs*gamma:]`` (sglang 0.5.23: ``step_logits[bs:]``),
+    ``confidence_out[bs:]`` and ``verify_ids[bs:]``; their sentinels must survive the call."""
     name = "no_writes_outside_batch"
     if result.tokens is None:
         return skipped(name, "no output")
@@ -219,7 +233,7 @@ def replay_noise(run: CaseRun, draws: list[RandomDraw]) -> list[torch.Tensor] | 
 def race_tokens(run: CaseRun, result: ImplResult, noise: list[torch.Tensor]) -> torch.Tensor:
     """``[bs, gamma]``: the tokens the race gives on ``noise`` with the staged parameters."""
     assert result.corrected is not None
-    temperatures, greedy_mask = staged_parameters(run)
+    temperatures, greedy_mask = staged_parameters(run, result)
     return torch.stack(
         [
             exponential_race_torch(
@@ -268,14 +282,17 @@ def replay(run: CaseRun, result: ImplResult) -> Replay:
 def check_noise_replay(run: CaseRun, result: ImplResult) -> CheckResult:
     """Where the draws are replayable, draw ``k`` with ``corrected_out[:, k]`` and the row
     temperature reproduces ``out[:, k]`` (greedy rows: the argmax); draws made before the
-    call (double-buffered noise) may explain it too. Draws that cannot be replayed are
-    a skip: the statistical oracle carries the lossless verdict."""
+    call (double-buffered noise) may explain it too; a convention's declared noise
+    counter is replayed from its stream. Draws that cannot be replayed are a skip: the
+    statistical oracle carries the lossless verdict."""
     name = "noise_replay"
     case = run.case
     if not case.folded_sampling:
         return skipped(name, "greedy fold: no noise to replay")
     if result.tokens is None or result.corrected is None:
         return skipped(name, "no output")
+    if result.counter_replay is not None and counter_noise(result) is not None:
+        return counter_stream_replay(result)  # declared counter noise: no torch draw to replay
     replayed = replay(run, result)
     if replayed.contradicted is not None:
         return failed(
@@ -312,9 +329,52 @@ def used_noise(run: CaseRun, result: ImplResult) -> list[torch.Tensor] | None:
     return values if values and len(values) == len(call_draws(result)) else None
 
 
+def counter_noise(result: ImplResult) -> NoiseCounter | None:
+    """The call's counter-based noise stream, when that is where its noise came from: the
+    convention declares a counter (sglang 0.5.23's ``DraftNoise``) and the call drew
+    nothing from torch's RNG."""
+    return None if call_draws(result) else result.noise_counter
+
+
+def counter_stream_replay(result: ImplResult) -> CheckResult:
+    """Counter-based noise declared by the convention (sglang 0.5.23's ``DraftNoise``):
+    the tokens must be what the declared stream gives for the kept step logits at the
+    counter the call began with (docs/upstream.md, "Replaying counter-based noise")."""
+    name = "noise_replay"
+    assert result.counter_replay is not None and result.noise_counter is not None
+    assert result.tokens is not None
+    differ = result.counter_replay != result.tokens
+    if differ.any():
+        return failed(
+            name,
+            f"the declared noise stream (counter {result.noise_counter.start}) with the kept "
+            "step logits does not give out",
+            differ,
+        )
+    return passed(name, f"replayed from the declared counter stream ({result.noise_counter.start})")
+
+
+def _fresh_counter(result: ImplResult, second: ImplResult) -> str | None:
+    """Why counter-based noise was not fresh on the second call, or ``None``."""
+    first_counter, second_counter = counter_noise(result), counter_noise(second)
+    if first_counter is None or second_counter is None:
+        return None
+    if first_counter.advances < 1:
+        return (
+            f"the first call did not advance the noise counter (it stayed at {first_counter.end})"
+        )
+    if second_counter.start == first_counter.start:
+        return (
+            f"the second call drew at the same noise counter ({second_counter.start}) as the "
+            "first: the same noise"
+        )
+    return None
+
+
 def check_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
-    """A second staged call on the same inputs uses different noise, and its outputs
-    are self-consistent too (teacher forcing, and replay where replayable)."""
+    """A second staged call on the same inputs draws different noise (torch draws that
+    differ, or a noise counter the first call advanced), and its outputs are
+    self-consistent too (teacher forcing, and replay where replayable)."""
     name = "fresh_noise"
     if not run.case.has_sampled_rows:
         return skipped(name, "no sampled rows")
@@ -323,18 +383,22 @@ def check_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
         return skipped(name, "no second call was made")
     if second.error is not None:
         return failed(name, f"the second call raised {second.error.summary()}")
-    first_noise, second_noise = used_noise(run, result), used_noise(run, second)
-    if first_noise is not None and second_noise is not None:
-        if same_noise(first_noise, second_noise):
-            return failed(
-                name,
-                "the second call drew the same noise as the first "
-                f"({describe_draws(call_draws(second) or second.carried_draws)})",
-            )
-    elif first_noise is not None and not call_draws(second):
-        return failed(name, "the second call drew no noise in staging or the call")
-    else:
-        return skipped(name, not_visible(describe_draws(call_draws(second))))
+    stale_counter = _fresh_counter(result, second)
+    if stale_counter is not None:
+        return failed(name, stale_counter)
+    if counter_noise(second) is None:  # torch's RNG (a counter's freshness is said above)
+        first_noise, second_noise = used_noise(run, result), used_noise(run, second)
+        if first_noise is not None and second_noise is not None:
+            if same_noise(first_noise, second_noise):
+                return failed(
+                    name,
+                    "the second call drew the same noise as the first "
+                    f"({describe_draws(call_draws(second) or second.carried_draws)})",
+                )
+        elif first_noise is not None and not call_draws(second):
+            return failed(name, "the second call drew no noise in staging or the call")
+        else:
+            return skipped(name, not_visible(describe_draws(call_draws(second))))
     if result.mutated_inputs:  # the second call ran on changed inputs: inputs_unchanged says so
         return passed(name, "noise differs; outputs not judged (the first call changed the inputs)")
     for check in (check_teacher_forcing, check_noise_replay):
@@ -358,6 +422,13 @@ def check_noise_budget(run: CaseRun, result: ImplResult) -> CheckResult:
         )
     else:
         expected, budget = "no random draws in a greedy fold", not draws
+    counter = counter_noise(result)
+    if counter is not None and case.folded_sampling:
+        return failed(
+            name,
+            f"noise source differs: counter-based Philox noise (key, counter advanced "
+            f"{counter.advances} per call), no torch random draw; the reference draws {expected}",
+        )
     if not budget:
         return failed(name, f"drew {describe_draws(draws)}; the reference draws {expected}")
     return passed(name)
@@ -408,7 +479,7 @@ def check_greedy_rows_argmax(run: CaseRun, result: ImplResult) -> CheckResult:
         return skipped(name, "greedy fold: covered by greedy_consistency")
     if result.tokens is None or result.corrected is None:
         return skipped(name, "no output")
-    _, greedy_mask = staged_parameters(run)
+    _, greedy_mask = staged_parameters(run, result)
     top = result.corrected.amax(dim=-1)  # [bs, gamma]
     picked = result.corrected.gather(-1, result.tokens.unsqueeze(-1)).squeeze(-1)
     bad = (picked != top) & greedy_mask.unsqueeze(1)
@@ -424,7 +495,7 @@ def check_support(run: CaseRun, result: ImplResult) -> CheckResult:
         return skipped(name, "no q without folded sampling")
     if result.tokens is None or result.corrected is None:
         return skipped(name, "no output")
-    temperatures, greedy_mask = staged_parameters(run)
+    temperatures, greedy_mask = staged_parameters(run, result)
     q = draft_distribution(
         result.corrected, temperatures=temperatures, greedy_mask=greedy_mask
     )  # [bs, gamma, V], the verifier's q
@@ -476,6 +547,28 @@ def self_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
 
 
 # -- differential --------------------------------------------------------------------------
+def contract_differences(result: ImplResult, reference: ImplResult) -> list[str]:
+    """The differences of contract a drop-in mismatch comes from, each named: the noise
+    source, the step-dtype policy, and the rule for NaN (docs/numerics.md)."""
+    differences = []
+    if counter_noise(result) is not None and counter_noise(reference) is None:
+        differences.append(
+            "noise source: counter-based Philox noise (key, counter) where the reference "
+            "draws torch exponential_ noise"
+        )
+    mine, theirs = result.corrected, reference.corrected
+    if mine is not None and theirs is not None and mine.dtype != theirs.dtype:
+        differences.append(
+            f"step-dtype policy: step logits in {mine.dtype} where the reference keeps "
+            f"{theirs.dtype} (the base dtype)"
+        )
+    if mine is not None and theirs is not None and bool(theirs.isnan().any()):
+        nan_rows = mine.isnan().any(dim=-1) != theirs.isnan().any(dim=-1)
+        if bool(nan_rows.any()):
+            differences.append("NaN rule: NaN step logits in other positions than the reference's")
+    return differences
+
+
 def check_matches_reference(run: CaseRun, result: ImplResult, reference: ImplResult) -> CheckResult:
     """Same tokens, corrected logits and confidence as the single-pass reference."""
     name = "matches_reference"
@@ -484,9 +577,11 @@ def check_matches_reference(run: CaseRun, result: ImplResult, reference: ImplRes
     if result.tokens is None or reference.tokens is None:
         return skipped(name, "no output")
     exact = exact_comparison(run)
+    differences = contract_differences(result, reference)
+    named = f" ({'; '.join(differences)})" if differences else ""
     token_diff = result.tokens != reference.tokens
     if token_diff.any():
-        return failed(name, "tokens differ from the reference", token_diff)
+        return failed(name, f"tokens differ from the reference{named}", token_diff)
     pairs = [
         ("corrected_out", result.corrected, reference.corrected),
         ("confidence_out", result.confidence, reference.confidence),
@@ -495,9 +590,11 @@ def check_matches_reference(run: CaseRun, result: ImplResult, reference: ImplRes
         if (mine is None) != (theirs is None):
             return failed(name, f"{label} written by one side only")
         if mine is not None and theirs is not None:
+            if mine.dtype != theirs.dtype:
+                return failed(name, f"{label} differs from the reference{named}")
             differ = positions_differ(mine.unsqueeze(-1), theirs.unsqueeze(-1), exact=exact)
             if differ.any():
-                return failed(name, f"{label} differs from the reference", differ)
+                return failed(name, f"{label} differs from the reference{named}", differ)
     return passed(name, "bit-exact" if exact else "within dtype tolerance")
 
 
@@ -553,7 +650,8 @@ def _replay_verdict(name: str, result: ImplResult, failures: list[str]) -> Check
 
 def check_life_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
     """No replay with sampled rows uses the noise of any earlier one of the instance (on
-    the rows both drew), wherever the noise is visible."""
+    the rows both drew), wherever the noise is visible; with a declared noise counter
+    (sglang 0.5.23), each replay advances it and draws at counters no earlier one used."""
     name = "life_fresh_noise"
     without = _without_life(name, result)
     if without is not None:
@@ -562,12 +660,20 @@ def check_life_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
     if not run.case.folded_sampling:
         return skipped(name, "greedy fold: no noise")
     seen: list[tuple[str, list[torch.Tensor]]] = []
+    counters: list[tuple[str, NoiseCounter]] = []
     hidden = 0
     for replay in result.life.replays:
         if replay.result.error is not None:
             break
         step_run = replay_run(run, replay)
         if not step_run.case.has_sampled_rows:  # any noise explains greedy rows
+            continue
+        counter = counter_noise(replay.result)
+        if counter is not None:
+            stale = _stale_counter(replay.step.describe(), counter, counters)
+            if stale is not None:
+                return failed(name, stale)
+            counters.append((replay.step.describe(), counter))
             continue
         noise = used_noise(step_run, replay.result)
         if noise is None:
@@ -577,11 +683,28 @@ def check_life_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
             if same_noise(earlier_noise, noise):
                 return failed(name, f"{replay.step.describe()} used the same noise as {earlier}")
         seen.append((replay.step.describe(), noise))
-    if len(seen) < 2:
-        return skipped(name, not_visible(f"visible on {len(seen)} replay(s)"))
-    return passed(
-        name, f"{len(seen)} replays compared" + (f", {hidden} not visible" if hidden else "")
-    )
+    visible = len(seen) + len(counters)
+    if visible < 2:
+        return skipped(name, not_visible(f"visible on {visible} replay(s)"))
+    compared = f"{len(seen)} replays compared" if seen else ""
+    by_counter = f"{len(counters)} replays on fresh noise counters" if counters else ""
+    parts = [part for part in (compared, by_counter) if part]
+    return passed(name, ", ".join(parts) + (f", {hidden} not visible" if hidden else ""))
+
+
+def _stale_counter(
+    label: str, counter: NoiseCounter, earlier: list[tuple[str, NoiseCounter]]
+) -> str | None:
+    """Why a replay's counter-based noise is not fresh, or ``None``."""
+    if counter.advances < 1:
+        return f"{label} did not advance the noise counter (it stayed at {counter.end})"
+    for other, before in earlier:
+        if counter.start < before.end and before.start < counter.end:
+            return (
+                f"{label} drew at noise counters [{counter.start}, {counter.end}) that {other} "
+                f"used ([{before.start}, {before.end})): the same noise"
+            )
+    return None
 
 
 def check_life_server_buffer(run: CaseRun, result: ImplResult) -> CheckResult:

@@ -1,14 +1,16 @@
 """A server's life: one sampler instance replayed many times, as a captured draft graph is.
 
-The driver builds one instance, handing it a server-owned token buffer where its
-constructor takes ``out=``, then replays it ``case.replays`` times. Between replays
-the live batch size changes within ``max_bs`` (full, 1 and in between), every replay
-gets new hidden states and anchors, and the sampling parameters are restaged with new
-temperatures and another greedy mix (all greedy, mixed, all sampled, in changing
-order). Each replay is staged, called and read (from the server's buffer) through the
-runner's seams, under the same observers as any call; ``harness.pipeline.checks``
-holds every replay to the per-call checks for its own inputs and parameters
-(``docs/design.md``, "A server's life").
+The driver builds one instance through its calling convention
+(``harness.plugins.conventions``), handing it a server-owned token buffer where its
+constructor takes ``out=``, then replays it ``case.replays`` times. Every convention
+lives a life, sglang 0.5.23's too (its noise counter keeps running across replays).
+Between replays the live batch size changes within ``max_bs`` (full, 1 and in between),
+every replay gets new hidden states and anchors, and the sampling parameters are
+restaged with new temperatures and another greedy mix (all greedy, mixed, all sampled,
+in changing order). Each replay is poisoned, staged, called and read (from the server's
+buffer) through the convention's built sampler, under the same observers as any call;
+``harness.pipeline.checks`` holds every replay to the per-call checks for its own inputs
+and parameters (``docs/design.md``, "A server's life").
 """
 
 from __future__ import annotations
@@ -16,23 +18,19 @@ from __future__ import annotations
 import enum
 import functools
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import torch
 
 from harness.pipeline.case import SEED_LIMIT, TOP_K_ALL, Case, CaseInputs
 from harness.pipeline.observe import DispatchObserver, RandomDraw
 from harness.pipeline.runner import (
-    TOKEN_SENTINEL,
     ImplResult,
     RaisedError,
     _observed_call,
-    construct_for_case,
-    fill_sentinels,
     guarded_call,
     latest_draws,
 )
-from harness.plugins.construct import bind_constructor
+from harness.plugins.conventions import TOKEN_SENTINEL, BuiltSampler, convention_of
 from harness.plugins.implementations import Implementation
 from reference import SamplingInfo
 
@@ -174,7 +172,8 @@ def run_life(
     runner's RNG fork and guards; a replay that raises is recorded and ends the life."""
     device = torch.device(case.device)
     steps = life_schedule(case)
-    takes_out = bind_constructor(implementation.sampler_class).takes_out
+    convention = convention_of(implementation.sampler_class)
+    takes_out = convention.takes_out(implementation.sampler_class)
     server_out = (
         torch.full((case.max_bs * case.gamma,), TOKEN_SENTINEL, dtype=torch.int64, device=device)
         if takes_out
@@ -183,9 +182,9 @@ def run_life(
     life = Life(planned=len(steps), out_passed=takes_out)
     construction = DispatchObserver(record_noise=record_noise)
 
-    def construct() -> Any:
+    def construct() -> BuiltSampler:
         with construction.in_phase("construction"):
-            return construct_for_case(
+            return convention.build(
                 implementation.sampler_class, case=case, inputs=inputs, out=server_out
             )
 
@@ -199,9 +198,7 @@ def run_life(
         step_case, step_inputs = step.case_of(case), replay_inputs(case, step, inputs)
         result = ImplResult(name=implementation.name, carried_draws=carried)
         life.replays.append(LifeReplay(step=step, result=result))
-        fill_sentinels(sampler)
-        if server_out is not None:
-            server_out.fill_(TOKEN_SENTINEL)
+        sampler.poison()  # the server's out= too: the buffer the outputs are read from
         replayed = guarded_call(
             functools.partial(
                 _observed_call,
@@ -211,7 +208,6 @@ def run_life(
                 dispatch=DispatchObserver(record_noise=record_noise),
                 result=result,
                 time_limit_s=time_limit_s,
-                out=server_out,
             )
         )
         if replayed.error is not None:  # recorded on the replay; the life ends here
