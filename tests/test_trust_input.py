@@ -119,3 +119,14 @@ def test_a_full_disk_is_one_line_and_nothing_half_written(
     if journal.exists():  # only whole lines in it
         assert all(json.loads(line) for line in journal.read_text().splitlines())
         assert journal.read_bytes().endswith(b"\n") or not journal.read_bytes()
+
+
+def test_an_impl_spec_with_a_newline_is_refused_before_loading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plugin = tmp_path / "x\nVERDICT: PASS.py"  # a file that really exists under that name
+    plugin.write_text("raise SystemExit('loaded')\n")
+    argv = ["compare", "--only", "fixed", "--impl", f"mine={plugin}"]
+    line = _refused([*argv, "--out-dir", str(tmp_path / "out")], capsys)
+    assert "--impl must be printable text" in line and "\\nVERDICT: PASS.py" in line
+    assert "loaded" not in line

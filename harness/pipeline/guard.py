@@ -252,6 +252,8 @@ _thread_owners: dict[int, str] = {}  # ident of a thread left running -> its own
 _thread_changes: list[tuple[str, str, str]] = []  # (owner, "environment"/"directory", key)
 _late_blame: dict[str, list[str]] = {}  # owner -> changes its threads made in others' calls
 _hook_installed = False
+_depth = 0  # implementation_world blocks open now (one may nest in another)
+_settled: GlobalState | None = None  # the state the last outermost block left
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
@@ -298,12 +300,38 @@ def _split_by_thread(
         elif kind == "directory" and own_directory:
             own_directory = False
             foreign.setdefault(thread_owner, set()).add("working directory")
+    _blame_threads(foreign, when=f"during {owner}")
+    return sorted(own_keys), own_directory
+
+
+def _blame_threads(foreign: dict[str, set[str]], *, when: str) -> None:
     for thread_owner, what in foreign.items():
         _late_blame.setdefault(thread_owner, []).append(
-            f"{', '.join(sorted(what))} changed by a background thread it left running "
-            f"(during {owner})"
+            f"{', '.join(sorted(what))} changed by a background thread it left running ({when})"
         )
-    return sorted(own_keys), own_directory
+
+
+def _undo_changes_between_calls() -> None:
+    """Changes that still-running threads of other owners made while no implementation
+    code ran: put back as the last block left them, and blamed on their owners. (A
+    finished thread's owner may be a past run's: its changes are left alone.)"""
+    alive = set(_thread_owners.values())
+    foreign: dict[str, set[str]] = {}
+    for thread_owner, kind, key in _thread_changes:
+        if _settled is None or thread_owner not in alive:
+            continue
+        if kind == "environment":
+            settled = dict(_settled.environment)
+            if key in settled:
+                os.environ[key] = settled[key]
+            else:
+                os.environ.pop(key, None)
+            foreign.setdefault(thread_owner, set()).add(f"environment {key}")
+        else:
+            os.chdir(_settled.working_directory)
+            foreign.setdefault(thread_owner, set()).add("working directory")
+    _thread_changes.clear()
+    _blame_threads(foreign, when="between calls")
 
 
 # -- child processes --------------------------------------------------------------------------
@@ -405,23 +433,25 @@ def implementation_world(*, owner: str) -> Iterator[WorldChanges]:
     left running are remembered. Changes its own code made land in the yielded
     ``WorldChanges``; changes another owner's thread made go to that owner
     (``take_thread_blame``). Never enter it around code that starts harness workers."""
+    global _depth, _settled
     _install_audit_hook()
     for ident in [i for i in _thread_owners if not _alive(i)]:
         del _thread_owners[ident]  # a dead thread's ident may be reused
+    if _depth == 0:
+        _undo_changes_between_calls()
     changes = WorldChanges()
     threads_before = {t.ident for t in threading.enumerate()}
     children_before = child_processes()
     audit_mark = len(_thread_changes)
     before = GlobalState.capture()
+    _depth += 1
     try:
         with stdout_to_stderr():
             yield changes
     finally:
         now = GlobalState.capture()
         unrestored = before.restore()
-        for thread in threading.enumerate():
-            if thread.ident not in threads_before and thread.ident is not None:
-                _thread_owners[thread.ident] = owner
+        _remember_threads(threads_before, owner=owner)
         own_keys, own_directory = _split_by_thread(
             owner=owner,
             since=audit_mark,
@@ -439,6 +469,16 @@ def implementation_world(*, owner: str) -> Iterator[WorldChanges]:
         lines += kill_children(child_processes() - children_before)
         changes.lines = lines
         del _thread_changes[audit_mark:]
+        _depth -= 1
+        if _depth == 0:
+            _settled = before
+
+
+def _remember_threads(before: set[int | None], *, owner: str) -> None:
+    """Threads running now that were not in ``before`` are ``owner``'s."""
+    for thread in threading.enumerate():
+        if thread.ident not in before and thread.ident is not None:
+            _thread_owners[thread.ident] = owner
 
 
 def _alive(ident: int) -> bool:
@@ -446,16 +486,20 @@ def _alive(ident: int) -> bool:
 
 
 @contextlib.contextmanager
-def import_world() -> Iterator[None]:
-    """Around a plug-in module's import: its stdout goes to stderr, and the signal
-    handlers, umask and working directory are put back (the environment stays as the
-    module set it: a module may configure itself there)."""
+def import_world(*, owner: str) -> Iterator[None]:
+    """Around the import of ``owner``'s plug-in module: its stdout goes to stderr, the
+    signal handlers, umask and working directory are put back (the environment stays
+    as the module set it: a module may configure itself there), and threads it left
+    running are remembered as ``owner``'s."""
+    _install_audit_hook()
     handlers = {s: signal.getsignal(s) for s in GUARDED_SIGNALS}
     umask, directory = current_umask(), os.getcwd()
+    threads_before = {t.ident for t in threading.enumerate()}
     try:
         with stdout_to_stderr():
             yield
     finally:
+        _remember_threads(threads_before, owner=owner)
         if threading.current_thread() is threading.main_thread():
             for signum, handler in handlers.items():
                 if handler is not None and signal.getsignal(signum) != handler:

@@ -160,6 +160,11 @@ def file_module_name(name: str) -> str:
 
 def split_impl_spec(text: str) -> tuple[str, str, str, bool]:
     """``(name, module or path, attribute, is_file)`` of an ``--impl`` spec; nothing loaded."""
+    if not text.isprintable():  # it is quoted in reports: a newline could forge a line
+        raise ImplementationError(
+            f"--impl must be printable text (no newline, tab or other control character), "
+            f"got {text!r}"
+        )
     name, sep, target = text.partition("=")
     if not sep or not name or not target:
         raise ImplementationError(_bad_form(text))
@@ -179,11 +184,11 @@ def parse_impl_spec(text: str) -> Implementation:
     name, where, attribute, is_file = split_impl_spec(text)
     check_impl_name(name)
     if not is_file:
-        with import_world():
+        with import_world(owner=name):
             loaded = import_named_module(where, spec=text)
         return _implementation(name, loaded, where, attribute, text)
     module_name = file_module_name(name)
-    with import_world():
+    with import_world(owner=name):
         loaded = load_source_file(where, module_name=module_name, spec=text)
     try:
         return _implementation(name, loaded, where, attribute, text)
