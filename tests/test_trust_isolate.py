@@ -4,7 +4,9 @@ worker, results cross as plain tensors, and journal records carry a keyed digest
 
 from __future__ import annotations
 
+import io
 import json
+import pickle
 import stat
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import torch
 
 from harness.cli import main
 from harness.io.journal import key_path
+from harness.pipeline import isolation
 from harness.pipeline.case import make_case
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case
@@ -145,8 +148,16 @@ TIMING = ["work", "--timing", "--repeats", "1", "--hidden-size", "64", "--no-cal
         (["stats", *SMALL_STATS], "SystemExitSampler"),
         (["stats", *SMALL_STATS], "SystemExitAtStatsSizeSampler"),
         ([*TIMING, "--pair", "planted,fixed"], "SystemExitSampler"),
+        ([*TIMING, "--isolate", "--pair", "planted,fixed"], "SystemExitSampler"),
     ],
-    ids=["report", "report-at-stats-size", "stats", "stats-at-stats-size", "timing"],
+    ids=[
+        "report",
+        "report-at-stats-size",
+        "stats",
+        "stats-at-stats-size",
+        "timing",
+        "timing-isolate",
+    ],
 )
 def test_a_system_exit_zero_sampler_makes_every_command_exit_1_with_a_complete_report(
     command: list[str], sampler: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -194,3 +205,34 @@ def test_a_segfaulting_sampler_under_report_isolate_gives_a_complete_report_and_
     assert "WorkerDied" in planted["statistical"]["error"]
     assert "SIGSEGV" in planted["statistical"]["error"]
     assert report["verdicts"]["implementations"]["fixed"]["lossless"]
+
+
+def test_a_worker_is_told_neither_the_out_dir_nor_the_journal_key(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    argv = ["compare", *_case_args(tmp_path, 1), "--only", "reference,fixed", "--isolate"]
+    argv += ["--impl", f"nosy={PLANTED}:CommandLineSampler", "--out-dir", str(out)]
+    done = _harness(*argv, cache=tmp_path / "cache")
+    assert done.returncode == 1, done.stderr
+    error = json.loads((out / "compare.json").read_text())["cases"][0]["implementations"]
+    message = error["nosy"]["error"]["message"]
+    assert message.startswith("argv:") and str(out) not in message and "journal" not in message
+
+
+def test_answers_cross_as_plain_data_and_plain_tensors_only() -> None:
+    tensors = [
+        torch.arange(5),
+        torch.tensor([True, False]),
+        torch.randn(2, 3).to(torch.bfloat16),
+        torch.empty(0, 3),
+        torch.tensor(3.5),
+    ]
+    for tensor in tensors:
+        back = isolation.from_wire(pickle.loads(pickle.dumps(isolation.to_wire(tensor))))
+        assert type(back) is torch.Tensor and back.dtype == tensor.dtype
+        assert torch.equal(back, tensor)
+    with pytest.raises(isolation.WireError, match=r"not a plain torch\.Tensor"):
+        isolation.to_wire(torch.zeros(2).as_subclass(untrusted_samplers.AlwaysEqualTensor))
+    with pytest.raises(pickle.UnpicklingError, match="refused"):  # a class reference
+        isolation._DataOnly(io.BytesIO(pickle.dumps(torch.arange(3)))).load()
+    with pytest.raises(isolation.WireError, match="may not cross"):
+        isolation.from_wire({"\0dataclass": "Popen", "args": ["sh"]})

@@ -83,6 +83,7 @@ def command(args: argparse.Namespace) -> ExitCode:
                 callgrind=not args.no_callgrind,
                 progress=progress,
                 pair=pair,
+                isolate=args.isolate,
             )
         )
     heading = f"DSpark draft-sampler harness: eliminated work (seed {args.seed}, {args.device})"

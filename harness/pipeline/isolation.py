@@ -76,6 +76,7 @@ def _wire_types() -> dict[str, type[Any]]:
     """The result dataclasses that may cross, by name (imported late: the oracle and
     the work counters import this module's users)."""
     from harness.measure.counters import CallCost
+    from harness.measure.timing import PairedTimes
     from harness.oracles.fits import Marginal, Statistic
     from harness.oracles.stats import StatsResult
     from reference.verifier import DecodeResult
@@ -91,6 +92,7 @@ def _wire_types() -> dict[str, type[Any]]:
         Marginal,
         DecodeResult,
         PluginDescription,
+        PairedTimes,
     )
     return {cls.__name__: cls for cls in allowed}
 
@@ -311,6 +313,16 @@ class _Worker:
         problem = self.problems[config]
         return decode_and_fit(self.implementation(reference), problem=problem, time_limit_s=limit)
 
+    def timing(self, case: Case, repeats: int, references: tuple[Any, Any]) -> Any:
+        from harness.measure.timing import TimingError, ab_timing
+
+        first, second = (self.implementation(r) for r in references)
+        try:
+            timing = ab_timing(case, repeats=repeats, pair=(first, second))
+        except TimingError as error:  # a plug-in that raises: a result, not a crash
+            return RaisedError(type="TimingError", message=str(error), where="worker")
+        return timing.threads, timing.times
+
     def cost(self, reference: Any, case: Case) -> Any:
         from harness.measure.counters import cost_of_call
 
@@ -325,6 +337,7 @@ def _serve(connection: Connection) -> None:
         "case": worker.run_case,
         "stats": worker.stats,
         "cost": worker.cost,
+        "timing": worker.timing,
     }
     while True:
         try:
@@ -345,7 +358,7 @@ def _refused(answer: Any, error: WireError) -> Any:
     failure = RaisedError(type="OutputError", message=str(error), where="worker")
     if isinstance(answer, ImplResult):
         return ImplResult(name=answer.name, error=failure)
-    raise error  # the oracle's and the cost's results hold only what the harness built
+    return failure
 
 
 def _death(process: multiprocessing.process.BaseProcess) -> str:
@@ -529,9 +542,35 @@ def isolated_cost(implementation: Implementation, *, case: Case) -> Any:
     answer = worker_for(implementation).request(
         "cost", _reference(implementation), case, time_limit_s=DEFAULT_TIME_LIMIT_S
     )
-    if isinstance(answer, WorkerFailure):
+    if isinstance(answer, WorkerFailure | RaisedError):
         return CallCost(0, 0, None, error=answer.type)
     return answer if isinstance(answer, CallCost) else CallCost(0, 0, None, error="BadAnswer")
+
+
+def isolated_ab_timing(
+    case: Case, *, repeats: int, pair: tuple[Implementation, Implementation]
+) -> Any:
+    """``ab_timing`` of the pair in one worker: the plug-in's (both built-ins: theirs);
+    two plug-ins never share a worker, so a pair of them is not timed. A failure of
+    the worker or of the pair is a ``TimingError``."""
+    from harness.measure.timing import ABTiming, TimingError
+
+    domains = {_domain(i) for i in pair} - {BUILTINS}
+    if len(domains) > 1:
+        raise TimingError(
+            f"under --isolate a timed pair holds at most one plug-in, got {pair[0].name} "
+            f"and {pair[1].name}"
+        )
+    pool = worker_pool_for(domains.pop() if domains else BUILTINS)
+    references = (_reference(pair[0]), _reference(pair[1]))
+    answer = pool.request("timing", case, repeats, references, time_limit_s=None)
+    if isinstance(answer, WorkerFailure | RaisedError):
+        raise TimingError(f"{answer.type}: {answer.message}")
+    threads, times = answer if isinstance(answer, tuple) and len(answer) == 2 else (None, None)
+    if not isinstance(threads, int) or not isinstance(times, dict):
+        raise TimingError("BadAnswer: the worker's answer is not a timing")
+    names = (pair[0].name, pair[1].name)
+    return ABTiming(case=case, repeats=repeats, warmup=1, threads=threads, times=times, pair=names)
 
 
 def isolated_decode_and_fit(
@@ -544,8 +583,9 @@ def isolated_decode_and_fit(
     answer = worker_for(implementation).request(
         "stats", _reference(implementation), config, time_limit_s, time_limit_s=time_limit_s
     )
-    if isinstance(answer, WorkerFailure):
-        return failed_result(implementation.name, config=config, error=answer.raised()), None
+    if isinstance(answer, WorkerFailure | RaisedError):
+        error = answer.raised() if isinstance(answer, WorkerFailure) else answer
+        return failed_result(implementation.name, config=config, error=error), None
     stats, decoded = answer if isinstance(answer, tuple) and len(answer) == 2 else (None, None)
     if not isinstance(stats, StatsResult) or stats.name != implementation.name:
         failure = WorkerFailure("BadAnswer", "the worker's answer is not this result")

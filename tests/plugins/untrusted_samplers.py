@@ -328,3 +328,10 @@ class StdoutClosingSampler(FixedSampler):
     def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
         super().__call__(hidden_states, input_ids)
         os.close(1)
+
+
+class CommandLineSampler(FixedSampler):
+    """Raises with its own process's command line: what it could learn of ``--out-dir``."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        raise RuntimeError("argv: " + " ".join(sys.argv[1:]))
