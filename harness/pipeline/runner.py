@@ -184,9 +184,9 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         error=lambda: CallTimeout(lost),
     )
     previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
     try:
-        with backstop:
+        with backstop:  # entered before the timer is armed: a fast alarm cannot skip its exit
+            signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
             yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
