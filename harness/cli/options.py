@@ -177,16 +177,23 @@ def judged_sections(
     power: bool = False,
 ) -> JudgedSections:
     """The verdict sections of ``records`` with the statistical oracle's part in every
-    lossless verdict (unless ``--no-stats``), as ``report`` and ``compare`` state them."""
+    lossless verdict (unless ``--no-stats``), as ``report`` and ``compare`` state them.
+    The oracle runs implementations in-process, so under ``--isolate`` it judges the
+    built-ins only, and each plug-in's verdict says its oracle was not run."""
     from harness.oracles.section import statistical_part
     from harness.pipeline.compare import comparison_sections, verdicts_json
 
+    judged = list(implementations)
+    if args.isolate:  # the oracle runs in-process: under --isolate no plug-in takes it
+        judged = [i for i in implementations if i.name in BUILTIN_IMPLEMENTATIONS]
+        if len(judged) < len(implementations):
+            progress("statistical oracle: plug-ins left out under --isolate (it runs in-process)")
     part = None
-    if not args.no_stats:
+    if not args.no_stats and judged:
         part = statistical_part(
             seed=args.seed,
             device=args.device,
-            implementations=implementations,
+            implementations=judged,
             roles=roles,
             time_limit_s=args.time_limit,
             progress=progress,

@@ -38,6 +38,7 @@ from harness.oracles.problem import (
     cpu_threads,
     decode_rows,
 )
+from harness.pipeline.interrupts import reraise_stop_request
 from harness.pipeline.runner import time_limit
 from harness.pipeline.verdicts import Roles, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
@@ -181,7 +182,8 @@ def _decode_and_fit(
                 )
                 for kind in config.head_kinds
             }
-    except Exception as error:  # any failure of the code under test is a recorded result
+    except BaseException as error:  # SystemExit too: the implementation's recorded result
+        reraise_stop_request(error)  # only the harness's own stop requests pass
         failed = StatsResult(
             name=implementation.name,
             rows=config.rows,
