@@ -172,6 +172,15 @@ def derived_seeds(seed: int, count: int) -> list[int]:
     return [int(s) for s in torch.randint(0, 2**62, (count,), generator=generator)]
 
 
+def plain_buffer(sampler: Any, name: str) -> torch.Tensor:
+    """The sampler's buffer ``name``, refused (``TypeError``) unless it is exactly a
+    ``torch.Tensor``: a subclass decides what its own operators return."""
+    value = getattr(sampler, name, None)
+    if type(value) is not torch.Tensor:
+        raise TypeError(f"{name} must be a plain torch.Tensor, got {type(value).__qualname__}")
+    return value
+
+
 def speculative_decode(
     *,
     sampler: Any,
@@ -221,12 +230,16 @@ def speculative_decode(
         while bool((filled < m).any()) or len(round_blocks) < min_rounds:
             sampler.stage_sampling_params(bs=rows, sampling_info=sampling_info)
             sampler(context.hidden_states(anchors), context.input_ids(anchors))
-            draft_tokens = sampler.out[: rows * gamma].view(rows, gamma).to(device)
-            corrected = sampler.corrected_out[: rows * gamma].view(rows, gamma, -1).to(device)
+            out, corrected_out, temperatures, greedy_mask = (
+                plain_buffer(sampler, name)
+                for name in ("out", "corrected_out", "temperatures", "greedy_mask")
+            )
+            draft_tokens = out[: rows * gamma].view(rows, gamma).to(device)
+            corrected = corrected_out[: rows * gamma].view(rows, gamma, -1).to(device)
             draft_probs = draft_distribution(
                 corrected,
-                temperatures=sampler.temperatures[:rows].to(device),
-                greedy_mask=sampler.greedy_mask[:rows].to(device),
+                temperatures=temperatures[:rows].to(device),
+                greedy_mask=greedy_mask[:rows].to(device),
             )  # [rows, gamma, V]
             target_probs = target.block_probs(
                 anchor_tokens=anchors,

@@ -128,18 +128,14 @@ def test_report_rejects_the_reused_uniform_sampler_as_compare_does(
     assert verdict["lossless"] is False and verdict["statistical"]["rejected"] is True
 
 
-def test_under_isolate_a_plug_in_is_left_out_of_the_in_process_oracle_and_says_so(
+def test_under_isolate_the_oracle_runs_in_the_worker_and_rejects_as_in_process(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The oracle runs implementations in the judging process; under ``--isolate`` a
-    plug-in's code must not, so its verdict rests on its checks and says so."""
     argv = ["compare", *_case_files(tmp_path)[:2], "--only", "reference", "--isolate"]
     argv += ["--impl", f"reused={REUSED_UNIFORM}", "--require", "lossless"]
-    assert main([*argv, "--out-dir", str(tmp_path)]) == 0
-    captured = capsys.readouterr()
-    assert "plug-ins left out under --isolate" in captured.err
-    line = next(line for line in captured.out.splitlines() if "] reused: " in line)
-    assert line.endswith(CHECKS_ONLY), line
+    assert main([*argv, "--quiet", "--out-dir", str(tmp_path)]) == 1
+    capsys.readouterr()
     verdicts = _verdicts(tmp_path, "compare")
-    assert verdicts["reused"]["statistical"]["ran"] is False
-    assert verdicts["reference"]["statistical"]["ran"] is True
+    assert verdicts["reused"]["lossless"] is False
+    assert verdicts["reused"]["statistical"]["rejected"] is True
+    assert verdicts["reference"]["statistical"]["rejected"] is False

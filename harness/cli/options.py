@@ -177,27 +177,22 @@ def judged_sections(
     power: bool = False,
 ) -> JudgedSections:
     """The verdict sections of ``records`` with the statistical oracle's part in every
-    lossless verdict (unless ``--no-stats``), as ``report`` and ``compare`` state them.
-    The oracle runs implementations in-process, so under ``--isolate`` it judges the
-    built-ins only, and each plug-in's verdict says its oracle was not run."""
+    lossless verdict (unless ``--no-stats``), as ``report`` and ``compare`` state them;
+    under ``--isolate`` the oracle runs implementations in the worker too."""
     from harness.oracles.section import statistical_part
     from harness.pipeline.compare import comparison_sections, verdicts_json
 
-    judged = list(implementations)
-    if args.isolate:  # the oracle runs in-process: under --isolate no plug-in takes it
-        judged = [i for i in implementations if i.name in BUILTIN_IMPLEMENTATIONS]
-        if len(judged) < len(implementations):
-            progress("statistical oracle: plug-ins left out under --isolate (it runs in-process)")
     part = None
-    if not args.no_stats and judged:
+    if not args.no_stats:
         part = statistical_part(
             seed=args.seed,
             device=args.device,
-            implementations=judged,
+            implementations=implementations,
             roles=roles,
             time_limit_s=args.time_limit,
             progress=progress,
             power=power,
+            isolate=args.isolate,
         )
     statistical = None if part is None else part.verdicts
     sections = comparison_sections(
@@ -220,8 +215,9 @@ def journal_path(out_dir: Path, *, command: str) -> Path:
 def selected_implementations(
     args: argparse.Namespace, names: Sequence[str]
 ) -> list[Implementation]:
-    """The built-ins ``names`` and every ``--impl`` of the command line."""
-    return select_implementations(names, args.impl)
+    """The built-ins ``names`` and every ``--impl`` of the command line (under
+    ``--isolate``, each plug-in loaded in its own worker only)."""
+    return select_implementations(names, args.impl, isolate=bool(getattr(args, "isolate", False)))
 
 
 def pair_implementations(

@@ -82,6 +82,7 @@ def command(args: argparse.Namespace) -> ExitCode:
                 progress=progress,
                 implementations=implementations,
                 pair=roles.pair,
+                isolate=args.isolate,
             ),
         )
         timing["work_s"] = round(time.perf_counter() - started, 3)

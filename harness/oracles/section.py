@@ -50,6 +50,8 @@ def carriers(result: StatsResult) -> str:
 
 
 def verdict_word(result: StatsResult) -> str:
+    if result.not_judged:
+        return f"not judged ({result.not_judged})"
     if result.error:
         return f"raised ({result.error})"
     if not result.rejected:
@@ -73,7 +75,7 @@ def verdict_line(
         + ", ".join(parts)
     )
     buggy = results.get(roles.buggy)
-    if buggy is not None and buggy.error is None:
+    if buggy is not None and buggy.error is None and buggy.not_judged is None:
         seen = "also REJECTED" if buggy.rejected_at_position(0) else "passes, as the bug predicts"
         line += f"; {roles.buggy} on position 0 alone {seen}"
     return line
@@ -100,7 +102,13 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
     header = ["impl", "verdict", "family p", "rejected tests", "carried by", "mean accepted"]
     rows = []
     for r in results:
-        verdict = "ERROR" if r.error else ("REJECTED" if r.rejected else "pass")
+        verdict = (
+            "not judged"
+            if r.not_judged
+            else "ERROR"
+            if r.error
+            else ("REJECTED" if r.rejected else "pass")
+        )
         accepted = ", ".join(f"{h} {v:.2f}" for h, v in r.mean_accepted_length.items())
         rows.append(
             [
@@ -113,6 +121,7 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
             ]
         )
     notes = [f"  {r.name}: raised {r.error}" for r in results if r.error]
+    notes += [f"  {r.name}: not judged, {r.not_judged}" for r in results if r.not_judged]
     notes += [
         f"  {r.name}: {r.impossible} committed tuples the target gives probability 0"
         for r in results
@@ -233,15 +242,20 @@ def stats_section(
     progress: Progress = no_progress,
     time_limit_s: float | None = None,
     roles: Roles = DEFAULT_ROLES,
+    isolate: bool = False,
 ) -> tuple[Section, OracleRun]:
     """Run the oracle on ``implementations`` (default: fixed and legacy), each held to
-    its role in ``roles``, with ``power`` also legacy's power curve per head kind, and
-    present it as a section."""
+    its role in ``roles`` (with ``isolate``, each in its worker), with ``power`` also
+    legacy's power curve per head kind, and present it as a section."""
     oracle = run_oracle(
-        config, implementations=implementations, progress=progress, time_limit_s=time_limit_s
+        config,
+        implementations=implementations,
+        progress=progress,
+        time_limit_s=time_limit_s,
+        isolate=isolate,
     )
     legacy = oracle.results.get(BUGGY)
-    if power and legacy is not None and legacy.error is None:
+    if power and legacy is not None and legacy.error is None and legacy.not_judged is None:
         oracle.curves = run_power_curves(
             builtin_implementations((BUGGY,))[0],
             problem=oracle.problem,
@@ -268,6 +282,7 @@ def report_stats(
     time_limit_s: float | None = None,
     roles: Roles = DEFAULT_ROLES,
     power: bool = True,
+    isolate: bool = False,
 ) -> tuple[Section, OracleRun]:
     """The statistical part of the main report: ``implementations`` (default: the
     built-ins; plug-ins given with ``--impl`` belong here too) at the default config,
@@ -282,6 +297,7 @@ def report_stats(
         progress=progress,
         time_limit_s=time_limit_s,
         roles=roles,
+        isolate=isolate,
     )
 
 
@@ -324,10 +340,12 @@ def statistical_part(
     time_limit_s: float | None,
     progress: Progress = no_progress,
     power: bool = False,
+    isolate: bool = False,
 ) -> StatisticalPart:
     """The statistical oracle at the report's defaults on ``implementations``, as every
     command that states a lossless verdict (``report``, ``compare``, the Python API, the
-    pytest plugin) runs it; ``power`` adds the power curves (the report's figure)."""
+    pytest plugin) runs it; ``power`` adds the power curves (the report's figure), and
+    ``isolate`` runs each implementation's decode in the worker process."""
     progress("statistical oracle ...")
     started = time.perf_counter()
     section, oracle = report_stats(
@@ -338,6 +356,7 @@ def statistical_part(
         time_limit_s=time_limit_s,
         roles=roles,
         power=power,
+        isolate=isolate,
     )
     return StatisticalPart(
         section=section,

@@ -38,8 +38,7 @@ from harness.oracles.problem import (
     cpu_threads,
     decode_rows,
 )
-from harness.pipeline.interrupts import reraise_stop_request
-from harness.pipeline.runner import time_limit
+from harness.pipeline.runner import RaisedError, guarded_call
 from harness.pipeline.verdicts import Roles, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.progress import Progress, no_progress
@@ -61,6 +60,7 @@ class StatsResult:
     marginals: tuple[Marginal, ...]
     mean_accepted_length: dict[str, float]  # by head kind
     error: str | None = None  # the implementation raised: no verdict on the distribution
+    not_judged: str | None = None  # why it was not judged (the time limit): never a defect
     wall_s: float = field(default=0.0, compare=False)
 
     @property
@@ -69,7 +69,7 @@ class StatsResult:
 
     @property
     def passed(self) -> bool:
-        return self.error is None and not self.rejected
+        return self.error is None and self.not_judged is None and not self.rejected
 
     @property
     def p_value(self) -> float:
@@ -105,6 +105,8 @@ class StatsResult:
 
     def statistical(self) -> Statistical:
         """This result as the lossless verdict takes it."""
+        if self.not_judged is not None:
+            return Statistical(ran=True, not_judged=self.not_judged)
         if self.error is not None:
             return Statistical(ran=True, error=self.error)
         p = None if math.isnan(self.p_value) else self.p_value
@@ -155,6 +157,25 @@ def fit_decoded(
     )
 
 
+def failed_result(
+    name: str, *, config: StatsConfig, error: RaisedError, wall_s: float = 0.0
+) -> StatsResult:
+    """No verdict on the distribution: ``error`` is the implementation's failure, or,
+    when the time limit stopped it, the reason it was not judged."""
+    return StatsResult(
+        name=name,
+        rows=config.rows,
+        alpha=config.alpha,
+        family_size=family_size(config),
+        statistics=(),
+        marginals=(),
+        mean_accepted_length={},
+        error=None if error.timed_out else error.summary(),
+        not_judged=f"time limit reached ({error.message})" if error.timed_out else None,
+        wall_s=wall_s,
+    )
+
+
 def decode_and_fit(
     implementation: Implementation,
     *,
@@ -174,28 +195,22 @@ def _decode_and_fit(
 ) -> tuple[StatsResult, dict[str, DecodeResult] | None]:
     config = problem.config
     started = time.perf_counter()
-    try:
-        with time_limit(time_limit_s):
-            decoded = {
-                kind: decode_rows(
-                    implementation.sampler_class, problem=problem, head_kind=kind, seed=config.seed
-                )
-                for kind in config.head_kinds
-            }
-    except BaseException as error:  # SystemExit too: the implementation's recorded result
-        reraise_stop_request(error)  # only the harness's own stop requests pass
-        failed = StatsResult(
-            name=implementation.name,
-            rows=config.rows,
-            alpha=config.alpha,
-            family_size=family_size(config),
-            statistics=(),
-            marginals=(),
-            mean_accepted_length={},
-            error=f"{type(error).__name__}: {error}",
-            wall_s=time.perf_counter() - started,
-        )
-        return failed, None
+    outcome = guarded_call(
+        lambda: {
+            kind: decode_rows(
+                implementation.sampler_class, problem=problem, head_kind=kind, seed=config.seed
+            )
+            for kind in config.head_kinds
+        },
+        time_limit_s=time_limit_s,
+        owner=implementation.name,
+    )
+    if outcome.error is not None:
+        wall_s = time.perf_counter() - started
+        return failed_result(
+            implementation.name, config=config, error=outcome.error, wall_s=wall_s
+        ), None
+    decoded = outcome.returned()
     result = fit_decoded(
         implementation.name,
         decoded=decoded,
@@ -273,16 +288,27 @@ def run_oracle(
     implementations: Sequence[Implementation] | None = None,
     progress: Progress = no_progress,
     time_limit_s: float | None = None,
+    isolate: bool = False,
 ) -> OracleRun:
     """Decode and fit every implementation (default: fixed and legacy) at ``config``;
-    ``time_limit_s`` bounds each implementation's decode (all head kinds)."""
+    ``time_limit_s`` bounds each implementation's decode (all head kinds); with
+    ``isolate`` each decodes in its worker."""
     problem = build_problem(config)
     chosen = list(implementations) if implementations is not None else default_implementations()
     results: dict[str, StatsResult] = {}
     decoded: dict[str, dict[str, DecodeResult]] = {}
     for impl in chosen:
         progress(f"stats: {impl.name} ({config.rows} rows x {len(config.head_kinds)} heads) ...")
-        results[impl.name], run = decode_and_fit(impl, problem=problem, time_limit_s=time_limit_s)
+        if isolate:
+            from harness.pipeline.isolation import isolated_decode_and_fit
+
+            results[impl.name], run = isolated_decode_and_fit(
+                impl, config=config, time_limit_s=time_limit_s
+            )
+        else:
+            results[impl.name], run = decode_and_fit(
+                impl, problem=problem, time_limit_s=time_limit_s
+            )
         if run is not None:
             decoded[impl.name] = run
     return OracleRun(config=config, results=results, decoded=decoded, problem=problem)

@@ -47,15 +47,18 @@ class Statistical:
     p_value: float | None = None
     carried_by: str = ""
     error: str | None = None
+    not_judged: str | None = None  # it ran out of time: no verdict either way
 
     @property
     def failed(self) -> bool:
-        """Rejected, or raised before it could judge: either way not shown lossless."""
+        """Rejected, raised or not judged: either way not shown lossless."""
         return self.ran and (self.rejected is not False)
 
     def describe(self) -> str:
         if not self.ran:
             return "statistical oracle not run"
+        if self.not_judged is not None:
+            return f"not judged by the statistical oracle: {self.not_judged}"
         if self.error is not None:
             return f"statistical oracle could not judge it: {self.error}"
         p = "nan" if self.p_value is None else f"{self.p_value:.3g}"
@@ -76,6 +79,7 @@ class Statistical:
             "p_value": self.p_value,
             "carried_by": self.carried_by,  # head/group/test of each rejection
             "error": self.error,
+            "not_judged": self.not_judged,
         }
 
 
@@ -118,7 +122,7 @@ class Verdict:
         """Why it is not lossless (else not drop-in): the first such failure, or the
         statistical oracle's rejection when no lossless check failed."""
         wanted = "lossless" if not self.lossless else "drop_in"
-        if wanted == "lossless" and not any(f[2] == wanted for f in self.failures):
+        if wanted == "lossless" and not self.lossless_failures():
             return self.statistical.describe()
         for label, check, tier, detail in self.failures:
             if tier == wanted:
@@ -143,12 +147,18 @@ class Verdict:
         """``"lossless and drop-in"``, ``"lossless; not drop-in: <reason>"`` or
         ``"NOT lossless: <reason>"``; a lossless verdict without the statistical oracle
         ends with ``(checks only; statistical oracle not run)``."""
-        if not self.lossless:
-            return f"NOT lossless: {self.reason}"
         checks_only = "" if self.statistical.ran else f" ({CHECKS_ONLY})"
         if self.drop_in:
             return f"lossless and drop-in{checks_only}"
-        return f"lossless; not drop-in: {self.reason}{checks_only}"
+        if self.lossless:
+            return f"lossless; not drop-in: {self.reason}{checks_only}"
+        if self.statistical.not_judged is not None and not self.lossless_failures():
+            return f"not judged: {self.reason}"  # out of time is no defect
+        return f"NOT lossless: {self.reason}"
+
+    def lossless_failures(self) -> bool:
+        """Whether a lossless check failed on some case."""
+        return any(f[2] == "lossless" for f in self.failures)
 
     def to_json(self) -> dict[str, Any]:
         return {
