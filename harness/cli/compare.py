@@ -22,10 +22,6 @@ from harness.cli.options import (
     judged_implementations,
     judged_sections,
 )
-from harness.pipeline.case import Case
-from harness.pipeline.compare import compare
-from harness.pipeline.matrix import standard_matrix
-from harness.plugins.implementations import parse_names
 from harness.render.progress import progress_printer
 
 
@@ -38,6 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace) -> ExitCode:
+    from harness.pipeline.case import Case
+    from harness.pipeline.compare import compare
+    from harness.pipeline.matrix import standard_matrix
+    from harness.plugins.implementations import parse_names
+
     implementations, roles = judged_implementations(args, parse_names(args.only))
     if args.case:
         cases = [Case.load(path) for path in args.case]
