@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
 
 from harness.cli.emit import emit
 from harness.cli.exit_codes import ExitCode
@@ -23,6 +24,11 @@ from harness.cli.options import (
     judged_sections,
 )
 from harness.render.progress import progress_printer
+from harness.render.sections import Section
+from harness.render.tables import table
+
+if TYPE_CHECKING:
+    from harness.plugins.implementations import Implementation
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,6 +76,7 @@ def command(args: argparse.Namespace) -> ExitCode:
     )
     if judged.stats_s is not None:
         timing["stats_s"] = judged.stats_s
+    judged.sections.append(provenance_section(implementations))
     heading = f"DSpark draft-sampler harness: compare ({len(cases)} cases, {args.device})"
     return emit(
         args,
@@ -79,4 +86,30 @@ def command(args: argparse.Namespace) -> ExitCode:
         cases=records,
         timing=timing,
         verdicts=judged.verdicts,
+    )
+
+
+def provenance_section(implementations: list[Implementation]) -> Section:
+    """Where each sampler came from: its spec, the server era its module was loaded for,
+    the calling convention it was built in and what the adapter works around in it
+    (docs/plugins.md)."""
+    rows = [implementation.provenance() for implementation in implementations]
+    text = table(
+        ("implementation", "spec", "kind", "era", "convention"),
+        [
+            (row["name"], row["spec"], row["kind"], row["era"] or "-", row["convention"])
+            for row in rows
+        ],
+    )
+    adapted = [
+        f"{row['name']}: the harness's adapter works around: {adaptation}"
+        for row in rows
+        for adaptation in row["adaptations"]
+    ]
+    return Section(
+        title="Implementations",
+        ok=True,
+        verdict="where each sampler came from (era: the sglang its module was loaded with)",
+        text="\n".join([text, *adapted]),
+        data={"implementations": rows},
     )
