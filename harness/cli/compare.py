@@ -1,9 +1,15 @@
-"""``python -m harness compare``: chosen cases and implementations side by side."""
+"""``python -m harness compare``: chosen cases and implementations side by side.
+
+Every lossless verdict is the report's: the per-call checks on the chosen cases and
+the statistical oracle at the report's defaults on every implementation compared
+(``--no-stats`` skips the oracle, and each verdict line then says so).
+"""
 
 from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
 
 from harness.cli.emit import emit
 from harness.cli.exit_codes import ExitCode
@@ -12,14 +18,17 @@ from harness.cli.options import (
     add_resume_option,
     add_role_options,
     add_selection_options,
+    add_stats_option,
     journal_path,
     judged_implementations,
+    judged_sections,
 )
-from harness.pipeline.case import Case
-from harness.pipeline.compare import compare, comparison_sections, verdicts_json
-from harness.pipeline.matrix import standard_matrix
-from harness.plugins.implementations import parse_names
 from harness.render.progress import progress_printer
+from harness.render.sections import Section
+from harness.render.tables import table
+
+if TYPE_CHECKING:
+    from harness.plugins.implementations import Implementation
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,9 +36,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_role_options(parser)
     add_resume_option(parser)
     add_isolate_option(parser)
+    add_stats_option(parser)
 
 
 def command(args: argparse.Namespace) -> ExitCode:
+    from harness.pipeline.case import Case
+    from harness.pipeline.compare import compare
+    from harness.pipeline.matrix import standard_matrix
+    from harness.plugins.implementations import parse_names
+
     implementations, roles = judged_implementations(args, parse_names(args.only))
     if args.case:
         cases = [Case.load(path) for path in args.case]
@@ -37,26 +52,64 @@ def command(args: argparse.Namespace) -> ExitCode:
             cases = [c.with_changes(device=args.device) for c in cases]
     else:
         cases = standard_matrix(seed=args.seed, device=args.device)
+    progress = progress_printer(quiet=args.quiet)
     started = time.perf_counter()
     records = compare(
         cases,
         implementations,
         require_observable=not args.case,
-        progress=progress_printer(quiet=args.quiet),
+        progress=progress,
         time_limit_s=args.time_limit,
         journal=journal_path(args.out_dir, command="compare"),
         resume=args.resume,
         isolate=args.isolate,
         pair=roles.pair,
     )
-    sections = comparison_sections(records, require_coverage=not args.case, roles=roles)
+    timing = {"compare_s": round(time.perf_counter() - started, 3)}
+    judged = judged_sections(
+        args,
+        records,
+        implementations=implementations,
+        roles=roles,
+        require_coverage=not args.case,
+        progress=progress,
+    )
+    if judged.stats_s is not None:
+        timing["stats_s"] = judged.stats_s
+    judged.sections.append(provenance_section(implementations))
     heading = f"DSpark draft-sampler harness: compare ({len(cases)} cases, {args.device})"
     return emit(
         args,
         command="compare",
         heading=heading,
-        sections=sections,
+        sections=judged.sections,
         cases=records,
-        timing={"compare_s": round(time.perf_counter() - started, 3)},
-        verdicts=verdicts_json(records, roles=roles),
+        timing=timing,
+        verdicts=judged.verdicts,
+    )
+
+
+def provenance_section(implementations: list[Implementation]) -> Section:
+    """Where each sampler came from: its spec, the server era its module was loaded for,
+    the calling convention it was built in and what the adapter works around in it
+    (docs/plugins.md)."""
+    rows = [implementation.provenance() for implementation in implementations]
+    text = table(
+        ("implementation", "spec", "kind", "era", "convention"),
+        [
+            (row["name"], row["spec"], row["kind"], row["era"] or "-", row["convention"])
+            for row in rows
+        ],
+    )
+    adapted = [
+        f"{row['name']}: the harness's adapter works around: {adaptation}"
+        for row in rows
+        for adaptation in row["adaptations"]
+    ]
+    return Section(
+        title="Implementations",
+        ok=True,
+        verdict="where each sampler came from (era: the sglang its module was loaded with)",
+        text="\n".join([text, *adapted]),
+        data={"implementations": rows},
     )

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from harness.pipeline.verdicts import DEFAULT_PAIR, REQUIREMENTS, Requirement, Roles, RolesError
-from harness.plugins.implementations import (
-    BUILTIN_IMPLEMENTATIONS,
-    Implementation,
-    select_implementations,
-)
+from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, REQUIREMENTS, Requirement
+
+if TYPE_CHECKING:  # the options are offered without importing what runs them (torch)
+    from harness.pipeline.verdicts import Roles
+    from harness.plugins.implementations import Implementation
+    from harness.render.progress import Progress
+    from harness.render.sections import Section
 
 T = TypeVar("T", int, float)
 
@@ -46,7 +48,7 @@ def add_selection_options(parser: argparse.ArgumentParser, *, verb: str) -> None
     )
     parser.add_argument(
         "--only",
-        default=",".join(BUILTIN_IMPLEMENTATIONS),
+        default=",".join(BUILTIN_NAMES),
         metavar="NAMES",
         help=f"built-in implementations to {verb}, comma-separated (default: all three)",
     )
@@ -120,6 +122,8 @@ def add_role_options(parser: argparse.ArgumentParser, *, require: bool = True) -
 
 def roles_from_args(args: argparse.Namespace) -> Roles:
     """The roles the role options describe."""
+    from harness.pipeline.verdicts import Roles
+
     require: Requirement = getattr(args, "require", "drop-in")  # commands without --require
     return Roles(pair=args.pair, expect_fail=tuple(args.expect_fail), require=require)
 
@@ -142,6 +146,68 @@ def add_isolate_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_stats_option(parser: argparse.ArgumentParser) -> None:
+    """``--no-stats``: skip the statistical oracle; every lossless verdict then says it
+    rests on the checks alone."""
+    parser.add_argument(
+        "--no-stats",
+        action="store_true",
+        help="skip the statistical oracle (lossless verdicts then read: checks only; "
+        "statistical oracle not run)",
+    )
+
+
+@dataclass(frozen=True)
+class JudgedSections:
+    """A comparison's verdict sections (the oracle's section among them when it ran),
+    the verdicts JSON and the oracle's wall time (``None``: not run)."""
+
+    sections: list[Section]
+    verdicts: dict[str, Any]
+    stats_s: float | None
+
+
+def judged_sections(
+    args: argparse.Namespace,
+    records: list[dict[str, Any]],
+    *,
+    implementations: Sequence[Implementation],
+    roles: Roles,
+    require_coverage: bool,
+    progress: Progress,
+    power: bool = False,
+) -> JudgedSections:
+    """The verdict sections of ``records`` with the statistical oracle's part in every
+    lossless verdict (unless ``--no-stats``), as ``report`` and ``compare`` state them;
+    under ``--isolate`` the oracle runs implementations in the worker too."""
+    from harness.oracles.section import statistical_part
+    from harness.pipeline.compare import comparison_sections, verdicts_json
+
+    part = None
+    if not args.no_stats:
+        part = statistical_part(
+            seed=args.seed,
+            device=args.device,
+            implementations=implementations,
+            roles=roles,
+            time_limit_s=args.time_limit,
+            progress=progress,
+            power=power,
+            isolate=args.isolate,
+        )
+    statistical = None if part is None else part.verdicts
+    sections = comparison_sections(
+        records, require_coverage=require_coverage, roles=roles, statistical=statistical
+    )
+    if part is not None:
+        sections.insert(-1, part.section)  # before the checks table
+    return JudgedSections(
+        sections=sections,
+        verdicts=verdicts_json(records, roles=roles, statistical=statistical),
+        stats_s=None if part is None else round(part.wall_s, 3),
+    )
+
+
 def journal_path(out_dir: Path, *, command: str) -> Path:
     """Where a command keeps one line per finished case, under ``--out-dir``."""
     return out_dir / f"{command}.cases.jsonl"
@@ -152,6 +218,8 @@ def selected_implementations(
 ) -> list[Implementation]:
     """The built-ins ``names`` and every ``--impl`` of the command line (under
     ``--isolate``, each plug-in loaded in its own worker only)."""
+    from harness.plugins.implementations import select_implementations
+
     return select_implementations(names, args.impl, isolate=bool(getattr(args, "isolate", False)))
 
 
@@ -160,6 +228,8 @@ def pair_implementations(
 ) -> tuple[Implementation, Implementation]:
     """The two implementations ``--pair`` names, in its order; a name that is neither a
     built-in nor an ``--impl`` is bad usage (``RolesError``)."""
+    from harness.pipeline.verdicts import RolesError
+
     by_name = {i.name: i for i in implementations}
     missing = [name for name in pair if name not in by_name]
     if missing:

@@ -4,8 +4,9 @@ and the power figure. Formatting only; every number comes from ``harness.oracles
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from harness.oracles.fits import JOINT, REPEAT, Statistic, family_size, position_name
@@ -21,15 +22,15 @@ from harness.oracles.stats import (
     meets_expectation,
     run_oracle,
 )
-from harness.pipeline.verdicts import Roles, Statistical
+from harness.pipeline.verdicts import MAX_CARRIERS, Roles, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.figures import render_png
 from harness.render.progress import Progress, no_progress
 from harness.render.sections import Section
 from harness.render.tables import Alignment, TableFormat, table
+from reference.verifier import CHAIN_VERIFIER, Verifier
 
 TITLE = "Statistical losslessness (docs/statistics.md)"
-MAX_CARRIERS = 4  # rejections named in a verdict line
 
 
 def p_text(value: float) -> str:
@@ -81,8 +82,29 @@ def verdict_line(
 
 
 def statistical_verdicts(oracle: OracleRun) -> dict[str, Statistical]:
-    """Each implementation's statistical part, as its lossless verdict takes it."""
-    return {name: result.statistical() for name, result in oracle.results.items()}
+    """Each implementation's statistical part, as its lossless verdict takes it: passed
+    only when it passes under every verifier; otherwise the first verifier's failure,
+    its carriers named with that verifier when the run had more than one."""
+    return {name: combined_statistical(oracle.results_of(name)) for name in oracle.results}
+
+
+def combined_statistical(results: Sequence[StatsResult]) -> Statistical:
+    """One verdict from one implementation's results under several verifiers."""
+    several = len(results) > 1
+    for result in results:
+        verdict = result.statistical()
+        if not verdict.failed:
+            continue
+        if several and verdict.carried_by:
+            named = ", ".join(f"{result.verifier}:{c}" for c in verdict.carried_by.split(", "))
+            return replace(verdict, carried_by=named)
+        if several and verdict.error is not None:
+            return replace(verdict, error=f"under {result.verifier}: {verdict.error}")
+        if several and verdict.not_judged is not None:
+            return replace(verdict, not_judged=f"under {result.verifier}: {verdict.not_judged}")
+        return verdict
+    p_values = [r.p_value for r in results if not math.isnan(r.p_value)]
+    return Statistical(ran=True, rejected=False, p_value=min(p_values) if p_values else None)
 
 
 def coverage_text(config: StatsConfig) -> str:
@@ -98,7 +120,15 @@ def coverage_text(config: StatsConfig) -> str:
 
 
 def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") -> str:
-    header = ["impl", "verdict", "family p", "rejected tests", "carried by", "mean accepted"]
+    header = [
+        "impl",
+        "verifier",
+        "verdict",
+        "family p",
+        "rejected tests",
+        "carried by",
+        "mean accepted",
+    ]
     rows = []
     for r in results:
         verdict = (
@@ -112,6 +142,7 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
         rows.append(
             [
                 r.name,
+                r.verifier,
                 verdict,
                 p_text(r.p_value),
                 str(len(r.rejections())),
@@ -119,10 +150,12 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
                 accepted or "-",
             ]
         )
-    notes = [f"  {r.name}: raised {r.error}" for r in results if r.error]
-    notes += [f"  {r.name}: not judged, {r.not_judged}" for r in results if r.not_judged]
+    notes = [f"  {r.name} ({r.verifier}): raised {r.error}" for r in results if r.error]
     notes += [
-        f"  {r.name}: {r.impossible} committed tuples the target gives probability 0"
+        f"  {r.name} ({r.verifier}): not judged, {r.not_judged}" for r in results if r.not_judged
+    ]
+    notes += [
+        f"  {r.name} ({r.verifier}): {r.impossible} committed tuples the target gives probability 0"
         for r in results
         if r.impossible
     ]
@@ -193,13 +226,13 @@ def oracle_text(oracle: OracleRun) -> str:
         config.describe(),
         coverage_text(config),
         "",
-        results_table(list(oracle.results.values())),
+        results_table(oracle.every_result()),
     ]
-    for result in oracle.results.values():
+    for result in oracle.every_result():
         if result.statistics:
             parts += [
                 "",
-                f"{result.name}: p-values per head and group (* rejected)",
+                f"{result.name} under {result.verifier}: p-values per head and group (* rejected)",
                 detail_table(result, config=config),
             ]
     if oracle.curves:
@@ -213,9 +246,15 @@ def oracle_json(oracle: OracleRun, *, roles: Roles = DEFAULT_ROLES) -> dict[str,
             "config": asdict(oracle.config),
             "family_size": family_size(oracle.config),
             "results": {name: r.to_json_dict() for name, r in oracle.results.items()},
+            "verifiers": list(oracle.by_verifier),
+            "by_verifier": {
+                verifier: {name: r.to_json_dict() for name, r in results.items()}
+                for verifier, results in oracle.by_verifier.items()
+            },
             "roles": roles.to_json(),
             "expectations": {
-                name: meets_expectation(r, roles) for name, r in oracle.results.items()
+                name: all(meets_expectation(r, roles) for r in oracle.results_of(name))
+                for name in oracle.results
             },
             "power_curves": [c.to_json_dict() for c in oracle.curves],
         }
@@ -241,16 +280,19 @@ def stats_section(
     progress: Progress = no_progress,
     time_limit_s: float | None = None,
     roles: Roles = DEFAULT_ROLES,
+    verifiers: Sequence[Verifier] = (CHAIN_VERIFIER,),
     isolate: bool = False,
 ) -> tuple[Section, OracleRun]:
-    """Run the oracle on ``implementations`` (default: fixed and legacy), each held to
-    its role in ``roles`` (with ``isolate``, each in its worker), with ``power`` also
-    legacy's power curve per head kind, and present it as a section."""
+    """Run the oracle on ``implementations`` (default: fixed and legacy) under every
+    verifier, each held to its role in ``roles`` under each (with ``isolate``, each in
+    its worker), with ``power`` also legacy's power curve per head kind (first
+    verifier), and present it as a section."""
     oracle = run_oracle(
         config,
         implementations=implementations,
         progress=progress,
         time_limit_s=time_limit_s,
+        verifiers=verifiers,
         isolate=isolate,
     )
     legacy = oracle.results.get(BUGGY)
@@ -261,11 +303,18 @@ def stats_section(
             decoded=oracle.decoded.get(BUGGY),
             progress=progress,
         )
-    ok = expectations_hold(oracle.results, roles)
+    ok = all(expectations_hold(results, roles) for results in oracle.by_verifier.values())
+    lines = [
+        verdict_line(results, config=config, roles=roles) for results in oracle.by_verifier.values()
+    ]
+    if len(lines) > 1:
+        lines = [
+            f"under {name}: {line}" for name, line in zip(oracle.by_verifier, lines, strict=True)
+        ]
     section = Section(
         title=TITLE,
         ok=ok,
-        verdict=verdict_line(oracle.results, config=config, roles=roles),
+        verdict="; ".join(lines),
         text=oracle_text(oracle),
         data={**oracle_json(oracle, roles=roles), "ok": ok},
     )
@@ -280,22 +329,26 @@ def report_stats(
     implementations: Sequence[Implementation] | None = None,
     time_limit_s: float | None = None,
     roles: Roles = DEFAULT_ROLES,
+    power: bool = True,
     isolate: bool = False,
 ) -> tuple[Section, OracleRun]:
     """The statistical part of the main report: ``implementations`` (default: the
     built-ins; plug-ins given with ``--impl`` belong here too) at the default config,
-    each held to its role, and legacy's power curve per head kind; with the run, whose
-    verdicts enter each implementation's lossless verdict."""
+    each held to its role, and (with ``power``) legacy's power curve per head kind;
+    with the run, whose verdicts enter each implementation's lossless verdict."""
     chosen = list(implementations) if implementations is not None else builtin_implementations()
+    from harness.oracles.verifiers import available_verifiers
+
     config = replace(DEFAULT_CONFIG, seed=seed, device=device)
     return stats_section(
         config,
         implementations=chosen,
-        power=True,
+        power=power,
         progress=progress,
         time_limit_s=time_limit_s,
         roles=roles,
         isolate=isolate,
+        verifiers=available_verifiers(),
     )
 
 
@@ -319,6 +372,53 @@ def report_section(
     )[0]
 
 
+@dataclass(frozen=True)
+class StatisticalPart:
+    """The oracle's part of every lossless verdict of a run: its report section, each
+    implementation's ``Statistical`` and the oracle's wall time."""
+
+    section: Section
+    verdicts: dict[str, Statistical]
+    wall_s: float
+
+
+def statistical_part(
+    *,
+    seed: int,
+    device: str,
+    implementations: Sequence[Implementation],
+    roles: Roles,
+    time_limit_s: float | None,
+    progress: Progress = no_progress,
+    power: bool = False,
+    isolate: bool = False,
+) -> StatisticalPart:
+    """The statistical oracle at the report's defaults on ``implementations``, as every
+    command that states a lossless verdict (``report``, ``compare``, the Python API, the
+    pytest plugin) runs it; ``power`` adds the power curves (the report's figure), and
+    ``isolate`` runs each implementation's decode in the worker process."""
+    progress("statistical oracle ...")
+    started = time.perf_counter()
+    section, oracle = report_stats(
+        seed=seed,
+        progress=progress,
+        device=device,
+        implementations=implementations,
+        time_limit_s=time_limit_s,
+        roles=roles,
+        power=power,
+        isolate=isolate,
+    )
+    return StatisticalPart(
+        section=section,
+        verdicts=statistical_verdicts(oracle),
+        wall_s=time.perf_counter() - started,
+    )
+
+
+MEASURED_MARKERS = ("o", "s", "^")  # one shape per head kind, nested by size
+
+
 def power_curves_png(curves: Sequence[dict[str, Any]]) -> bytes | None:
     """The power curves (``PowerCurve.to_json_dict()``) as a PNG, one line pair per head:
     rows against the rejection rate, measured and predicted; ``None`` without matplotlib."""
@@ -328,11 +428,13 @@ def power_curves_png(curves: Sequence[dict[str, Any]]) -> bytes | None:
         for index, curve in enumerate(curves):
             colour = f"C{index}"
             rows = [p["rows"] for p in curve["points"]]
-            axes.semilogx(
+            axes.semilogx(  # hollow and each head smaller: equal points stay visible
                 rows,
                 [p["empirical_power"] for p in curve["points"]],
-                "o",
+                MEASURED_MARKERS[index % len(MEASURED_MARKERS)],
                 color=colour,
+                markerfacecolor="none",
+                markersize=11 - 3 * (index % len(MEASURED_MARKERS)),
                 label=f"{curve['head']}: measured (blocks)",
             )
             axes.semilogx(
