@@ -171,31 +171,30 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     assert seconds is not None
     message = f"call exceeded the time limit of {seconds:g} s"
     fired = False
-    # the code may ignore, replace or block SIGALRM: then the backstop raises the timeout
-    backstop = AlarmBackstop(
-        first_s=seconds + BACKSTOP_PERIOD_S, every_s=BACKSTOP_PERIOD_S, exception=CallTimeout
-    )
 
     def on_alarm(signum: int, frame: object) -> None:
         nonlocal fired
         fired = True
-        backstop.heard()
         raise CallTimeout(message)
 
+    lost = message + " (SIGALRM was ignored, replaced or blocked)"
+    # the code may ignore, replace or block SIGALRM: then the backstop raises the timeout
+    backstop = AlarmBackstop(
+        handler=on_alarm,
+        first_s=seconds + BACKSTOP_PERIOD_S,
+        every_s=BACKSTOP_PERIOD_S,
+        error=lambda: CallTimeout(lost),
+    )
     previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
     try:
-        with backstop:
+        with backstop:  # entered before the timer is armed: a fast alarm cannot skip its exit
+            signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
             yield
-    except CallTimeout as error:
-        if error.args:
-            raise
-        fired = True  # the backstop's: SIGALRM did not reach the limit's handler
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    if backstop.raised:
-        raise CallTimeout(message + " (SIGALRM was ignored, replaced or blocked)")
+    if backstop.raised:  # the block caught the backstop's timeout and carried on
+        raise CallTimeout(lost)
     if fired:  # the block caught the timeout and carried on: still a timeout
         raise CallTimeout(message + " (the implementation caught the timeout)")
 
