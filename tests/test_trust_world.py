@@ -72,6 +72,16 @@ def test_a_changed_umask_or_signal_handler_is_blamed_and_restored(
     assert (current_umask(), signal.getsignal(signal.SIGTERM)) == (umask, handler)
 
 
+def test_an_interval_timer_left_armed_is_blamed_and_disarmed() -> None:
+    # without a time limit: the limit's own timer would disarm it at the end of the call
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    failed = _failed(untrusted_samplers.TimerArmingSampler, time_limit_s=None)
+    blamed = failed["planted"]["state_restored"]
+    assert blamed.startswith("changed global state: interval timer armed False -> True")
+    assert failed["reference"] == failed["fixed"] == {}
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
 @pytest.fixture
 def background_thread() -> Iterator[None]:
     """Stops the planted thread after the test and removes what it set."""

@@ -33,7 +33,6 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import torch
@@ -530,6 +529,7 @@ def import_world(*, owner: str) -> Iterator[None]:
 
 
 BACKSTOP_SIGNAL = signal.SIGURG  # ignored by default: one that lands late does nothing
+TIME_LIMIT_MARK = "harness_time_limit"  # attribute set on a time limit's SIGALRM handler
 
 
 def _alarm_blocked_in(thread: threading.Thread) -> bool:
@@ -547,7 +547,9 @@ class AlarmBackstop:
     on, every ``every_s`` in which implementation code has replaced or ignored that
     handler, or blocked SIGALRM, the main thread is sent ``BACKSTOP_SIGNAL``, whose
     handler raises ``error()`` there (between two bytecodes, as SIGALRM would). While
-    SIGALRM reaches the limit's handler it does nothing. Main thread only."""
+    SIGALRM reaches the limit's handler (or a nested limit's) it does nothing; once
+    the timer is disarmed it ends. ``start`` before arming, ``stop`` after disarming;
+    main thread only."""
 
     def __init__(
         self,
@@ -574,14 +576,18 @@ class AlarmBackstop:
             raise self._error()
 
     def _tampered(self) -> bool:
-        return signal.getsignal(signal.SIGALRM) != self._handler or _alarm_blocked_in(self._main)
+        handler = signal.getsignal(signal.SIGALRM)
+        if handler != self._handler and not getattr(handler, TIME_LIMIT_MARK, False):
+            return True  # (a nested time limit's own handler is in charge meanwhile)
+        return _alarm_blocked_in(self._main)
 
     def _watch(self) -> None:
         if self._stop.wait(self._first_s):
             return
         while True:
             with self._lock:
-                if self._stop.is_set():
+                # a disarmed timer: the limit's block is over, even if it never said so
+                if self._stop.is_set() or signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0):
                     return
                 if self._tampered():
                     self._requested = True
@@ -589,17 +595,13 @@ class AlarmBackstop:
             if self._stop.wait(self._every_s):
                 return
 
-    def __enter__(self) -> AlarmBackstop:
+    def start(self) -> None:
+        """Before the limit's timer is armed (so no alarm can interrupt it)."""
         self._previous = signal.signal(BACKSTOP_SIGNAL, self._on_signal)
         self._thread.start()
-        return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def stop(self) -> None:
+        """After the limit's timer is disarmed."""
         with self._lock:
             self._stop.set()
             self._requested = False

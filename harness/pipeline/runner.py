@@ -37,6 +37,7 @@ import torch
 from harness.defaults import DEFAULT_TIME_LIMIT_S
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.guard import (
+    TIME_LIMIT_MARK,
     AlarmBackstop,
     WorldChanges,
     changed_inputs,
@@ -185,14 +186,18 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         every_s=BACKSTOP_PERIOD_S,
         error=lambda: CallTimeout(lost),
     )
-    previous = signal.signal(signal.SIGALRM, on_alarm)
+    setattr(on_alarm, TIME_LIMIT_MARK, True)
+    backstop.start()
     try:
-        with backstop:  # entered before the timer is armed: a fast alarm cannot skip its exit
-            signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
+        try:
             yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        backstop.stop()
     if backstop.raised:  # the block caught the backstop's timeout and carried on
         raise CallTimeout(lost)
     if fired:  # the block caught the timeout and carried on: still a timeout
