@@ -8,7 +8,8 @@ This module owns the guards that keep one from changing another's verdict:
   is that implementation's failure, and the caller rebuilds the inputs);
 - ``GlobalState``: the process-wide settings (torch's defaults, flags and thread
   count, the environment, the working directory, the umask, the handlers of SIGALRM,
-  SIGTERM and SIGINT, the soft memory limits), compared and restored after a run;
+  SIGTERM and SIGINT, whether the SIGALRM timer is armed, the soft memory limits),
+  compared and restored after a run (a timer the code left armed is disarmed);
 - ``implementation_world``: the context manager entered wherever implementation
   code runs. It restores ``GlobalState``, sends the code's stdout to stderr (stdout
   carries the report alone), kills the child processes the code left running, and
@@ -97,6 +98,15 @@ def _limit_text(value: int) -> str:
     return "unlimited" if value == resource.RLIM_INFINITY else f"{value} bytes"
 
 
+def alarm_timer_armed() -> bool:
+    """Whether the real-time interval timer (the one that sends SIGALRM) is armed."""
+    return signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0)
+
+
+def _armed_text(armed: bool) -> str:
+    return "armed" if armed else "disarmed"
+
+
 def current_umask() -> int:
     """The process's umask, read without changing it where ``/proc`` allows."""
     with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
@@ -123,6 +133,7 @@ class GlobalState:
     working_directory: str
     umask: int
     signal_handlers: tuple[tuple[signal.Signals, Any], ...]  # handler objects, compared by ==
+    alarm_armed: bool  # the ITIMER_REAL timer (SIGALRM) is counting down
     soft_limits: tuple[tuple[str, int], ...]  # GUARDED_LIMITS name -> soft limit
 
     @classmethod
@@ -139,6 +150,7 @@ class GlobalState:
             working_directory=os.getcwd(),
             umask=current_umask(),
             signal_handlers=tuple((s, signal.getsignal(s)) for s in GUARDED_SIGNALS),
+            alarm_armed=alarm_timer_armed(),
             soft_limits=tuple(
                 (name, resource.getrlimit(which)[0]) for name, which in GUARDED_LIMITS.items()
             ),
@@ -163,6 +175,7 @@ class GlobalState:
             ("float32 matmul precision", self.matmul_precision, now.matmul_precision),
             ("working directory", self.working_directory, now.working_directory),
             ("umask", oct(self.umask), oct(now.umask)),
+            ("SIGALRM timer", _armed_text(self.alarm_armed), _armed_text(now.alarm_armed)),
         ):
             if before != after:
                 changes.append(f"{label} {before} -> {after}")
@@ -215,6 +228,8 @@ class GlobalState:
             os.chdir(self.working_directory)
         if now.umask != self.umask:
             os.umask(self.umask)
+        if now.alarm_armed and not self.alarm_armed:  # left armed: it must not fire later
+            signal.setitimer(signal.ITIMER_REAL, 0)
         return [*self._restore_signal_handlers(now), *self._restore_limits(now)]
 
     def _restore_signal_handlers(self, now: GlobalState) -> list[str]:
@@ -516,16 +531,32 @@ class AlarmBackstop:
     """A watchdog for a SIGALRM time limit: from ``first_s`` on, every ``every_s`` in
     which the limit's handler was not heard (the code ignored, replaced or blocked
     SIGALRM), ``exception`` is raised in the main thread (between two bytecodes, as a
-    signal handler would). Enter it in the main thread only."""
+    signal handler would), at most ``max_raises`` times. Enter it in the main thread
+    only. It raises only while the block is active: once ``stop`` (which ``__exit__``
+    calls) has returned, nothing more is raised and none is left pending."""
 
-    def __init__(self, *, first_s: float, every_s: float, exception: type[BaseException]):
+    def __init__(
+        self,
+        *,
+        first_s: float,
+        every_s: float,
+        exception: type[BaseException],
+        max_raises: int,
+    ):
         self._first_s, self._every_s, self._exception = first_s, every_s, exception
+        self._max_raises = max_raises
         self._main = threading.main_thread().ident
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()  # held while raising and while deactivating
+        self._active = False
         self._heard = 0
-        self.raised = False
+        self.raises = 0
         self._thread = threading.Thread(target=self._watch, daemon=True, name="time-limit")
+
+    @property
+    def raised(self) -> bool:
+        """Whether the watchdog raised the exception (SIGALRM did not get through)."""
+        return self.raises > 0
 
     def heard(self) -> None:
         """The limit's SIGALRM handler ran: the signal still reaches it."""
@@ -533,24 +564,26 @@ class AlarmBackstop:
 
     def _raise_in_main(self, exception: type[BaseException] | None) -> None:
         target = ctypes.c_ulong(self._main or 0)
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(target, ctypes.py_object(exception))
+        pending = None if exception is None else ctypes.py_object(exception)  # None: NULL
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(target, pending)  # NULL withdraws one
 
     def _watch(self) -> None:
-        if self._stop.wait(self._first_s):
+        if self._wake.wait(self._first_s):
             return
         seen = -1
         while True:
             with self._lock:
-                if self._stop.is_set():
+                if not self._active or self.raises >= self._max_raises:
                     return
                 if self._heard == seen:  # no alarm got through in a whole period
                     self._raise_in_main(self._exception)
-                    self.raised = True
+                    self.raises += 1
                 seen = self._heard
-            if self._stop.wait(self._every_s):
+            if self._wake.wait(self._every_s):
                 return
 
     def __enter__(self) -> AlarmBackstop:
+        self._active = True
         self._thread.start()
         return self
 
@@ -560,8 +593,23 @@ class AlarmBackstop:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        with self._lock:
-            self._stop.set()
-            if self.raised:  # one still pending must not land in the harness's own code
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main or 0), None)
-        self._thread.join()
+        self.stop()
+
+    def stop(self) -> None:
+        """End the watch (main thread; again is harmless). The watchdog's exception may
+        land at any bytecode of the stop itself: then the stop starts over (the block
+        already counts it in ``raises``), so it never leaves the watchdog running. A
+        pending one is withdrawn after the deactivation, under the watchdog's lock, so
+        none can follow."""
+        while True:
+            try:
+                with self._lock:
+                    self._active = False
+                    if self.raises:  # one still pending must not land after the block
+                        self._raise_in_main(None)
+                self._wake.set()
+                if self._thread.ident is not None:
+                    self._thread.join()
+                return
+            except self._exception:
+                continue

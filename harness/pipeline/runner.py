@@ -148,15 +148,25 @@ TOKEN_SENTINEL = -1  # never a token id: shows an unwritten ``out`` entry
 
 TIMEOUT_REFIRE_S = 0.5  # a swallowed timeout fires again this often
 BACKSTOP_PERIOD_S = 4 * TIMEOUT_REFIRE_S  # no alarm heard for this long: SIGALRM is lost
+BACKSTOP_RAISES = 8  # the most timeouts the backstop raises into one block
 
 
 @contextmanager
-def time_limit(seconds: float | None) -> Iterator[None]:
+def time_limit(
+    seconds: float | None,
+    *,
+    backstop_period_s: float = BACKSTOP_PERIOD_S,
+    backstop_raises: int = BACKSTOP_RAISES,
+) -> Iterator[None]:
     """Raise ``CallTimeout`` in the main thread after ``seconds`` (POSIX timers).
 
     The timer fires again every ``TIMEOUT_REFIRE_S`` until the block ends, and a block
-    that swallowed the timeout and returned still raises it on exit. Off the main
-    thread, or with ``None``, no limit is applied.
+    that swallowed the timeout and returned still raises it on exit. When no alarm
+    reaches the limit's handler for ``backstop_period_s`` past the deadline, the
+    backstop (``AlarmBackstop``) raises it instead, at most ``backstop_raises`` times.
+    Once the block has ended, neither raises anything: a timeout that lands in this
+    function's own clean-up is absorbed there, never skips it. Off the main thread, or
+    with ``None``, no limit is applied.
     """
     usable = (
         seconds is not None
@@ -169,20 +179,26 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     assert seconds is not None
     message = f"call exceeded the time limit of {seconds:g} s"
     fired = False
+    live = True  # the block runs; a SIGALRM that comes after it raises nothing
     # the code may ignore, replace or block SIGALRM: then the backstop raises the timeout
     backstop = AlarmBackstop(
-        first_s=seconds + BACKSTOP_PERIOD_S, every_s=BACKSTOP_PERIOD_S, exception=CallTimeout
+        first_s=seconds + backstop_period_s,
+        every_s=backstop_period_s,
+        exception=CallTimeout,
+        max_raises=backstop_raises,
     )
 
     def on_alarm(signum: int, frame: object) -> None:
         nonlocal fired
+        if not live:
+            return
         fired = True
         backstop.heard()
         raise CallTimeout(message)
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
     try:
+        signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
         with backstop:
             yield
     except CallTimeout as error:
@@ -190,8 +206,15 @@ def time_limit(seconds: float | None) -> Iterator[None]:
             raise
         fired = True  # the backstop's: SIGALRM did not reach the limit's handler
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        while True:  # a timeout may land at any bytecode here: start the clean-up over
+            try:
+                live = False  # first: a SIGALRM from here on raises nothing
+                signal.setitimer(signal.ITIMER_REAL, 0)  # the plug-in's timer too
+                backstop.stop()
+                signal.signal(signal.SIGALRM, previous)
+                break
+            except CallTimeout:  # landed before the clean-up was done: the call's timeout
+                fired = True
     if backstop.raised:
         raise CallTimeout(message + " (SIGALRM was ignored, replaced or blocked)")
     if fired:  # the block caught the timeout and carried on: still a timeout
