@@ -37,6 +37,7 @@ import torch
 from harness.defaults import DEFAULT_TIME_LIMIT_S
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.guard import (
+    TIME_LIMIT_MARK,
     AlarmBackstop,
     WorldChanges,
     changed_inputs,
@@ -150,25 +151,17 @@ class CallTimeout(Exception):
 
 TIMEOUT_REFIRE_S = 0.5  # a swallowed timeout fires again this often
 BACKSTOP_PERIOD_S = 4 * TIMEOUT_REFIRE_S  # no alarm heard for this long: SIGALRM is lost
-BACKSTOP_RAISES = 8  # the most timeouts the backstop raises into one block
 
 
 @contextmanager
-def time_limit(
-    seconds: float | None,
-    *,
-    backstop_period_s: float = BACKSTOP_PERIOD_S,
-    backstop_raises: int = BACKSTOP_RAISES,
-) -> Iterator[None]:
+def time_limit(seconds: float | None) -> Iterator[None]:
     """Raise ``CallTimeout`` in the main thread after ``seconds`` (POSIX timers).
 
     The timer fires again every ``TIMEOUT_REFIRE_S`` until the block ends, and a block
-    that swallowed the timeout and returned still raises it on exit. When no alarm
-    reaches the limit's handler for ``backstop_period_s`` past the deadline, the
-    backstop (``AlarmBackstop``) raises it instead, at most ``backstop_raises`` times.
-    Once the block has ended, neither raises anything: a timeout that lands in this
-    function's own clean-up is absorbed there, never skips it. Off the main thread, or
-    with ``None``, no limit is applied.
+    that swallowed the timeout and returned still raises it on exit. Off the main
+    thread, or with ``None``, no limit is applied. Once the block has ended the limit's
+    handler raises nothing, and a timeout that lands in the clean-up is absorbed there
+    instead of cutting it short (which would leave the repeating timer armed).
     """
     usable = (
         seconds is not None
@@ -182,43 +175,42 @@ def time_limit(
     message = f"call exceeded the time limit of {seconds:g} s"
     fired = False
     live = True  # the block runs; a SIGALRM that comes after it raises nothing
-    # the code may ignore, replace or block SIGALRM: then the backstop raises the timeout
-    backstop = AlarmBackstop(
-        first_s=seconds + backstop_period_s,
-        every_s=backstop_period_s,
-        exception=CallTimeout,
-        max_raises=backstop_raises,
-    )
 
     def on_alarm(signum: int, frame: object) -> None:
         nonlocal fired
         if not live:
             return
         fired = True
-        backstop.heard()
         raise CallTimeout(message)
 
-    previous = signal.signal(signal.SIGALRM, on_alarm)
+    lost = message + " (SIGALRM was ignored, replaced or blocked)"
+    # the code may ignore, replace or block SIGALRM: then the backstop raises the timeout
+    backstop = AlarmBackstop(
+        handler=on_alarm,
+        first_s=seconds + BACKSTOP_PERIOD_S,
+        every_s=BACKSTOP_PERIOD_S,
+        error=lambda: CallTimeout(lost),
+    )
+    setattr(on_alarm, TIME_LIMIT_MARK, True)
+    backstop.start()
     try:
+        previous = signal.signal(signal.SIGALRM, on_alarm)
         signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
-        with backstop:
+        try:
             yield
-    except CallTimeout as error:
-        if error.args:
-            raise
-        fired = True  # the backstop's: SIGALRM did not reach the limit's handler
+        finally:
+            while True:  # a timeout may land at any bytecode here: start the clean-up over
+                try:
+                    live = False  # first: a SIGALRM from here on raises nothing
+                    signal.setitimer(signal.ITIMER_REAL, 0)  # the code's own timer too
+                    signal.signal(signal.SIGALRM, previous)
+                    break
+                except CallTimeout:  # landed before the clean-up was done: the call's
+                    fired = True
     finally:
-        while True:  # a timeout may land at any bytecode here: start the clean-up over
-            try:
-                live = False  # first: a SIGALRM from here on raises nothing
-                signal.setitimer(signal.ITIMER_REAL, 0)  # the plug-in's timer too
-                backstop.stop()
-                signal.signal(signal.SIGALRM, previous)
-                break
-            except CallTimeout:  # landed before the clean-up was done: the call's timeout
-                fired = True
-    if backstop.raised:
-        raise CallTimeout(message + " (SIGALRM was ignored, replaced or blocked)")
+        backstop.stop()
+    if backstop.raised:  # the block caught the backstop's timeout and carried on
+        raise CallTimeout(lost)
     if fired:  # the block caught the timeout and carried on: still a timeout
         raise CallTimeout(message + " (the implementation caught the timeout)")
 
