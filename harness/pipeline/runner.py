@@ -205,7 +205,7 @@ def time_limit(seconds: float | None) -> Iterator[None]:
                     signal.setitimer(signal.ITIMER_REAL, 0)  # the code's own timer too
                     signal.signal(signal.SIGALRM, previous)
                     break
-                except CallTimeout:  # landed before the clean-up was done: the call's
+                except CallTimeout:  # landed before ``live`` was cleared: the call's own
                     fired = True
     finally:
         backstop.stop()
