@@ -15,11 +15,19 @@ until every row has ``m`` committed tokens (and a minimum number of rounds ran);
 the next round's anchor is the row's last committed token. ``draft_distribution``
 is the one place ``q = softmax(corrected / T)`` is computed.
 ``DraftContext`` gives the drafter hidden states that depend on the round's
-context, so ``q`` changes with the anchor as it would in a real drafter.
+context, so ``q`` changes with the anchor as it would in a real drafter (or, when
+``anchor_dependent`` is off, the same hidden state for every query row, so a
+stateless head's draft law is a first-order chain a target can match).
+
+A round may draft its rows in several batches (``batches_of_round``): each batch
+is staged and drafted as one call of the same sampler instance, its rows in the
+batch's order, as a server replays one captured graph with the live batch size
+and the requests of the moment; every row is verified once per round.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,7 +117,9 @@ class DraftContext:
     """Draft inputs as a deterministic function of the round's context.
 
     Query row ``j`` of a request sees ``anchor_embedding[anchor] + position_embedding[j]``;
-    ``input_ids`` carry the anchor in row 0 and the mask token 0 after it.
+    ``input_ids`` carry the anchor in row 0 and the mask token 0 after it. Without
+    ``anchor_dependent`` every query row sees the same vector (the first anchor
+    embedding): the drafter's law then depends on the previous tokens only.
     """
 
     def __init__(
@@ -121,6 +131,7 @@ class DraftContext:
         sample_from_anchor: bool,
         seed: int,
         dtype: torch.dtype = torch.float32,
+        anchor_dependent: bool = True,
     ) -> None:
         self.query_rows = query_rows_per_request(gamma=gamma, sample_from_anchor=sample_from_anchor)
         generator = torch.Generator().manual_seed(seed)
@@ -130,6 +141,9 @@ class DraftContext:
         self.position_embedding = torch.randn(self.query_rows, hidden_size, generator=generator).to(
             dtype
         )  # [Q, H]
+        if not anchor_dependent:
+            self.anchor_embedding = self.anchor_embedding[:1].expand(vocab_size, -1).clone()
+            self.position_embedding = torch.zeros_like(self.position_embedding)
 
     def to(self, device: str | torch.device) -> DraftContext:
         self.anchor_embedding = self.anchor_embedding.to(device)
@@ -160,6 +174,7 @@ class DecodeResult:
     rounds: int
     round_anchors: torch.Tensor  # [rounds, rows] int64: the anchor each round drafted from
     round_blocks: torch.Tensor  # [rounds, rows, gamma+1] int64: committed tokens, -1 after
+    round_slots: torch.Tensor  # [rounds, rows] int64: the row's slot in the call drafting it
 
     @property
     def mean_accepted_length(self) -> float:
@@ -172,6 +187,25 @@ def derived_seeds(seed: int, count: int) -> list[int]:
     return [int(s) for s in torch.randint(0, 2**62, (count,), generator=generator)]
 
 
+def draft_batch(
+    sampler: Any, *, context: DraftContext, anchors: torch.Tensor, sampling_info: SamplingInfo
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stage one batch's requests, draft from their anchors ``[bs]`` in one call, and read
+    what the verifier reads: draft tokens ``[bs, gamma]`` and their ``q`` ``[bs, gamma, V]``
+    (from the sampler's own staged temperatures and greedy mask)."""
+    bs, gamma, device = int(anchors.shape[0]), int(sampler.gamma), anchors.device
+    sampler.stage_sampling_params(bs=bs, sampling_info=sampling_info)
+    sampler(context.hidden_states(anchors), context.input_ids(anchors))
+    tokens = sampler.out[: bs * gamma].view(bs, gamma).to(device)
+    corrected = sampler.corrected_out[: bs * gamma].view(bs, gamma, -1).to(device)
+    probs = draft_distribution(
+        corrected,
+        temperatures=sampler.temperatures[:bs].to(device),
+        greedy_mask=sampler.greedy_mask[:bs].to(device),
+    )  # [bs, gamma, V]
+    return tokens, probs
+
+
 def speculative_decode(
     *,
     sampler: Any,
@@ -181,6 +215,7 @@ def speculative_decode(
     m: int,
     seed: int,
     min_rounds: int = 1,
+    batches_of_round: Callable[[int], Sequence[torch.Tensor]] | None = None,
 ) -> DecodeResult:
     """Draft with ``sampler``, verify against ``target``, until every row has ``m`` tokens
     and at least ``min_rounds`` rounds ran.
@@ -192,7 +227,9 @@ def speculative_decode(
     noise (the global RNG is forked, so the caller's state is left as it was).
     Every row takes part in every round; tokens past the first ``m`` are kept in
     ``round_blocks`` only, and only the rounds of rows still short of ``m`` count
-    in ``accepted_lengths``.
+    in ``accepted_lengths``. ``batches_of_round(r)`` splits round ``r``'s rows into
+    the calls that draft them (row indices ``[bs]`` each, every row once; default:
+    one call of every row in order).
     """
     if m <= 0:
         raise ValueError(f"m must be positive, got {m}")
@@ -200,7 +237,7 @@ def speculative_decode(
         raise ValueError(f"min_rounds must be positive, got {min_rounds}")
     device = target.device
     rows = int(sampling_info.temperatures.shape[0])
-    gamma = int(sampler.gamma)
+    gamma, vocab = int(sampler.gamma), target.vocab_size
     anchor_seed, verifier_seed, noise_seed = derived_seeds(seed, 3)
     target_temperatures = sampling_info.temperatures.to(device, torch.float64)
     target_greedy = sampling_info.top_ks.to(device) <= 1
@@ -215,19 +252,27 @@ def speculative_decode(
     accepted_lengths: list[torch.Tensor] = []
     round_anchors: list[torch.Tensor] = []  # [rows] each
     round_blocks: list[torch.Tensor] = []  # [rows, gamma+1] each
+    round_slots: list[torch.Tensor] = []  # [rows] each
     fork_devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=fork_devices):
         torch.manual_seed(noise_seed)
         while bool((filled < m).any()) or len(round_blocks) < min_rounds:
-            sampler.stage_sampling_params(bs=rows, sampling_info=sampling_info)
-            sampler(context.hidden_states(anchors), context.input_ids(anchors))
-            draft_tokens = sampler.out[: rows * gamma].view(rows, gamma).to(device)
-            corrected = sampler.corrected_out[: rows * gamma].view(rows, gamma, -1).to(device)
-            draft_probs = draft_distribution(
-                corrected,
-                temperatures=sampler.temperatures[:rows].to(device),
-                greedy_mask=sampler.greedy_mask[:rows].to(device),
-            )  # [rows, gamma, V]
+            batches = (
+                batches_of_round(len(round_blocks))
+                if batches_of_round is not None
+                else (torch.arange(rows, device=device),)
+            )
+            draft_probs = torch.empty(rows, gamma, vocab, dtype=torch.float64, device=device)
+            draft_tokens = torch.empty(rows, gamma, dtype=torch.int64, device=device)
+            slots = torch.empty(rows, dtype=torch.int64, device=device)
+            for batch in batches:
+                slots[batch] = torch.arange(batch.shape[0], device=device)
+                draft_tokens[batch], draft_probs[batch] = draft_batch(
+                    sampler,
+                    context=context,
+                    anchors=anchors[batch],
+                    sampling_info=sampling_info.select(batch),
+                )
             target_probs = target.block_probs(
                 anchor_tokens=anchors,
                 draft_tokens=draft_tokens,
@@ -245,6 +290,7 @@ def speculative_decode(
                 accepted_lengths.append(verdict.accepted[active])
             round_anchors.append(anchors)
             round_blocks.append(verdict.committed)
+            round_slots.append(slots)
             slot = filled.unsqueeze(1) + positions  # [rows, gamma+1]: where each token lands
             keep = (positions < verdict.num_committed.unsqueeze(1)) & (slot < m)
             committed[row_ids.expand_as(slot)[keep], slot[keep]] = verdict.committed[keep]
@@ -256,4 +302,5 @@ def speculative_decode(
         rounds=len(round_blocks),
         round_anchors=torch.stack(round_anchors),
         round_blocks=torch.stack(round_blocks),
+        round_slots=torch.stack(round_slots),
     )

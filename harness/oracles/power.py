@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from harness.devices import intra_op_threads
-from harness.oracles.fits import CountTable, HeadTables, family_size, head_tables
+from harness.oracles.fits import CountTable, HeadTables, head_tables
 from harness.oracles.gof import (
     chi2_isf,
     merged_groups,
@@ -48,6 +48,7 @@ def select_rows(decoded: DecodeResult, rows: slice) -> DecodeResult:
         rounds=decoded.rounds,
         round_anchors=decoded.round_anchors[:, rows],
         round_blocks=decoded.round_blocks[:, rows],
+        round_slots=decoded.round_slots[:, rows],
     )
 
 
@@ -60,6 +61,7 @@ def pool_runs(runs: Sequence[DecodeResult]) -> DecodeResult:
         rounds=rounds,
         round_anchors=torch.cat([run.round_anchors[:rounds] for run in runs], dim=1),
         round_blocks=torch.cat([run.round_blocks[:rounds] for run in runs], dim=1),
+        round_slots=torch.cat([run.round_slots[:rounds] for run in runs], dim=1),
     )
 
 
@@ -223,16 +225,17 @@ def run_power_curves(
     implementation: Implementation,
     *,
     problem: StatsProblem,
+    level: float,
     decoded: dict[str, DecodeResult] | None = None,
     seeds: Sequence[int] | None = None,
     progress: Progress = no_progress,
 ) -> list[PowerCurve]:
-    """One power curve per head kind: ``POWER_SEEDS`` runs of ``config.rows`` rows
-    (seeds ``config.seed`` on) pooled; ``decoded`` is the run at ``config.seed``,
-    reused when given."""
+    """One power curve per head kind at ``problem``'s target, each test at ``level`` (the
+    whole family's first Holm threshold): ``POWER_SEEDS`` runs of ``config.rows`` rows
+    (seeds ``config.seed`` on) pooled; ``decoded`` is the run at ``config.seed``, reused
+    when given."""
     config = problem.config
     seeds = list(seeds) if seeds is not None else [config.seed + i for i in range(POWER_SEEDS)]
-    level = config.alpha / family_size(config)
     curves = []
     for head_kind in config.head_kinds:
         runs = []

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from harness.oracles.fits import JOINT, REPEAT, Statistic, family_size, position_name
+from harness.oracles.fits import JOINT, REPEAT, family_size, position_name
 from harness.oracles.power import PowerCurve, run_power_curves
 from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, group_label
 from harness.oracles.stats import (
@@ -20,6 +20,7 @@ from harness.oracles.stats import (
     expected_rejected,
     meets_expectation,
     run_oracle,
+    where,
 )
 from harness.pipeline.verdicts import Roles, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
@@ -34,10 +35,6 @@ MAX_CARRIERS = 4  # rejections named in a verdict line
 
 def p_text(value: float) -> str:
     return "nan" if math.isnan(value) else f"{value:.3g}"
-
-
-def where(statistic: Statistic) -> str:
-    return f"{statistic.head}/{statistic.group}/{statistic.test}"
 
 
 def carriers(result: StatsResult) -> str:
@@ -89,7 +86,9 @@ def coverage_text(config: StatsConfig) -> str:
         f"{', '.join(map(group_label, config.groups))} (rows take them in turn); "
         f"every committed position 0..{config.gamma} of each round "
         f"(position {config.gamma} is the bonus), the joint of the first {config.m} committed "
-        f"tokens, the repeat test; {config.rows} rows per head, {config.rounds} rounds each; "
+        f"tokens, the repeat test; rows per head "
+        + ", ".join(f"{t.name} {config.target_rows(t)}" for t in config.targets)
+        + f", {config.rounds} rounds each; "
         f"{family_size(config)} tests, Holm at family alpha {config.alpha:g} "
         f"(first threshold {config.alpha / family_size(config):.3g})"
     )
@@ -100,7 +99,10 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
     rows = []
     for r in results:
         verdict = "ERROR" if r.error else ("REJECTED" if r.rejected else "pass")
-        accepted = ", ".join(f"{h} {v:.2f}" for h, v in r.mean_accepted_length.items())
+        accepted = "; ".join(
+            f"{target}: " + ", ".join(f"{h} {v:.2f}" for h, v in heads.items())
+            for target, heads in r.mean_accepted_length.items()
+        )
         rows.append(
             [
                 r.name,
@@ -123,21 +125,23 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
 def detail_table(result: StatsResult, *, config: StatsConfig) -> str:
     """p-values of every test (``*``: rejected by Holm) and the first marginals."""
     tests = [JOINT, *(position_name(j) for j in range(config.gamma + 1)), REPEAT]
-    header = ["head", "group", *tests, *(f"marg {j}" for j in range(config.m))]
-    by_cell = {(s.head, s.group, s.test): s for s in result.statistics}
-    marginals = {(m.head, m.group, m.position): m for m in result.marginals}
+    header = ["target", "head", "group", *tests, *(f"marg {j}" for j in range(config.m))]
+    by_cell = {(s.target, s.head, s.group, s.test): s for s in result.statistics}
+    marginals = {(m.target, m.head, m.group, m.position): m for m in result.marginals}
     rows = []
-    for head in config.head_kinds:
-        for group in map(group_label, config.groups):
-            cells = [
-                p_text(by_cell[head, group, t].p_value)
-                + ("*" if by_cell[head, group, t].rejected else "")
-                for t in tests
-            ]
-            cells += [p_text(marginals[head, group, j].p_value) for j in range(config.m)]
-            rows.append([head, group, *cells])
-    numbers: list[Alignment] = ["right"] * (len(header) - 2)
-    return table(header, rows, align=["left", "left", *numbers])
+    for target in (t.name for t in config.targets):
+        for head in config.head_kinds:
+            for group in map(group_label, config.groups):
+                key = (target, head, group)
+                cells = [
+                    p_text(by_cell[(*key, t)].p_value)
+                    + ("*" if by_cell[(*key, t)].rejected else "")
+                    for t in tests
+                ]
+                cells += [p_text(marginals[(*key, j)].p_value) for j in range(config.m)]
+                rows.append([target, head, group, *cells])
+    numbers: list[Alignment] = ["right"] * (len(header) - 3)
+    return table(header, rows, align=["left", "left", "left", *numbers])
 
 
 def power_text(curves: Sequence[PowerCurve]) -> str:
@@ -244,7 +248,8 @@ def stats_section(
         oracle.curves = run_power_curves(
             builtin_implementations((BUGGY,))[0],
             problem=oracle.problem,
-            decoded=oracle.decoded.get(BUGGY),
+            level=legacy.test_level,
+            decoded=oracle.decoded.get(BUGGY, {}).get(oracle.problem.target.name),
             progress=progress,
         )
     ok = expectations_hold(oracle.results, roles)

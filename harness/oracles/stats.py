@@ -34,7 +34,7 @@ from harness.oracles.problem import (
     DEFAULT_CONFIG,
     StatsConfig,
     StatsProblem,
-    build_problem,
+    build_problems,
     cpu_threads,
     decode_rows,
 )
@@ -53,12 +53,12 @@ class StatsResult:
     """The oracle's verdict on one implementation over the whole family of tests."""
 
     name: str
-    rows: int  # per head kind
+    rows: dict[str, int]  # per head kind, by target
     alpha: float  # family-wise level
     family_size: int
     statistics: tuple[Statistic, ...]  # Holm's verdict in each ``rejected``
     marginals: tuple[Marginal, ...]
-    mean_accepted_length: dict[str, float]  # by head kind
+    mean_accepted_length: dict[str, dict[str, float]]  # by target, then head kind
     error: str | None = None  # the implementation raised: no verdict on the distribution
     wall_s: float = field(default=0.0, compare=False)
 
@@ -97,10 +97,8 @@ class StatsResult:
         )
 
     def carrier_names(self) -> str:
-        """``head/group/test`` of each rejection, strongest first."""
-        return ", ".join(
-            f"{s.head}/{s.group}/{s.test}" for s in sorted(self.rejections(), key=_by_p)
-        )
+        """``target/head/group/test`` of each rejection, strongest first."""
+        return ", ".join(where(s) for s in sorted(self.rejections(), key=_by_p))
 
     def statistical(self) -> Statistical:
         """This result as the lossless verdict takes it."""
@@ -128,65 +126,92 @@ def _by_p(statistic: Statistic) -> float:
     return statistic.p_value
 
 
+def where(statistic: Statistic) -> str:
+    """``target/head/group/test``: where one test looked."""
+    return f"{statistic.target}/{statistic.head}/{statistic.group}/{statistic.test}"
+
+
+Decoded = dict[str, dict[str, DecodeResult]]  # by target, then head kind
+
+
 def fit_decoded(
-    name: str, *, decoded: dict[str, DecodeResult], problem: StatsProblem, wall_s: float = 0.0
+    name: str, *, decoded: Decoded, problems: Sequence[StatsProblem], wall_s: float = 0.0
 ) -> StatsResult:
-    """The family of tests on every head kind's decoded rows, Holm-corrected."""
-    config = problem.config
+    """The family of tests on every target's and head kind's decoded rows, Holm-corrected
+    over all of them."""
     statistics: list[Statistic] = []
     marginals: list[Marginal] = []
-    for head_kind, run in decoded.items():
-        head_tests, head_marginals = head_statistics(run, problem=problem, head_kind=head_kind)
-        statistics += head_tests
-        marginals += head_marginals
+    for problem in problems:
+        for head_kind, run in decoded[problem.target.name].items():
+            head_tests, head_marginals = head_statistics(run, problem=problem, head_kind=head_kind)
+            statistics += head_tests
+            marginals += head_marginals
     # the stated family size is what the report promises: every test, once
-    assert len(statistics) == family_size(config), (len(statistics), family_size(config))
-    verdicts = holm_rejections([s.p_value for s in statistics], alpha=config.alpha)
+    size = sum(family_size(problem.config) for problem in problems)
+    assert len(statistics) == size, (len(statistics), size)
+    alpha = problems[0].config.alpha
+    verdicts = holm_rejections([s.p_value for s in statistics], alpha=alpha)
     return StatsResult(
         name=name,
-        rows=config.rows,
-        alpha=config.alpha,
+        rows=target_rows(problems),
+        alpha=alpha,
         family_size=len(statistics),
         statistics=tuple(replace(s, rejected=r) for s, r in zip(statistics, verdicts, strict=True)),
         marginals=tuple(marginals),
-        mean_accepted_length={h: run.mean_accepted_length for h, run in decoded.items()},
+        mean_accepted_length={
+            target: {h: run.mean_accepted_length for h, run in runs.items()}
+            for target, runs in decoded.items()
+        },
         wall_s=wall_s,
     )
+
+
+def target_rows(problems: Sequence[StatsProblem]) -> dict[str, int]:
+    return {problem.target.name: problem.config.rows for problem in problems}
 
 
 def decode_and_fit(
     implementation: Implementation,
     *,
-    problem: StatsProblem,
+    problems: Sequence[StatsProblem],
     time_limit_s: float | None = None,
-) -> tuple[StatsResult, dict[str, DecodeResult] | None]:
-    """Decode every head kind's rows with one implementation and fit them (the decoded
-    rows come back too, ``None`` when it raised or ran past ``time_limit_s``: a
-    recorded result, never a crash)."""
-    config = problem.config
+) -> tuple[StatsResult, Decoded | None]:
+    """Decode every target's and head kind's rows with one implementation and fit them
+    (the decoded rows come back too, ``None`` when it raised or ran past
+    ``time_limit_s``: a recorded result, never a crash)."""
+    config = problems[0].config
     with intra_op_threads(cpu_threads(config.device)):
-        return _decode_and_fit(implementation, problem=problem, time_limit_s=time_limit_s)
+        return _decode_and_fit(implementation, problems=problems, time_limit_s=time_limit_s)
 
 
 def _decode_and_fit(
-    implementation: Implementation, *, problem: StatsProblem, time_limit_s: float | None
-) -> tuple[StatsResult, dict[str, DecodeResult] | None]:
-    config = problem.config
+    implementation: Implementation,
+    *,
+    problems: Sequence[StatsProblem],
+    time_limit_s: float | None,
+) -> tuple[StatsResult, Decoded | None]:
+    config = problems[0].config
     started = time.perf_counter()
     try:
         with time_limit(time_limit_s):
             decoded = {
-                kind: decode_rows(
-                    implementation.sampler_class, problem=problem, head_kind=kind, seed=config.seed
-                )
-                for kind in config.head_kinds
+                problem.target.name: {
+                    kind: decode_rows(
+                        implementation.sampler_class,
+                        problem=problem,
+                        head_kind=kind,
+                        seed=config.seed,
+                    )
+                    for kind in config.head_kinds
+                }
+                for problem in problems
             }
     except Exception as error:  # any failure of the code under test is a recorded result
         failed = StatsResult(
             name=implementation.name,
-            rows=config.rows,
+            rows=target_rows(problems),
             alpha=config.alpha,
-            family_size=family_size(config),
+            family_size=sum(family_size(problem.config) for problem in problems),
             statistics=(),
             marginals=(),
             mean_accepted_length={},
@@ -197,7 +222,7 @@ def _decode_and_fit(
     result = fit_decoded(
         implementation.name,
         decoded=decoded,
-        problem=problem,
+        problems=problems,
         wall_s=time.perf_counter() - started,
     )
     return result, decoded
@@ -207,11 +232,11 @@ def run_stats(
     implementation: Implementation,
     *,
     config: StatsConfig = DEFAULT_CONFIG,
-    problem: StatsProblem | None = None,
+    problems: Sequence[StatsProblem] | None = None,
 ) -> StatsResult:
-    """The oracle's verdict on one implementation at ``config``."""
-    problem = problem if problem is not None else build_problem(config)
-    return decode_and_fit(implementation, problem=problem)[0]
+    """The oracle's verdict on one implementation at ``config`` (every target)."""
+    problems = problems if problems is not None else build_problems(config)
+    return decode_and_fit(implementation, problems=problems)[0]
 
 
 # -- the expectations -------------------------------------------------------------------------
@@ -237,14 +262,14 @@ def expectations_hold(results: dict[str, StatsResult], roles: Roles = DEFAULT_RO
 
 def default_verdict(
     *, config: StatsConfig = DEFAULT_CONFIG
-) -> tuple[dict[str, StatsResult], StatsProblem]:
+) -> tuple[dict[str, StatsResult], tuple[StatsProblem, ...]]:
     """Fixed and legacy at the config (the default: what the benchmark times)."""
-    problem = build_problem(config)
+    problems = build_problems(config)
     results = {
-        impl.name: run_stats(impl, problem=problem)
+        impl.name: run_stats(impl, problems=problems)
         for impl in builtin_implementations(("fixed", BUGGY))
     }
-    return results, problem
+    return results, problems
 
 
 @dataclass
@@ -253,9 +278,14 @@ class OracleRun:
 
     config: StatsConfig
     results: dict[str, StatsResult]
-    decoded: dict[str, dict[str, DecodeResult]]  # by implementation, then head kind
-    problem: StatsProblem
+    decoded: dict[str, Decoded]  # by implementation, then target, then head kind
+    problems: tuple[StatsProblem, ...]  # one per target, in the config's order
     curves: list[PowerCurve] = field(default_factory=list)  # filled by the report, per head
+
+    @property
+    def problem(self) -> StatsProblem:
+        """The first target's problem: the one power is drawn at."""
+        return self.problems[0]
 
 
 def default_implementations(roles: Roles = DEFAULT_ROLES) -> list[Implementation]:
@@ -274,13 +304,16 @@ def run_oracle(
 ) -> OracleRun:
     """Decode and fit every implementation (default: fixed and legacy) at ``config``;
     ``time_limit_s`` bounds each implementation's decode (all head kinds)."""
-    problem = build_problem(config)
+    problems = build_problems(config)
     chosen = list(implementations) if implementations is not None else default_implementations()
     results: dict[str, StatsResult] = {}
-    decoded: dict[str, dict[str, DecodeResult]] = {}
+    decoded: dict[str, Decoded] = {}
     for impl in chosen:
-        progress(f"stats: {impl.name} ({config.rows} rows x {len(config.head_kinds)} heads) ...")
-        results[impl.name], run = decode_and_fit(impl, problem=problem, time_limit_s=time_limit_s)
+        progress(
+            f"stats: {impl.name} ({len(config.targets)} targets x "
+            f"{len(config.head_kinds)} heads) ..."
+        )
+        results[impl.name], run = decode_and_fit(impl, problems=problems, time_limit_s=time_limit_s)
         if run is not None:
             decoded[impl.name] = run
-    return OracleRun(config=config, results=results, decoded=decoded, problem=problem)
+    return OracleRun(config=config, results=results, decoded=decoded, problems=problems)
