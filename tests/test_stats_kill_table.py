@@ -16,7 +16,7 @@ import pytest
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.oracles import stats
 from harness.oracles.fits import REPEAT, position_name
-from harness.oracles.problem import FAR, DEFAULT_CONFIG, StatsProblem, build_problems
+from harness.oracles.problem import DEFAULT_CONFIG, FAR, StatsProblem, build_problems
 from harness.plugins.implementations import Implementation
 from tests.plugins.alternative_samplers import (
     MultinomialSampler,

@@ -58,6 +58,7 @@ def command(args: argparse.Namespace) -> ExitCode:
     timing = {"matrix_s": round(time.perf_counter() - started, 3)}
     stats_part: Section | None = None
     statistical = None  # the oracle's verdicts enter each lossless verdict when it ran
+    statistical_coverage = None
     if not args.no_stats:
         from harness.oracles import section as stats
 
@@ -72,9 +73,14 @@ def command(args: argparse.Namespace) -> ExitCode:
             roles=roles,
         )
         statistical = stats.statistical_verdicts(oracle)
+        statistical_coverage = stats.statistical_coverage(oracle, roles=roles)
         timing["stats_s"] = round(time.perf_counter() - started, 3)
     sections = comparison_sections(
-        records, require_coverage=True, roles=roles, statistical=statistical
+        records,
+        require_coverage=True,
+        roles=roles,
+        statistical=statistical,
+        statistical_coverage=statistical_coverage,
     )
     if stats_part is not None:
         sections.insert(-1, stats_part)
@@ -105,7 +111,12 @@ def command(args: argparse.Namespace) -> ExitCode:
         sections=sections,
         cases=records,
         timing=timing,
-        verdicts=verdicts_json(records, roles=roles, statistical=statistical),
+        verdicts=verdicts_json(
+            records,
+            roles=roles,
+            statistical=statistical,
+            statistical_coverage=statistical_coverage,
+        ),
     )
 
 

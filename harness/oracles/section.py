@@ -3,25 +3,28 @@ and the power figure. Formatting only; every number comes from ``harness.oracles
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
 from harness.oracles.fits import JOINT, REPEAT, family_size, position_name
-from harness.oracles.power import PowerCurve, run_power_curves
-from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, group_label
+from harness.oracles.power import TARGET_POWER, PowerCurve, run_power_curves
+from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, group_label, life_batches
 from harness.oracles.stats import (
     BUGGY,
     DEFAULT_ROLES,
     OracleRun,
     StatsResult,
+    best_bounds,
     expectations_hold,
     expected_rejected,
     meets_expectation,
     run_oracle,
     where,
 )
+from harness.pipeline.coverage import StatisticalCoverage
 from harness.pipeline.verdicts import Roles, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.figures import render_png
@@ -73,6 +76,48 @@ def verdict_line(
         seen = "also REJECTED" if buggy.rejected_at_position(0) else "passes, as the bug predicts"
         line += f"; {roles.buggy} on position 0 alone {seen}"
     return line
+
+
+def statistical_coverage(
+    oracle: OracleRun, *, roles: Roles = DEFAULT_ROLES
+) -> StatisticalCoverage | None:
+    """What the oracle exercised, from its run: rows per group and target, the life of
+    one instance (from the far target's rounds), and the detection bound at the rows of
+    the fixed side's run (else the first implementation that passed, else the first
+    that ran)."""
+    ran = [r for r in oracle.results.values() if r.error is None and r.name in oracle.decoded]
+    if not ran:
+        return None
+    chosen = next(
+        (r for r in ran if r.name == roles.fixed and r.passed),
+        next((r for r in ran if r.passed), ran[0]),
+    )
+    problem = oracle.problem
+    rounds = max(run.rounds for run in oracle.decoded[chosen.name][problem.target.name].values())
+    calls = [batch for r in range(rounds) for batch in life_batches(problem, r)]
+    restaged = sum(
+        1
+        for before, after in itertools.pairwise(calls)
+        if before.shape != after.shape or not bool((before == after).all())
+    )
+    first = chosen.bounds[0] if chosen.bounds else None
+    return StatisticalCoverage(
+        implementation=chosen.name,
+        targets={t.name: t.draft_weight for t in oracle.config.targets},
+        rows_per_group={
+            p.target.name: {
+                group_label(g): int((p.row_group == i).sum()) for i, g in enumerate(p.config.groups)
+            }
+            for p in oracle.problems
+        },
+        rounds=rounds,
+        calls_per_instance=len(calls),
+        restagings_per_instance=restaged,
+        batch_sizes=tuple(sorted({int(batch.shape[0]) for batch in calls})),
+        power=first.power if first else TARGET_POWER,
+        level=chosen.test_level,
+        bounds=best_bounds(chosen.bounds),
+    )
 
 
 def statistical_verdicts(oracle: OracleRun) -> dict[str, Statistical]:

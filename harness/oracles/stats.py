@@ -22,14 +22,16 @@ from typing import Any
 from harness.devices import intra_op_threads
 from harness.oracles.fits import (
     JOINT,
+    HeadTables,
     Marginal,
     Statistic,
     family_size,
-    head_statistics,
+    head_tables,
     position_name,
+    statistics_of,
 )
 from harness.oracles.gof import holm_rejections
-from harness.oracles.power import PowerCurve
+from harness.oracles.power import DetectionBound, PowerCurve, detection_bounds
 from harness.oracles.problem import (
     DEFAULT_CONFIG,
     StatsConfig,
@@ -38,6 +40,7 @@ from harness.oracles.problem import (
     cpu_threads,
     decode_rows,
 )
+from harness.pipeline.coverage import BoundRow
 from harness.pipeline.runner import time_limit
 from harness.pipeline.verdicts import Roles, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
@@ -60,6 +63,7 @@ class StatsResult:
     marginals: tuple[Marginal, ...]
     mean_accepted_length: dict[str, dict[str, float]]  # by target, then head kind
     error: str | None = None  # the implementation raised: no verdict on the distribution
+    bounds: tuple[DetectionBound, ...] = ()  # per target and position, at this run's rows
     wall_s: float = field(default=0.0, compare=False)
 
     @property
@@ -106,7 +110,11 @@ class StatsResult:
             return Statistical(ran=True, error=self.error)
         p = None if math.isnan(self.p_value) else self.p_value
         return Statistical(
-            ran=True, rejected=self.rejected, p_value=p, carried_by=self.carrier_names()
+            ran=True,
+            rejected=self.rejected,
+            p_value=p,
+            carried_by=self.carrier_names(),
+            not_ruled_out="" if self.rejected else not_ruled_out(best_bounds(self.bounds)),
         )
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -120,6 +128,43 @@ class StatsResult:
             test_level=self.test_level,
         )
         return body
+
+
+def best_bounds(bounds: Sequence[DetectionBound]) -> tuple[BoundRow, ...]:
+    """Per committed position, the bound at the target that sees the most there."""
+    by_position: dict[int, DetectionBound] = {}
+    for bound in bounds:
+        held = by_position.get(bound.position)
+        if held is None or _fraction_key(bound) < _fraction_key(held):
+            by_position[bound.position] = bound
+    return tuple(
+        BoundRow(
+            position=b.position,
+            fraction=b.fraction,
+            confined_fraction=b.confined_fraction,
+            target=b.target,
+            rows=b.rows,
+        )
+        for _, b in sorted(by_position.items())
+    )
+
+
+def _fraction_key(bound: DetectionBound) -> float:
+    return math.inf if bound.fraction is None else bound.fraction
+
+
+def not_ruled_out(bounds: Sequence[BoundRow]) -> str:
+    """What a pass leaves open: defects smaller than the bound at each position."""
+    if not bounds:
+        return ""
+    parts = ", ".join(
+        f"pos {b.position} " + ("any" if b.fraction is None else f"{b.fraction:.2g}")
+        for b in bounds
+    )
+    return (
+        "not ruled out: a defect committing a fixed token on fewer than this fraction of "
+        f"the rows at a committed position: {parts}"
+    )
 
 
 def _by_p(statistic: Statistic) -> float:
@@ -141,9 +186,13 @@ def fit_decoded(
     over all of them."""
     statistics: list[Statistic] = []
     marginals: list[Marginal] = []
+    tables: list[HeadTables] = []
     for problem in problems:
         for head_kind, run in decoded[problem.target.name].items():
-            head_tests, head_marginals = head_statistics(run, problem=problem, head_kind=head_kind)
+            tables.append(
+                head_tables(run, problem=problem, head_kind=head_kind, row_group=problem.row_group)
+            )
+            head_tests, head_marginals = statistics_of(tables[-1])
             statistics += head_tests
             marginals += head_marginals
     # the stated family size is what the report promises: every test, once
@@ -151,6 +200,7 @@ def fit_decoded(
     assert len(statistics) == size, (len(statistics), size)
     alpha = problems[0].config.alpha
     verdicts = holm_rejections([s.p_value for s in statistics], alpha=alpha)
+    bounds = detection_bounds(tables, gamma=problems[0].config.gamma, level=alpha / size)
     return StatsResult(
         name=name,
         rows=target_rows(problems),
@@ -162,6 +212,7 @@ def fit_decoded(
             target: {h: run.mean_accepted_length for h, run in runs.items()}
             for target, runs in decoded.items()
         },
+        bounds=bounds,
         wall_s=wall_s,
     )
 

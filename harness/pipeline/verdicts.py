@@ -45,6 +45,7 @@ class Statistical:
     p_value: float | None = None
     carried_by: str = ""
     error: str | None = None
+    not_ruled_out: str = ""  # after a pass: the smallest defect it would have seen
 
     @property
     def failed(self) -> bool:
@@ -59,7 +60,8 @@ class Statistical:
         p = "nan" if self.p_value is None else f"{self.p_value:.3g}"
         if self.rejected:
             return f"statistical oracle REJECTED it (family p={p}; carried by {self.carriers()})"
-        return f"statistical oracle passed it (family p={p})"
+        bound = f"; {self.not_ruled_out}" if self.not_ruled_out else ""
+        return f"statistical oracle passed it (family p={p}{bound})"
 
     def carriers(self, most: int = 4) -> str:
         """The first ``most`` of ``carried_by`` (strongest first), and how many more."""
@@ -72,8 +74,9 @@ class Statistical:
             "ran": self.ran,
             "rejected": self.rejected,
             "p_value": self.p_value,
-            "carried_by": self.carried_by,  # head/group/test of each rejection
+            "carried_by": self.carried_by,  # target/head/group/test of each rejection
             "error": self.error,
+            "not_ruled_out": self.not_ruled_out,
         }
 
 
