@@ -197,6 +197,23 @@ class LastTokenAlteredSampler(FixedSampler):
         super().emit(block, altered)
 
 
+class RareArgmaxLastTokenSampler(FixedSampler):
+    """In one slot of every ``EVERY``, the last draft token is the argmax of its step
+    logits whatever the noise drew: a fixed token (the most likely) on a fraction of
+    rows below the oracle's detection bound, which a pass must leave "not ruled out"
+    (not part of the kill table)."""
+
+    EVERY = 64
+
+    def emit(self, block: BlockInputs, tokens: torch.Tensor) -> None:
+        altered = tokens.clone()
+        rows = torch.arange(0, block.bs, self.EVERY, device=tokens.device)
+        assert self.corrected_out is not None
+        last_step = self.corrected_out[rows * self.gamma + self.gamma - 1]  # [rows, V]
+        altered[rows, -1] = last_step.argmax(dim=-1)
+        super().emit(block, altered)
+
+
 STATS_DEFECTS: dict[str, type[FixedSampler]] = {
     "reused-noise-across-steps": ReusedNoiseSampler,
     "noise-shared-across-rows": SharedNoiseAcrossRowsSampler,
