@@ -253,12 +253,3 @@ def statistics_of(tables: HeadTables) -> tuple[list[Statistic], list[Marginal]]:
             )
         )
     return statistics, marginals
-
-
-def head_statistics(
-    decoded: DecodeResult, *, problem: StatsProblem, head_kind: str
-) -> tuple[list[Statistic], list[Marginal]]:
-    """Every family test and every marginal of one head kind's decoded rows."""
-    return statistics_of(
-        head_tables(decoded, problem=problem, head_kind=head_kind, row_group=problem.row_group)
-    )

@@ -53,7 +53,7 @@ class TargetSpec:
     drafters on context-free inputs, where a stateless head's draft law is a
     first-order chain ``D``, and target logits ``(1 - w) L + w D`` (``w = 1``: the
     drafter's own law, nearly every draft accepted, a draft defect seen directly).
-    ``rows`` per head (``None``: the config's ``rows``).
+    ``rows`` per head (``None``: the config's ``rows``; never more than those).
     """
 
     name: str
@@ -160,7 +160,8 @@ class StatsConfig:
                 )
 
     def target_rows(self, target: TargetSpec) -> int:
-        return self.rows if target.rows is None else target.rows
+        """Rows per head at ``target``: its own, never more than ``rows``."""
+        return self.rows if target.rows is None else min(target.rows, self.rows)
 
     def for_target(self, target: TargetSpec) -> StatsConfig:
         """The config of one target's problem: its rows, and only it."""
