@@ -91,7 +91,7 @@ class StatsConfig:
     one call of every row in order (one set of parameters for the instance's life).
     """
 
-    rows: int = 8_000
+    rows: int = 5_000
     m: int = 2
     rounds: int = 4
     gamma: int = 4
@@ -214,18 +214,16 @@ class StatsProblem:
 
 
 def build_problems(config: StatsConfig) -> tuple[StatsProblem, ...]:
-    """One problem per target of ``config``, in its order."""
-    return tuple(build_problem(config.for_target(target)) for target in config.targets)
+    """One problem per target of ``config``, in its order (the same drafters in each)."""
+    drafters = build_drafters(config)
+    return tuple(
+        build_problem(config.for_target(target), drafters=drafters) for target in config.targets
+    )
 
 
-def build_problem(config: StatsConfig) -> StatsProblem:
-    """The problem of ``config``'s first target (drafters, target and context from
-    ``config.model_seed``, independent streams, all drawn on the CPU), the rows' sampling
-    parameters and the exact laws."""
-    config = config.for_target(config.targets[0])
-    spec = config.targets[0]
-    device = torch.device(config.device)
-    drafter_seed, target_seed, context_seed = derived_seeds(config.model_seed, 3)
+def build_drafters(config: StatsConfig) -> dict[str, ToyDraftModel]:
+    """One drafter per head kind from ``config.model_seed``, on the config's device."""
+    drafter_seed = derived_seeds(config.model_seed, 3)[0]
     drafters = {}
     for kind in config.head_kinds:
         drafter = make_toy_draft_model(
@@ -238,7 +236,21 @@ def build_problem(config: StatsConfig) -> StatsProblem:
         )
         with torch.no_grad():
             drafter.markov_head.W1.weight.mul_(config.prev_embedding_scale)
-        drafters[kind] = drafter.to(device)
+        drafters[kind] = drafter.to(torch.device(config.device))
+    return drafters
+
+
+def build_problem(
+    config: StatsConfig, *, drafters: dict[str, ToyDraftModel] | None = None
+) -> StatsProblem:
+    """The problem of ``config``'s first target (drafters, target and context from
+    ``config.model_seed``, independent streams, all drawn on the CPU), the rows' sampling
+    parameters and the exact laws."""
+    config = config.for_target(config.targets[0])
+    spec = config.targets[0]
+    device = torch.device(config.device)
+    _, target_seed, context_seed = derived_seeds(config.model_seed, 3)
+    drafters = drafters if drafters is not None else build_drafters(config)
     far = make_markov_target(
         vocab_size=config.vocab_size, seed=target_seed, logit_scale=config.target_logit_scale
     )
