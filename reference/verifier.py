@@ -187,6 +187,15 @@ def derived_seeds(seed: int, count: int) -> list[int]:
     return [int(s) for s in torch.randint(0, 2**62, (count,), generator=generator)]
 
 
+def plain_buffer(sampler: Any, name: str) -> torch.Tensor:
+    """The sampler's buffer ``name``, refused (``TypeError``) unless it is exactly a
+    ``torch.Tensor``: a subclass decides what its own operators return."""
+    value = getattr(sampler, name, None)
+    if type(value) is not torch.Tensor:
+        raise TypeError(f"{name} must be a plain torch.Tensor, got {type(value).__qualname__}")
+    return value
+
+
 def draft_batch(
     sampler: Any, *, context: DraftContext, anchors: torch.Tensor, sampling_info: SamplingInfo
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -196,12 +205,16 @@ def draft_batch(
     bs, gamma, device = int(anchors.shape[0]), int(sampler.gamma), anchors.device
     sampler.stage_sampling_params(bs=bs, sampling_info=sampling_info)
     sampler(context.hidden_states(anchors), context.input_ids(anchors))
-    tokens = sampler.out[: bs * gamma].view(bs, gamma).to(device)
-    corrected = sampler.corrected_out[: bs * gamma].view(bs, gamma, -1).to(device)
+    out, corrected_out, temperatures, greedy_mask = (
+        plain_buffer(sampler, name)
+        for name in ("out", "corrected_out", "temperatures", "greedy_mask")
+    )
+    tokens = out[: bs * gamma].view(bs, gamma).to(device)
+    corrected = corrected_out[: bs * gamma].view(bs, gamma, -1).to(device)
     probs = draft_distribution(
         corrected,
-        temperatures=sampler.temperatures[:bs].to(device),
-        greedy_mask=sampler.greedy_mask[:bs].to(device),
+        temperatures=temperatures[:bs].to(device),
+        greedy_mask=greedy_mask[:bs].to(device),
     )  # [bs, gamma, V]
     return tokens, probs
 

@@ -23,7 +23,7 @@ from typing import Any
 from harness.cli.emit import UsageError, usage_error
 from harness.cli.exit_codes import ExitCode
 from harness.cli.validate import validate_global_options
-from harness.io.files import JournalError
+from harness.io.files import JournalError, OutputWriteError
 from harness.io.lock import OutDirBusy, claim_out_dir
 from harness.pipeline.case import CaseError
 from harness.pipeline.interrupts import StopRequested, stop_on_signals
@@ -145,6 +145,7 @@ BAD_INPUT = (
     RolesError,
     OutDirBusy,
     MemoryLimitError,
+    OutputWriteError,
 )
 BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a closed pipe
 

@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.exit_codes import ExitCode
+from harness.pipeline.isolation import shutdown_workers
 from harness.render.report import emit_report
 from harness.render.sections import Section
+
+IN_PROCESS_NOTE = "in-process: plug-in code shares the judge; --isolate keeps it out"
 
 
 class UsageError(Exception):
@@ -35,7 +38,13 @@ def emit(
     verdicts: dict[str, Any] | None = None,
 ) -> ExitCode:
     """Emit a command's report with the common options in ``args`` (``--out-dir``,
-    ``--json``, ``--seed``, ``--device``): ``OK`` when every section holds, else ``FAIL``."""
+    ``--json``, ``--seed``, ``--device``): ``OK`` when every section holds, else ``FAIL``.
+
+    Every worker is stopped first: the report and the exit status are the judge's
+    alone. A plug-in run in process is said to share the judge."""
+    shutdown_workers()
+    if getattr(args, "impl", None) and not getattr(args, "isolate", False):
+        heading += f" ({IN_PROCESS_NOTE})"
     ok = emit_report(
         out_dir=Path(args.out_dir),
         as_json=bool(args.json),

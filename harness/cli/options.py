@@ -150,8 +150,9 @@ def journal_path(out_dir: Path, *, command: str) -> Path:
 def selected_implementations(
     args: argparse.Namespace, names: Sequence[str]
 ) -> list[Implementation]:
-    """The built-ins ``names`` and every ``--impl`` of the command line."""
-    return select_implementations(names, args.impl)
+    """The built-ins ``names`` and every ``--impl`` of the command line (under
+    ``--isolate``, each plug-in loaded in its own worker only)."""
+    return select_implementations(names, args.impl, isolate=bool(getattr(args, "isolate", False)))
 
 
 def pair_implementations(

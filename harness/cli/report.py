@@ -71,6 +71,7 @@ def command(args: argparse.Namespace) -> ExitCode:
             implementations=implementations,
             time_limit_s=args.time_limit,
             roles=roles,
+            isolate=args.isolate,
         )
         statistical = stats.statistical_verdicts(oracle)
         statistical_coverage = stats.statistical_coverage(oracle, roles=roles)
@@ -96,6 +97,7 @@ def command(args: argparse.Namespace) -> ExitCode:
                 progress=progress,
                 implementations=implementations,
                 pair=roles.pair,
+                isolate=args.isolate,
             ),
         )
         timing["work_s"] = round(time.perf_counter() - started, 3)

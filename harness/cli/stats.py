@@ -16,9 +16,11 @@ import sys
 import time
 from dataclasses import replace
 
+from harness.cli.emit import emit
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import (
     add_impl_option,
+    add_isolate_option,
     add_role_options,
     comma_separated,
     roles_from_args,
@@ -28,9 +30,8 @@ from harness.oracles.problem import DEFAULT_CONFIG, StatsError
 from harness.oracles.section import power_curves_png, stats_section
 from harness.oracles.stats import default_implementations
 from harness.pipeline.verdicts import RolesError
-from harness.plugins.implementations import ImplementationError, parse_impl_spec
+from harness.plugins.implementations import ImplementationError, select_implementations
 from harness.render.progress import progress_printer
-from harness.render.report import emit_report
 from reference import HEAD_KINDS
 
 POWER_PNG = "stats-power.png"
@@ -41,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ``--quiet`` and ``--time-limit`` are the shared ones)."""
     default = DEFAULT_CONFIG
     add_impl_option(parser, verb="also test")
+    add_isolate_option(parser)
     add_role_options(parser, require=False)
     parser.add_argument(
         "--rows", type=int, default=default.rows, help=f"rows per head (default {default.rows})"
@@ -91,7 +93,7 @@ def command(args: argparse.Namespace) -> int:
     figure) under ``--out-dir``."""
     progress = progress_printer(quiet=args.quiet)
     try:
-        extras = [parse_impl_spec(spec) for spec in args.impl]
+        extras = select_implementations([], args.impl, isolate=args.isolate)
         roles = roles_from_args(args)
         implementations = [*default_implementations(roles), *extras]
         names = [impl.name for impl in implementations]
@@ -123,6 +125,7 @@ def command(args: argparse.Namespace) -> int:
         progress=progress,
         time_limit_s=args.time_limit,
         roles=roles,
+        isolate=args.isolate,
     )
     if oracle.curves:
         png = power_curves_png([curve.to_json_dict() for curve in oracle.curves])
@@ -131,18 +134,9 @@ def command(args: argparse.Namespace) -> int:
         else:
             write_atomically(args.out_dir / POWER_PNG, png)
             progress(f"written: {args.out_dir / POWER_PNG}")
-    ok = emit_report(
-        out_dir=args.out_dir,
-        as_json=args.json,
-        command="stats",
-        seed=args.seed,
-        device=args.device,
-        heading=(
-            f"DSpark draft-sampler harness: statistical oracle ({config.rows} rows per head, "
-            f"seed {config.seed}, {config.device})"
-        ),
-        sections=[section],
-        cases=[],
-        timing={"stats_s": round(time.perf_counter() - started, 3)},
+    heading = (
+        f"DSpark draft-sampler harness: statistical oracle ({config.rows} rows per head, "
+        f"seed {config.seed}, {config.device})"
     )
-    return ExitCode.OK if ok else ExitCode.FAIL
+    timing = {"stats_s": round(time.perf_counter() - started, 3)}
+    return emit(args, command="stats", heading=heading, sections=[section], timing=timing)

@@ -115,4 +115,6 @@ def validate_global_options(args: argparse.Namespace) -> None:
         check_time_limit(args.time_limit)
     memory.set_limit(check_max_memory(args.max_memory))
     check_out_dir(args.out_dir)
+    # before any plug-in loads: one that changes the directory must not move the output
+    args.out_dir = args.out_dir.absolute()
     check_command_memory(args)

@@ -10,6 +10,7 @@ from harness.cli.emit import emit, usage_error
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import (
     add_impl_option,
+    add_isolate_option,
     add_pair_option,
     pair_implementations,
     selected_implementations,
@@ -25,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``python -m harness work`` (``--seed``, ``--device``, ``--json``,
     ``--out-dir``, ``--quiet`` are the CLI's common options)."""
     add_impl_option(parser, verb="also count the work of")
+    add_isolate_option(parser)
     add_pair_option(
         parser,
         help_text="report the work BUGGY does beyond FIXED, and time this pair with --timing "
@@ -68,6 +70,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         progress=progress,
         implementations=implementations,
         pair=args.pair,
+        isolate=args.isolate,
     )
     sections = [work_section(works)]
     if args.timing:
@@ -80,6 +83,7 @@ def command(args: argparse.Namespace) -> ExitCode:
                 callgrind=not args.no_callgrind,
                 progress=progress,
                 pair=pair,
+                isolate=args.isolate,
             )
         )
     heading = f"DSpark draft-sampler harness: eliminated work (seed {args.seed}, {args.device})"

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Protocol
 
 import torch
@@ -51,7 +52,8 @@ from harness.pipeline.runner import (
     RaisedError,
     build_sampler,
     fill_sentinels,
-    raised_error,
+    guarded_call,
+    plain_tensor,
     read_outputs,
     same_rng_start,
     work_counts,
@@ -220,7 +222,8 @@ def capture_sampler(
     runner: GraphRunner,
 ) -> GraphedSampler:
     """Build the sampler at ``max_bs``, stage its parameters (outside the graph, as
-    upstream does) and capture one observed call over the static inputs."""
+    upstream does) and capture one observed call over the static inputs, then wait for
+    the device (an asynchronous failure is the capture's)."""
     sampler = build_sampler(implementation.sampler_class, case=case, inputs=inputs)
     hidden_states, input_ids = static.call_arguments()
     head = inputs.model.markov_head
@@ -236,6 +239,7 @@ def capture_sampler(
 
     runner.capture(observed_call)
     head_counts, dispatch = observed[-1]  # the captured call (warm-up calls come before it)
+    synchronize(torch.device(case.device))
     return GraphedSampler(implementation.name, sampler, runner, head_counts, dispatch)
 
 
@@ -244,7 +248,8 @@ def replay_result(
 ) -> ImplResult:
     """Poison the outputs, reseed the generator, replay once and read the buffers out."""
     result = ImplResult(name=graphed.name)
-    try:
+
+    def replay() -> None:
         fill_sentinels(graphed.sampler)
         torch.manual_seed(seed)  # the replay's in-graph noise starts from this state
         graphed.runner.replay()
@@ -253,8 +258,8 @@ def replay_result(
         result.work = work_counts(graphed.head_counts, graphed.dispatch)
         result.noise_draws = [draw.clone() for draw in graphed.dispatch.noise_draws]
         result.walk_tokens = [tokens.clone() for tokens in graphed.head_counts.walk_tokens]
-    except Exception as error:  # the implementation under test failed: record, go on
-        result.error = raised_error(error)
+
+    result.error = guarded_call(replay).error  # the implementation's failure: record, go on
     return result
 
 
@@ -315,17 +320,22 @@ def redraw_check(
     rows = case.bs * case.gamma
     tokens: list[torch.Tensor] = []
     noise: list[torch.Tensor] = []
-    try:
+
+    def replay_twice() -> None:
         static.load(inputs)
         for _ in range(2):
             graphed.runner.replay()
             synchronize(device)
-            tokens.append(graphed.sampler.out[:rows].view(case.bs, case.gamma).clone())
+            out = plain_tensor(graphed.sampler.out, name="out")
+            assert out is not None
+            tokens.append(out[:rows].view(case.bs, case.gamma).clone())
             buffer = getattr(graphed.sampler, "exp_noise", None)
             if case.folded_sampling and isinstance(buffer, torch.Tensor):
                 noise.append(buffer[: case.bs].clone())
-    except Exception as error:  # the implementation under test failed: record, go on
-        return RedrawCheck(graphed.name, None, None, None, raised_error(error))
+
+    failure = guarded_call(replay_twice).error
+    if failure is not None:  # the implementation under test failed: record, go on
+        return RedrawCheck(graphed.name, None, None, None, failure)
     greedy = torch.tensor(
         [greedy or not case.folded_sampling for greedy in case.greedy_rows],
         device=tokens[0].device,
@@ -396,17 +406,17 @@ def capture_and_replay(
         static = StaticInputs.allocate(case)
         static.load(inputs)  # the warm-up and the capture run on real inputs
         for implementation in implementations:
-            try:
-                graphed[implementation.name] = capture_sampler(
+            captured = guarded_call(
+                partial(
+                    capture_sampler,
                     implementation,
                     case=case,
                     inputs=inputs,
                     static=static,
                     runner=runner_factory(device),
                 )
-                synchronize(device)
-            except Exception as error:  # the implementation under test failed: record, go on
-                graphed[implementation.name] = raised_error(error)
+            )  # the implementation under test failed: record, go on
+            graphed[implementation.name] = captured.error or captured.returned()
         for replay in range(replays):
             replay_in = replay_inputs(case, base=inputs, replay=replay)
             static.load(replay_in)

@@ -13,7 +13,7 @@ import torch
 from harness.devices import synchronize
 from harness.gpu.graphs import require_cuda
 from harness.pipeline.case import Case, build_inputs
-from harness.pipeline.runner import RaisedError, build_sampler, raised_error, same_rng_start
+from harness.pipeline.runner import RaisedError, build_sampler, guarded_call, same_rng_start
 from harness.plugins.implementations import Implementation
 from harness.render.sections import Section, Table
 
@@ -65,26 +65,29 @@ def no_host_sync(case: Case, implementation: Implementation) -> SyncCheck:
     device = require_cuda(case.device, what="the host-sync check")
     inputs = build_inputs(case)
     with same_rng_start(device, case.seed), torch.inference_mode():
-        try:
+
+        def build_and_warm_up() -> Any:
             sampler = build_sampler(implementation.sampler_class, case=case, inputs=inputs)
             sampler(inputs.hidden_states, inputs.input_ids)
             synchronize(device)
-        except Exception as error:  # the implementation under test failed: record, go on
-            return SyncCheck(implementation.name, case, "raised", raised_error(error))
-        failure: Exception | None = None
+            return sampler
+
+        built = guarded_call(build_and_warm_up)
+        if built.error is not None:  # the implementation under test failed: record, go on
+            return SyncCheck(implementation.name, case, "raised", built.error)
+        sampler = built.returned()
         previous = torch.cuda.get_sync_debug_mode()
         torch.cuda.set_sync_debug_mode("error")
-        try:
-            sampler(inputs.hidden_states, inputs.input_ids)
-        except Exception as error:  # a sync raises RuntimeError; anything else is recorded too
-            failure = error
+        try:  # a sync raises RuntimeError; anything else is recorded too
+            checked = guarded_call(lambda: sampler(inputs.hidden_states, inputs.input_ids))
         finally:
             torch.cuda.set_sync_debug_mode(previous)
         synchronize(device)
-    if failure is None:
+    if checked.error is None or checked.exception is None:
         return SyncCheck(implementation.name, case, "sync-free")
-    status: SyncStatus = "syncs" if SYNC_ERROR_TEXT in str(failure) else "raised"
-    return SyncCheck(implementation.name, case, status, raised_error(failure), _call_stack(failure))
+    failure = checked.exception
+    status: SyncStatus = "syncs" if SYNC_ERROR_TEXT in checked.error.message else "raised"
+    return SyncCheck(implementation.name, case, status, checked.error, _call_stack(failure))
 
 
 def sync_section(checks: list[SyncCheck]) -> Section:

@@ -3,6 +3,7 @@ JSON lines appended one durable line per finished unit and resumed after a kill.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -12,20 +13,38 @@ from typing import Any
 from harness.io.lock import lock_before_writing
 
 
+class OutputWriteError(OSError):
+    """A result file that could not be written (a full disk, a folder made read-only
+    meanwhile); the file keeps its previous content."""
+
+
+def _write_error(path: Path, error: OSError) -> OutputWriteError:
+    reason = error.strerror or str(error)
+    return OutputWriteError(
+        f"cannot write {path}: {reason}; the file keeps its previous content "
+        "(free some space or choose another --out-dir)"
+    )
+
+
 def write_atomically(path: Path, data: str | bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, fsync it, then rename it."""
+    """Write ``data`` to a temporary file beside ``path``, fsync it, then rename it; a
+    failure (``OutputWriteError``) leaves ``path`` as it was and no temporary file."""
     lock_before_writing(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode() if isinstance(data, str) else data
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    temporary: str | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+    except BaseException as error:
+        if temporary is not None:
+            Path(temporary).unlink(missing_ok=True)
+        if isinstance(error, OSError) and not isinstance(error, OutputWriteError):
+            raise _write_error(path, error) from None
         raise
 
 
@@ -35,16 +54,25 @@ class JournalError(ValueError):
 
 def append_record(path: Path, record: dict[str, Any]) -> None:
     """Append one JSON line durably: one ``write`` on an ``O_APPEND`` descriptor, then
-    ``fsync`` (a crash leaves at most a torn last line, which ``load_records`` drops)."""
+    ``fsync`` (a crash leaves at most a torn last line, which ``load_records`` drops; a
+    failed write is cut off again and raised as ``OutputWriteError``)."""
     lock_before_writing(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(record, sort_keys=True) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise _write_error(path, error) from None
+    start = os.fstat(fd).st_size
     try:
         view = memoryview(line)
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
+    except OSError as error:
+        with contextlib.suppress(OSError):  # no half line left behind
+            os.ftruncate(fd, start)
+        raise _write_error(path, error) from None
     finally:
         os.close(fd)
 

@@ -42,7 +42,15 @@ def package_digest(package: str) -> str:
 
 def class_source_digest(sampler_class: type[Any]) -> str:
     """Digest of the file that defines ``sampler_class`` (a plug-in's module or file);
-    for a wrapped block sampler function, the file that defines the function."""
+    for a wrapped block sampler function, the file that defines the function; for a
+    plug-in loaded in its worker only, its file (read, never imported)."""
+    from harness.plugins.implementations import WorkerOnlySampler
+
+    if issubclass(sampler_class, WorkerOnlySampler):
+        source_file = sampler_class.source
+        if source_file is None or not source_file.is_file():
+            return f"no-source:{sampler_class.spec}"
+        return _digest_files([(source_file.name, source_file)])
     module_name = sampler_class.__module__
     if module_name == FUNCTION_WRAPPER_MODULE:  # the wrapper is ours; the function is theirs
         function = getattr(sampler_class, "block_sampler", None)

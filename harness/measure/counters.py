@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from harness.devices import synchronize
 from harness.pipeline.case import Case, CaseInputs, case_block
 from harness.pipeline.observe import DispatchObserver
-from harness.pipeline.runner import WorkCounts, build_sampler, same_rng_start
+from harness.pipeline.runner import WorkCounts, build_sampler, guarded_call, same_rng_start
 from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
 
 
@@ -91,17 +92,14 @@ def instrumented_call(call: Callable[[], object], *, device: torch.device) -> Ca
     allocator's peak statistics."""
     flops = FlopCounterMode(display=False)
     allocations = AllocationCounter()
-    error: str | None = None
     peak: int | None = None
     if device.type == "cuda":
         synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         baseline = torch.cuda.memory_allocated(device)
     with flops, allocations:
-        try:
-            call()
-        except Exception as exc:  # the implementation under test failed: recorded
-            error = type(exc).__name__
+        failure = guarded_call(call).error  # the implementation under test failed: recorded
+    error = None if failure is None else failure.type
     if device.type == "cuda":
         synchronize(device)
         peak = torch.cuda.max_memory_allocated(device) - baseline
@@ -131,10 +129,13 @@ def cost_of_call(sampler_class: type[Any], *, case: Case, inputs: CaseInputs) ->
     """FLOPs and bytes of one more call, from the same RNG start as the runner's; a
     sampler that cannot be built costs nothing and records why."""
     device = torch.device(case.device)
-    try:
-        sampler = build_sampler(sampler_class, case=case, inputs=inputs)
-    except Exception as exc:  # the implementation under test failed: recorded
-        return CallCost(0, 0, None, error=type(exc).__name__)
+    owner = sampler_class.__qualname__
+    built = guarded_call(
+        partial(build_sampler, sampler_class, case=case, inputs=inputs), owner=owner
+    )
+    if built.error is not None:  # the implementation under test failed: recorded
+        return CallCost(0, 0, None, error=built.error.type)
+    sampler = built.returned()
     with same_rng_start(device, case.seed), torch.inference_mode():
         return instrumented_call(
             lambda: sampler(inputs.hidden_states, inputs.input_ids), device=device

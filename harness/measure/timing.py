@@ -31,13 +31,14 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 
 from harness.devices import intra_op_threads, synchronize
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block, make_case
-from harness.pipeline.runner import build_sampler, same_rng_start
+from harness.pipeline.runner import build_sampler, guarded_call, same_rng_start
 from harness.pipeline.verdicts import DEFAULT_PAIR
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.progress import Progress, no_progress
@@ -95,12 +96,19 @@ def make_samplers(
     samplers: dict[tuple[str, str], Any] = {}
     for mode in MODES:
         for name, implementation in implementations.items():
-            try:
-                samplers[mode, name] = build_sampler(
-                    implementation.sampler_class, case=case, inputs=inputs, model=models[mode]
-                )
-            except Exception as error:  # the implementation under test failed
-                raise TimingError(f"{implementation.name} ({mode}): {_said(error)}") from error
+            built = guarded_call(
+                partial(
+                    build_sampler,
+                    implementation.sampler_class,
+                    case=case,
+                    inputs=inputs,
+                    model=models[mode],
+                ),
+                owner=implementation.name,
+            )
+            if built.error is not None:  # the implementation under test failed
+                raise TimingError(f"{implementation.name} ({mode}): {built.error.summary()}")
+            samplers[mode, name] = built.returned()
     return samplers
 
 
@@ -113,19 +121,17 @@ def make_calls(
     return {key: _bind(sampler, inputs, name=names[key[1]]) for key, sampler in samplers.items()}
 
 
-def _said(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"
-
-
 def _bind(sampler: Any, inputs: CaseInputs, *, name: str) -> Callable[[], None]:
+    def stage_and_call() -> None:
+        sampler.stage_sampling_params(  # the server stages before every replay
+            bs=inputs.sampling_info.temperatures.shape[0], sampling_info=inputs.sampling_info
+        )
+        sampler(inputs.hidden_states, inputs.input_ids)
+
     def call() -> None:
-        try:
-            sampler.stage_sampling_params(  # the server stages before every replay
-                bs=inputs.sampling_info.temperatures.shape[0], sampling_info=inputs.sampling_info
-            )
-            sampler(inputs.hidden_states, inputs.input_ids)
-        except Exception as error:  # the implementation under test failed
-            raise TimingError(f"{name}: {_said(error)}") from error
+        failure = guarded_call(stage_and_call).error
+        if failure is not None:  # the implementation under test failed
+            raise TimingError(f"{name}: {failure.summary()}")
 
     return call
 

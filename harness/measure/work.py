@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from harness.measure.counters import CallCost, MeasuredWork, cost_of_call, measure_one_walk
 from harness.measure.model import IMPLEMENTATIONS, MODEL_COUNTERS, PredictedWork, predict_work
 from harness.pipeline.case import Case, make_case
+from harness.pipeline.isolation import isolated_cost
 from harness.pipeline.runner import run_case
 from harness.pipeline.verdicts import DEFAULT_PAIR
 from harness.plugins.implementations import Implementation, builtin_implementations
@@ -178,22 +179,26 @@ def measure_work(
     *,
     implementations: Sequence[Implementation] | None = None,
     pair: tuple[str, str] = DEFAULT_PAIR,
+    isolate: bool = False,
 ) -> CaseWork:
     """Count every implementation's work on the case (default: the modelled built-ins),
-    hold the modelled ones against the model and compare the pair."""
+    hold the modelled ones against the model and compare the pair; with ``isolate``,
+    each implementation's calls run in its worker."""
     chosen = (
         list(implementations)
         if implementations is not None
         else builtin_implementations(IMPLEMENTATIONS)
     )
-    run = run_case(case, chosen, record_noise=False)
+    run = run_case(case, chosen, record_noise=False, isolate=isolate)
     measured: dict[str, MeasuredWork] = {}
     for impl in chosen:
         result = run.results[impl.name]
         # A plug-in's failure is already recorded; calling it again could only hang.
         rerun = result.error is None or impl.name in IMPLEMENTATIONS
         cost = (
-            cost_of_call(impl.sampler_class, case=case, inputs=run.inputs)
+            isolated_cost(impl, case=case)
+            if rerun and isolate
+            else cost_of_call(impl.sampler_class, case=case, inputs=run.inputs)
             if rerun
             else CallCost(0, 0, None, error=result.error.type if result.error else None)
         )
@@ -365,11 +370,14 @@ def collect_work(
     progress: Progress = no_progress,
     implementations: Sequence[Implementation] | None = None,
     pair: tuple[str, str] = DEFAULT_PAIR,
+    isolate: bool = False,
 ) -> list[CaseWork]:
     """``measure_work`` on every work case (default: the modelled built-ins)."""
     works = []
     cases = work_cases(seed=seed, device=device)
     for index, case in enumerate(cases, 1):
         progress(f"[work {index}/{len(cases)}] {case_kind(case)}")
-        works.append(measure_work(case, implementations=implementations, pair=pair))
+        works.append(
+            measure_work(case, implementations=implementations, pair=pair, isolate=isolate)
+        )
     return works

@@ -23,6 +23,7 @@ from harness.measure.timing import (
     Pair,
     TimingError,
     ab_timing,
+    default_pair,
     production_like_case,
     timing_blocks,
 )
@@ -328,11 +329,18 @@ def report_section(
     progress: Progress,
     implementations: Sequence[Implementation] | None = None,
     pair: tuple[str, str] = DEFAULT_PAIR,
+    isolate: bool = False,
 ) -> Section:
     """The main report's 'eliminated work' section (small shapes; a few seconds): the
     modelled built-ins and every plug-in among ``implementations``, compared by ``pair``."""
     return work_section(
-        collect_work(seed=seed, progress=progress, implementations=implementations, pair=pair)
+        collect_work(
+            seed=seed,
+            progress=progress,
+            implementations=implementations,
+            pair=pair,
+            isolate=isolate,
+        )
     )
 
 
@@ -345,14 +353,20 @@ def timing_section(
     callgrind: bool = True,
     progress: Progress = no_progress,
     pair: Pair | None = None,
+    isolate: bool = False,
 ) -> Section:
-    """A/B timing of the pair (default legacy, fixed) at the production-like shape
-    (+ callgrind of the built-in pair where valgrind exists); ok iff the median
-    walk-only ratio lies in ``WALK_RATIO_RANGE``."""
+    """A/B timing of the pair (default legacy, fixed) at the production-like shape, with
+    ``isolate`` in a worker (+ callgrind of the built-in pair where valgrind exists); ok
+    iff the median walk-only ratio lies in ``WALK_RATIO_RANGE``."""
     case = production_like_case(seed=seed, device=device, hidden_size=hidden_size)
     progress(f"timing: {case.label()} ({repeats} alternating repetitions)")
     try:
-        timing = ab_timing(case, repeats=repeats, progress=progress, pair=pair)
+        if isolate:
+            from harness.pipeline.isolation import isolated_ab_timing
+
+            timing = isolated_ab_timing(case, repeats=repeats, pair=pair or default_pair())
+        else:
+            timing = ab_timing(case, repeats=repeats, progress=progress, pair=pair)
     except TimingError as error:  # a plug-in that raises is a result, not a crash
         verdict = f"timing failed: {error}"
         return Section(title="time ratio", ok=False, verdict=verdict, blocks=(verdict,))

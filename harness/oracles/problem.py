@@ -200,6 +200,7 @@ class StatsProblem:
     (``StatsConfig.for_target``: its rows, and that target only)."""
 
     config: StatsConfig
+    oracle_config: StatsConfig  # the whole oracle's, every target: what it was built from
     drafters: dict[str, ToyDraftModel]  # by head kind
     targets: dict[str, MarkovTargetModel]  # by head kind (the same one when far)
     context: DraftContext
@@ -217,7 +218,7 @@ def build_problems(config: StatsConfig) -> tuple[StatsProblem, ...]:
     """One problem per target of ``config``, in its order (the same drafters in each)."""
     drafters = build_drafters(config)
     return tuple(
-        build_problem(config.for_target(target), drafters=drafters) for target in config.targets
+        build_problem(config, target=target, drafters=drafters) for target in config.targets
     )
 
 
@@ -241,13 +242,16 @@ def build_drafters(config: StatsConfig) -> dict[str, ToyDraftModel]:
 
 
 def build_problem(
-    config: StatsConfig, *, drafters: dict[str, ToyDraftModel] | None = None
+    oracle_config: StatsConfig,
+    *,
+    target: TargetSpec | None = None,
+    drafters: dict[str, ToyDraftModel] | None = None,
 ) -> StatsProblem:
-    """The problem of ``config``'s first target (drafters, target and context from
-    ``config.model_seed``, independent streams, all drawn on the CPU), the rows' sampling
-    parameters and the exact laws."""
-    config = config.for_target(config.targets[0])
-    spec = config.targets[0]
+    """The problem of one target of ``oracle_config`` (default its first): drafters,
+    target and context from ``model_seed``, independent streams, all drawn on the CPU;
+    the rows' sampling parameters and the exact laws."""
+    spec = target if target is not None else oracle_config.targets[0]
+    config = oracle_config.for_target(spec)
     device = torch.device(config.device)
     _, target_seed, context_seed = derived_seeds(config.model_seed, 3)
     drafters = drafters if drafters is not None else build_drafters(config)
@@ -282,6 +286,7 @@ def build_problem(
     )
     return StatsProblem(
         config=config,
+        oracle_config=oracle_config,
         drafters=drafters,
         targets=targets,
         context=context,

@@ -49,6 +49,8 @@ def carriers(result: StatsResult) -> str:
 
 
 def verdict_word(result: StatsResult) -> str:
+    if result.not_judged:
+        return f"not judged ({result.not_judged})"
     if result.error:
         return f"raised ({result.error})"
     if not result.rejected:
@@ -72,7 +74,7 @@ def verdict_line(
         + ", ".join(parts)
     )
     buggy = results.get(roles.buggy)
-    if buggy is not None and buggy.error is None:
+    if buggy is not None and buggy.error is None and buggy.not_judged is None:
         seen = "also REJECTED" if buggy.rejected_at_position(0) else "passes, as the bug predicts"
         line += f"; {roles.buggy} on position 0 alone {seen}"
     return line
@@ -143,7 +145,13 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
     header = ["impl", "verdict", "family p", "rejected tests", "carried by", "mean accepted"]
     rows = []
     for r in results:
-        verdict = "ERROR" if r.error else ("REJECTED" if r.rejected else "pass")
+        verdict = (
+            "not judged"
+            if r.not_judged
+            else "ERROR"
+            if r.error
+            else ("REJECTED" if r.rejected else "pass")
+        )
         accepted = "; ".join(
             f"{target}: " + ", ".join(f"{h} {v:.2f}" for h, v in heads.items())
             for target, heads in r.mean_accepted_length.items()
@@ -159,6 +167,7 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
             ]
         )
     notes = [f"  {r.name}: raised {r.error}" for r in results if r.error]
+    notes += [f"  {r.name}: not judged, {r.not_judged}" for r in results if r.not_judged]
     notes += [
         f"  {r.name}: {r.impossible} committed tuples the target gives probability 0"
         for r in results
@@ -281,15 +290,20 @@ def stats_section(
     progress: Progress = no_progress,
     time_limit_s: float | None = None,
     roles: Roles = DEFAULT_ROLES,
+    isolate: bool = False,
 ) -> tuple[Section, OracleRun]:
     """Run the oracle on ``implementations`` (default: fixed and legacy), each held to
-    its role in ``roles``, with ``power`` also legacy's power curve per head kind, and
-    present it as a section."""
+    its role in ``roles`` (with ``isolate``, each in its worker), with ``power`` also
+    legacy's power curve per head kind, and present it as a section."""
     oracle = run_oracle(
-        config, implementations=implementations, progress=progress, time_limit_s=time_limit_s
+        config,
+        implementations=implementations,
+        progress=progress,
+        time_limit_s=time_limit_s,
+        isolate=isolate,
     )
     legacy = oracle.results.get(BUGGY)
-    if power and legacy is not None and legacy.error is None:
+    if power and legacy is not None and legacy.error is None and legacy.not_judged is None:
         oracle.curves = run_power_curves(
             builtin_implementations((BUGGY,))[0],
             problem=oracle.problem,
@@ -316,6 +330,7 @@ def report_stats(
     implementations: Sequence[Implementation] | None = None,
     time_limit_s: float | None = None,
     roles: Roles = DEFAULT_ROLES,
+    isolate: bool = False,
 ) -> tuple[Section, OracleRun]:
     """The statistical part of the main report: ``implementations`` (default: the
     built-ins; plug-ins given with ``--impl`` belong here too) at the default config,
@@ -330,6 +345,7 @@ def report_stats(
         progress=progress,
         time_limit_s=time_limit_s,
         roles=roles,
+        isolate=isolate,
     )
 
 

@@ -41,7 +41,7 @@ from harness.oracles.problem import (
     decode_rows,
 )
 from harness.pipeline.coverage import BoundRow
-from harness.pipeline.runner import time_limit
+from harness.pipeline.runner import RaisedError, guarded_call
 from harness.pipeline.verdicts import Roles, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.progress import Progress, no_progress
@@ -64,6 +64,7 @@ class StatsResult:
     mean_accepted_length: dict[str, dict[str, float]]  # by target, then head kind
     error: str | None = None  # the implementation raised: no verdict on the distribution
     bounds: tuple[DetectionBound, ...] = ()  # per target and position, at this run's rows
+    not_judged: str | None = None  # why it was not judged (the time limit): never a defect
     wall_s: float = field(default=0.0, compare=False)
 
     @property
@@ -72,7 +73,7 @@ class StatsResult:
 
     @property
     def passed(self) -> bool:
-        return self.error is None and not self.rejected
+        return self.error is None and self.not_judged is None and not self.rejected
 
     @property
     def p_value(self) -> float:
@@ -106,6 +107,8 @@ class StatsResult:
 
     def statistical(self) -> Statistical:
         """This result as the lossless verdict takes it."""
+        if self.not_judged is not None:
+            return Statistical(ran=True, not_judged=self.not_judged)
         if self.error is not None:
             return Statistical(ran=True, error=self.error)
         p = None if math.isnan(self.p_value) else self.p_value
@@ -221,6 +224,31 @@ def target_rows(problems: Sequence[StatsProblem]) -> dict[str, int]:
     return {problem.target.name: problem.config.rows for problem in problems}
 
 
+def failed_result(
+    name: str, *, config: StatsConfig, error: RaisedError, wall_s: float = 0.0
+) -> StatsResult:
+    """No verdict on the distribution at ``config`` (every target): ``error`` is the
+    implementation's failure, or, when the time limit stopped it, the reason it was not
+    judged."""
+    return StatsResult(
+        name=name,
+        rows={t.name: config.target_rows(t) for t in config.targets},
+        alpha=config.alpha,
+        family_size=family_size(config),
+        statistics=(),
+        marginals=(),
+        mean_accepted_length={},
+        error=None if error.timed_out else error.summary(),
+        not_judged=f"time limit reached ({error.message})" if error.timed_out else None,
+        wall_s=wall_s,
+    )
+
+
+def oracle_config(problems: Sequence[StatsProblem]) -> StatsConfig:
+    """The config the problems were built from (``build_problems``)."""
+    return problems[0].oracle_config
+
+
 def decode_and_fit(
     implementation: Implementation,
     *,
@@ -243,33 +271,25 @@ def _decode_and_fit(
 ) -> tuple[StatsResult, Decoded | None]:
     config = problems[0].config
     started = time.perf_counter()
-    try:
-        with time_limit(time_limit_s):
-            decoded = {
-                problem.target.name: {
-                    kind: decode_rows(
-                        implementation.sampler_class,
-                        problem=problem,
-                        head_kind=kind,
-                        seed=config.seed,
-                    )
-                    for kind in config.head_kinds
-                }
-                for problem in problems
+    outcome = guarded_call(
+        lambda: {
+            problem.target.name: {
+                kind: decode_rows(
+                    implementation.sampler_class, problem=problem, head_kind=kind, seed=config.seed
+                )
+                for kind in config.head_kinds
             }
-    except Exception as error:  # any failure of the code under test is a recorded result
-        failed = StatsResult(
-            name=implementation.name,
-            rows=target_rows(problems),
-            alpha=config.alpha,
-            family_size=sum(family_size(problem.config) for problem in problems),
-            statistics=(),
-            marginals=(),
-            mean_accepted_length={},
-            error=f"{type(error).__name__}: {error}",
-            wall_s=time.perf_counter() - started,
-        )
-        return failed, None
+            for problem in problems
+        },
+        time_limit_s=time_limit_s,
+        owner=implementation.name,
+    )
+    if outcome.error is not None:
+        wall_s = time.perf_counter() - started
+        return failed_result(
+            implementation.name, config=oracle_config(problems), error=outcome.error, wall_s=wall_s
+        ), None
+    decoded = outcome.returned()
     result = fit_decoded(
         implementation.name,
         decoded=decoded,
@@ -352,9 +372,11 @@ def run_oracle(
     implementations: Sequence[Implementation] | None = None,
     progress: Progress = no_progress,
     time_limit_s: float | None = None,
+    isolate: bool = False,
 ) -> OracleRun:
     """Decode and fit every implementation (default: fixed and legacy) at ``config``;
-    ``time_limit_s`` bounds each implementation's decode (all head kinds)."""
+    ``time_limit_s`` bounds each implementation's decode (every target and head kind);
+    with ``isolate`` each decodes in its worker."""
     problems = build_problems(config)
     chosen = list(implementations) if implementations is not None else default_implementations()
     results: dict[str, StatsResult] = {}
@@ -364,7 +386,16 @@ def run_oracle(
             f"stats: {impl.name} ({len(config.targets)} targets x "
             f"{len(config.head_kinds)} heads) ..."
         )
-        results[impl.name], run = decode_and_fit(impl, problems=problems, time_limit_s=time_limit_s)
+        if isolate:
+            from harness.pipeline.isolation import isolated_decode_and_fit
+
+            results[impl.name], run = isolated_decode_and_fit(
+                impl, config=config, time_limit_s=time_limit_s
+            )
+        else:
+            results[impl.name], run = decode_and_fit(
+                impl, problems=problems, time_limit_s=time_limit_s
+            )
         if run is not None:
             decoded[impl.name] = run
     return OracleRun(config=config, results=results, decoded=decoded, problems=problems)

@@ -41,8 +41,24 @@ FLAG_FIELDS = ("sample_from_anchor", "folded_sampling", "fused_greedy", "confide
 DEVICE_FORM = re.compile(r"cpu|cuda(:[0-9]+)?")
 
 
+STAGED_TEMPERATURE_DTYPE = torch.float32  # ``SamplingInfo`` stages temperatures in it
+DIGITS_SHOWN = 12  # of a number too long to quote whole in a message
+
+
 class CaseError(ValueError):
     """A case (or case file) that does not describe a valid run."""
+
+
+def _temperature(value: float) -> float:
+    """``value`` as a float; an integer too large for one is a ``CaseError``."""
+    try:
+        return float(value)
+    except OverflowError:
+        text = str(value)
+        raise CaseError(
+            f"temperatures must be finite numbers >= 0, got an integer of {len(text)} digits "
+            f"({text[:DIGITS_SHOWN]}...), too large for a float"
+        ) from None
 
 
 def _is_int(value: object) -> bool:
@@ -90,7 +106,7 @@ class Case:
     def __post_init__(self) -> None:
         self.check_types()
         # Normalise sequences so JSON lists and tuples give equal cases.
-        object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
+        object.__setattr__(self, "temperatures", tuple(_temperature(t) for t in self.temperatures))
         object.__setattr__(self, "greedy_rows", tuple(bool(g) for g in self.greedy_rows))
         if self.max_bs == 0:
             object.__setattr__(self, "max_bs", self.bs)
@@ -113,6 +129,11 @@ class Case:
         for name in ("head_kind", "dtype", "name"):
             if not isinstance(getattr(self, name), str):
                 raise CaseError(f"{name} must be a string, got {getattr(self, name)!r}")
+        if not self.name.isprintable():  # a newline could forge a line of the report
+            raise CaseError(
+                f"name must be printable text (no newline, tab or other control character), "
+                f"got {self.name!r}"
+            )
         if not isinstance(self.temperatures, (list, tuple)) or not all(
             isinstance(t, (int, float)) and not isinstance(t, bool) for t in self.temperatures
         ):
@@ -149,6 +170,12 @@ class Case:
         for t in self.temperatures:
             if not math.isfinite(t) or t < 0:
                 raise CaseError(f"temperatures must be finite and >= 0, got {t!r}")
+            if not math.isfinite(float(torch.tensor(t, dtype=STAGED_TEMPERATURE_DTYPE))):
+                raise CaseError(
+                    f"temperatures must fit {STAGED_TEMPERATURE_DTYPE} (the dtype they are "
+                    f"staged in, at most {torch.finfo(STAGED_TEMPERATURE_DTYPE).max:.4g}), "
+                    f"got {t!r}"
+                )
         if self.vocab_padding < 0:
             raise CaseError(f"vocab_padding must be >= 0, got {self.vocab_padding}")
 

@@ -12,23 +12,37 @@ never a crash of the harness; the time limit covers construction, staging and th
 calls. Around each implementation the guards of ``harness.pipeline.guard`` record
 changed inputs and leaked global state, and the next implementation gets both
 pristine.
+
+``guarded_call`` is the one failure boundary: every stage runs implementation code
+(construction, staging, calls) through it, so whatever that code raises is its
+recorded failure and only the harness's own stop requests pass. Outputs are read as
+plain tensors only (``plain_tensor``): a ``torch.Tensor`` subclass, whose operators
+the sampler controls, is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import signal
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
-from harness.pipeline.guard import GlobalState, changed_inputs, input_digests
+from harness.pipeline.guard import (
+    AlarmBackstop,
+    WorldChanges,
+    changed_inputs,
+    implementation_world,
+    input_digests,
+    take_thread_blame,
+)
 from harness.pipeline.interrupts import reraise_stop_request
 from harness.pipeline.observe import (
     DispatchObserver,
@@ -52,6 +66,11 @@ class RaisedError:
 
     def summary(self) -> str:
         return f"{self.type}: {self.message}"
+
+    @property
+    def timed_out(self) -> bool:
+        """The time limit stopped it: not judged, never a defect."""
+        return self.type == CallTimeout.__name__
 
 
 @dataclass
@@ -128,6 +147,7 @@ TOKEN_SENTINEL = -1  # never a token id: shows an unwritten ``out`` entry
 
 
 TIMEOUT_REFIRE_S = 0.5  # a swallowed timeout fires again this often
+BACKSTOP_PERIOD_S = 4 * TIMEOUT_REFIRE_S  # no alarm heard for this long: SIGALRM is lost
 
 
 @contextmanager
@@ -149,19 +169,31 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     assert seconds is not None
     message = f"call exceeded the time limit of {seconds:g} s"
     fired = False
+    # the code may ignore, replace or block SIGALRM: then the backstop raises the timeout
+    backstop = AlarmBackstop(
+        first_s=seconds + BACKSTOP_PERIOD_S, every_s=BACKSTOP_PERIOD_S, exception=CallTimeout
+    )
 
     def on_alarm(signum: int, frame: object) -> None:
         nonlocal fired
         fired = True
+        backstop.heard()
         raise CallTimeout(message)
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
     try:
-        yield
+        with backstop:
+            yield
+    except CallTimeout as error:
+        if error.args:
+            raise
+        fired = True  # the backstop's: SIGALRM did not reach the limit's handler
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+    if backstop.raised:
+        raise CallTimeout(message + " (SIGALRM was ignored, replaced or blocked)")
     if fired:  # the block caught the timeout and carried on: still a timeout
         raise CallTimeout(message + " (the implementation caught the timeout)")
 
@@ -169,12 +201,77 @@ def time_limit(seconds: float | None) -> Iterator[None]:
 def raised_error(error: BaseException) -> RaisedError:
     frames = traceback.extract_tb(error.__traceback__)
     where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
-    return RaisedError(type=type(error).__name__, message=str(error), where=where)
+    try:
+        message = str(error)
+    except BaseException as unprintable:  # its __str__ is implementation code too
+        reraise_stop_request(unprintable)
+        message = f"<unprintable {type(error).__name__}>"
+    return RaisedError(type=type(error).__name__, message=message, where=where)
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Guarded(Generic[T]):
+    """What a guarded call of implementation code gave: its value, or its failure (and
+    the exception itself, for callers that read its traceback or text)."""
+
+    value: T | None = None
+    error: RaisedError | None = None
+    exception: BaseException | None = field(default=None, compare=False)
+    world: list[str] = field(default_factory=list)  # global changes it made (with an owner)
+
+    def returned(self) -> T:
+        """The value of a call that did not fail (check ``error`` first)."""
+        if self.error is not None:
+            raise ValueError(f"the call failed: {self.error.summary()}")
+        return self.value  # type: ignore[return-value]  # T itself may include None
+
+
+def guarded_call(
+    call: Callable[[], T], *, time_limit_s: float | None = None, owner: str | None = None
+) -> Guarded[T]:
+    """Run implementation code under the time limit; anything it raises (``SystemExit``,
+    its own ``KeyboardInterrupt``, a timeout) is its failure. Only the harness's own stop
+    requests (``harness.pipeline.interrupts``) pass, including one it swallowed. With
+    ``owner``, the code runs in ``implementation_world`` (``harness.pipeline.guard``):
+    global state restored, children killed, stdout to stderr; the changes it made are
+    in ``world``."""
+    changes = WorldChanges()
+    try:
+        with contextlib.ExitStack() as stack:
+            if owner is not None:
+                changes = stack.enter_context(implementation_world(owner=owner))
+            stack.enter_context(time_limit(time_limit_s))
+            value = call()
+    except BaseException as error:  # SystemExit too: the implementation failed, go on
+        reraise_stop_request(error)
+        outcome = Guarded[T](error=raised_error(error), exception=error, world=changes.lines)
+    else:
+        outcome = Guarded(value=value, world=changes.lines)
+    reraise_stop_request(None)  # a stop the implementation swallowed still stops the run
+    return outcome
+
+
+def plain_tensor(value: object, *, name: str) -> torch.Tensor | None:
+    """``value`` if it is exactly a ``torch.Tensor``; ``None`` when absent. A subclass
+    decides what its own comparisons say, so it is refused (``OutputError``)."""
+    if value is None:
+        return None
+    if type(value) is not torch.Tensor:
+        raise OutputError(
+            f"{name} must be a plain torch.Tensor, got {type(value).__module__}."
+            f"{type(value).__qualname__}"
+        )
+    return value
 
 
 def _read_buffer(sampler: object, name: str) -> torch.Tensor | None:
     value = getattr(sampler, name, None)
-    return value if isinstance(value, torch.Tensor) else None
+    if value is None or not isinstance(value, torch.Tensor):
+        return None
+    return plain_tensor(value, name=name)
 
 
 def fill_sentinels(sampler: object) -> None:
@@ -317,24 +414,26 @@ def run_implementation(
     and time-limited; with sampled rows, a second staged call in ``second_call``."""
     result = ImplResult(name=implementation.name)
     device = torch.device(case.device)
-    try:
+
+    def construct_and_call() -> None:
         with same_rng_start(device, case.seed), torch.inference_mode():
-            state = GlobalState.capture()  # inside the run's own modes
-            dispatch = DispatchObserver(record_noise=record_noise)
-            with time_limit(time_limit_s), dispatch.in_phase("construction"):
-                sampler = construct_for_case(implementation.sampler_class, case=case, inputs=inputs)
-            fill_sentinels(sampler)
-            _observed_call(
-                sampler,
-                case=case,
-                inputs=inputs,
-                dispatch=dispatch,
-                result=result,
-                time_limit_s=time_limit_s,
-            )
             # A leak undone by the next call (a toggled flag) is still a leak: check each call.
-            result.leaked_state = state.differences(GlobalState.capture())
-            state.restore()
+            with implementation_world(owner=implementation.name) as first_call:
+                dispatch = DispatchObserver(record_noise=record_noise)
+                with time_limit(time_limit_s), dispatch.in_phase("construction"):
+                    sampler = construct_for_case(
+                        implementation.sampler_class, case=case, inputs=inputs
+                    )
+                fill_sentinels(sampler)
+                _observed_call(
+                    sampler,
+                    case=case,
+                    inputs=inputs,
+                    dispatch=dispatch,
+                    result=result,
+                    time_limit_s=time_limit_s,
+                )
+            result.leaked_state = first_call.lines
             if case.has_sampled_rows:
                 second = ImplResult(name=implementation.name)
                 fill_sentinels(sampler)
@@ -347,10 +446,8 @@ def run_implementation(
                     time_limit_s=time_limit_s,
                 )
                 result.second_call = second
-    except BaseException as error:  # SystemExit too: the implementation failed, go on
-        reraise_stop_request(error)
-        result.error = raised_error(error)
-    reraise_stop_request(None)  # a stop the implementation swallowed still stops the run
+
+    result.error = guarded_call(construct_and_call).error
     return result
 
 
@@ -379,8 +476,7 @@ def run_guarded(
     and after (changes land in ``mutated_inputs``), and the global state is restored
     afterwards (changes land in ``leaked_state``)."""
     before_inputs = input_digests(inputs)
-    before_state = GlobalState.capture()
-    try:
+    with implementation_world(owner=implementation.name) as world:
         result = run_implementation(
             implementation,
             case=case,
@@ -388,10 +484,7 @@ def run_guarded(
             record_noise=record_noise,
             time_limit_s=time_limit_s,
         )
-    finally:
-        after_state = GlobalState.capture()
-        before_state.restore()
-    leaks = [*result.leaked_state, *before_state.differences(after_state)]
+    leaks = [*result.leaked_state, *world.lines]
     result.leaked_state = list(dict.fromkeys(leaks))  # once each, in order
     result.mutated_inputs = changed_inputs(before_inputs, input_digests(inputs))
     return result
@@ -408,16 +501,16 @@ def run_case(
     """Run every implementation on the case from the same RNG start, each on pristine
     inputs and global state; the run holds pristine inputs for the checks.
 
-    With ``isolate`` each implementation runs in a worker process
+    With ``isolate`` each implementation runs in its trust domain's worker process
     (``harness.pipeline.isolation``), so even a crash of the process is its result.
     """
     inputs = build_inputs(case)
     results = {}
     for impl in implementations:
         if isolate:
-            from harness.pipeline.isolation import worker_pool
+            from harness.pipeline.isolation import worker_for
 
-            results[impl.name] = worker_pool().run(
+            results[impl.name] = worker_for(impl).run(
                 impl, case=case, record_noise=record_noise, time_limit_s=time_limit_s
             )
             continue
@@ -427,5 +520,7 @@ def run_case(
         if result.mutated_inputs:  # generated from the seed on the CPU: rebuilding is exact
             inputs = build_inputs(case)
         results[impl.name] = result
+        for name, earlier in results.items():  # its threads may have acted in later calls
+            earlier.leaked_state += take_thread_blame(name)
     block = case_block(case, inputs)
     return CaseRun(case=case, inputs=inputs, block=block, results=results)

@@ -274,6 +274,8 @@ def _role(name: str, roles: Roles) -> tuple[str, str]:
 def _statistical_cell(statistical: Statistical) -> str:
     if not statistical.ran:
         return "not run"
+    if statistical.not_judged is not None:
+        return "not judged"
     if statistical.error is not None:
         return "raised"
     return "REJECTED" if statistical.rejected else "pass"

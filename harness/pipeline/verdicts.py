@@ -45,16 +45,19 @@ class Statistical:
     p_value: float | None = None
     carried_by: str = ""
     error: str | None = None
+    not_judged: str | None = None  # it ran out of time: no verdict either way
     not_ruled_out: str = ""  # after a pass: the smallest defect it would have seen
 
     @property
     def failed(self) -> bool:
-        """Rejected, or raised before it could judge: either way not shown lossless."""
+        """Rejected, raised or not judged: either way not shown lossless."""
         return self.ran and (self.rejected is not False)
 
     def describe(self) -> str:
         if not self.ran:
             return "statistical oracle not run"
+        if self.not_judged is not None:
+            return f"not judged by the statistical oracle: {self.not_judged}"
         if self.error is not None:
             return f"statistical oracle could not judge it: {self.error}"
         p = "nan" if self.p_value is None else f"{self.p_value:.3g}"
@@ -76,6 +79,7 @@ class Statistical:
             "p_value": self.p_value,
             "carried_by": self.carried_by,  # target/head/group/test of each rejection
             "error": self.error,
+            "not_judged": self.not_judged,
             "not_ruled_out": self.not_ruled_out,
         }
 
@@ -119,7 +123,7 @@ class Verdict:
         """Why it is not lossless (else not drop-in): the first such failure, or the
         statistical oracle's rejection when no lossless check failed."""
         wanted = "lossless" if not self.lossless else "drop_in"
-        if wanted == "lossless" and not any(f[2] == wanted for f in self.failures):
+        if wanted == "lossless" and not self.lossless_failures():
             return self.statistical.describe()
         for label, check, tier, detail in self.failures:
             if tier == wanted:
@@ -147,7 +151,13 @@ class Verdict:
             return "lossless and drop-in"
         if self.lossless:
             return f"lossless; not drop-in: {self.reason}"
+        if self.statistical.not_judged is not None and not self.lossless_failures():
+            return f"not judged: {self.reason}"  # out of time is no defect
         return f"NOT lossless: {self.reason}"
+
+    def lossless_failures(self) -> bool:
+        """Whether a lossless check failed on some case."""
+        return any(f[2] == "lossless" for f in self.failures)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -10,6 +10,9 @@ other sampler joins with ``--impl``:
   (``harness.plugins.protocol.BlockSamplerFunction``), wrapped into a sampler.
 
 Every class is bound against its constructor once, here, before the first case.
+Under ``--isolate`` a plug-in is loaded in its worker only
+(``harness.pipeline.isolation.worker_only``); the judge holds a ``WorkerOnlySampler``
+in its place.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ import inspect
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fixed import DsparkDraftSampler as FixedSampler
+from harness.pipeline.guard import import_world
 from harness.plugins.construct import REQUIRED_KEYWORDS, bind_constructor
 from harness.plugins.errors import ImplementationError
 from harness.plugins.functional import functional_sampler_class
@@ -40,6 +45,7 @@ __all__ = [
     "REQUIRED_CONSTRUCTOR_KEYWORDS",
     "Implementation",
     "ImplementationError",
+    "WorkerOnlySampler",
     "builtin_implementations",
     "check_sampler_class",
     "parse_impl_spec",
@@ -64,6 +70,8 @@ class Implementation:
     ``import_surface``: which ``sglang`` its module was given (``"harness"``: ours,
     ``"sglang"``: the real one, ``None``: it imports none). ``kind``: ``"class"`` or
     ``"function"`` (a block sampler function wrapped into ``sampler_class``).
+    ``convention``: its constructor convention as its worker found it (``None``: read
+    from ``sampler_class``).
     """
 
     name: str
@@ -71,6 +79,7 @@ class Implementation:
     spec: str
     import_surface: str | None = None
     kind: str = "class"
+    convention: str | None = None
 
     def provenance(self) -> dict[str, Any]:
         """Where the sampler came from and how it is called, as plain JSON for reports."""
@@ -79,8 +88,29 @@ class Implementation:
             "spec": self.spec,
             "kind": self.kind,
             "import_surface": self.import_surface,
-            "convention": bind_constructor(self.sampler_class).convention,
+            "convention": self.convention or bind_constructor(self.sampler_class).convention,
         }
+
+
+class WorkerOnlySampler:
+    """Stands in the judge for a plug-in loaded in its worker only (``--isolate``).
+
+    ``spec`` names it and ``source`` is its file, digested for the fingerprint. It is
+    never constructed in the judge: a stage that tried would record this failure
+    instead of importing the plug-in.
+    """
+
+    spec: str = ""
+    source: Path | None = None
+
+    def __init__(self, **kwargs: Any) -> None:
+        raise ImplementationError(f"--impl {self.spec}: loaded in its worker only (--isolate)")
+
+    def stage_sampling_params(self, *, bs: int, sampling_info: Any) -> None:
+        raise ImplementationError(f"--impl {self.spec}: loaded in its worker only (--isolate)")
+
+    def __call__(self, hidden_states: Any, input_ids: Any) -> None:
+        raise ImplementationError(f"--impl {self.spec}: loaded in its worker only (--isolate)")
 
 
 def builtin_implementations(
@@ -122,20 +152,44 @@ def _split_target(text: str, target: str) -> tuple[str, str, bool]:
     return left, attribute, False
 
 
-def parse_impl_spec(text: str) -> Implementation:
-    """An ``--impl`` spec -> a loaded, constructor-checked implementation."""
+def file_module_name(name: str) -> str:
+    """The module a file plug-in named ``name`` is loaded as: two names with the same
+    module (``a-b`` and ``a_b``) cannot both take part."""
+    return f"dspark_impl_{name.replace('-', '_')}"
+
+
+def split_impl_spec(text: str) -> tuple[str, str, str, bool]:
+    """``(name, module or path, attribute, is_file)`` of an ``--impl`` spec; nothing loaded."""
+    if not text.isprintable():  # it is quoted in reports: a newline could forge a line
+        raise ImplementationError(
+            f"--impl must be printable text (no newline, tab or other control character), "
+            f"got {text!r}"
+        )
     name, sep, target = text.partition("=")
     if not sep or not name or not target:
         raise ImplementationError(_bad_form(text))
+    return (name, *_split_target(text, target))
+
+
+def check_impl_name(name: str) -> None:
+    """Refuse an ``--impl`` name that is not a plain word or is a built-in's."""
     if not name.replace("_", "").replace("-", "").isalnum():
         raise ImplementationError(f"--impl name must be letters, digits, '-' or '_', got {name!r}")
     if name in BUILTIN_IMPLEMENTATIONS:
         raise ImplementationError(f"--impl name {name!r} is taken by a built-in implementation")
-    where, attribute, is_file = _split_target(text, target)
+
+
+def parse_impl_spec(text: str) -> Implementation:
+    """An ``--impl`` spec -> a loaded, constructor-checked implementation."""
+    name, where, attribute, is_file = split_impl_spec(text)
+    check_impl_name(name)
     if not is_file:
-        return _implementation(name, import_named_module(where, spec=text), where, attribute, text)
-    module_name = f"dspark_impl_{name.replace('-', '_')}"
-    loaded = load_source_file(where, module_name=module_name, spec=text)
+        with import_world(owner=name):
+            loaded = import_named_module(where, spec=text)
+        return _implementation(name, loaded, where, attribute, text)
+    module_name = file_module_name(name)
+    with import_world(owner=name):
+        loaded = load_source_file(where, module_name=module_name, spec=text)
     try:
         return _implementation(name, loaded, where, attribute, text)
     except ImplementationError:
@@ -171,8 +225,11 @@ def _implementation(
     )
 
 
-def select_implementations(names: Sequence[str], specs: Sequence[str]) -> list[Implementation]:
-    """Built-in implementations by name, then every ``--impl`` spec."""
+def select_implementations(
+    names: Sequence[str], specs: Sequence[str], *, isolate: bool = False
+) -> list[Implementation]:
+    """Built-in implementations by name, then every ``--impl`` spec (with ``isolate``,
+    loaded in its own worker only)."""
     unknown = [n for n in names if n not in BUILTIN_IMPLEMENTATIONS]
     if unknown:
         raise ImplementationError(
@@ -180,11 +237,27 @@ def select_implementations(names: Sequence[str], specs: Sequence[str]) -> list[I
             f"expected some of {list(BUILTIN_IMPLEMENTATIONS)}"
         )
     implementations = builtin_implementations(tuple(names))
+    modules: dict[str, str] = {}  # file_module_name -> the --impl name that has it
     for spec in specs:
-        extra = parse_impl_spec(spec)
-        if extra.name in {i.name for i in implementations}:
-            raise ImplementationError(f"--impl name {extra.name!r} given twice")
-        implementations.append(extra)
+        name = spec.partition("=")[0]
+        if not name:
+            continue  # parse_impl_spec names the form expected
+        taken = modules.get(file_module_name(name))
+        if taken == name:
+            raise ImplementationError(f"--impl name {name!r} given twice")
+        if taken is not None:  # one module for both: the second would replace the first
+            raise ImplementationError(
+                f"--impl names {taken!r} and {name!r} differ only in '-' against '_'; "
+                "expected names that stay distinct with '-' read as '_'"
+            )
+        modules[file_module_name(name)] = name
+    for spec in specs:
+        if isolate:
+            from harness.pipeline.isolation import worker_only
+
+            implementations.append(worker_only(spec))
+        else:
+            implementations.append(parse_impl_spec(spec))
     return implementations
 
 

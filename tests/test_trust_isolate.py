@@ -1,0 +1,238 @@
+"""One failure boundary, and ``--isolate`` as a real boundary: whatever a sampler raises
+in any stage is its recorded failure; under ``--isolate`` plug-in code runs only in its
+worker, results cross as plain tensors, and journal records carry a keyed digest."""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.cli import main
+from harness.io.journal import key_path
+from harness.pipeline import isolation
+from harness.pipeline.case import make_case
+from harness.pipeline.compare import evaluate_run
+from harness.pipeline.runner import run_case
+from harness.plugins.implementations import Implementation, builtin_implementations
+from tests.helpers import REPO_ROOT, subprocess_env
+from tests.plugins import untrusted_samplers
+
+PLANTED = "tests.plugins.untrusted_samplers"
+HOSTILE_FILE = "tests/plugins/hostile/tampers_with_the_judge.py"
+CORRECT_FILE = "tests/plugins/upstream/dspark_after_fix.py"
+CASE = make_case(bs=2, gamma=3, vocab_size=33, hidden_size=8, markov_rank=4, seed=3)
+SMALL_STATS = ["--rows", "300", "--rounds", "2", "--heads", "vanilla"]
+
+
+@pytest.fixture(autouse=True)
+def _own_journal_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test keeps its journal key in its own cache folder."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def _case_args(tmp_path: Path, count: int = 2) -> list[str]:
+    paths = []
+    for seed in range(count):
+        path = tmp_path / f"case{seed}.json"
+        make_case(bs=2, gamma=3, vocab_size=33, hidden_size=8, markov_rank=4, seed=seed).save(path)
+        paths += ["--case", str(path)]
+    return paths
+
+
+def _harness(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        cwd=REPO_ROOT,
+        env=subprocess_env(XDG_CACHE_HOME=str(cache)),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def test_under_isolate_a_plugin_tampering_at_import_and_at_exit_cannot_make_a_pass(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    argv = ["compare", *_case_args(tmp_path), "--only", "reference,fixed", "--isolate"]
+    done = _harness(*argv, "--impl", f"bad={HOSTILE_FILE}", "--out-dir", str(out), cache=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "VERDICT: FAIL" in (out / "compare.txt").read_text()
+    report = json.loads((out / "compare.json").read_text())
+    assert not report["ok"] and len(report["cases"]) == 2
+    assert not report["verdicts"]["implementations"]["bad"]["lossless"]
+    assert report["verdicts"]["implementations"]["fixed"]["lossless"]
+
+
+def test_under_isolate_a_correct_file_plugin_passes_and_is_never_imported_by_the_judge(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["compare", *_case_args(tmp_path), "--only", "reference,fixed", "--isolate"]
+    argv += ["--impl", f"only_there={CORRECT_FILE}", "--out-dir", str(tmp_path / "out")]
+    assert main(argv) == 0
+    stdout = capsys.readouterr().out
+    assert "[ok] only_there: clean on 2/2 cases — lossless and drop-in" in stdout
+    assert "in-process" not in stdout
+    assert "dspark_impl_only_there" not in sys.modules
+
+
+def test_in_process_the_report_says_plugin_code_shares_the_judge(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["compare", *_case_args(tmp_path, 1), "--only", "reference,fixed"]
+    argv += ["--impl", f"mine={PLANTED}:SlowSampler", "--out-dir", str(tmp_path / "out")]
+    assert main(argv) == 0
+    assert "in-process: plug-in code shares the judge" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_tensor_subclass_outputs_are_refused_with_or_without_isolate(isolate: bool) -> None:
+    subclass = Implementation("subclass", untrusted_samplers.TensorSubclassSampler, "tests")
+    run = run_case(CASE, [*builtin_implementations(), subclass], isolate=isolate)
+    error = run.results["subclass"].error
+    assert error is not None and error.type == "OutputError"
+    assert "plain torch.Tensor" in error.message
+    for result in run.results.values():
+        assert result.tokens is None or type(result.tokens) is torch.Tensor
+    verdict = evaluate_run(run, require_observable=False)
+    assert verdict.failed_checks("subclass")
+    assert not verdict.failed_checks("fixed")
+
+
+def _without_timing(path: Path) -> dict:
+    report = json.loads(path.read_text())
+    del report["timing"]  # wall times
+    return report
+
+
+def test_an_edited_journal_record_is_recomputed_on_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    argv = ["compare", *_case_args(tmp_path), "--only", "reference,fixed,legacy"]
+    argv += ["--out-dir", str(out)]
+    assert main(argv) == 0
+    fresh = _without_timing(out / "compare.json")
+    key = key_path()
+    assert key.is_file() and out not in key.parents
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    journal = out / "compare.cases.jsonl"
+    lines = journal.read_text().splitlines()
+    record = json.loads(lines[0])
+    record["implementations"]["legacy"]["checks"] = []  # hide legacy's failures
+    lines[0] = json.dumps(record, sort_keys=True)
+    journal.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main([*argv, "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert "1 finished case record(s) will be recomputed: their keyed digest does not match" in err
+    assert _without_timing(out / "compare.json") == fresh
+
+
+TIMING = ["work", "--timing", "--repeats", "1", "--hidden-size", "64", "--no-callgrind"]
+
+
+@pytest.mark.parametrize(
+    ("command", "sampler"),
+    [
+        (["report", "--no-work"], "SystemExitSampler"),
+        (["report", "--no-work"], "SystemExitAtStatsSizeSampler"),
+        (["stats", *SMALL_STATS], "SystemExitSampler"),
+        (["stats", *SMALL_STATS], "SystemExitAtStatsSizeSampler"),
+        ([*TIMING, "--pair", "planted,fixed"], "SystemExitSampler"),
+        ([*TIMING, "--isolate", "--pair", "planted,fixed"], "SystemExitSampler"),
+    ],
+    ids=[
+        "report",
+        "report-at-stats-size",
+        "stats",
+        "stats-at-stats-size",
+        "timing",
+        "timing-isolate",
+    ],
+)
+def test_a_system_exit_zero_sampler_makes_every_command_exit_1_with_a_complete_report(
+    command: list[str], sampler: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    argv = [*command, "--impl", f"planted={PLANTED}:{sampler}", "--out-dir", str(out)]
+    code = main(argv)
+    capsys.readouterr()
+    report = json.loads((out / f"{command[0]}.json").read_text())
+    assert code == 1 and not report["ok"]
+    assert report["sections"], "the report has its sections"
+    text = (out / f"{command[0]}.txt").read_text()
+    assert "VERDICT: FAIL" in text and "SystemExit" in text
+
+
+def test_a_slow_sampler_that_reaches_the_time_limit_in_the_oracle_is_not_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    argv = ["stats", *SMALL_STATS, "--time-limit", "1"]
+    argv += ["--impl", f"slow={PLANTED}:SlowAtStatsSizeSampler", "--out-dir", str(out)]
+    assert main(argv) == 1
+    stdout = capsys.readouterr().out
+    assert "slow not judged (time limit reached" in stdout
+    assert "slow REJECTED" not in stdout and "slow raised" not in stdout
+    section = json.loads((out / "stats.json").read_text())["sections"][0]
+    result = section["data"]["results"]["slow"]
+    assert result["error"] is None and "time limit" in result["not_judged"]
+
+
+def test_a_segfaulting_sampler_under_report_isolate_gives_a_complete_report_and_exit_1(
+    tmp_path: Path,
+) -> None:
+    """It segfaults at the oracle's batch size only: the stage that ran in process before."""
+    out = tmp_path / "out"
+    impl = f"planted={PLANTED}:SegfaultAtStatsSizeSampler"
+    done = _harness("report", "--isolate", "--impl", impl, "--out-dir", str(out), cache=tmp_path)
+    assert done.returncode == 1, done.stderr
+    report = json.loads((out / "report.json").read_text())
+    titles = [s["title"] for s in report["sections"]]
+    assert any("statistical" in t.lower() for t in titles), titles
+    assert any("work" in t.lower() for t in titles), titles
+    planted = report["verdicts"]["implementations"]["planted"]
+    assert not planted["lossless"]
+    assert "WorkerDied" in planted["statistical"]["error"]
+    assert "SIGSEGV" in planted["statistical"]["error"]
+    assert report["verdicts"]["implementations"]["fixed"]["lossless"]
+
+
+def test_a_worker_is_told_neither_the_out_dir_nor_the_journal_key(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    argv = ["compare", *_case_args(tmp_path, 1), "--only", "reference,fixed", "--isolate"]
+    argv += ["--impl", f"nosy={PLANTED}:CommandLineSampler", "--out-dir", str(out)]
+    done = _harness(*argv, cache=tmp_path / "cache")
+    assert done.returncode == 1, done.stderr
+    error = json.loads((out / "compare.json").read_text())["cases"][0]["implementations"]
+    message = error["nosy"]["error"]["message"]
+    assert message.startswith("argv:") and str(out) not in message and "journal" not in message
+
+
+def test_answers_cross_as_plain_data_and_plain_tensors_only() -> None:
+    tensors = [
+        torch.arange(5),
+        torch.tensor([True, False]),
+        torch.randn(2, 3).to(torch.bfloat16),
+        torch.empty(0, 3),
+        torch.tensor(3.5),
+    ]
+    for tensor in tensors:
+        back = isolation.from_wire(pickle.loads(pickle.dumps(isolation.to_wire(tensor))))
+        assert type(back) is torch.Tensor and back.dtype == tensor.dtype
+        assert torch.equal(back, tensor)
+    with pytest.raises(isolation.WireError, match=r"not a plain torch\.Tensor"):
+        isolation.to_wire(torch.zeros(2).as_subclass(untrusted_samplers.AlwaysEqualTensor))
+    with pytest.raises(pickle.UnpicklingError, match="refused"):  # a class reference
+        isolation._DataOnly(io.BytesIO(pickle.dumps(torch.arange(3)))).load()
+    with pytest.raises(isolation.WireError, match="may not cross"):
+        isolation.from_wire({"\0dataclass": "Popen", "args": ["sh"]})

@@ -1,0 +1,213 @@
+"""Blame the right one and restore the world: what implementation code changes in the
+process (umask, signal handlers, memory limits, child processes, stdout, a background
+thread's later changes) is that implementation's failure, undone before the next one
+runs, and never turns into another implementation's failure or a broken report."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.pipeline.case import make_case
+from harness.pipeline.compare import evaluate_run
+from harness.pipeline.guard import current_umask
+from harness.pipeline.runner import run_case
+from harness.plugins.implementations import Implementation, builtin_implementations
+from tests.helpers import REPO_ROOT, subprocess_env
+from tests.plugins import untrusted_samplers
+
+CASE = make_case(
+    bs=3,
+    gamma=4,
+    vocab_size=48,
+    hidden_size=8,
+    markov_rank=4,
+    greedy_rows=(False, True, False),
+    confidence=True,
+    seed=5,
+)
+PLANTED = "tests.plugins.untrusted_samplers"
+PLUGINS = REPO_ROOT / "tests" / "plugins"
+STOP_ATTEMPTS, STOP_WAIT_S = 20, 5.0
+
+
+def _failed(sampler_class: type | None, *, case=CASE, **options: object) -> dict[str, dict]:
+    """Failed checks by implementation, with the planted one (if any) run first."""
+    planted = [] if sampler_class is None else [Implementation("planted", sampler_class, "tests")]
+    run = run_case(case, [*planted, *builtin_implementations()], **options)  # type: ignore[arg-type]
+    verdict = evaluate_run(run, require_observable=False)
+    return {n: {c.name: c.detail for c in verdict.failed_checks(n)} for n in verdict.checks}
+
+
+def _errors(sampler_class: type, **options: object) -> dict[str, str | None]:
+    planted = Implementation("planted", sampler_class, "tests")
+    run = run_case(CASE, [planted, *builtin_implementations()], **options)  # type: ignore[arg-type]
+    return {n: (r.error.type if r.error else None) for n, r in run.results.items()}
+
+
+@pytest.mark.parametrize(
+    ("sampler_class", "leak"),
+    [
+        (untrusted_samplers.UmaskChangingSampler, "umask "),
+        (untrusted_samplers.TerminationIgnoringSampler, "SIGTERM handler "),
+    ],
+)
+def test_a_changed_umask_or_signal_handler_is_blamed_and_restored(
+    sampler_class: type, leak: str
+) -> None:
+    umask, handler = current_umask(), signal.getsignal(signal.SIGTERM)
+    failed = _failed(sampler_class)
+    assert failed["planted"]["state_restored"].startswith(f"changed global state: {leak}")
+    assert failed["reference"] == failed["fixed"] == {}
+    assert (current_umask(), signal.getsignal(signal.SIGTERM)) == (umask, handler)
+
+
+@pytest.fixture
+def background_thread() -> Iterator[None]:
+    """Stops the planted thread after the test and removes what it set."""
+    untrusted_samplers.stop_background_threads.clear()
+    untrusted_samplers.ThreadEnvironmentLeakingSampler.thread = None
+    try:
+        yield
+    finally:
+        untrusted_samplers.stop_background_threads.set()
+        thread = untrusted_samplers.ThreadEnvironmentLeakingSampler.thread
+        if thread is not None:
+            thread.join(timeout=30)
+        os.environ.pop(untrusted_samplers.THREAD_LEAK_VARIABLE, None)
+
+
+@pytest.mark.usefixtures("background_thread")
+def test_a_background_threads_change_is_blamed_on_the_plugin_that_left_it() -> None:
+    legacy_alone = _failed(None)["legacy"]
+    failed = _failed(untrusted_samplers.ThreadEnvironmentLeakingSampler)
+    blamed = failed["planted"]["state_restored"]
+    assert untrusted_samplers.THREAD_LEAK_VARIABLE in blamed
+    assert failed["reference"] == failed["fixed"] == {}
+    assert failed["legacy"] == legacy_alone  # its own bug, no more
+
+
+def test_a_child_process_left_by_a_call_is_killed_and_reported() -> None:
+    untrusted_samplers.ChildLeavingSampler.children.clear()
+    failed = _failed(untrusted_samplers.ChildLeavingSampler)
+    children = untrusted_samplers.ChildLeavingSampler.children
+    assert children
+    for child in children:
+        assert child.poll() is not None  # killed and reaped
+        assert (
+            f"left child process {child.pid} (sleep) running; it was killed"
+            in (failed["planted"]["state_restored"])
+        )
+    assert failed["reference"] == failed["fixed"] == {}
+
+
+def test_a_lowered_address_space_limit_is_the_plugins_failure_not_fixeds() -> None:
+    # V=2^16: each later implementation's logits need far more than the 16 MiB left
+    case = CASE.with_changes(vocab_size=1 << 16, hidden_size=64, markov_rank=16)
+    limit = resource.getrlimit(resource.RLIMIT_AS)
+    try:
+        failed = _failed(untrusted_samplers.AddressSpaceLimitingSampler, case=case)
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, limit)  # whatever happened, for the suite
+    assert failed["planted"]["state_restored"].startswith(
+        "changed global state: address-space limit"
+    )
+    assert failed["reference"] == failed["fixed"] == {}
+
+
+def test_a_plugin_that_ignores_sigalrm_still_meets_the_time_limit() -> None:
+    handler = signal.getsignal(signal.SIGALRM)
+    started = time.monotonic()
+    errors = _errors(untrusted_samplers.AlarmIgnoringSampler, time_limit_s=0.5)
+    assert time.monotonic() - started < untrusted_samplers.HANG_BOUND_S  # stopped, not done
+    assert errors["planted"] == "CallTimeout"
+    assert errors["reference"] is errors["fixed"] is None
+    assert signal.getsignal(signal.SIGALRM) == handler
+
+
+def _compare(
+    *args: str, cwd: Path = REPO_ROOT, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", "compare", *args],
+        cwd=cwd,
+        env=env or subprocess_env(PYTHONPATH=str(REPO_ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _one_case(tmp_path: Path) -> list[str]:
+    path = tmp_path / "case.json"
+    make_case(bs=2, gamma=3, vocab_size=33, hidden_size=8, markov_rank=4).save(path)
+    return ["--case", str(path)]
+
+
+def test_a_sampler_that_prints_leaves_json_stdout_valid(tmp_path: Path) -> None:
+    impl = f"chatty={PLANTED}:PrintingSampler"
+    done = _compare(*_one_case(tmp_path), "--impl", impl, "--json", "--out-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ok"] is True  # stdout is the report alone
+    for said in ("sampler says hello", "sys.__stdout__", "fd 1"):
+        assert said in done.stderr
+
+
+def test_a_sampler_that_closes_stdout_is_no_traceback(tmp_path: Path) -> None:
+    impl = f"closer={PLANTED}:StdoutClosingSampler"
+    done = _compare(*_one_case(tmp_path), "--impl", impl, "--json", "--out-dir", str(tmp_path))
+    assert "Traceback" not in done.stderr
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ok"] is True
+
+
+def test_a_chdir_at_import_does_not_move_a_relative_out_dir(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = subprocess_env(PYTHONPATH=str(REPO_ROOT), DSPARK_CHDIR_TO=str(elsewhere))
+    impl = f"mover={PLUGINS / 'chdir_at_import.py'}"
+    done = _compare(*_one_case(tmp_path), "--impl", impl, "--out-dir", "out", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "compare.json").is_file()
+    assert not (elsewhere / "out").exists()
+
+
+def test_a_plugin_that_ignores_sigterm_does_not_make_the_harness_unkillable(
+    tmp_path: Path,
+) -> None:
+    impl = f"stubborn={PLUGINS / 'ignores_sigterm.py'}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "harness", "compare", "--impl", impl, "--out-dir", str(tmp_path)],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    try:
+        for line in process.stderr:  # the plug-in has been imported and run once
+            if line.startswith("[2/"):
+                break
+        # a SIGTERM that lands while the plug-in's own code runs is lost: send until one lands
+        for _ in range(STOP_ATTEMPTS):
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=STOP_WAIT_S)  # a second one during the exit would kill it
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        assert process.wait(timeout=60) == 143
+        assert "interrupted by SIGTERM" in process.stderr.read()
+    finally:
+        process.kill()
+        process.wait(timeout=60)
