@@ -78,6 +78,7 @@ def _wire_types() -> dict[str, type[Any]]:
     from harness.measure.counters import CallCost
     from harness.measure.timing import PairedTimes
     from harness.oracles.fits import Marginal, Statistic
+    from harness.oracles.power import DetectionBound
     from harness.oracles.stats import StatsResult
     from reference.verifier import DecodeResult
 
@@ -90,6 +91,7 @@ def _wire_types() -> dict[str, type[Any]]:
         StatsResult,
         Statistic,
         Marginal,
+        DetectionBound,
         DecodeResult,
         PluginDescription,
         PairedTimes,
