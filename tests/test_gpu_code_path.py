@@ -37,6 +37,7 @@ from harness.gpu.graphs import (
 from harness.pipeline.case import Case, build_inputs
 from harness.pipeline.matrix import standard_matrix
 from harness.plugins.implementations import Implementation, builtin_implementations
+from harness.render.sections import render_blocks
 from tests.helpers import REPO_ROOT, subprocess_env
 from tests.plugins.broken_samplers import HalfWritingSampler, StaleCorrectedSampler
 
@@ -374,7 +375,7 @@ def test_sampler_times_alternate_and_cover_both_executions_and_modes() -> None:
             assert min(paired.legacy_s + paired.fixed_s) > 0
     data = times.to_json()
     assert data["clock"] == "host wall clock" and data["case"]["vocab_size"] == 300
-    text = gpu_figures.format_sampler_times(times)
+    text = render_blocks(gpu_figures.sampler_time_blocks(times), fmt="text")
     assert "walk-only (lm_head precomputed)" in text and "graph" in text
 
 

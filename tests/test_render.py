@@ -84,3 +84,45 @@ def test_a_note_goes_before_the_evidence_in_text_and_markdown() -> None:
     text_only = Section("ledger", ok=True, verdict="", text="x  y")
     text_only.prepend("read me first")
     assert text_only.text == "read me first\nx  y"
+
+
+def _power_curves(heads: tuple[str, ...]) -> list[dict[str, object]]:
+    """Curves of heads whose measured points coincide (every head rejects at every size)."""
+    points = [{"rows": rows, "empirical_power": 1.0, "predicted_power": 0.99} for rows in (8, 64)]
+    return [
+        {"head": head, "name": "legacy", "level": 1e-6, "target_power": 0.9, "points": points}
+        for head in heads
+    ]
+
+
+def test_the_report_embeds_its_power_figure_in_markdown(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the figure needs the plot extra")
+    stats = Section(
+        "Statistical oracle",
+        ok=True,
+        verdict="fine",
+        text="rows  p\n8     0.5",
+        data={"power_curves": _power_curves(("vanilla",))},
+    )
+    write_power_plot(tmp_path, [stats], progress=lambda message: None)
+    markdown = render_markdown(heading="h", sections=[stats])
+    assert "](report-power.png)" in markdown and markdown.count("![") == 1
+    assert "```\nrows  p\n8     0.5\n```" in markdown  # the evidence keeps its layout
+    assert "figure: report-power.png" in stats.text
+    assert (tmp_path / "report-power.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_coinciding_measured_points_of_the_power_figure_stay_visible(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    figure_module = pytest.importorskip("matplotlib.figure", reason="needs the plot extra")
+    from harness.oracles import section as stats_section
+
+    drawn = figure_module.Figure()
+    monkeypatch.setattr(stats_section, "render_png", lambda draw, size: draw(drawn))
+    stats_section.power_curves_png(_power_curves(("vanilla", "gated", "rnn")))
+    measured = [line for line in drawn.axes[0].lines if "measured" in str(line.get_label())]
+    assert len(measured) == 3
+    assert all(line.get_markerfacecolor() == "none" for line in measured)  # hollow
+    assert len({line.get_marker() for line in measured}) == 3
+    assert len({line.get_markersize() for line in measured}) == 3  # nested, none hidden

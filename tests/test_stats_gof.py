@@ -67,11 +67,12 @@ def test_noncentral_tail_reduces_to_the_central_one_and_grows_with_noncentrality
     assert tails == sorted(tails) and tails[-1] > 0.99
 
 
-def test_pearson_p_value_is_the_textbook_statistic() -> None:
+def test_pearson_fit_of_one_stratum_is_the_textbook_statistic() -> None:
     observed = torch.tensor([30.0, 20.0, 25.0, 25.0])
     probs = torch.full((4,), 0.25, dtype=torch.float64)
     _, p = scipy_stats.chisquare(observed.numpy(), (observed.sum() * probs).numpy())
-    assert gof.pearson_p_value(observed, probs) == pytest.approx(float(p), rel=REL)
+    fit = gof.pearson_fit(observed.unsqueeze(0), expected_probs=probs.unsqueeze(0))
+    assert fit.p_value == pytest.approx(float(p), rel=REL)
 
 
 # -- merging and strata ---------------------------------------------------------------------------

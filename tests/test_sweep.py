@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from harness.io.files import load_records
 from harness.measure import sweep
 from tests.helpers import REPO_ROOT, subprocess_env
 
@@ -77,7 +78,7 @@ def test_a_torn_last_line_is_dropped_and_its_point_recomputed(tmp_path: Path) ->
     path = tmp_path / sweep.POINTS_FILE
     good = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(b"".join(good[:2]) + good[2][: len(good[2]) // 2])  # killed mid-write
-    points, dropped = sweep.load_points(path, repair=False)
+    points, dropped = load_records(path, schema=sweep.POINT_SCHEMA, repair=False)
     assert len(points) == 2 and dropped == len(good[2]) // 2
     messages: list[str] = []
     calls.clear()
@@ -94,8 +95,8 @@ def test_a_bad_line_before_the_last_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / sweep.POINTS_FILE
     lines = path.read_text().splitlines(keepends=True)
     path.write_text(lines[0] + "not json\n" + lines[2])
-    with pytest.raises(sweep.SweepError, match=":2: not a sweep point"):
-        sweep.load_points(path, repair=True)
+    with pytest.raises(sweep.SweepError, match=":2: not a point"):
+        sweep.run_sweep(TINY, out_dir=tmp_path, measure=fake_measure(calls))
 
 
 def test_no_resume_starts_over(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fixed import DsparkDraftSampler as FixedSampler
-from harness.oracles.gof import pearson_p_value
+from harness.oracles.gof import pearson_fit
 from reference import ReferenceDraftSampler, SamplingInfo, ToyDraftModel, make_toy_draft_model
 from reference.target_model import MarkovTargetModel, make_markov_target
 from reference.verifier import (
@@ -34,7 +34,8 @@ def chi2_p_value(observed: torch.Tensor, expected_probs: torch.Tensor) -> float:
     keep = expected_probs > 0
     assert int(observed[~keep].sum()) == 0, "observations in cells of probability 0"
     assert bool((observed.sum() * expected_probs[keep] >= 5).all())
-    return pearson_p_value(observed[keep], expected_probs[keep])
+    fit = pearson_fit(observed[keep].unsqueeze(0), expected_probs=expected_probs[keep].unsqueeze(0))
+    return fit.p_value
 
 
 def random_probs(*shape: int, generator: torch.Generator, scale: float = 1.5) -> torch.Tensor:

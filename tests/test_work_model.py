@@ -24,6 +24,7 @@ from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.control_flow import legacy_pass1_error
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import builtin_implementations
+from harness.render.sections import render_blocks
 
 EXHAUSTIVE = work.work_cases(seed=0, exhaustive=True)
 BFLOAT16 = work.work_cases(seed=1, dtype="bfloat16")
@@ -194,7 +195,7 @@ def test_ab_timing_pairs_every_repetition_and_restores_threads() -> None:
             summary = times.summary()
             assert 0 < summary["ratio_min"] <= summary["ratio_median"] <= summary["ratio_max"]
     json.dumps(result.to_json())
-    assert "walk-only" in timing.format_timing(result)
+    assert "walk-only" in render_blocks(timing.timing_blocks(result), fmt="text")
 
 
 def test_production_like_case_states_its_shape() -> None:

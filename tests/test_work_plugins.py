@@ -30,6 +30,7 @@ from harness.io.fingerprint import code_fingerprint
 from harness.measure import model, sweep, timing, work, work_report
 from harness.pipeline.case import build_inputs, make_case
 from harness.plugins.implementations import Implementation, select_implementations
+from harness.render.sections import render_blocks
 
 UPSTREAM = "tests/plugins/upstream"
 GUMBEL = "gumbel=tests.plugins.alternative_samplers:UniformGumbelSampler"
@@ -205,7 +206,7 @@ def test_the_timing_times_the_pair_and_stages_before_every_call() -> None:
     assert CountingStages.stages == len(timing.MODES) * (1 + 1 + 3)
     for mode in timing.MODES:
         assert len(result.times[mode]["wall"].legacy_s) == 3
-    assert "before ms" in timing.format_timing(result)
+    assert "before ms" in render_blocks(timing.timing_blocks(result), fmt="text")
 
 
 def test_walk_only_and_whole_call_agree_for_the_upstream_pair() -> None:
@@ -292,7 +293,7 @@ def test_the_sweep_refuses_a_plugin_outside_the_pair(
 def test_the_reports_work_section_gets_the_plugins_and_the_pair(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from harness.cli import report
+    from harness.pipeline import matrix as matrix_module
     from harness.render.sections import Section
 
     calls: list[dict[str, Any]] = []
@@ -301,8 +302,8 @@ def test_the_reports_work_section_gets_the_plugins_and_the_pair(
         calls.append(kwargs)
         return Section(title=work_report.WORK_TITLE, ok=True, verdict="recorded", blocks=())
 
-    matrix = report.standard_matrix
-    monkeypatch.setattr(report, "standard_matrix", lambda **kw: matrix(**kw)[:1])  # one case
+    matrix = matrix_module.standard_matrix
+    monkeypatch.setattr(matrix_module, "standard_matrix", lambda **kw: matrix(**kw)[:1])  # one
     monkeypatch.setattr(work_report, "report_section", recorded)
     argv = ["report", "--quiet", "--no-stats", "--out-dir", str(tmp_path)]
     main([*argv, "--impl", BEFORE, "--impl", AFTER, "--pair", "before,after"])

@@ -16,22 +16,16 @@ import importlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.cli.emit import UsageError, usage_error
 from harness.cli.exit_codes import ExitCode
-from harness.cli.validate import validate_global_options
+from harness.defaults import DEFAULT_TIME_LIMIT_S
 from harness.io.files import JournalError, OutputWriteError
 from harness.io.lock import OutDirBusy, claim_out_dir
-from harness.pipeline.case import CaseError
 from harness.pipeline.interrupts import StopRequested, stop_on_signals
-from harness.pipeline.isolation import shutdown_workers
-from harness.pipeline.memory import MemoryLimitError
-from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S
-from harness.pipeline.verdicts import RolesError
-from harness.plugins.implementations import ImplementationError
 
 # name -> (module under harness.cli, help, whether its implementation calls honour --time-limit)
 COMMAND_TABLE: dict[str, tuple[str, str, bool]] = {
@@ -94,7 +88,10 @@ def _common_options(*, time_limit: bool) -> argparse.ArgumentParser:
     return common
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, with_options: Collection[str] = COMMANDS) -> argparse.ArgumentParser:
+    """The whole command line; only the commands in ``with_options`` get their own
+    options (``main`` builds just the one it runs, so that ``--help`` and bad usage
+    answer without importing the other commands or torch)."""
     parents = {flag: [_common_options(time_limit=flag)] for flag in (True, False)}
     parser = argparse.ArgumentParser(
         prog="python -m harness",
@@ -104,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, text, time_limited) in COMMAND_TABLE.items():
         sub = commands.add_parser(name, parents=parents[time_limited], help=text)
-        command_module(name).add_arguments(sub)
+        if name in with_options:
+            command_module(name).add_arguments(sub)
     return parser
 
 
@@ -115,11 +113,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return usage_error(f"unknown command {argv[0]}; expected one of {', '.join(COMMANDS)}")
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
         argv = ["report", *argv]
-    parser = build_parser()
+    parser = build_parser(with_options=argv[:1])
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_request:  # argparse: --help (0) or bad usage (2)
         return int(exit_request.code or 0)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Validate the options, claim ``--out-dir`` and run the command; bad input,
+    a stop request and a closed stdout each end the way the module docstring says."""
+    from harness.cli.validate import validate_global_options
+    from harness.pipeline.isolation import shutdown_workers
+
     try:
         with stop_on_signals():
             try:
@@ -128,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     return int(command_module(args.command).command(args))
             finally:
                 shutdown_workers()
-    except BAD_INPUT as error:
+    except _bad_input() as error:
         return usage_error(str(error))
     except StopRequested as stop:
         return _stopped(stop, args)
@@ -137,16 +144,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return BROKEN_PIPE
 
 
-BAD_INPUT = (
-    UsageError,
-    CaseError,
-    ImplementationError,
-    JournalError,
-    RolesError,
-    OutDirBusy,
-    MemoryLimitError,
-    OutputWriteError,
-)
+def _bad_input() -> tuple[type[Exception], ...]:
+    """The errors that mean bad usage or bad input (exit 2): imported only once a
+    command runs, since most of them live beside torch."""
+    from harness.pipeline.case import CaseError
+    from harness.pipeline.memory import MemoryLimitError
+    from harness.pipeline.verdicts import RolesError
+    from harness.plugins.implementations import ImplementationError
+
+    return (
+        UsageError,
+        CaseError,
+        ImplementationError,
+        JournalError,
+        RolesError,
+        OutDirBusy,
+        MemoryLimitError,
+        OutputWriteError,
+    )
+
+
 BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a closed pipe
 
 

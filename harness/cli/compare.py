@@ -15,10 +15,6 @@ from harness.cli.options import (
     journal_path,
     judged_implementations,
 )
-from harness.pipeline.case import Case
-from harness.pipeline.compare import compare, comparison_sections, verdicts_json
-from harness.pipeline.matrix import standard_matrix
-from harness.plugins.implementations import parse_names
 from harness.render.progress import progress_printer
 
 
@@ -30,6 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace) -> ExitCode:
+    from harness.pipeline.case import Case
+    from harness.pipeline.compare import compare, comparison_sections, verdicts_json
+    from harness.pipeline.matrix import standard_matrix
+    from harness.plugins.implementations import parse_names
+
     implementations, roles = judged_implementations(args, parse_names(args.only))
     if args.case:
         cases = [Case.load(path) for path in args.case]

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.exit_codes import ExitCode
-from harness.pipeline.isolation import shutdown_workers
 from harness.render.report import emit_report
 from harness.render.sections import Section
 
@@ -42,6 +41,8 @@ def emit(
 
     Every worker is stopped first: the report and the exit status are the judge's
     alone. A plug-in run in process is said to share the judge."""
+    from harness.pipeline.isolation import shutdown_workers  # here: --help needs no torch
+
     shutdown_workers()
     if getattr(args, "impl", None) and not getattr(args, "isolate", False):
         heading += f" ({IN_PROCESS_NOTE})"

@@ -8,19 +8,8 @@ import time
 
 from harness.cli.emit import emit, usage_error
 from harness.cli.exit_codes import ExitCode
-from harness.gpu.figures import (
-    DEFAULT_REPEATS,
-    FIGURE_BS,
-    FIGURE_DTYPE,
-    FIGURE_HIDDEN,
-    KERNEL_DTYPES,
-    figure_case,
-    figures_section,
-    sampler_times,
-)
-from harness.gpu.graphs import require_cuda
-from harness.gpu.kernel_bandwidth import KernelFigure, kernel_figure, peak_bandwidth
-from harness.pipeline.case import DTYPES
+from harness.defaults import DTYPE_NAMES
+from harness.gpu.shapes import DEFAULT_REPEATS, FIGURE_BS, FIGURE_DTYPE, FIGURE_HIDDEN
 from harness.render.progress import progress_printer
 
 
@@ -36,13 +25,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--hidden-size", type=int, default=FIGURE_HIDDEN, help="draft hidden size H"
     )
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default=FIGURE_DTYPE, help="model dtype")
+    parser.add_argument("--dtype", choices=DTYPE_NAMES, default=FIGURE_DTYPE, help="model dtype")
     parser.add_argument("--no-sampler", action="store_true", help="skip the sampler timing")
     parser.add_argument("--no-kernel", action="store_true", help="skip the step-kernel figures")
 
 
 def command(args: argparse.Namespace) -> ExitCode:
     """Measure and report the GPU figures; 0 when measured, 2 without a CUDA device."""
+    from harness.gpu.figures import KERNEL_DTYPES, figure_case, figures_section, sampler_times
+    from harness.gpu.graphs import require_cuda
+    from harness.gpu.kernel_bandwidth import KernelFigure, kernel_figure, peak_bandwidth
+
     device_text = str(args.device)
     try:
         device = require_cuda(device_text, what="python -m harness gpu-figures")

@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
 
 from harness.cli.emit import emit, usage_error
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import add_selection_options
-from harness.gpu.graphs import DEFAULT_REPLAYS, capture_and_replay, graph_sections, require_cuda
-from harness.gpu.host_sync import no_host_sync, sync_section
-from harness.pipeline.case import Case, CaseError
-from harness.pipeline.matrix import standard_matrix
-from harness.plugins.implementations import (
-    Implementation,
-    ImplementationError,
-    parse_names,
-    select_implementations,
-)
+from harness.gpu.shapes import DEFAULT_REPLAYS
 from harness.render.progress import Progress, progress_printer
+
+if TYPE_CHECKING:  # the options are offered without importing the capture (torch)
+    from harness.plugins.implementations import Implementation
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _implementations(args: argparse.Namespace) -> list[Implementation]:
+    from harness.plugins.implementations import (
+        ImplementationError,
+        parse_names,
+        select_implementations,
+    )
+
     implementations = select_implementations(parse_names(str(args.only)), args.impl)
     if not implementations:
         raise ImplementationError("no implementation to capture")
@@ -48,6 +49,12 @@ def command(args: argparse.Namespace) -> ExitCode:
     """``python -m harness graphs``: 0 when fixed is clean on every replay, the ledger holds,
     every graph redraws its noise and no implementation but legacy syncs; 1 otherwise;
     2 on bad usage, including a device that is not CUDA."""
+    from harness.gpu.graphs import capture_and_replay, graph_sections, require_cuda
+    from harness.gpu.host_sync import no_host_sync, sync_section
+    from harness.pipeline.case import Case, CaseError
+    from harness.pipeline.matrix import standard_matrix
+    from harness.plugins.implementations import ImplementationError
+
     device = str(args.device)
     try:
         require_cuda(device, what="python -m harness graphs")

@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from harness.pipeline.verdicts import DEFAULT_PAIR, REQUIREMENTS, Requirement, Roles, RolesError
-from harness.plugins.implementations import (
-    BUILTIN_IMPLEMENTATIONS,
-    Implementation,
-    select_implementations,
-)
+from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, REQUIREMENTS, Requirement
+
+if TYPE_CHECKING:  # the options are offered without importing what runs them (torch)
+    from harness.pipeline.verdicts import Roles
+    from harness.plugins.implementations import Implementation
 
 T = TypeVar("T", int, float)
 
@@ -46,7 +45,7 @@ def add_selection_options(parser: argparse.ArgumentParser, *, verb: str) -> None
     )
     parser.add_argument(
         "--only",
-        default=",".join(BUILTIN_IMPLEMENTATIONS),
+        default=",".join(BUILTIN_NAMES),
         metavar="NAMES",
         help=f"built-in implementations to {verb}, comma-separated (default: all three)",
     )
@@ -120,6 +119,8 @@ def add_role_options(parser: argparse.ArgumentParser, *, require: bool = True) -
 
 def roles_from_args(args: argparse.Namespace) -> Roles:
     """The roles the role options describe."""
+    from harness.pipeline.verdicts import Roles
+
     require: Requirement = getattr(args, "require", "drop-in")  # commands without --require
     return Roles(pair=args.pair, expect_fail=tuple(args.expect_fail), require=require)
 
@@ -152,6 +153,8 @@ def selected_implementations(
 ) -> list[Implementation]:
     """The built-ins ``names`` and every ``--impl`` of the command line (under
     ``--isolate``, each plug-in loaded in its own worker only)."""
+    from harness.plugins.implementations import select_implementations
+
     return select_implementations(names, args.impl, isolate=bool(getattr(args, "isolate", False)))
 
 
@@ -160,6 +163,8 @@ def pair_implementations(
 ) -> tuple[Implementation, Implementation]:
     """The two implementations ``--pair`` names, in its order; a name that is neither a
     built-in nor an ``--impl`` is bad usage (``RolesError``)."""
+    from harness.pipeline.verdicts import RolesError
+
     by_name = {i.name: i for i in implementations}
     missing = [name for name in pair if name not in by_name]
     if missing:

@@ -21,13 +21,13 @@ from harness.cli.options import (
     journal_path,
     judged_implementations,
 )
+from harness.defaults import BUILTIN_NAMES
 from harness.io.files import write_atomically
-from harness.pipeline.compare import compare, comparison_sections, verdicts_json
-from harness.pipeline.matrix import standard_matrix
-from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
 from harness.render.figures import PLOT_EXTRA_HINT
 from harness.render.progress import Progress, progress_printer
-from harness.render.sections import Section
+from harness.render.sections import Figure, Section
+
+POWER_CAPTION = "power of the statistical oracle per head kind: measured and predicted"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,10 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace) -> ExitCode:
+    from harness.pipeline.compare import compare, comparison_sections, verdicts_json
+    from harness.pipeline.matrix import standard_matrix
+
     progress = progress_printer(quiet=args.quiet)
     started = time.perf_counter()
     cases = standard_matrix(seed=args.seed, device=args.device)
-    implementations, roles = judged_implementations(args, list(BUILTIN_IMPLEMENTATIONS))
+    implementations, roles = judged_implementations(args, list(BUILTIN_NAMES))
     records = compare(
         cases,
         implementations,
@@ -139,4 +142,5 @@ def write_power_plot(out_dir: Path, sections: list[Section], *, progress: Progre
         progress(note)
         return
     write_atomically(path, png)
+    section.append(Figure(path.name, caption=POWER_CAPTION))
     progress(f"written: {path}")

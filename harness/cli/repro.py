@@ -15,8 +15,7 @@ from pathlib import Path
 from harness.cli.emit import UsageError
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import add_impl_option, selected_implementations
-from harness.pipeline.matrix import standard_matrix
-from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS, builtin_implementations
+from harness.defaults import BUILTIN_NAMES
 from harness.render.progress import progress_printer
 
 
@@ -83,6 +82,8 @@ def _replay(args: argparse.Namespace) -> ExitCode:
 def command(args: argparse.Namespace) -> ExitCode:
     from harness.pipeline import repro
     from harness.pipeline.check_result import CHECK_TIERS
+    from harness.pipeline.matrix import standard_matrix
+    from harness.plugins.implementations import builtin_implementations
 
     if args.file is not None:
         return _replay(args)
@@ -95,7 +96,7 @@ def command(args: argparse.Namespace) -> ExitCode:
     target = args.target or (implementations[0].name if len(implementations) == 1 else "legacy")
     chosen = [i for i in implementations if i.name == target]
     if not chosen:
-        if target not in BUILTIN_IMPLEMENTATIONS:
+        if target not in BUILTIN_NAMES:
             raise UsageError(f"--target {target!r} is neither built in nor given with --impl")
         chosen = builtin_implementations((target,))
     found = repro.find_smallest_failure(

@@ -7,23 +7,15 @@ import argparse
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.cli.emit import emit, usage_error
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import add_impl_option, add_pair_option, comma_separated
-from harness.measure.sweep import (
-    DEFAULT_CONFIG,
-    QUICK_CONFIG,
-    SweepConfig,
-    SweepError,
-    run_sweep,
-    summarise,
-    sweep_pair,
-    sweep_section,
-    write_outputs,
-)
-from harness.measure.timing import TimingError
 from harness.render.progress import progress_printer
+
+if TYPE_CHECKING:  # the options are offered without importing the sweep (torch)
+    from harness.measure.sweep import SweepConfig
 
 POSITIVE_INTS = comma_separated(int, what="grid values", minimum=1)
 
@@ -66,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> tuple[SweepConfig, bool]:
     """The grid the options ask for, and whether the exponent expectation applies."""
+    from harness.measure.sweep import DEFAULT_CONFIG, QUICK_CONFIG, SweepConfig
+
     base = QUICK_CONFIG if args.quick else DEFAULT_CONFIG
     changes = {
         "bs": args.bs,
@@ -95,6 +89,16 @@ def command(args: argparse.Namespace) -> ExitCode:
     """``OK`` when done (and, on the default grid, the fixed sampler's walk-only exponent
     lies in ``harness.measure.sweep.EXPONENT_RANGE``); ``FAIL`` otherwise; ``USAGE`` on a
     bad grid."""
+    from harness.measure.sweep import (
+        SweepError,
+        run_sweep,
+        summarise,
+        sweep_pair,
+        sweep_section,
+        write_outputs,
+    )
+    from harness.measure.timing import TimingError
+
     progress = progress_printer(quiet=args.quiet)
     try:
         config, checked = config_from_args(args)

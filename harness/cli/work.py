@@ -15,10 +15,6 @@ from harness.cli.options import (
     pair_implementations,
     selected_implementations,
 )
-from harness.measure.model import IMPLEMENTATIONS
-from harness.measure.timing import PRODUCTION_HIDDEN
-from harness.measure.work import collect_work
-from harness.measure.work_report import timing_section, work_section
 from harness.render.progress import progress_printer
 
 
@@ -54,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def command(args: argparse.Namespace) -> ExitCode:
     """``OK`` when the counts match the model and legacy's surplus is exactly one walk
     (and, with ``--timing``, the walk-only ratio is in ``WALK_RATIO_RANGE``)."""
+    from harness.measure.model import IMPLEMENTATIONS
+    from harness.measure.timing import PRODUCTION_HIDDEN
+    from harness.measure.work import collect_work
+    from harness.measure.work_report import timing_section, work_section
+
     if args.repeats < 1:
         return usage_error(f"--repeats must be >= 1, got {args.repeats}")
     if args.hidden_size is not None and args.hidden_size < 1:

@@ -31,27 +31,28 @@ from harness.gpu.clocks import CLOCK_LABELS, Clock, cuda_event_ms
 from harness.gpu.graphs import RunnerFactory, cuda_graph_runner
 from harness.gpu.kernel_bandwidth import (
     GB,
-    KERNEL_BS,
-    KERNEL_VOCAB,
     KernelFigure,
     PeakBandwidth,
     kernel_blocks,
+)
+from harness.gpu.shapes import (
+    DEFAULT_REPEATS,
+    FIGURE_BS,
+    FIGURE_DTYPE,
+    FIGURE_HIDDEN,
+    KERNEL_VOCAB,
 )
 from harness.measure.timing import MODE_LABELS, MODES, SAMPLERS, PairedTimes, make_samplers
 from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.runner import same_rng_start
 from harness.render.progress import Progress, no_progress
-from harness.render.sections import Block, Section, Table, render_blocks
+from harness.render.sections import Block, Section, Table
 
-FIGURE_BS = KERNEL_BS  # the largest decode graph bucket
 FIGURE_VOCAB = KERNEL_VOCAB
 FIGURE_GAMMA = 7
 FIGURE_RANK = 256
-FIGURE_HIDDEN = 4096  # within the production drafters' 2560..5120
-FIGURE_DTYPE = "bfloat16"
 KERNEL_DTYPES = ("float32", "bfloat16")
 EXECUTIONS = ("eager", "graph")
-DEFAULT_REPEATS = 30
 
 
 def figure_case(
@@ -208,11 +209,6 @@ def sampler_time_blocks(times: SamplerTimes) -> tuple[str, Table]:
             )
     header = ["execution", "mode", "legacy ms", "fixed ms", "legacy/fixed", "min..max"]
     return head, Table.of(header, rows, align=["left", "left", "right", "right", "right", "left"])
-
-
-def format_sampler_times(times: SamplerTimes) -> str:
-    """The sampler times as terminal text."""
-    return render_blocks(sampler_time_blocks(times), fmt="text")
 
 
 def figures_section(

@@ -43,6 +43,7 @@ from typing import Any, Protocol
 import torch
 
 from harness.devices import synchronize
+from harness.gpu.shapes import DEFAULT_REPLAYS
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.compare import CaseVerdict, case_record, comparison_sections, evaluate_run
 from harness.pipeline.observe import DispatchObserver, HeadCounts, observe_head
@@ -63,7 +64,6 @@ from harness.plugins.implementations import (
 )
 from harness.render.sections import Section, Table
 
-DEFAULT_REPLAYS = 3
 WARMUP_CALLS = 3  # side-stream calls before capture: compile Triton kernels, settle the allocator
 
 StaticOutputsCall = Callable[[], list[torch.Tensor]]

@@ -25,11 +25,10 @@ import torch
 
 from harness.gpu.clocks import graph_device_ms
 from harness.gpu.graphs import require_cuda
+from harness.gpu.shapes import KERNEL_BS, KERNEL_VOCAB
 from harness.pipeline.case import DTYPES
 from harness.render.sections import Block, Table, right_aligned
 
-KERNEL_BS = 64  # the largest decode graph bucket (docs/design.md, "The work model")
-KERNEL_VOCAB = 129280  # DeepSeek V3/V4
 NOISE_BYTES = 4  # the noise buffer is float32 whatever the logits dtype
 TOKEN_BYTES = 8  # int64 token ids
 ROW_PARAM_BYTES = 4 + 1  # float32 temperature + bool greedy flag per row

@@ -6,11 +6,24 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
 from harness.io.lock import lock_before_writing
+
+FILE_MODE = 0o666  # what the user's umask then narrows, as for any file a tool writes
+
+
+def _create_beside(path: Path) -> tuple[int, Path]:
+    """A new, exclusively created temporary file beside ``path`` (mode ``FILE_MODE``
+    under the umask, where ``tempfile.mkstemp`` would force 0600)."""
+    while True:
+        temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), temporary
+        except FileExistsError:
+            continue
 
 
 class OutputWriteError(OSError):
@@ -31,10 +44,10 @@ def write_atomically(path: Path, data: str | bytes) -> None:
     failure (``OutputWriteError``) leaves ``path`` as it was and no temporary file."""
     lock_before_writing(path)
     payload = data.encode() if isinstance(data, str) else data
-    temporary: str | None = None
+    temporary: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, temporary = _create_beside(path)
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()
@@ -42,7 +55,7 @@ def write_atomically(path: Path, data: str | bytes) -> None:
         os.replace(temporary, path)
     except BaseException as error:
         if temporary is not None:
-            Path(temporary).unlink(missing_ok=True)
+            temporary.unlink(missing_ok=True)
         if isinstance(error, OSError) and not isinstance(error, OutputWriteError):
             raise _write_error(path, error) from None
         raise
@@ -60,7 +73,7 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
     line = (json.dumps(record, sort_keys=True) + "\n").encode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
     except OSError as error:
         raise _write_error(path, error) from None
     start = os.fstat(fd).st_size

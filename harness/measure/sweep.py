@@ -35,12 +35,12 @@ from typing import Any
 
 import numpy as np
 
-from harness.io.files import JournalError, load_records, write_atomically
+from harness.defaults import DEFAULT_PAIR
+from harness.io.files import JournalError, write_atomically
 from harness.io.fingerprint import code_fingerprint, run_fingerprint
 from harness.io.journal import Journal
 from harness.measure.timing import CLOCKS, MODES, Pair, ab_timing, times_json
 from harness.pipeline.case import make_case
-from harness.pipeline.verdicts import DEFAULT_PAIR
 from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS, select_implementations
 from harness.render.figures import PLOT_EXTRA_HINT, render_png
 from harness.render.progress import Progress, no_progress
@@ -138,15 +138,6 @@ DEFAULT_CONFIG = SweepConfig(
 QUICK_CONFIG = SweepConfig(
     bs=(1, 2), gamma=(2, 3), vocab=(256, 512), hidden_size=16, markov_rank=16, repeats=1, warmup=1
 )
-
-
-# -- the points file ------------------------------------------------------------------------
-def load_points(path: Path, *, repair: bool) -> tuple[dict[str, dict[str, Any]], int]:
-    """Finished points by key, and how many bytes of a torn last line were dropped."""
-    try:
-        return load_records(path, schema=POINT_SCHEMA, repair=repair, what="sweep point")
-    except JournalError as error:
-        raise SweepError(str(error)) from None
 
 
 # -- measuring ------------------------------------------------------------------------------

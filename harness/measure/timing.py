@@ -36,13 +36,13 @@ from typing import Any
 
 import torch
 
+from harness.defaults import DEFAULT_PAIR
 from harness.devices import intra_op_threads, synchronize
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block, make_case
 from harness.pipeline.runner import build_sampler, guarded_call, same_rng_start
-from harness.pipeline.verdicts import DEFAULT_PAIR
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.progress import Progress, no_progress
-from harness.render.sections import Table, render_blocks, right_aligned
+from harness.render.sections import Table, right_aligned
 from reference import PrecomputedBaseLogits
 
 PRODUCTION_HIDDEN = 256  # small on purpose: the lm_head must not swamp the walk
@@ -292,8 +292,3 @@ def timing_blocks(timing: ABTiming) -> tuple[str, Table]:
     buggy, fixed = timing.pair
     header = ["mode", "clock", f"{buggy} ms", f"{fixed} ms", "ratio min", "median", "max"]
     return stated, Table.of(header, rows, align=["left", "left", *right_aligned(5)])
-
-
-def format_timing(timing: ABTiming) -> str:
-    """The timing as terminal text."""
-    return render_blocks(timing_blocks(timing), fmt="text")

@@ -28,12 +28,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness.defaults import DEFAULT_PAIR
 from harness.measure.counters import CallCost, MeasuredWork, cost_of_call, measure_one_walk
 from harness.measure.model import IMPLEMENTATIONS, MODEL_COUNTERS, PredictedWork, predict_work
 from harness.pipeline.case import Case, make_case
 from harness.pipeline.isolation import isolated_cost
 from harness.pipeline.runner import run_case
-from harness.pipeline.verdicts import DEFAULT_PAIR
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.progress import Progress, no_progress
 

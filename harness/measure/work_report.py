@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import Sequence
 from typing import Any
 
+from harness.defaults import DEFAULT_PAIR
 from harness.measure.callgrind import (
     callgrind_blocks,
     callgrind_case,
@@ -40,7 +41,6 @@ from harness.measure.work import (
 )
 from harness.pipeline.case import Case
 from harness.pipeline.runner import WorkCounts
-from harness.pipeline.verdicts import DEFAULT_PAIR
 from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS, Implementation
 from harness.render.progress import Progress, no_progress
 from harness.render.sections import Block, Section, Table, right_aligned

@@ -203,11 +203,6 @@ def pearson_fit(observed: torch.Tensor, *, expected_probs: torch.Tensor) -> Good
     )
 
 
-def pearson_p_value(observed: torch.Tensor, expected_probs: torch.Tensor) -> float:
-    """p-value of counts ``[C]`` against probabilities ``[C]`` (one stratum)."""
-    return pearson_fit(observed.unsqueeze(0), expected_probs=expected_probs.unsqueeze(0)).p_value
-
-
 def cell_counts(tokens: torch.Tensor, *, vocab_size: int) -> torch.Tensor:
     """Counts ``[V**k]`` float64 of token tuples ``[n, k]`` (row-major cells)."""
     cells = vocab_size ** tokens.shape[1]

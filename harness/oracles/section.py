@@ -25,7 +25,7 @@ from harness.oracles.stats import (
     where,
 )
 from harness.pipeline.coverage import StatisticalCoverage
-from harness.pipeline.verdicts import Roles, Statistical
+from harness.pipeline.verdicts import MAX_CARRIERS, Roles, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.figures import render_png
 from harness.render.progress import Progress, no_progress
@@ -33,7 +33,6 @@ from harness.render.sections import Section
 from harness.render.tables import Alignment, TableFormat, table
 
 TITLE = "Statistical losslessness (docs/statistics.md)"
-MAX_CARRIERS = 4  # rejections named in a verdict line
 
 
 def p_text(value: float) -> str:
@@ -369,6 +368,9 @@ def report_section(
     )[0]
 
 
+MEASURED_MARKERS = ("o", "s", "^")  # one shape per head kind, nested by size
+
+
 def power_curves_png(curves: Sequence[dict[str, Any]]) -> bytes | None:
     """The power curves (``PowerCurve.to_json_dict()``) as a PNG, one line pair per head:
     rows against the rejection rate, measured and predicted; ``None`` without matplotlib."""
@@ -378,11 +380,13 @@ def power_curves_png(curves: Sequence[dict[str, Any]]) -> bytes | None:
         for index, curve in enumerate(curves):
             colour = f"C{index}"
             rows = [p["rows"] for p in curve["points"]]
-            axes.semilogx(
+            axes.semilogx(  # hollow and each head smaller: equal points stay visible
                 rows,
                 [p["empirical_power"] for p in curve["points"]],
-                "o",
+                MEASURED_MARKERS[index % len(MEASURED_MARKERS)],
                 color=colour,
+                markerfacecolor="none",
+                markersize=11 - 3 * (index % len(MEASURED_MARKERS)),
                 label=f"{curve['head']}: measured (blocks)",
             )
             axes.semilogx(

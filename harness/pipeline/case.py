@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from harness.defaults import DTYPE_NAMES
 from reference import (
     HEAD_KINDS,
     BlockInputs,
@@ -29,11 +30,9 @@ from reference import (
 
 CASE_SCHEMA = "dspark-harness/case"
 CASE_SCHEMA_VERSION = 1
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
+DTYPES: dict[str, torch.dtype] = dict(
+    zip(DTYPE_NAMES, (torch.float32, torch.bfloat16, torch.float16), strict=True)
+)
 TOP_K_ALL = 1 << 30  # what the server stages for "no top-k": a sampled row
 SEED_LIMIT = 1 << 63  # seeds lie in [0, 2^63): every torch generator accepts them
 SHAPE_FIELDS = ("bs", "gamma", "vocab_size", "hidden_size", "markov_rank")

@@ -209,8 +209,3 @@ def case_record(verdict: CaseVerdict, *, key: str, pair: tuple[str, str] = DEFAU
         "implementations": implementations,
         "ledger": ledger,
     }
-
-
-def _failed_checks(record: Record, name: str) -> list[dict[str, Any]]:
-    checks = record["implementations"].get(name, {}).get("checks", [])
-    return [c for c in checks if c["status"] == "fail"]

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from harness.pipeline.case import Case
-from harness.pipeline.checks import CheckResult, check_teacher_forcing, near_tie_mask
+from harness.pipeline.check_result import MAX_LISTED
+from harness.pipeline.checks import check_teacher_forcing, near_tie_mask
 from harness.pipeline.control_flow import control_flow
 from harness.pipeline.runner import CaseRun, ImplResult
 from reference import teacher_forced_logits
@@ -42,11 +43,6 @@ LEDGER_CLASSES: dict[str, str] = {
     ),
     "fused_discarded": "the fused greedy result is computed, then overwritten by the loop",
 }
-
-
-def legacy_raises_expected(case: Case) -> bool:
-    """Whether the modelled legacy call raises on the case (the ``legacy_raises`` kinds)."""
-    return control_flow(case, "legacy").raises is not None
 
 
 def expected_classes(case: Case) -> set[str]:
@@ -83,10 +79,10 @@ class LedgerEntry:
         return not self.problems
 
 
-def _positions(mask: torch.Tensor, limit: int = 6) -> str:
+def _positions(mask: torch.Tensor) -> str:
     where = [f"(row {b}, step {k})" for b, k in mask.nonzero().tolist()]
-    more = f" and {len(where) - limit} more" if len(where) > limit else ""
-    return ", ".join(where[:limit]) + more
+    more = f" and {len(where) - MAX_LISTED} more" if len(where) > MAX_LISTED else ""
+    return ", ".join(where[:MAX_LISTED]) + more
 
 
 def _walks_differ(legacy: ImplResult, sampled: torch.Tensor) -> tuple[bool, bool]:
@@ -242,10 +238,3 @@ def _check_confidence(
     differ = (legacy.confidence != fixed.confidence) & same_prefix
     if differ.any():
         problems.append(f"confidence differs where tokens agree at {_positions(differ)}")
-
-
-def ledger_check(entry: LedgerEntry) -> CheckResult:
-    """The ledger entry as a check result for the report."""
-    if entry.holds:
-        return CheckResult("ledger", "pass", ", ".join(sorted(entry.observed)))
-    return CheckResult("ledger", "fail", "; ".join(entry.problems))

@@ -34,6 +34,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
+from harness.defaults import DEFAULT_TIME_LIMIT_S
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.guard import (
     AlarmBackstop,
@@ -142,7 +143,6 @@ class CallTimeout(Exception):
     """An implementation's call ran past the per-call time limit."""
 
 
-DEFAULT_TIME_LIMIT_S = 120.0
 TOKEN_SENTINEL = -1  # never a token id: shows an unwritten ``out`` entry
 
 

@@ -118,9 +118,12 @@ def _ledger_section(records: list[Record], *, require_coverage: bool, roles: Rol
     for name in LEDGER_CLASSES:
         showing = [(label, e) for label, e in entries if name in e["observed"]]
         first = f"{showing[0][0]}: {showing[0][1]['evidence'].get(name, '')}" if showing else "-"
-        rows.append([name, len(showing), first[:150]])
+        rows.append([name, len(showing), first])
     classes_table = Table.of(
-        ["class", "cases", "first evidence"], rows, align=("left", "right", "left")
+        ["class", "cases", "first evidence"],
+        rows,
+        align=("left", "right", "left"),
+        wrap=(None, None, PROSE_WIDTH),
     )
     lines = [f"{'case'.ljust(width)}  divergence classes observed (evidence)"]
     for label, entry in entries:
@@ -157,6 +160,8 @@ def _ledger_section(records: list[Record], *, require_coverage: bool, roles: Rol
         data={"pair": list(roles.pair)},
     )
 
+
+PROSE_WIDTH = 88  # where a table's prose cell wraps on the terminal (whole in Markdown)
 
 CHECK_CODES = {
     "ran": "RAN",
@@ -195,9 +200,22 @@ def _checks_cell(checks: list[dict[str, Any]]) -> str:
     return "pass"
 
 
-def _checks_table(records: list[Record], names: list[str]) -> tuple[Block, ...]:
-    """The legend and the table of each case's failed checks per implementation."""
+def _checks_table(records: list[Record], names: list[str], *, roles: Roles) -> tuple[Block, ...]:
+    """The legend (the check codes, and under which implementations a FAIL is expected)
+    and the table of each case's failed checks per implementation."""
     legend = "failed checks: " + ", ".join(f"{code}={name}" for name, code in CHECK_CODES.items())
+    expected = [
+        f"{name} ({role}, held to {held_to})"
+        for name in names
+        for role, held_to in [_role(name, roles)]
+        if name == roles.buggy or name in roles.expect_fail
+    ]
+    notes: tuple[Block, ...] = ()
+    if expected:
+        notes = (
+            f"expected to fail checks: {', '.join(expected)}; a failed check under any "
+            "other implementation fails its verdict",
+        )
     rows = [
         [
             record["label"],
@@ -205,7 +223,7 @@ def _checks_table(records: list[Record], names: list[str]) -> tuple[Block, ...]:
         ]
         for record in records
     ]
-    return legend, Table.of(["case", *names], rows)
+    return legend, *notes, Table.of(["case", *names], rows)
 
 
 def comparison_sections(
@@ -254,7 +272,7 @@ def comparison_sections(
                 title="Checks per implementation",
                 ok=True,
                 verdict="",
-                blocks=_checks_table(records, names),
+                blocks=_checks_table(records, names, roles=roles),
             )
         )
     return sections
@@ -296,11 +314,11 @@ def _verdicts_table(records: list[Record], *, roles: Roles, statistical: Statist
                 _statistical_cell(verdict.statistical),
                 "yes" if verdict.lossless else "NO",
                 "yes" if verdict.drop_in else "no",
-                verdict.summary()[:120],
+                verdict.summary(),
             ]
         )
     header = ["implementation", "role", "held to", "statistical", "lossless", "drop-in", "verdict"]
-    return Table.of(header, rows)
+    return Table.of(header, rows, wrap=(None, 24, None, None, None, None, PROSE_WIDTH // 2))
 
 
 def verdicts_json(

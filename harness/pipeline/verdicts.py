@@ -17,15 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
+from harness.defaults import DEFAULT_PAIR, FIXED, REFERENCE, REQUIREMENTS, Requirement
 from harness.pipeline.check_result import tier_of
 
-Requirement = Literal["lossless", "drop-in"]
-REQUIREMENTS: tuple[Requirement, ...] = ("lossless", "drop-in")
-LEGACY, FIXED, REFERENCE = "legacy", "fixed", "reference"
 ALWAYS_DROP_IN = (FIXED, REFERENCE)  # built-ins held to drop-in whatever is required
-DEFAULT_PAIR = (LEGACY, FIXED)
+MAX_CARRIERS = 4  # rejections named in a verdict line
 Record = dict[str, Any]
 NOT_REPLAYABLE = "draws not replayable"  # how noise_replay says it skipped
 
@@ -66,11 +64,12 @@ class Statistical:
         bound = f"; {self.not_ruled_out}" if self.not_ruled_out else ""
         return f"statistical oracle passed it (family p={p}{bound})"
 
-    def carriers(self, most: int = 4) -> str:
-        """The first ``most`` of ``carried_by`` (strongest first), and how many more."""
+    def carriers(self) -> str:
+        """The first ``MAX_CARRIERS`` of ``carried_by`` (strongest first), and how many
+        more."""
         named = [part for part in self.carried_by.split(", ") if part]
-        more = f" and {len(named) - most} more" if len(named) > most else ""
-        return ", ".join(named[:most]) + more
+        more = len(named) - MAX_CARRIERS
+        return ", ".join(named[:MAX_CARRIERS]) + (f" and {more} more" if more > 0 else "")
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from fixed import DsparkDraftSampler as FixedSampler
+from harness.defaults import BUILTIN_NAMES
 from harness.pipeline.guard import import_world
-from harness.plugins.construct import REQUIRED_KEYWORDS, bind_constructor
+from harness.plugins.construct import bind_constructor
 from harness.plugins.errors import ImplementationError
 from harness.plugins.functional import functional_sampler_class
 from harness.plugins.loading import (
@@ -42,7 +43,6 @@ from reference import ReferenceDraftSampler
 __all__ = [
     "BUILTIN_IMPLEMENTATIONS",
     "DEFAULT_FILE_CLASS",
-    "REQUIRED_CONSTRUCTOR_KEYWORDS",
     "Implementation",
     "ImplementationError",
     "WorkerOnlySampler",
@@ -53,12 +53,9 @@ __all__ = [
     "select_implementations",
 ]
 
-BUILTIN_IMPLEMENTATIONS: dict[str, type[Any]] = {
-    "reference": ReferenceDraftSampler,
-    "fixed": FixedSampler,
-    "legacy": LegacySampler,
-}
-REQUIRED_CONSTRUCTOR_KEYWORDS = REQUIRED_KEYWORDS
+BUILTIN_IMPLEMENTATIONS: dict[str, type[Any]] = dict(
+    zip(BUILTIN_NAMES, (ReferenceDraftSampler, FixedSampler, LegacySampler), strict=True)
+)
 DEFAULT_FILE_CLASS = "DsparkDraftSampler"
 TARGET_FORMS = f"{MODULE_FORM} or {FILE_FORM}"
 
@@ -114,7 +111,7 @@ class WorkerOnlySampler:
 
 
 def builtin_implementations(
-    names: tuple[str, ...] = ("reference", "fixed", "legacy"),
+    names: tuple[str, ...] = BUILTIN_NAMES,
 ) -> list[Implementation]:
     return [
         Implementation(name, BUILTIN_IMPLEMENTATIONS[name], f"builtin:{name}") for name in names

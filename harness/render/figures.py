@@ -14,15 +14,6 @@ from typing import Any
 PLOT_EXTRA_HINT = 'matplotlib is not installed (pip install ".[plot]")'
 
 
-def plotting_available() -> bool:
-    """Whether matplotlib can be imported."""
-    try:
-        import matplotlib.figure  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def render_png(
     draw: Callable[[Any], None], *, size: tuple[float, float] = (7.0, 4.5), dpi: int = 120
 ) -> bytes | None:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 import platform
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from harness.io.files import write_atomically
 from harness.render.sections import Section
@@ -26,10 +25,15 @@ def overall_ok(sections: list[Section]) -> bool:
     return all(section.ok for section in sections)
 
 
-def render_text(*, heading: str, sections: list[Section]) -> str:
-    """Verdict first (one line per section), then the evidence of each section."""
-    ok = overall_ok(sections)
-    lines = [heading, "", f"VERDICT: {'PASS' if ok else 'FAIL'}"]
+def verdict_line(sections: list[Section]) -> str:
+    return f"VERDICT: {'PASS' if overall_ok(sections) else 'FAIL'}"
+
+
+def render_text(*, heading: str, sections: list[Section], written: Sequence[Path] = ()) -> str:
+    """Verdict first (one line per section), then the evidence of each section, the
+    files ``written`` when given, and the verdict again as the last line, where a
+    terminal leaves it in view."""
+    lines = [heading, "", verdict_line(sections)]
     for section in sections:
         if section.verdict:
             lines.append(f"  [{'ok' if section.ok else 'FAIL'}] {section.verdict}")
@@ -37,6 +41,9 @@ def render_text(*, heading: str, sections: list[Section]) -> str:
         if not section.text:
             continue
         lines += ["", f"== {section.title} ==", section.text]
+    if written:
+        lines += ["", f"written: {', '.join(str(path) for path in written)}"]
+    lines += ["", verdict_line(sections)]
     return "\n".join(lines) + "\n"
 
 
@@ -54,6 +61,8 @@ def render_markdown(*, heading: str, sections: list[Section]) -> str:
 
 def environment() -> dict[str, Any]:
     """Versions that define what the numbers mean."""
+    import torch  # here, not at import: the command line answers --help without it
+
     try:
         import triton
 
@@ -147,6 +156,5 @@ def emit_report(
     if as_json:
         print(json.dumps(data, indent=2))
     else:
-        print(text, end="")
-        print(f"\nwritten: {', '.join(str(p) for p in paths)}")
+        print(render_text(heading=heading, sections=sections, written=paths), end="")
     return bool(data["ok"])

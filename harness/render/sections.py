@@ -12,12 +12,14 @@ from harness.render.tables import Alignment, TableFormat, table
 
 @dataclass(frozen=True)
 class Table:
-    """Rows of cells under a header; rendered aligned for the terminal and as a real
-    Markdown table in ``report.md``."""
+    """Rows of cells under a header; rendered aligned for the terminal (long cells
+    wrapped between words at ``wrap``'s widths) and as a real Markdown table in
+    ``report.md``."""
 
     header: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
     align: tuple[Alignment, ...] | None = None
+    wrap: tuple[int | None, ...] | None = None
 
     @classmethod
     def of(
@@ -26,15 +28,17 @@ class Table:
         rows: Sequence[Sequence[object]],
         *,
         align: Sequence[Alignment] | None = None,
+        wrap: Sequence[int | None] | None = None,
     ) -> Table:
         return cls(
             tuple(header),
             tuple(tuple(str(cell) for cell in row) for row in rows),
             None if align is None else tuple(align),
+            None if wrap is None else tuple(wrap),
         )
 
     def render(self, fmt: TableFormat = "text") -> str:
-        return table(self.header, self.rows, fmt=fmt, align=self.align)
+        return table(self.header, self.rows, fmt=fmt, align=self.align, wrap=self.wrap)
 
 
 def right_aligned(columns: int) -> list[Alignment]:
@@ -43,7 +47,21 @@ def right_aligned(columns: int) -> list[Alignment]:
     return [right] * columns
 
 
-Block = str | Table  # a paragraph of preformatted text, or a table
+@dataclass(frozen=True)
+class Figure:
+    """A figure file written beside the report: named on the terminal, embedded as an
+    image in ``report.md`` (``path`` relative to the report's folder)."""
+
+    path: str
+    caption: str
+
+    def render(self, fmt: TableFormat = "text") -> str:
+        if fmt == "markdown":
+            return f"![{self.caption}]({self.path})"
+        return f"figure: {self.path} ({self.caption})"
+
+
+Block = str | Table | Figure  # a paragraph of preformatted text, a table, or a figure
 
 
 def render_blocks(blocks: Sequence[Block], *, fmt: TableFormat) -> str:
@@ -51,7 +69,7 @@ def render_blocks(blocks: Sequence[Block], *, fmt: TableFormat) -> str:
     multi-line one keeps its layout in a code fence, and tables are Markdown tables."""
     parts = []
     for block in blocks:
-        if isinstance(block, Table):
+        if isinstance(block, Table | Figure):
             parts.append(block.render(fmt))
         elif fmt == "markdown" and "\n" in block.strip("\n"):
             parts.append("```\n" + block.strip("\n") + "\n```")
@@ -90,13 +108,12 @@ class Section:
             self.text = f"{first}\n{self.text}" if self.text else first
 
     def append(self, block: Block) -> None:
-        """Put ``block`` after the evidence (a note on what was left out)."""
-        if self.blocks:
-            self.blocks = (*self.blocks, block)
-            self.text = render_blocks(self.blocks, fmt="text")
-        else:
-            last = block if isinstance(block, str) else block.render("text")
-            self.text = f"{self.text}\n{last}" if self.text else last
+        """Put ``block`` after the evidence (a figure, or a note on what was left out);
+        text-only evidence becomes the first block, so that in Markdown it keeps its
+        layout and the new block renders as itself (an image, a table, prose)."""
+        earlier = self.blocks or ((self.text,) if self.text else ())
+        self.blocks = (*earlier, block)
+        self.text = render_blocks(self.blocks, fmt="text")
 
     def markdown(self) -> str:
         """The evidence as Markdown: real tables where the section has them."""
