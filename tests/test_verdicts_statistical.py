@@ -118,6 +118,7 @@ def test_without_the_oracle_the_verdict_says_its_statistical_part_was_not_run(ju
             "p_value": None,
             "carried_by": "",
             "error": None,
+            "not_judged": None,
             "not_ruled_out": "",
         }
 
