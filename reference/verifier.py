@@ -9,11 +9,17 @@ lossless exactly when ``q`` is the distribution each draft token was drawn from.
 
 ``speculative_decode`` runs rounds of draft -> verify over many independent rows
 with the sampler under test, reading only its public interface (``out``,
-``corrected_out``, ``temperatures``, ``greedy_mask``) and staging its sampling
-parameters before every round, as the server does before every graph replay,
-until every row has ``m`` committed tokens (and a minimum number of rounds ran);
-the next round's anchor is the row's last committed token. ``draft_distribution``
-is the one place ``q = softmax(corrected / T)`` is computed.
+``corrected_out``, ``temperatures``, ``greedy_mask``: ``read_draft_block``, or the
+reader a caller passes) and staging its sampling parameters before every round, as
+the server does before every graph replay, until every row has ``m`` committed
+tokens (and a minimum number of rounds ran); the next round's anchor is the row's
+last committed token. ``draft_distribution`` is the one place ``q = softmax(corrected
+/ T)`` is computed.
+
+The verifier is a plain value (``Verifier``): ``CHAIN_VERIFIER`` (``chain_verify``
+with its own generator) by default, or any other model of the server's verifier,
+such as the released server's block-wise rejection (``harness.upstream``). Each
+round hands it one ``VerifyRound``.
 ``DraftContext`` gives the drafter hidden states that depend on the round's
 context, so ``q`` changes with the anchor as it would in a real drafter (or, when
 ``anchor_dependent`` is off, the same hidden state for every query row, so a
@@ -29,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -111,6 +117,102 @@ def chain_verify(
     committed = torch.where(positions < accepted.unsqueeze(1), committed, -1)
     committed[rows, accepted] = extra_token
     return VerifyResult(committed=committed, num_committed=accepted + 1)
+
+
+@dataclass(frozen=True)
+class DraftBlock:
+    """What a verifier reads of one drafted round (the sampler's outputs, live rows only)."""
+
+    tokens: torch.Tensor  # [bs, gamma] int64
+    step_logits: torch.Tensor  # [bs, gamma, V]: the kept pre-temperature logits each draw used
+    temperatures: torch.Tensor  # [bs] float32, as staged (clamped)
+    greedy_mask: torch.Tensor  # [bs] bool
+
+
+@dataclass(frozen=True)
+class VerifyRound:
+    """One round as a verifier sees it: the anchors, the draft block, the target."""
+
+    anchors: torch.Tensor  # [bs] int64
+    draft: DraftBlock
+    target: MarkovTargetModel
+    target_temperatures: torch.Tensor  # [bs] float64 (0 on greedy rows)
+    target_greedy: torch.Tensor  # [bs] bool
+
+
+VerifyStep = Callable[[VerifyRound], VerifyResult]
+
+
+class Verifier(Protocol):
+    """A model of the server's verifier: ``start`` gives one decode's verify step, its
+    random stream derived from ``seed`` alone (so a decode replays)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def start(self, *, seed: int, device: torch.device) -> VerifyStep: ...
+
+
+@dataclass(frozen=True)
+class ChainVerifier:
+    """``chain_verify`` on ``q = draft_distribution(...)`` and the target's block rows."""
+
+    name: str = "chain"
+
+    def start(self, *, seed: int, device: torch.device) -> VerifyStep:
+        generator = torch.Generator(device).manual_seed(seed)
+
+        def verify(round_: VerifyRound) -> VerifyResult:
+            draft = round_.draft
+            return chain_verify(
+                target_probs=round_.target.block_probs(
+                    anchor_tokens=round_.anchors,
+                    draft_tokens=draft.tokens,
+                    temperatures=round_.target_temperatures,
+                    greedy_mask=round_.target_greedy,
+                ),  # [bs, gamma+1, V]
+                draft_probs=draft_distribution(
+                    draft.step_logits,
+                    temperatures=draft.temperatures,
+                    greedy_mask=draft.greedy_mask,
+                ),  # [bs, gamma, V]
+                draft_tokens=draft.tokens,
+                generator=generator,
+            )
+
+        return verify
+
+
+CHAIN_VERIFIER = ChainVerifier()
+
+
+def read_draft_block(sampler: Any, rows: int) -> DraftBlock:
+    """The draft block of a sampler in our convention (``out``, ``corrected_out``, the
+    staged ``temperatures`` and ``greedy_mask``), on the sampler's device; each buffer
+    must be a plain tensor (``plain_buffer``)."""
+    gamma = int(sampler.gamma)
+    out, corrected_out, temperatures, greedy_mask = (
+        plain_buffer(sampler, name)
+        for name in ("out", "corrected_out", "temperatures", "greedy_mask")
+    )
+    return DraftBlock(
+        tokens=out[: rows * gamma].view(rows, gamma),
+        step_logits=corrected_out[: rows * gamma].view(rows, gamma, -1),
+        temperatures=temperatures[:rows],
+        greedy_mask=greedy_mask[:rows],
+    )
+
+
+def plain_block(block: DraftBlock) -> DraftBlock:
+    """``block``, refused (``TypeError``) unless every field is exactly a ``torch.Tensor``
+    (whatever convention read it): a subclass decides what its own operators return."""
+    for name, value in vars(block).items():
+        if type(value) is not torch.Tensor:
+            raise TypeError(f"{name} must be a plain torch.Tensor, got {type(value).__qualname__}")
+    return block
+
+
+DraftReader = Callable[[Any, int], DraftBlock]
 
 
 class DraftContext:
@@ -197,26 +299,41 @@ def plain_buffer(sampler: Any, name: str) -> torch.Tensor:
 
 
 def draft_batch(
-    sampler: Any, *, context: DraftContext, anchors: torch.Tensor, sampling_info: SamplingInfo
-) -> tuple[torch.Tensor, torch.Tensor]:
+    sampler: Any,
+    *,
+    context: DraftContext,
+    anchors: torch.Tensor,
+    sampling_info: SamplingInfo,
+    read_draft: DraftReader = read_draft_block,
+) -> DraftBlock:
     """Stage one batch's requests, draft from their anchors ``[bs]`` in one call, and read
-    what the verifier reads: draft tokens ``[bs, gamma]`` and their ``q`` ``[bs, gamma, V]``
-    (from the sampler's own staged temperatures and greedy mask)."""
-    bs, gamma, device = int(anchors.shape[0]), int(sampler.gamma), anchors.device
+    what the verifier reads (``read_draft``, each field a plain tensor), copied to the
+    anchors' device: tokens ``[bs, gamma]``, kept step logits ``[bs, gamma, V]``, the staged
+    temperatures and greedy mask ``[bs]``."""
+    bs, device = int(anchors.shape[0]), anchors.device
     sampler.stage_sampling_params(bs=bs, sampling_info=sampling_info)
     sampler(context.hidden_states(anchors), context.input_ids(anchors))
-    out, corrected_out, temperatures, greedy_mask = (
-        plain_buffer(sampler, name)
-        for name in ("out", "corrected_out", "temperatures", "greedy_mask")
+    block = plain_block(read_draft(sampler, bs))
+    return DraftBlock(  # copies: the next call of the instance rewrites its buffers
+        tokens=block.tokens.to(device, copy=True),
+        step_logits=block.step_logits.to(device, copy=True),
+        temperatures=block.temperatures.to(device, copy=True),
+        greedy_mask=block.greedy_mask.to(device, copy=True),
     )
-    tokens = out[: bs * gamma].view(bs, gamma).to(device)
-    corrected = corrected_out[: bs * gamma].view(bs, gamma, -1).to(device)
-    probs = draft_distribution(
-        corrected,
-        temperatures=temperatures[:bs].to(device),
-        greedy_mask=greedy_mask[:bs].to(device),
-    )  # [bs, gamma, V]
-    return tokens, probs
+
+
+def gathered_block(blocks: Sequence[DraftBlock], *, batches: Sequence[torch.Tensor]) -> DraftBlock:
+    """One round's draft block in row order from its batches' blocks (``batches[i]`` the
+    row indices ``[bs]`` of ``blocks[i]``, every row once)."""
+    order = torch.cat(list(batches))  # [rows]
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.shape[0], device=order.device)
+    return DraftBlock(
+        tokens=torch.cat([b.tokens for b in blocks])[inverse],
+        step_logits=torch.cat([b.step_logits for b in blocks])[inverse],
+        temperatures=torch.cat([b.temperatures for b in blocks])[inverse],
+        greedy_mask=torch.cat([b.greedy_mask for b in blocks])[inverse],
+    )
 
 
 def speculative_decode(
@@ -229,6 +346,8 @@ def speculative_decode(
     seed: int,
     min_rounds: int = 1,
     batches_of_round: Callable[[int], Sequence[torch.Tensor]] | None = None,
+    verifier: Verifier = CHAIN_VERIFIER,
+    read_draft: DraftReader = read_draft_block,
 ) -> DecodeResult:
     """Draft with ``sampler``, verify against ``target``, until every row has ``m`` tokens
     and at least ``min_rounds`` rounds ran.
@@ -236,7 +355,7 @@ def speculative_decode(
     ``sampler`` is any ``DsparkDraftSampler``-compatible object built with
     ``max_bs >= rows`` and folded sampling. Rows are ``sampling_info``'s requests,
     staged before every round as the server stages before every graph replay.
-    The seed fixes the first anchors, the verifier's generator and the sampler's
+    The seed fixes the first anchors, the verifier's draws and the sampler's
     noise (the global RNG is forked, so the caller's state is left as it was).
     Every row takes part in every round; tokens past the first ``m`` are kept in
     ``round_blocks`` only, and only the rounds of rows still short of ``m`` count
@@ -250,11 +369,11 @@ def speculative_decode(
         raise ValueError(f"min_rounds must be positive, got {min_rounds}")
     device = target.device
     rows = int(sampling_info.temperatures.shape[0])
-    gamma, vocab = int(sampler.gamma), target.vocab_size
+    gamma = int(sampler.gamma)
     anchor_seed, verifier_seed, noise_seed = derived_seeds(seed, 3)
     target_temperatures = sampling_info.temperatures.to(device, torch.float64)
     target_greedy = sampling_info.top_ks.to(device) <= 1
-    verifier_generator = torch.Generator(device).manual_seed(verifier_seed)
+    verify = verifier.start(seed=verifier_seed, device=device)
     anchors = target.sample_anchors(
         rows, generator=torch.Generator(device).manual_seed(anchor_seed)
     )  # [rows]
@@ -275,28 +394,30 @@ def speculative_decode(
                 if batches_of_round is not None
                 else (torch.arange(rows, device=device),)
             )
-            draft_probs = torch.empty(rows, gamma, vocab, dtype=torch.float64, device=device)
-            draft_tokens = torch.empty(rows, gamma, dtype=torch.int64, device=device)
             slots = torch.empty(rows, dtype=torch.int64, device=device)
             for batch in batches:
                 slots[batch] = torch.arange(batch.shape[0], device=device)
-                draft_tokens[batch], draft_probs[batch] = draft_batch(
-                    sampler,
-                    context=context,
-                    anchors=anchors[batch],
-                    sampling_info=sampling_info.select(batch),
+            draft = gathered_block(
+                [
+                    draft_batch(
+                        sampler,
+                        context=context,
+                        anchors=anchors[batch],
+                        sampling_info=sampling_info.select(batch),
+                        read_draft=read_draft,
+                    )
+                    for batch in batches
+                ],
+                batches=batches,
+            )
+            verdict = verify(
+                VerifyRound(
+                    anchors=anchors,
+                    draft=draft,
+                    target=target,
+                    target_temperatures=target_temperatures,
+                    target_greedy=target_greedy,
                 )
-            target_probs = target.block_probs(
-                anchor_tokens=anchors,
-                draft_tokens=draft_tokens,
-                temperatures=target_temperatures,
-                greedy_mask=target_greedy,
-            )  # [rows, gamma+1, V]
-            verdict = chain_verify(
-                target_probs=target_probs,
-                draft_probs=draft_probs,
-                draft_tokens=draft_tokens,
-                generator=verifier_generator,
             )
             active = filled < m
             if bool(active.any()):

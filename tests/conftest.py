@@ -10,6 +10,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+from harness.upstream.sglang_loader import unavailable_reason
+
 # Triton must see the interpreter flag before it is first imported; without CUDA
 # every kernel test runs interpreted.
 if not torch.cuda.is_available():
@@ -45,12 +47,14 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if torch.cuda.is_available():
-        return
+    upstream_missing = unavailable_reason()
+    skip_upstream = pytest.mark.skip(reason=upstream_missing or "")
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
-        if "gpu" in item.keywords:
+        if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
+        if "upstream" in item.keywords and upstream_missing:
+            item.add_marker(skip_upstream)
 
 
 PYTEST_OWN_VARIABLE = "PYTEST_CURRENT_TEST"  # pytest rewrites it in every test phase

@@ -47,7 +47,7 @@ def test_a_function_is_wrapped_into_a_sampler_class() -> None:
 
 def test_a_function_in_a_source_file_loads_too() -> None:
     implementation = parse_impl_spec("race=tests/plugins/functional_samplers.py:race_block")
-    assert (implementation.kind, implementation.import_surface) == ("function", None)
+    assert (implementation.kind, implementation.era) == ("function", None)
 
 
 def test_the_reference_as_a_function_is_clean_and_bit_exact(matrix_verdicts) -> None:

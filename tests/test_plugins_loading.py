@@ -1,9 +1,10 @@
 """Loading plug-ins from files and modules: the import surface, and clear errors.
 
-A file that imports ``sglang.*`` gets the harness's surface only while it loads, or
-the real ``sglang`` where one is importable (here: a stand-in package of our own on
-``sys.path``). Every way a plug-in can fail to load is one ``ImplementationError``
-that names the argument and the expected form, and the command line exits 2.
+A file that imports ``sglang.*`` gets the ``sglang`` of its server era while it loads:
+detected from its imports or named after the target, never decided by whether an
+``sglang`` is importable (here: a stand-in package of our own on ``sys.path``). Every
+way a plug-in can fail to load is one ``ImplementationError`` that names the argument
+and the expected form, and the command line exits 2.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.plugins.eras import Era, sglang_imports
 from harness.plugins.implementations import ImplementationError, parse_impl_spec
-from harness.plugins.sglang_surface import SURFACE, harness_import_surface, imports_sglang
+from harness.plugins.sglang_surface import SURFACE, harness_import_surface
 from reference import VanillaMarkovHead
 
 AFTER_FIX = Path("tests/plugins/upstream/dspark_after_fix.py").resolve()
@@ -54,9 +56,16 @@ def stand_in_sglang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         del sys.modules[name]
 
 
-def test_a_real_sglang_is_used_when_importable(stand_in_sglang: Path) -> None:
+def test_an_importable_sglang_does_not_change_the_detected_era(stand_in_sglang: Path) -> None:
     implementation = parse_impl_spec(f"server={AFTER_FIX}")
-    assert implementation.import_surface == "sglang"
+    assert implementation.era is Era.PR36934
+    module = sys.modules[implementation.sampler_class.__module__]
+    assert module.VanillaMarkov is VanillaMarkovHead  # the surface's, not the package's
+
+
+def test_the_installed_era_uses_the_importable_sglang_as_it_is(stand_in_sglang: Path) -> None:
+    implementation = parse_impl_spec(f"server={AFTER_FIX}@installed")
+    assert implementation.era is Era.INSTALLED
     module = sys.modules[implementation.sampler_class.__module__]
     assert module.VanillaMarkov is not VanillaMarkovHead
     assert str(stand_in_sglang) in sys.modules["sglang"].__file__
@@ -86,16 +95,29 @@ def test_an_unknown_flag_names_itself() -> None:
 @pytest.mark.parametrize(
     ("source", "found"),
     [
-        ("import sglang.srt.utils\n", True),
-        ("from sglang.srt.environ import envs\n", True),
-        ("def f():\n    from sglang.x import y\n", True),
-        ("from .sglang import x\n", False),
-        ("import sglangish\n", False),
-        ("import torch\n", False),
+        ("import sglang.srt.utils\n", [("sglang.srt.utils", None)]),
+        ("from sglang.srt.environ import envs\n", [("sglang.srt.environ", "envs")]),
+        ("def f():\n    from sglang.x import y\n", [("sglang.x", "y")]),
+        ("from .sglang import x\n", []),
+        ("import sglangish\n", []),
+        ("import torch\n", []),
     ],
 )
-def test_imports_sglang_reads_the_source(source: str, found: bool) -> None:
-    assert imports_sglang(source) is found
+def test_sglang_imports_reads_the_source(source: str, found: list[tuple[str, str | None]]) -> None:
+    assert sglang_imports(source, filename="x.py") == found
+
+
+def test_a_module_that_fits_no_era_asks_for_one(tmp_path: Path) -> None:
+    path = _write(tmp_path / "odd.py", "from sglang.srt.server_args import ServerArgs\n")
+    with pytest.raises(
+        ImplementationError, match=r"sglang\.srt\.server_args\.ServerArgs.*@pr36934"
+    ):
+        parse_impl_spec(f"odd={path}")
+
+
+def test_an_unknown_era_names_the_known_ones() -> None:
+    with pytest.raises(ImplementationError, match=r"unknown era 'pr1'.*@sglang-0\.5\.23"):
+        parse_impl_spec(f"x={AFTER_FIX}@pr1")
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,6 @@ from harness.cli.exit_codes import ExitCode
 from harness.oracles import stats
 from harness.pipeline.verdicts import Roles
 from harness.plugins.implementations import Implementation, builtin_implementations
-from harness.plugins.sglang_surface import real_sglang_available
 from tests.plugins.stats_defects import ReusedNoiseSampler
 
 UPSTREAM = Path("tests/plugins/upstream")
@@ -75,7 +74,6 @@ def test_default_implementations_include_legacy_only_where_a_role_expects_its_re
     assert names(Roles(pair=("before", "after"), expect_fail=("legacy",))) == ["fixed", "legacy"]
 
 
-@pytest.mark.skipif(real_sglang_available(), reason="the upstream files load against sglang")
 def test_stats_pair_rejects_the_before_fix_module_and_passes_the_after_fix_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

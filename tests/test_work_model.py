@@ -178,7 +178,8 @@ def test_walk_only_calls_produce_the_same_outputs_as_whole_calls() -> None:
             torch.manual_seed(11)
             with torch.inference_mode():
                 sampler(inputs.hidden_states, inputs.input_ids)
-            outs.append((sampler.out, sampler.corrected_out))
+            outputs = sampler.read(SMALL)  # through its convention
+            outs.append((outputs.tokens, outputs.step_logits))
         assert torch.equal(outs[0][0], outs[1][0])
         assert torch.equal(outs[0][1], outs[1][1])
 

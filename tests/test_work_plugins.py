@@ -219,7 +219,8 @@ def test_walk_only_and_whole_call_agree_for_the_upstream_pair() -> None:
             torch.manual_seed(11)
             with torch.inference_mode():
                 sampler(inputs.hidden_states, inputs.input_ids)
-            outs.append((sampler.out.clone(), sampler.corrected_out.clone()))
+            outputs = sampler.read(SMALL)  # through its convention
+            outs.append((outputs.tokens, outputs.step_logits))
         assert torch.equal(outs[0][0], outs[1][0])
         assert torch.equal(outs[0][1], outs[1][1])
 

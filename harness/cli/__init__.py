@@ -3,7 +3,7 @@
 Commands, each in its own module of this package with ``add_arguments(parser)`` and
 ``command(args) -> ExitCode``: ``report`` (the default: the standard matrix, the
 statistical oracle and the eliminated work), ``compare``, ``repro``, ``stats``,
-``work``, ``sweep``, ``graphs``, ``gpu-figures``. Every command ends through
+``scan``, ``versions``, ``work``, ``sweep``, ``graphs``, ``gpu-figures``. Every command ends through
 ``harness.cli.emit`` and returns an ``ExitCode`` (``harness.cli.exit_codes``): 0 when
 every expectation holds, 1 when any fails, 2 on bad usage or bad input (an unknown
 command included).
@@ -33,6 +33,8 @@ COMMAND_TABLE: dict[str, tuple[str, str, bool]] = {
     "compare": ("compare", "chosen cases and implementations side by side", True),
     "repro": ("repro", "write the smallest failing case, or replay one", True),
     "stats": ("stats", "statistical losslessness oracle", True),
+    "scan": ("scan", "support scan over many (row, step, counter) triples, NaN/inf rule", False),
+    "versions": ("versions", "before-fix, after-fix and sglang 0.5.23 side by side", False),
     "work": ("work", "work the fix eliminates (counters, model, --timing)", False),
     "sweep": ("sweep", "scaling sweep over bs, gamma and V", False),
     "graphs": (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
 
 from harness.cli.emit import emit
 from harness.cli.exit_codes import ExitCode
@@ -16,6 +17,11 @@ from harness.cli.options import (
     judged_implementations,
 )
 from harness.render.progress import progress_printer
+from harness.render.sections import Section
+from harness.render.tables import table
+
+if TYPE_CHECKING:
+    from harness.plugins.implementations import Implementation
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +57,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         pair=roles.pair,
     )
     sections = comparison_sections(records, require_coverage=not args.case, roles=roles)
+    sections.append(provenance_section(implementations))
     heading = f"DSpark draft-sampler harness: compare ({len(cases)} cases, {args.device})"
     return emit(
         args,
@@ -60,4 +67,30 @@ def command(args: argparse.Namespace) -> ExitCode:
         cases=records,
         timing={"compare_s": round(time.perf_counter() - started, 3)},
         verdicts=verdicts_json(records, roles=roles),
+    )
+
+
+def provenance_section(implementations: list[Implementation]) -> Section:
+    """Where each sampler came from: its spec, the server era its module was loaded for,
+    the calling convention it was built in and what the adapter works around in it
+    (docs/plugins.md)."""
+    rows = [implementation.provenance() for implementation in implementations]
+    text = table(
+        ("implementation", "spec", "kind", "era", "convention"),
+        [
+            (row["name"], row["spec"], row["kind"], row["era"] or "-", row["convention"])
+            for row in rows
+        ],
+    )
+    adapted = [
+        f"{row['name']}: the harness's adapter works around: {adaptation}"
+        for row in rows
+        for adaptation in row["adaptations"]
+    ]
+    return Section(
+        title="Implementations",
+        ok=True,
+        verdict="where each sampler came from (era: the sglang its module was loaded with)",
+        text="\n".join([text, *adapted]),
+        data={"implementations": rows},
     )

@@ -11,12 +11,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.cli.emit import UsageError
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import add_impl_option, selected_implementations
 from harness.defaults import BUILTIN_NAMES
 from harness.render.progress import progress_printer
+
+if TYPE_CHECKING:
+    from harness.pipeline.support_scan import ScanRepro
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,9 +49,14 @@ def _replay(args: argparse.Namespace) -> ExitCode:
 
     if args.out is not None:
         raise UsageError("give either a repro FILE to replay or --out FILE, not both")
-    recorded = repro.read_repro(args.file)
     if len(args.impl) > 1:
         raise UsageError("replay takes at most one --impl (the implementation to replay)")
+    from harness.pipeline.support_scan import is_scan_repro, read_scan_repro
+
+    data = repro.read_repro_json(args.file)
+    if is_scan_repro(data):
+        return _replay_scan(args, read_scan_repro(data, path=args.file))
+    recorded = repro.read_repro(args.file)
     spec = args.impl[0] if args.impl else recorded.spec
     implementation = repro.resolve_implementation(spec)
     case = recorded.case
@@ -77,6 +86,41 @@ def _replay(args: argparse.Namespace) -> ExitCode:
             what = f"the {recorded.check} check" if recorded.check else "every check"
             print(f"  the implementation passes {what} on this case now")
     return ExitCode.OK if passes else ExitCode.FAIL
+
+
+def _replay_scan(args: argparse.Namespace, recorded: ScanRepro) -> ExitCode:
+    """Replay a support-scan hit: the same call at the same counter; exit 0 when it no
+    longer drafts outside the support."""
+    from harness.pipeline import repro
+    from harness.pipeline.support_scan import replay_scan_repro
+
+    spec = args.impl[0] if args.impl else recorded.spec
+    now = replay_scan_repro(recorded, repro.resolve_implementation(spec))
+    hit = recorded.hit
+    result = {
+        "point": recorded.point.to_json(),
+        "implementation": spec,
+        "hit": hit.__dict__,
+        "identical": now.identical,
+        "hit_count": now.hit_count,
+        "passes": now.passes,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(
+            f"replayed {spec} on the scan point {recorded.point.label()} at counter {hit.counter}"
+        )
+        same = "IDENTICAL to the recorded one" if now.identical else "DIFFERS from the recorded one"
+        print(f"result: {same}")
+        for found in now.hits:
+            print(
+                f"  FAIL support: row {found.row} step {found.step} drafted token {found.token}; "
+                f"only {found.allowed} may be drafted"
+            )
+        if now.passes:
+            print("  the implementation drafts inside the support on this call now")
+    return ExitCode.OK if now.passes else ExitCode.FAIL
 
 
 def command(args: argparse.Namespace) -> ExitCode:

@@ -5,8 +5,10 @@ bounds each implementation's decode (every head kind); ``--out-dir`` receives
 ``stats.{json,md,txt}`` and, with ``--power``, ``stats-power.png``. ``--pair`` and
 ``--expect-fail`` give the roles, as in ``report``. Exit 0 when the pair's buggy side
 (default legacy) is rejected (and not on position 0 alone), every ``--expect-fail``
-name is rejected and every other implementation (fixed and each ``--impl``) passes;
-1 otherwise; 2 on bad usage.
+name is rejected and every other implementation (fixed and each ``--impl``) passes,
+under every verifier ``--verifiers`` names (default ``chain``; ``sglang-blockwise`` is
+the released server's block-wise rejection, with the package installed); 1 otherwise;
+2 on bad usage.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from harness.io.files import write_atomically
 from harness.oracles.problem import DEFAULT_CONFIG, StatsError
 from harness.oracles.section import power_curves_png, stats_section
 from harness.oracles.stats import default_implementations
+from harness.oracles.verifiers import VERIFIERS, verifiers_named
 from harness.pipeline.verdicts import RolesError
 from harness.plugins.implementations import ImplementationError, select_implementations
 from harness.render.progress import progress_printer
@@ -86,6 +89,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--power", action="store_true", help="also draw legacy's power curve per head kind"
     )
+    parser.add_argument(
+        "--verifiers",
+        type=lambda text: tuple(part.strip() for part in text.split(",") if part.strip()),
+        default=("chain",),
+        metavar="NAME[,NAME...]",
+        help=f"verify under each of these ({', '.join(VERIFIERS)}; default chain)",
+    )
 
 
 def command(args: argparse.Namespace) -> int:
@@ -100,6 +110,7 @@ def command(args: argparse.Namespace) -> int:
         if len(set(names)) != len(names):
             raise ImplementationError(f"--impl names must differ, got {names}")
         roles.validate(names)
+        verifiers = verifiers_named(args.verifiers)
         config = replace(
             DEFAULT_CONFIG,
             rows=args.rows,
@@ -125,6 +136,7 @@ def command(args: argparse.Namespace) -> int:
         progress=progress,
         time_limit_s=args.time_limit,
         roles=roles,
+        verifiers=verifiers,
         isolate=args.isolate,
     )
     if oracle.curves:

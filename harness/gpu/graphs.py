@@ -46,19 +46,18 @@ from harness.devices import synchronize
 from harness.gpu.shapes import DEFAULT_REPLAYS
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.compare import CaseVerdict, case_record, comparison_sections, evaluate_run
-from harness.pipeline.observe import DispatchObserver, HeadCounts, observe_head
+from harness.pipeline.observe import DispatchObserver, HeadCounts
 from harness.pipeline.runner import (
     CaseRun,
     ImplResult,
     RaisedError,
     build_sampler,
-    fill_sentinels,
     guarded_call,
-    plain_tensor,
-    read_outputs,
+    record_outputs,
     same_rng_start,
     work_counts,
 )
+from harness.plugins.conventions import BuiltSampler
 from harness.plugins.implementations import (
     Implementation,
 )
@@ -207,7 +206,7 @@ class GraphedSampler:
     """One implementation's sampler, captured over the shared static inputs."""
 
     name: str
-    sampler: Any
+    sampler: BuiltSampler
     runner: GraphRunner
     head_counts: HeadCounts  # what the captured call did: the work of every replay
     dispatch: DispatchObserver
@@ -226,12 +225,11 @@ def capture_sampler(
     the device (an asynchronous failure is the capture's)."""
     sampler = build_sampler(implementation.sampler_class, case=case, inputs=inputs)
     hidden_states, input_ids = static.call_arguments()
-    head = inputs.model.markov_head
     observed: list[tuple[HeadCounts, DispatchObserver]] = []
 
     def observed_call() -> list[torch.Tensor]:
         dispatch = DispatchObserver(record_noise=True)
-        with observe_head(head) as head_counts, dispatch:
+        with sampler.observe_walks() as head_counts, dispatch:
             sampler(hidden_states, input_ids)
         observed.append((head_counts, dispatch))
         # Walk tokens and noise clones are static outputs too: replays rewrite them.
@@ -250,11 +248,11 @@ def replay_result(
     result = ImplResult(name=graphed.name)
 
     def replay() -> None:
-        fill_sentinels(graphed.sampler)
+        graphed.sampler.poison()
         torch.manual_seed(seed)  # the replay's in-graph noise starts from this state
         graphed.runner.replay()
         synchronize(device)
-        read_outputs(graphed.sampler, case, result)
+        record_outputs(graphed.sampler.read(case), result)
         result.work = work_counts(graphed.head_counts, graphed.dispatch)
         result.noise_draws = [draw.clone() for draw in graphed.dispatch.noise_draws]
         result.walk_tokens = [tokens.clone() for tokens in graphed.head_counts.walk_tokens]
@@ -317,7 +315,6 @@ def redraw_check(
     device: torch.device,
 ) -> RedrawCheck:
     """Replay twice on ``inputs`` and compare the tokens and the static noise buffer."""
-    rows = case.bs * case.gamma
     tokens: list[torch.Tensor] = []
     noise: list[torch.Tensor] = []
 
@@ -326,10 +323,8 @@ def redraw_check(
         for _ in range(2):
             graphed.runner.replay()
             synchronize(device)
-            out = plain_tensor(graphed.sampler.out, name="out")
-            assert out is not None
-            tokens.append(out[:rows].view(case.bs, case.gamma).clone())
-            buffer = getattr(graphed.sampler, "exp_noise", None)
+            tokens.append(graphed.sampler.read(case).tokens)
+            buffer = getattr(graphed.sampler.sampler, "exp_noise", None)
             if case.folded_sampling and isinstance(buffer, torch.Tensor):
                 noise.append(buffer[: case.bs].clone())
 

@@ -151,7 +151,7 @@ def measure_one_walk(case: Case, *, inputs: CaseInputs) -> CallCost:
     with torch.inference_mode():
         step_sampler = build_sampler(
             BUILTIN_IMPLEMENTATIONS["fixed"], case=case, inputs=inputs
-        ).step_sampler(block.bs)
+        ).sampler.step_sampler(block.bs)
         ops = DispatchObserver(record_noise=False)  # the runner's operator counter
 
         def walk() -> None:

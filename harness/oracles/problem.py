@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from harness.devices import intra_op_threads
-from harness.pipeline.case import TOP_K_ALL
-from harness.plugins.construct import bind_constructor, construct_sampler
+from harness.pipeline.case import TOP_K_ALL, Case, CaseInputs
+from harness.plugins.conventions import BuiltSampler, build_for_case
 from reference import (
     HEAD_KINDS,
     SamplingInfo,
@@ -32,7 +32,15 @@ from reference import (
     teacher_forced_logits,
 )
 from reference.target_model import MarkovTargetModel, make_markov_target
-from reference.verifier import DecodeResult, DraftContext, derived_seeds, speculative_decode
+from reference.verifier import (
+    CHAIN_VERIFIER,
+    DecodeResult,
+    DraftBlock,
+    DraftContext,
+    Verifier,
+    derived_seeds,
+    speculative_decode,
+)
 
 DEFAULT_ALPHA = 1e-6
 MAX_JOINT_CELLS = 1 << 16  # V**m cells of the enumerated joint
@@ -373,28 +381,54 @@ def cpu_threads(device: str) -> int | None:
 
 
 def decode_rows(
-    sampler_class: type, *, problem: StatsProblem, head_kind: str, seed: int
+    sampler_class: type,
+    *,
+    problem: StatsProblem,
+    head_kind: str,
+    seed: int,
+    verifier: Verifier = CHAIN_VERIFIER,
 ) -> DecodeResult:
     """Build the sampler at ``max_bs = rows`` (folded sampling, in the sampler's own
-    constructor convention) and run the decode loop for one head kind, the instance
-    living through ``life_batches``."""
+    calling convention, ``harness.plugins.conventions``) and run the decode loop for one
+    head kind against its target, the instance living through ``life_batches``, verified
+    by ``verifier``; the loop reads each call's draft through the convention's
+    ``draft_block``."""
     config = problem.config
+    decode_seed = head_seed(seed, head_kind=head_kind)
+    case = Case(
+        bs=config.rows,
+        gamma=config.gamma,
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        markov_rank=config.markov_rank,
+        head_kind=head_kind,
+        temperatures=tuple(float(t) for t in problem.sampling_info.temperatures.tolist()),
+        greedy_rows=tuple(bool(k <= 1) for k in problem.sampling_info.top_ks.tolist()),
+        device=config.device,
+        seed=decode_seed,  # a counter-based stream keys its noise from it
+    )
+    inputs = CaseInputs(
+        model=problem.drafters[head_kind],
+        hidden_states=torch.empty(0, config.hidden_size),  # the decode loop makes its own
+        input_ids=torch.empty(0, dtype=torch.int64),
+        sampling_info=problem.sampling_info,
+        confidence_fn=None,
+    )
     with intra_op_threads(cpu_threads(config.device)):
-        sampler = construct_sampler(
-            bind_constructor(sampler_class),
-            model=problem.drafters[head_kind],
-            gamma=config.gamma,
-            max_bs=config.rows,
-            device=torch.device(config.device),
-            folded_sampling=True,
-        )
+        built = build_for_case(sampler_class, case=case, inputs=inputs)
         return speculative_decode(
-            sampler=sampler,
+            sampler=built,
             target=problem.targets[head_kind],
             context=problem.context,
             sampling_info=problem.sampling_info,
             m=config.m,
-            seed=head_seed(seed, head_kind=head_kind),
+            seed=decode_seed,
             min_rounds=config.rounds,
             batches_of_round=lambda r: life_batches(problem, r),
+            verifier=verifier,
+            read_draft=_built_draft_block,
         )
+
+
+def _built_draft_block(built: BuiltSampler, rows: int) -> DraftBlock:
+    return built.draft_block(rows)

@@ -31,6 +31,7 @@ from harness.render.figures import render_png
 from harness.render.progress import Progress, no_progress
 from harness.render.sections import Section
 from harness.render.tables import Alignment, TableFormat, table
+from reference.verifier import CHAIN_VERIFIER, Verifier
 
 TITLE = "Statistical losslessness (docs/statistics.md)"
 
@@ -122,8 +123,29 @@ def statistical_coverage(
 
 
 def statistical_verdicts(oracle: OracleRun) -> dict[str, Statistical]:
-    """Each implementation's statistical part, as its lossless verdict takes it."""
-    return {name: result.statistical() for name, result in oracle.results.items()}
+    """Each implementation's statistical part, as its lossless verdict takes it: passed
+    only when it passes under every verifier; otherwise the first verifier's failure,
+    its carriers named with that verifier when the run had more than one."""
+    return {name: combined_statistical(oracle.results_of(name)) for name in oracle.results}
+
+
+def combined_statistical(results: Sequence[StatsResult]) -> Statistical:
+    """One verdict from one implementation's results under several verifiers."""
+    several = len(results) > 1
+    for result in results:
+        verdict = result.statistical()
+        if not verdict.failed:
+            continue
+        if several and verdict.carried_by:
+            named = ", ".join(f"{result.verifier}:{c}" for c in verdict.carried_by.split(", "))
+            return replace(verdict, carried_by=named)
+        if several and verdict.error is not None:
+            return replace(verdict, error=f"under {result.verifier}: {verdict.error}")
+        if several and verdict.not_judged is not None:
+            return replace(verdict, not_judged=f"under {result.verifier}: {verdict.not_judged}")
+        return verdict
+    p_values = [r.p_value for r in results if not math.isnan(r.p_value)]
+    return Statistical(ran=True, rejected=False, p_value=min(p_values) if p_values else None)
 
 
 def coverage_text(config: StatsConfig) -> str:
@@ -141,7 +163,15 @@ def coverage_text(config: StatsConfig) -> str:
 
 
 def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") -> str:
-    header = ["impl", "verdict", "family p", "rejected tests", "carried by", "mean accepted"]
+    header = [
+        "impl",
+        "verifier",
+        "verdict",
+        "family p",
+        "rejected tests",
+        "carried by",
+        "mean accepted",
+    ]
     rows = []
     for r in results:
         verdict = (
@@ -158,6 +188,7 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
         rows.append(
             [
                 r.name,
+                r.verifier,
                 verdict,
                 p_text(r.p_value),
                 str(len(r.rejections())),
@@ -165,10 +196,12 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
                 accepted or "-",
             ]
         )
-    notes = [f"  {r.name}: raised {r.error}" for r in results if r.error]
-    notes += [f"  {r.name}: not judged, {r.not_judged}" for r in results if r.not_judged]
+    notes = [f"  {r.name} ({r.verifier}): raised {r.error}" for r in results if r.error]
     notes += [
-        f"  {r.name}: {r.impossible} committed tuples the target gives probability 0"
+        f"  {r.name} ({r.verifier}): not judged, {r.not_judged}" for r in results if r.not_judged
+    ]
+    notes += [
+        f"  {r.name} ({r.verifier}): {r.impossible} committed tuples the target gives probability 0"
         for r in results
         if r.impossible
     ]
@@ -241,13 +274,13 @@ def oracle_text(oracle: OracleRun) -> str:
         config.describe(),
         coverage_text(config),
         "",
-        results_table(list(oracle.results.values())),
+        results_table(oracle.every_result()),
     ]
-    for result in oracle.results.values():
+    for result in oracle.every_result():
         if result.statistics:
             parts += [
                 "",
-                f"{result.name}: p-values per head and group (* rejected)",
+                f"{result.name} under {result.verifier}: p-values per head and group (* rejected)",
                 detail_table(result, config=config),
             ]
     if oracle.curves:
@@ -261,9 +294,15 @@ def oracle_json(oracle: OracleRun, *, roles: Roles = DEFAULT_ROLES) -> dict[str,
             "config": asdict(oracle.config),
             "family_size": family_size(oracle.config),
             "results": {name: r.to_json_dict() for name, r in oracle.results.items()},
+            "verifiers": list(oracle.by_verifier),
+            "by_verifier": {
+                verifier: {name: r.to_json_dict() for name, r in results.items()}
+                for verifier, results in oracle.by_verifier.items()
+            },
             "roles": roles.to_json(),
             "expectations": {
-                name: meets_expectation(r, roles) for name, r in oracle.results.items()
+                name: all(meets_expectation(r, roles) for r in oracle.results_of(name))
+                for name in oracle.results
             },
             "power_curves": [c.to_json_dict() for c in oracle.curves],
         }
@@ -289,16 +328,19 @@ def stats_section(
     progress: Progress = no_progress,
     time_limit_s: float | None = None,
     roles: Roles = DEFAULT_ROLES,
+    verifiers: Sequence[Verifier] = (CHAIN_VERIFIER,),
     isolate: bool = False,
 ) -> tuple[Section, OracleRun]:
-    """Run the oracle on ``implementations`` (default: fixed and legacy), each held to
-    its role in ``roles`` (with ``isolate``, each in its worker), with ``power`` also
-    legacy's power curve per head kind, and present it as a section."""
+    """Run the oracle on ``implementations`` (default: fixed and legacy) under every
+    verifier, each held to its role in ``roles`` under each (with ``isolate``, each in
+    its worker), with ``power`` also legacy's power curve per head kind (first
+    verifier), and present it as a section."""
     oracle = run_oracle(
         config,
         implementations=implementations,
         progress=progress,
         time_limit_s=time_limit_s,
+        verifiers=verifiers,
         isolate=isolate,
     )
     legacy = oracle.results.get(BUGGY)
@@ -310,11 +352,18 @@ def stats_section(
             decoded=oracle.decoded.get(BUGGY, {}).get(oracle.problem.target.name),
             progress=progress,
         )
-    ok = expectations_hold(oracle.results, roles)
+    ok = all(expectations_hold(results, roles) for results in oracle.by_verifier.values())
+    lines = [
+        verdict_line(results, config=config, roles=roles) for results in oracle.by_verifier.values()
+    ]
+    if len(lines) > 1:
+        lines = [
+            f"under {name}: {line}" for name, line in zip(oracle.by_verifier, lines, strict=True)
+        ]
     section = Section(
         title=TITLE,
         ok=ok,
-        verdict=verdict_line(oracle.results, config=config, roles=roles),
+        verdict="; ".join(lines),
         text=oracle_text(oracle),
         data={**oracle_json(oracle, roles=roles), "ok": ok},
     )
@@ -336,6 +385,8 @@ def report_stats(
     each held to its role, and legacy's power curve per head kind; with the run, whose
     verdicts enter each implementation's lossless verdict."""
     chosen = list(implementations) if implementations is not None else builtin_implementations()
+    from harness.oracles.verifiers import available_verifiers
+
     config = replace(DEFAULT_CONFIG, seed=seed, device=device)
     return stats_section(
         config,
@@ -345,6 +396,7 @@ def report_stats(
         time_limit_s=time_limit_s,
         roles=roles,
         isolate=isolate,
+        verifiers=available_verifiers(),
     )
 
 

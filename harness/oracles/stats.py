@@ -9,6 +9,11 @@ and the expectations each implementation is held to by its role
 (``harness.pipeline.verdicts.Roles``): the buggy side of the pair (default
 ``legacy``) is rejected, and not on position 0 alone, where the bug cannot show;
 every ``expect_fail`` name is rejected; every other implementation passes.
+
+The verifier is a value (``reference.verifier.Verifier``): every run takes a sequence of
+them (default: our chain verifier alone) and holds each implementation to its role
+under every one; the released server's block-wise rejection is the second
+(``harness.upstream.rejection``).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from harness.oracles.power import DetectionBound, PowerCurve, detection_bounds
 from harness.oracles.problem import (
     DEFAULT_CONFIG,
     StatsConfig,
+    StatsError,
     StatsProblem,
     build_problems,
     cpu_threads,
@@ -45,7 +51,7 @@ from harness.pipeline.runner import RaisedError, guarded_call
 from harness.pipeline.verdicts import Roles, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.progress import Progress, no_progress
-from reference.verifier import DecodeResult
+from reference.verifier import CHAIN_VERIFIER, DecodeResult, Verifier
 
 BUGGY = "legacy"  # the built-in buggy side of the default pair
 DEFAULT_ROLES = Roles()
@@ -64,6 +70,7 @@ class StatsResult:
     mean_accepted_length: dict[str, dict[str, float]]  # by target, then head kind
     error: str | None = None  # the implementation raised: no verdict on the distribution
     bounds: tuple[DetectionBound, ...] = ()  # per target and position, at this run's rows
+    verifier: str = CHAIN_VERIFIER.name  # whose verification committed the tokens
     not_judged: str | None = None  # why it was not judged (the time limit): never a defect
     wall_s: float = field(default=0.0, compare=False)
 
@@ -183,7 +190,12 @@ Decoded = dict[str, dict[str, DecodeResult]]  # by target, then head kind
 
 
 def fit_decoded(
-    name: str, *, decoded: Decoded, problems: Sequence[StatsProblem], wall_s: float = 0.0
+    name: str,
+    *,
+    decoded: Decoded,
+    problems: Sequence[StatsProblem],
+    wall_s: float = 0.0,
+    verifier: str = CHAIN_VERIFIER.name,
 ) -> StatsResult:
     """The family of tests on every target's and head kind's decoded rows, Holm-corrected
     over all of them."""
@@ -216,6 +228,7 @@ def fit_decoded(
             for target, runs in decoded.items()
         },
         bounds=bounds,
+        verifier=verifier,
         wall_s=wall_s,
     )
 
@@ -225,7 +238,12 @@ def target_rows(problems: Sequence[StatsProblem]) -> dict[str, int]:
 
 
 def failed_result(
-    name: str, *, config: StatsConfig, error: RaisedError, wall_s: float = 0.0
+    name: str,
+    *,
+    config: StatsConfig,
+    error: RaisedError,
+    wall_s: float = 0.0,
+    verifier: str = CHAIN_VERIFIER.name,
 ) -> StatsResult:
     """No verdict on the distribution at ``config`` (every target): ``error`` is the
     implementation's failure, or, when the time limit stopped it, the reason it was not
@@ -240,6 +258,7 @@ def failed_result(
         mean_accepted_length={},
         error=None if error.timed_out else error.summary(),
         not_judged=f"time limit reached ({error.message})" if error.timed_out else None,
+        verifier=verifier,
         wall_s=wall_s,
     )
 
@@ -254,13 +273,16 @@ def decode_and_fit(
     *,
     problems: Sequence[StatsProblem],
     time_limit_s: float | None = None,
+    verifier: Verifier = CHAIN_VERIFIER,
 ) -> tuple[StatsResult, Decoded | None]:
-    """Decode every target's and head kind's rows with one implementation and fit them
-    (the decoded rows come back too, ``None`` when it raised or ran past
-    ``time_limit_s``: a recorded result, never a crash)."""
+    """Decode every target's and head kind's rows with one implementation, verified by
+    ``verifier``, and fit them (the decoded rows come back too, ``None`` when it raised
+    or ran past ``time_limit_s``: a recorded result, never a crash)."""
     config = problems[0].config
     with intra_op_threads(cpu_threads(config.device)):
-        return _decode_and_fit(implementation, problems=problems, time_limit_s=time_limit_s)
+        return _decode_and_fit(
+            implementation, problems=problems, time_limit_s=time_limit_s, verifier=verifier
+        )
 
 
 def _decode_and_fit(
@@ -268,6 +290,7 @@ def _decode_and_fit(
     *,
     problems: Sequence[StatsProblem],
     time_limit_s: float | None,
+    verifier: Verifier,
 ) -> tuple[StatsResult, Decoded | None]:
     config = problems[0].config
     started = time.perf_counter()
@@ -275,7 +298,11 @@ def _decode_and_fit(
         lambda: {
             problem.target.name: {
                 kind: decode_rows(
-                    implementation.sampler_class, problem=problem, head_kind=kind, seed=config.seed
+                    implementation.sampler_class,
+                    problem=problem,
+                    head_kind=kind,
+                    seed=config.seed,
+                    verifier=verifier,
                 )
                 for kind in config.head_kinds
             }
@@ -287,7 +314,11 @@ def _decode_and_fit(
     if outcome.error is not None:
         wall_s = time.perf_counter() - started
         return failed_result(
-            implementation.name, config=oracle_config(problems), error=outcome.error, wall_s=wall_s
+            implementation.name,
+            config=oracle_config(problems),
+            error=outcome.error,
+            wall_s=wall_s,
+            verifier=verifier.name,
         ), None
     decoded = outcome.returned()
     result = fit_decoded(
@@ -295,6 +326,7 @@ def _decode_and_fit(
         decoded=decoded,
         problems=problems,
         wall_s=time.perf_counter() - started,
+        verifier=verifier.name,
     )
     return result, decoded
 
@@ -304,10 +336,12 @@ def run_stats(
     *,
     config: StatsConfig = DEFAULT_CONFIG,
     problems: Sequence[StatsProblem] | None = None,
+    verifier: Verifier = CHAIN_VERIFIER,
 ) -> StatsResult:
-    """The oracle's verdict on one implementation at ``config`` (every target)."""
+    """The oracle's verdict on one implementation at ``config`` (every target), under
+    ``verifier``."""
     problems = problems if problems is not None else build_problems(config)
-    return decode_and_fit(implementation, problems=problems)[0]
+    return decode_and_fit(implementation, problems=problems, verifier=verifier)[0]
 
 
 # -- the expectations -------------------------------------------------------------------------
@@ -345,11 +379,12 @@ def default_verdict(
 
 @dataclass
 class OracleRun:
-    """Every implementation at one config, their decoded rows, and the power curves."""
+    """Every implementation at one config under every verifier, the first verifier's
+    decoded rows, and the power curves."""
 
     config: StatsConfig
-    results: dict[str, StatsResult]
-    decoded: dict[str, Decoded]  # by implementation, then target, then head kind
+    by_verifier: dict[str, dict[str, StatsResult]]  # verifier, then implementation
+    decoded: dict[str, Decoded]  # first verifier's: implementation, target, head kind
     problems: tuple[StatsProblem, ...]  # one per target, in the config's order
     curves: list[PowerCurve] = field(default_factory=list)  # filled by the report, per head
 
@@ -357,6 +392,18 @@ class OracleRun:
     def problem(self) -> StatsProblem:
         """The first target's problem: the one power is drawn at."""
         return self.problems[0]
+
+    @property
+    def results(self) -> dict[str, StatsResult]:
+        """Each implementation's result under the first verifier."""
+        return next(iter(self.by_verifier.values()))
+
+    def every_result(self) -> list[StatsResult]:
+        return [r for results in self.by_verifier.values() for r in results.values()]
+
+    def results_of(self, name: str) -> list[StatsResult]:
+        """One implementation's results, one per verifier, in the run's order."""
+        return [results[name] for results in self.by_verifier.values() if name in results]
 
 
 def default_implementations(roles: Roles = DEFAULT_ROLES) -> list[Implementation]:
@@ -372,30 +419,36 @@ def run_oracle(
     implementations: Sequence[Implementation] | None = None,
     progress: Progress = no_progress,
     time_limit_s: float | None = None,
+    verifiers: Sequence[Verifier] = (CHAIN_VERIFIER,),
     isolate: bool = False,
 ) -> OracleRun:
-    """Decode and fit every implementation (default: fixed and legacy) at ``config``;
-    ``time_limit_s`` bounds each implementation's decode (every target and head kind);
-    with ``isolate`` each decodes in its worker."""
+    """Decode and fit every implementation (default: fixed and legacy) at ``config``
+    under every verifier (default: ours alone); ``time_limit_s`` bounds each
+    implementation's decode (every target and head kind) under one verifier; with
+    ``isolate`` each decodes in its worker."""
+    if not verifiers or len({v.name for v in verifiers}) != len(verifiers):
+        raise StatsError(f"verifiers must be distinct and not empty, got {list(verifiers)}")
     problems = build_problems(config)
     chosen = list(implementations) if implementations is not None else default_implementations()
-    results: dict[str, StatsResult] = {}
+    by_verifier: dict[str, dict[str, StatsResult]] = {}
     decoded: dict[str, Decoded] = {}
-    for impl in chosen:
-        progress(
-            f"stats: {impl.name} ({len(config.targets)} targets x "
-            f"{len(config.head_kinds)} heads) ..."
-        )
-        if isolate:
-            from harness.pipeline.isolation import isolated_decode_and_fit
+    for verifier in verifiers:
+        results = by_verifier.setdefault(verifier.name, {})
+        for impl in chosen:
+            progress(
+                f"stats: {impl.name} under {verifier.name} ({len(config.targets)} targets x "
+                f"{len(config.head_kinds)} heads) ..."
+            )
+            if isolate:
+                from harness.pipeline.isolation import isolated_decode_and_fit
 
-            results[impl.name], run = isolated_decode_and_fit(
-                impl, config=config, time_limit_s=time_limit_s
-            )
-        else:
-            results[impl.name], run = decode_and_fit(
-                impl, problems=problems, time_limit_s=time_limit_s
-            )
-        if run is not None:
-            decoded[impl.name] = run
-    return OracleRun(config=config, results=results, decoded=decoded, problems=problems)
+                results[impl.name], run = isolated_decode_and_fit(
+                    impl, config=config, time_limit_s=time_limit_s, verifier=verifier
+                )
+            else:
+                results[impl.name], run = decode_and_fit(
+                    impl, problems=problems, time_limit_s=time_limit_s, verifier=verifier
+                )
+            if run is not None and verifier is verifiers[0]:
+                decoded[impl.name] = run
+    return OracleRun(config=config, by_verifier=by_verifier, decoded=decoded, problems=problems)

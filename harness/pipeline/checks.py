@@ -27,6 +27,7 @@ from harness.pipeline.check_result import (
 )
 from harness.pipeline.observe import NOISE_OP, RandomDraw
 from harness.pipeline.runner import CaseRun, ImplResult
+from harness.plugins.conventions import NoiseCounter
 from reference import exponential_race_torch, teacher_forced_logits
 from reference.sampling_params import stage_sampling_params
 from reference.verifier import draft_distribution
@@ -58,8 +59,12 @@ def positions_differ(actual: torch.Tensor, expected: torch.Tensor, *, exact: boo
     return differ.reshape(*differ.shape[:2], -1).any(dim=-1)
 
 
-def staged_parameters(run: CaseRun) -> tuple[torch.Tensor, torch.Tensor]:
-    """The temperatures and greedy mask a correct sampler stages for the case."""
+def staged_parameters(run: CaseRun, result: ImplResult) -> tuple[torch.Tensor, torch.Tensor]:
+    """The temperatures and greedy mask the tokens were drawn under: the sampler's own
+    staging where its convention exposes it (sglang 0.5.23's ``params``), else what a
+    correct sampler stages for the case (the reference's rule)."""
+    if result.staged is not None:
+        return result.staged.temperatures, result.staged.greedy_mask
     case = run.case
     temperatures = torch.ones(case.bs, dtype=torch.float32, device=run.block.base_logits.device)
     greedy_mask = torch.ones(case.bs, dtype=torch.bool, device=temperatures.device)
@@ -90,7 +95,8 @@ def _token_ids_valid(run: CaseRun, tokens: torch.Tensor) -> bool:
 
 def check_outputs_written(run: CaseRun, result: ImplResult) -> CheckResult:
     """Every output entry was written with a valid value: token ids in ``[0, V)``,
-    finite corrected logits (the inputs are finite), confidence in ``[0, 1]``."""
+    finite corrected logits (the inputs are finite), confidence in ``[0, 1]``, and
+    ``verify_ids`` (where the convention has it) the anchor followed by the drafts."""
     name = "outputs_written"
     if result.tokens is None:
         return skipped(name, "no output")
@@ -106,6 +112,12 @@ def check_outputs_written(run: CaseRun, result: ImplResult) -> CheckResult:
         bad_confidence = ~((result.confidence >= 0) & (result.confidence <= 1))
         if bad_confidence.any():
             problems.append(("confidence_out unwritten or outside [0, 1]", bad_confidence))
+    if result.verify_ids is not None:  # [bs, gamma + 1]: the anchor, then the drafts
+        expected = torch.cat([run.block.anchor_tokens.unsqueeze(1), result.tokens], dim=1)
+        wrong = result.verify_ids != expected.to(result.verify_ids.device)
+        if wrong.any():  # a wrong anchor shows at step 0 with the drafts
+            at_step = wrong[:, 1:] | wrong[:, :1]
+            problems.append(("verify_ids is not [anchor | out]", at_step))
     if problems:
         detail, mask = problems[0]
         others = "; ".join(d for d, _ in problems[1:])
@@ -114,7 +126,8 @@ def check_outputs_written(run: CaseRun, result: ImplResult) -> CheckResult:
 
 
 def check_teacher_forcing(run: CaseRun, result: ImplResult) -> CheckResult:
-    """``corrected_out`` must equal the logits rebuilt from the emitted tokens."""
+    """The kept step logits (``corrected_out``; sglang 0.5.23's ``step_logits``) must equal
+    the logits rebuilt from the emitted tokens, rounded to the sampler's own step dtype."""
     name = "teacher_forcing"
     if not run.case.folded_sampling:
         return skipped(name, "no corrected logits without folded sampling")
@@ -125,7 +138,7 @@ def check_teacher_forcing(run: CaseRun, result: ImplResult) -> CheckResult:
     with torch.inference_mode():
         rebuilt = teacher_forced_logits(
             model=run.inputs.model, block=run.block, tokens=result.tokens
-        )
+        ).to(result.corrected.dtype)  # [bs, gamma, V] in the step dtype
     differ = positions_differ(result.corrected, rebuilt, exact=exact_comparison(run))
     if differ.any():
         max_diff = (result.corrected.double() - rebuilt.double()).abs().max().item()
@@ -139,8 +152,9 @@ def check_teacher_forcing(run: CaseRun, result: ImplResult) -> CheckResult:
 
 
 def check_no_writes_outside_batch(run: CaseRun, result: ImplResult) -> CheckResult:
-    """``out[bs*gamma:]``, ``corrected_out[bs*gamma:]`` and ``confidence_out[bs:]`` belong
-    to other graph buckets: their sentinels must survive the call."""
+    """Rows past the live batch of every output buffer belong to other graph buckets:
+    ``out[bs*gamma:]``, ``corrected_out[bs*gamma:]`` (sglang 0.5.23: ``step_logits[bs:]``),
+    ``confidence_out[bs:]`` and ``verify_ids[bs:]``; their sentinels must survive the call."""
     name = "no_writes_outside_batch"
     if result.tokens is None:
         return skipped(name, "no output")
@@ -228,9 +242,11 @@ def check_noise_replay(run: CaseRun, result: ImplResult) -> CheckResult:
     if result.tokens is None or result.corrected is None:
         return skipped(name, "no output")
     noise = replay_noise(run, result)
+    if isinstance(noise, str) and result.counter_replay is not None and counter_noise(result):
+        return counter_stream_replay(result)
     if isinstance(noise, str):
         return skipped(name, f"{noise} — the statistical oracle carries the lossless verdict")
-    temperatures, greedy_mask = staged_parameters(run)
+    temperatures, greedy_mask = staged_parameters(run, result)
     replayed = torch.stack(
         [
             exponential_race_torch(
@@ -249,9 +265,52 @@ def check_noise_replay(run: CaseRun, result: ImplResult) -> CheckResult:
     return passed(name)
 
 
+def counter_noise(result: ImplResult) -> NoiseCounter | None:
+    """The call's counter-based noise stream, when that is where its noise came from: the
+    convention declares a counter (sglang 0.5.23's ``DraftNoise``) and the call drew
+    nothing from torch's RNG."""
+    return None if call_draws(result) else result.noise_counter
+
+
+def counter_stream_replay(result: ImplResult) -> CheckResult:
+    """Counter-based noise declared by the convention (sglang 0.5.23's ``DraftNoise``):
+    the tokens must be what the declared stream gives for the kept step logits at the
+    counter the call began with (docs/upstream.md, "Replaying counter-based noise")."""
+    name = "noise_replay"
+    assert result.counter_replay is not None and result.noise_counter is not None
+    assert result.tokens is not None
+    differ = result.counter_replay != result.tokens
+    if differ.any():
+        return failed(
+            name,
+            f"the declared noise stream (counter {result.noise_counter.start}) with the kept "
+            "step logits does not give out",
+            differ,
+        )
+    return passed(name, f"replayed from the declared counter stream ({result.noise_counter.start})")
+
+
+def _fresh_counter(result: ImplResult, second: ImplResult) -> str | None:
+    """Why counter-based noise was not fresh on the second call, or ``None``."""
+    first_counter, second_counter = counter_noise(result), counter_noise(second)
+    if first_counter is None or second_counter is None:
+        return None
+    if first_counter.advances < 1:
+        return (
+            f"the first call did not advance the noise counter (it stayed at {first_counter.end})"
+        )
+    if second_counter.start == first_counter.start:
+        return (
+            f"the second call drew at the same noise counter ({second_counter.start}) as the "
+            "first: the same noise"
+        )
+    return None
+
+
 def check_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
-    """A second staged call on the same inputs draws different noise, and its outputs
-    are self-consistent too (teacher forcing, and replay where replayable)."""
+    """A second staged call on the same inputs draws different noise (torch draws that
+    differ, or a noise counter the first call advanced), and its outputs are
+    self-consistent too (teacher forcing, and replay where replayable)."""
     name = "fresh_noise"
     if not run.case.has_sampled_rows:
         return skipped(name, "no sampled rows")
@@ -260,13 +319,17 @@ def check_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
         return skipped(name, "no second call was made")
     if second.error is not None:
         return failed(name, f"the second call raised {second.error.summary()}")
+    stale_counter = _fresh_counter(result, second)
+    if stale_counter is not None:
+        return failed(name, stale_counter)
     first_draws, second_draws = call_draws(result), call_draws(second)
-    if not second_draws:
+    if not second_draws and second.noise_counter is None:
         return failed(name, "the second call drew no noise in staging or the call")
     first_values = [d.values for d in first_draws if d.values is not None]
     second_values = [d.values for d in second_draws if d.values is not None]
     comparable = len(first_values) == len(first_draws) == len(second_draws) == len(second_values)
-    if comparable and all(map(torch.equal, first_values, second_values)):
+    from_torch = counter_noise(second) is None  # else the counter said it, above
+    if from_torch and comparable and all(map(torch.equal, first_values, second_values)):
         return failed(
             name,
             f"the second call drew the same noise as the first ({describe_draws(second_draws)})",
@@ -294,6 +357,13 @@ def check_noise_budget(run: CaseRun, result: ImplResult) -> CheckResult:
         )
     else:
         expected, budget = "no random draws in a greedy fold", not draws
+    counter = counter_noise(result)
+    if counter is not None and case.folded_sampling:
+        return failed(
+            name,
+            f"noise source differs: counter-based Philox noise (key, counter advanced "
+            f"{counter.advances} per call), no torch random draw; the reference draws {expected}",
+        )
     if not budget:
         return failed(name, f"drew {describe_draws(draws)}; the reference draws {expected}")
     return passed(name)
@@ -344,7 +414,7 @@ def check_greedy_rows_argmax(run: CaseRun, result: ImplResult) -> CheckResult:
         return skipped(name, "greedy fold: covered by greedy_consistency")
     if result.tokens is None or result.corrected is None:
         return skipped(name, "no output")
-    _, greedy_mask = staged_parameters(run)
+    _, greedy_mask = staged_parameters(run, result)
     top = result.corrected.amax(dim=-1)  # [bs, gamma]
     picked = result.corrected.gather(-1, result.tokens.unsqueeze(-1)).squeeze(-1)
     bad = (picked != top) & greedy_mask.unsqueeze(1)
@@ -360,7 +430,7 @@ def check_support(run: CaseRun, result: ImplResult) -> CheckResult:
         return skipped(name, "no q without folded sampling")
     if result.tokens is None or result.corrected is None:
         return skipped(name, "no output")
-    temperatures, greedy_mask = staged_parameters(run)
+    temperatures, greedy_mask = staged_parameters(run, result)
     q = draft_distribution(
         result.corrected, temperatures=temperatures, greedy_mask=greedy_mask
     )  # [bs, gamma, V], the verifier's q
@@ -411,6 +481,28 @@ def self_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
 
 
 # -- differential --------------------------------------------------------------------------
+def contract_differences(result: ImplResult, reference: ImplResult) -> list[str]:
+    """The differences of contract a drop-in mismatch comes from, each named: the noise
+    source, the step-dtype policy, and the rule for NaN (docs/numerics.md)."""
+    differences = []
+    if counter_noise(result) is not None and counter_noise(reference) is None:
+        differences.append(
+            "noise source: counter-based Philox noise (key, counter) where the reference "
+            "draws torch exponential_ noise"
+        )
+    mine, theirs = result.corrected, reference.corrected
+    if mine is not None and theirs is not None and mine.dtype != theirs.dtype:
+        differences.append(
+            f"step-dtype policy: step logits in {mine.dtype} where the reference keeps "
+            f"{theirs.dtype} (the base dtype)"
+        )
+    if mine is not None and theirs is not None and bool(theirs.isnan().any()):
+        nan_rows = mine.isnan().any(dim=-1) != theirs.isnan().any(dim=-1)
+        if bool(nan_rows.any()):
+            differences.append("NaN rule: NaN step logits in other positions than the reference's")
+    return differences
+
+
 def check_matches_reference(run: CaseRun, result: ImplResult, reference: ImplResult) -> CheckResult:
     """Same tokens, corrected logits and confidence as the single-pass reference."""
     name = "matches_reference"
@@ -419,9 +511,11 @@ def check_matches_reference(run: CaseRun, result: ImplResult, reference: ImplRes
     if result.tokens is None or reference.tokens is None:
         return skipped(name, "no output")
     exact = exact_comparison(run)
+    differences = contract_differences(result, reference)
+    named = f" ({'; '.join(differences)})" if differences else ""
     token_diff = result.tokens != reference.tokens
     if token_diff.any():
-        return failed(name, "tokens differ from the reference", token_diff)
+        return failed(name, f"tokens differ from the reference{named}", token_diff)
     pairs = [
         ("corrected_out", result.corrected, reference.corrected),
         ("confidence_out", result.confidence, reference.confidence),
@@ -430,7 +524,9 @@ def check_matches_reference(run: CaseRun, result: ImplResult, reference: ImplRes
         if (mine is None) != (theirs is None):
             return failed(name, f"{label} written by one side only")
         if mine is not None and theirs is not None:
+            if mine.dtype != theirs.dtype:
+                return failed(name, f"{label} differs from the reference{named}")
             differ = positions_differ(mine.unsqueeze(-1), theirs.unsqueeze(-1), exact=exact)
             if differ.any():
-                return failed(name, f"{label} differs from the reference", differ)
+                return failed(name, f"{label} differs from the reference{named}", differ)
     return passed(name, "bit-exact" if exact else "within dtype tolerance")

@@ -187,6 +187,10 @@ def case_record(verdict: CaseVerdict, *, key: str, pair: tuple[str, str] = DEFAU
                 "noise_elements": result.work.noise_elements,
                 "aten_ops": result.work.total_ops,
                 "rng": result.work.rng,
+                # Counter-based noise (sglang 0.5.23): how far the call moved the counter.
+                "noise_counter_advances": None
+                if result.noise_counter is None
+                else result.noise_counter.advances,
             },
             "checks": checks,
         }

@@ -49,6 +49,7 @@ from harness.pipeline.runner import (
     WorkCounts,
     run_guarded,
 )
+from harness.plugins.eras import Era
 from harness.plugins.errors import ImplementationError
 from harness.plugins.implementations import (
     BUILTIN_IMPLEMENTATIONS,
@@ -80,6 +81,7 @@ def _wire_types() -> dict[str, type[Any]]:
     from harness.oracles.fits import Marginal, Statistic
     from harness.oracles.power import DetectionBound
     from harness.oracles.stats import StatsResult
+    from harness.plugins.conventions import NoiseCounter, StagedParams
     from reference.verifier import DecodeResult
 
     allowed = (
@@ -95,6 +97,8 @@ def _wire_types() -> dict[str, type[Any]]:
         DecodeResult,
         PluginDescription,
         PairedTimes,
+        StagedParams,  # a convention's staging, as read (sglang 0.5.23)
+        NoiseCounter,
     )
     return {cls.__name__: cls for cls in allowed}
 
@@ -185,8 +189,9 @@ class PluginDescription:
     """What the worker found when it loaded a plug-in (or why it could not)."""
 
     kind: str = "class"
-    import_surface: str | None = None
+    era: str | None = None  # the Era's value: only plain data crosses the wire
     convention: str = "harness"
+    adaptations: tuple[str, ...] = ()
     error: str | None = None  # the ImplementationError's message
 
 
@@ -224,9 +229,10 @@ def worker_only(spec: str) -> Implementation:
         name,
         stand_in,
         spec,
-        description.import_surface,
+        None if description.era is None else Era(description.era),
         kind=description.kind,
         convention=description.convention,
+        adaptations=description.adaptations,
     )
 
 
@@ -235,10 +241,12 @@ def _describe(spec: str) -> PluginDescription:
         loaded = parse_impl_spec(spec)
     except ImplementationError as error:
         return PluginDescription(error=str(error))
+    provenance = loaded.provenance()
     return PluginDescription(
         kind=loaded.kind,
-        import_surface=loaded.import_surface,
-        convention=loaded.provenance()["convention"],
+        era=provenance["era"],
+        convention=provenance["convention"],
+        adaptations=tuple(provenance["adaptations"]),
     )
 
 
@@ -253,7 +261,12 @@ def _reference(implementation: Implementation) -> Any:
     (a class built in memory, as tests do) the class itself by reference."""
     if implementation.name in BUILTIN_IMPLEMENTATIONS and _domain(implementation) == BUILTINS:
         return ("builtin", implementation.name)
-    if issubclass(implementation.sampler_class, WorkerOnlySampler) or ".py" in implementation.spec:
+    by_spec = (
+        issubclass(implementation.sampler_class, WorkerOnlySampler)
+        or ".py" in implementation.spec
+        or implementation.era is Era.SGLANG_0_5_23  # its modules live in no importable package
+    )
+    if by_spec:
         return ("spec", implementation.spec)
     return ("class", implementation)
 
@@ -306,14 +319,16 @@ class _Worker:
             self.cached = None
         return result
 
-    def stats(self, reference: Any, config: Any, limit: float | None) -> Any:
+    def stats(self, reference: Any, config: Any, limit: float | None, verifier: Any) -> Any:
         from harness.oracles.problem import build_problems
         from harness.oracles.stats import decode_and_fit
 
         if config not in self.problems:
             self.problems[config] = build_problems(config)
         problems = self.problems[config]
-        return decode_and_fit(self.implementation(reference), problems=problems, time_limit_s=limit)
+        return decode_and_fit(
+            self.implementation(reference), problems=problems, time_limit_s=limit, verifier=verifier
+        )
 
     def timing(self, case: Case, repeats: int, references: tuple[Any, Any]) -> Any:
         from harness.measure.timing import TimingError, ab_timing
@@ -576,20 +591,36 @@ def isolated_ab_timing(
 
 
 def isolated_decode_and_fit(
-    implementation: Implementation, *, config: Any, time_limit_s: float | None
+    implementation: Implementation, *, config: Any, time_limit_s: float | None, verifier: Any
 ) -> tuple[Any, Any]:
-    """``decode_and_fit`` in the implementation's worker (which builds the problem from
-    ``config``); a worker that dies, hangs or answers nonsense is its failure."""
+    """``decode_and_fit`` under ``verifier`` (a plain value, sent to the worker) in the
+    implementation's worker (which builds the problem from ``config``); a worker that
+    dies, hangs or answers nonsense is its failure."""
     from harness.oracles.stats import StatsResult, failed_result
 
     answer = worker_for(implementation).request(
-        "stats", _reference(implementation), config, time_limit_s, time_limit_s=time_limit_s
+        "stats",
+        _reference(implementation),
+        config,
+        time_limit_s,
+        verifier,
+        time_limit_s=time_limit_s,
     )
     if isinstance(answer, WorkerFailure | RaisedError):
         error = answer.raised() if isinstance(answer, WorkerFailure) else answer
-        return failed_result(implementation.name, config=config, error=error), None
+        failed = failed_result(
+            implementation.name, config=config, error=error, verifier=verifier.name
+        )
+        return failed, None
     stats, decoded = answer if isinstance(answer, tuple) and len(answer) == 2 else (None, None)
-    if not isinstance(stats, StatsResult) or stats.name != implementation.name:
+    if (
+        not isinstance(stats, StatsResult)
+        or stats.name != implementation.name
+        or stats.verifier != verifier.name
+    ):
         failure = WorkerFailure("BadAnswer", "the worker's answer is not this result")
-        return failed_result(implementation.name, config=config, error=failure.raised()), None
+        failed = failed_result(
+            implementation.name, config=config, error=failure.raised(), verifier=verifier.name
+        )
+        return failed, None
     return stats, decoded

@@ -241,14 +241,19 @@ class Repro:
     check: str | None  # the check it was minimised for; None: the first failing one
 
 
-def read_repro(path: Path) -> Repro:
-    """Read a repro file; malformed or newer-schema files raise ``CaseError``."""
+def read_repro_json(path: Path) -> Any:
+    """A repro file's JSON (a case repro or a scan repro); ``CaseError`` when unreadable."""
     try:
-        data = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise CaseError(f"{path}: not valid JSON ({error})") from None
     except OSError as error:
         raise CaseError(f"{path}: cannot read ({error.strerror})") from None
+
+
+def read_repro(path: Path) -> Repro:
+    """Read a repro file; malformed or newer-schema files raise ``CaseError``."""
+    data = read_repro_json(path)
     if not isinstance(data, dict) or data.get("schema") != REPRO_SCHEMA:
         raise CaseError(f"{path}: not a repro file (expected schema {REPRO_SCHEMA!r})")
     version = data.get("schema_version")

@@ -1,8 +1,9 @@
 """Run implementations side by side on one case, from the same RNG state.
 
 For each implementation the runner forks the device RNG and seeds it with the
-case seed, builds a sampler over the case's shared inputs, poisons its output
-buffers with sentinels, stages the sampling parameters and runs one call — the
+case seed, builds a sampler over the case's shared inputs in its own calling
+convention (``harness.plugins.conventions``), poisons its output buffers with
+sentinels, stages the sampling parameters and runs one call — the
 server's protocol: staging before every call — all under the observers, then
 copies the live batch out and notes any write past it. Cases with sampled rows
 get a second staged call on the same inputs (each call must draw fresh noise).
@@ -16,14 +17,13 @@ pristine.
 ``guarded_call`` is the one failure boundary: every stage runs implementation code
 (construction, staging, calls) through it, so whatever that code raises is its
 recorded failure and only the harness's own stop requests pass. Outputs are read as
-plain tensors only (``plain_tensor``): a ``torch.Tensor`` subclass, whose operators
-the sampler controls, is refused.
+plain tensors only (``harness.plugins.conventions.plain_tensor``): a ``torch.Tensor``
+subclass, whose operators the sampler controls, is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import signal
 import threading
 import traceback
@@ -49,10 +49,15 @@ from harness.pipeline.observe import (
     DispatchObserver,
     HeadCounts,
     RandomDraw,
-    observe_head,
     rng_consumption,
 )
-from harness.plugins.construct import bind_constructor, construct_sampler
+from harness.plugins.conventions import (
+    BuiltSampler,
+    CallOutputs,
+    NoiseCounter,
+    StagedParams,
+    build_for_case,
+)
 from harness.plugins.implementations import Implementation
 from reference import BlockInputs
 
@@ -98,8 +103,12 @@ class ImplResult:
 
     name: str
     tokens: torch.Tensor | None = None  # [bs, gamma] int64
-    corrected: torch.Tensor | None = None  # [bs, gamma, V], folded sampling only
+    corrected: torch.Tensor | None = None  # [bs, gamma, V] kept step logits, folded sampling only
     confidence: torch.Tensor | None = None  # [bs, gamma]
+    staged: StagedParams | None = None  # the sampler's own staging, where it exposes it
+    noise_counter: NoiseCounter | None = None  # counter-based noise the harness owns
+    counter_replay: torch.Tensor | None = None  # [bs, gamma]: tokens of the declared stream
+    verify_ids: torch.Tensor | None = None  # [bs, gamma + 1]: anchor then drafts
     error: RaisedError | None = None
     noise_draws: list[torch.Tensor] = field(default_factory=list)  # each [bs, V]
     walk_tokens: list[torch.Tensor] = field(default_factory=list)  # tokens of each walk
@@ -135,15 +144,8 @@ def same_rng_start(device: torch.device, seed: int) -> Iterator[None]:
         yield
 
 
-class OutputError(ValueError):
-    """An implementation's output buffers are missing or of the wrong shape or dtype."""
-
-
 class CallTimeout(Exception):
     """An implementation's call ran past the per-call time limit."""
-
-
-TOKEN_SENTINEL = -1  # never a token id: shows an unwritten ``out`` entry
 
 
 TIMEOUT_REFIRE_S = 0.5  # a swallowed timeout fires again this often
@@ -254,97 +256,15 @@ def guarded_call(
     return outcome
 
 
-def plain_tensor(value: object, *, name: str) -> torch.Tensor | None:
-    """``value`` if it is exactly a ``torch.Tensor``; ``None`` when absent. A subclass
-    decides what its own comparisons say, so it is refused (``OutputError``)."""
-    if value is None:
-        return None
-    if type(value) is not torch.Tensor:
-        raise OutputError(
-            f"{name} must be a plain torch.Tensor, got {type(value).__module__}."
-            f"{type(value).__qualname__}"
-        )
-    return value
-
-
-def _read_buffer(sampler: object, name: str) -> torch.Tensor | None:
-    value = getattr(sampler, name, None)
-    if value is None or not isinstance(value, torch.Tensor):
-        return None
-    return plain_tensor(value, name=name)
-
-
-def fill_sentinels(sampler: object) -> None:
-    """Poison the output buffers so an entry the call does not write is visible."""
-    out = _read_buffer(sampler, "out")
-    if out is not None:
-        out.fill_(TOKEN_SENTINEL)
-    for name in ("corrected_out", "confidence_out"):
-        buffer = _read_buffer(sampler, name)
-        if buffer is not None and buffer.is_floating_point():
-            buffer.fill_(math.nan)
-
-
-def read_outputs(sampler: object, case: Case, result: ImplResult) -> None:
-    """Copy the written part of each output buffer, checking its shape and dtype."""
-    rows = case.bs * case.gamma
-    out = _read_buffer(sampler, "out")
-    if out is None or out.dtype != torch.int64 or out.dim() != 1 or out.numel() < rows:
-        described = "missing" if out is None else f"{out.dtype} {tuple(out.shape)}"
-        raise OutputError(f"out must be an int64 vector of >= bs*gamma={rows}, got {described}")
-    result.tokens = out[:rows].view(case.bs, case.gamma).clone()
-    corrected = _read_buffer(sampler, "corrected_out")
-    if case.folded_sampling:
-        vocab = case.vocab_size
-        if (
-            corrected is None
-            or corrected.dim() != 2
-            or corrected.shape[0] < rows
-            or (corrected.shape[1] != vocab)
-        ):
-            described = "missing" if corrected is None else str(tuple(corrected.shape))
-            raise OutputError(
-                f"corrected_out must be [>= bs*gamma={rows}, V={vocab}] with folded sampling, "
-                f"got {described}"
-            )
-        result.corrected = corrected[:rows].view(case.bs, case.gamma, vocab).clone()
-    confidence = _read_buffer(sampler, "confidence_out")
-    if case.confidence:
-        if (
-            confidence is None
-            or confidence.dim() != 2
-            or confidence.shape[0] < case.bs
-            or (confidence.shape[1] != case.gamma)
-        ):
-            described = "missing" if confidence is None else str(tuple(confidence.shape))
-            raise OutputError(
-                f"confidence_out must be [>= bs={case.bs}, gamma={case.gamma}], got {described}"
-            )
-        result.confidence = confidence[: case.bs].clone()
-
-
-def construct_for_case(
-    sampler_class: type[Any],
-    *,
-    case: Case,
-    inputs: CaseInputs,
-    model: torch.nn.Module | None = None,
-) -> Any:
-    """A sampler for the case, constructed in the class's own calling convention
-    (``harness.plugins.construct``); nothing staged yet.
-
-    ``model`` replaces the case's model (timing swaps in precomputed base logits).
-    """
-    return construct_sampler(
-        bind_constructor(sampler_class),
-        model=inputs.model if model is None else model,
-        gamma=case.gamma,
-        max_bs=case.max_bs,
-        device=torch.device(case.device),
-        confidence_fn=inputs.confidence_fn,
-        folded_sampling=case.folded_sampling,
-        fused_greedy=case.fused_greedy,
-    )
+def record_outputs(outputs: CallOutputs, result: ImplResult) -> None:
+    """Put what a call wrote (read through its convention) into the result."""
+    result.tokens = outputs.tokens
+    result.corrected = outputs.step_logits
+    result.confidence = outputs.confidence
+    result.staged = outputs.staged
+    result.noise_counter = outputs.noise_counter
+    result.counter_replay = outputs.counter_replay
+    result.verify_ids = outputs.verify_ids
 
 
 def build_sampler(
@@ -353,31 +273,17 @@ def build_sampler(
     case: Case,
     inputs: CaseInputs,
     model: torch.nn.Module | None = None,
-) -> Any:
-    """``construct_for_case`` with the case's sampling parameters staged once."""
-    sampler = construct_for_case(sampler_class, case=case, inputs=inputs, model=model)
-    sampler.stage_sampling_params(bs=case.bs, sampling_info=inputs.sampling_info)
-    return sampler
-
-
-def outside_batch_writes(sampler: object, case: Case) -> dict[str, int]:
-    """Entries past the live batch (other graph buckets' rows) that lost their sentinel."""
-    rows = case.bs * case.gamma
-    written: dict[str, int] = {}
-    for name, live in (("out", rows), ("corrected_out", rows), ("confidence_out", case.bs)):
-        buffer = _read_buffer(sampler, name)
-        if buffer is None or buffer.shape[0] <= live:
-            continue
-        tail = buffer[live:]
-        intact = tail == TOKEN_SENTINEL if name == "out" else torch.isnan(tail)
-        changed = int((~intact).sum())
-        if changed:
-            written[name] = changed
-    return written
+) -> BuiltSampler:
+    """A sampler for the case in its own convention (``harness.plugins.conventions``),
+    with the case's sampling parameters staged once. ``model`` replaces the case's
+    drafter (timing swaps in precomputed base logits)."""
+    built = build_for_case(sampler_class, case=case, inputs=inputs, model=model)
+    built.stage_sampling_params(bs=case.bs, sampling_info=inputs.sampling_info)
+    return built
 
 
 def _observed_call(
-    sampler: Any,
+    sampler: BuiltSampler,
     *,
     case: Case,
     inputs: CaseInputs,
@@ -391,15 +297,15 @@ def _observed_call(
         with time_limit(time_limit_s):
             with dispatch.in_phase("staging"):
                 sampler.stage_sampling_params(bs=case.bs, sampling_info=inputs.sampling_info)
-            with observe_head(inputs.model.markov_head) as head_counts, dispatch.in_phase("call"):
+            with sampler.observe_walks() as head_counts, dispatch.in_phase("call"):
                 sampler(inputs.hidden_states, inputs.input_ids)
     finally:
         result.work = work_counts(head_counts, dispatch)
         result.noise_draws = dispatch.noise_draws
         result.random_draws = list(dispatch.draws)
         result.walk_tokens = head_counts.walk_tokens
-    read_outputs(sampler, case, result)
-    result.outside_writes = outside_batch_writes(sampler, case)
+    record_outputs(sampler.read(case), result)
+    result.outside_writes = sampler.outside_writes(case)
 
 
 def run_implementation(
@@ -421,10 +327,8 @@ def run_implementation(
             with implementation_world(owner=implementation.name) as first_call:
                 dispatch = DispatchObserver(record_noise=record_noise)
                 with time_limit(time_limit_s), dispatch.in_phase("construction"):
-                    sampler = construct_for_case(
-                        implementation.sampler_class, case=case, inputs=inputs
-                    )
-                fill_sentinels(sampler)
+                    sampler = build_for_case(implementation.sampler_class, case=case, inputs=inputs)
+                sampler.poison()
                 _observed_call(
                     sampler,
                     case=case,
@@ -436,7 +340,7 @@ def run_implementation(
             result.leaked_state = first_call.lines
             if case.has_sampled_rows:
                 second = ImplResult(name=implementation.name)
-                fill_sentinels(sampler)
+                sampler.poison()
                 _observed_call(
                     sampler,
                     case=case,

@@ -1,7 +1,9 @@
 """Constructing a sampler with only the keywords its constructor accepts.
 
-Samplers come in two calling conventions: ours takes ``fused_greedy=`` as an
-argument; the server's reads the fused switch from the environment variable
+This binds the constructors of the ``harness`` and ``server`` calling conventions
+(``harness.plugins.conventions`` owns the conventions as objects; sglang 0.5.23's is
+built by ``harness.upstream.sglang_convention``). Those two differ here: ours takes
+``fused_greedy=`` as an argument; the server's reads the fused switch from the environment variable
 ``SGLANG_DSPARK_OPT_FUSED_GREEDY_MARKOV`` once in its constructor and (in later
 versions) requires a tensor-parallel sync ``tp_sync``. ``bind_constructor`` reads a
 class's signature once, before the first case, and either returns a
@@ -14,7 +16,7 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -157,17 +159,22 @@ def bind_constructor(sampler_class: type[Any], *, spec: str = "") -> Constructor
 
 
 @contextmanager
-def fused_greedy_environment(enabled: bool) -> Iterator[None]:
-    """Set the server's fused-greedy switch for a constructor that reads it; restore."""
-    previous = os.environ.get(FUSED_GREEDY_ENV)
-    os.environ[FUSED_GREEDY_ENV] = "1" if enabled else "0"  # the values the server parses
+def environment_variable(name: str, value: str) -> Iterator[None]:
+    """Set one environment variable around a block (a constructor that reads it); restore."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
     try:
         yield
     finally:
         if previous is None:
-            del os.environ[FUSED_GREEDY_ENV]
+            del os.environ[name]
         else:
-            os.environ[FUSED_GREEDY_ENV] = previous
+            os.environ[name] = previous
+
+
+def fused_greedy_environment(enabled: bool) -> AbstractContextManager[None]:
+    """Set the server's fused-greedy switch for a constructor that reads it; restore."""
+    return environment_variable(FUSED_GREEDY_ENV, "1" if enabled else "0")  # the server's values
 
 
 def construct_sampler(

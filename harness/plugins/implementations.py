@@ -7,7 +7,11 @@ other sampler joins with ``--impl``:
 - ``NAME=path/to/module.py[:Class]``: a class in a source file (default class
   ``DsparkDraftSampler``), e.g. a working copy of the server's own module;
 - ``NAME=module:function`` or ``NAME=path.py:function``: a block sampler function
-  (``harness.plugins.protocol.BlockSamplerFunction``), wrapped into a sampler.
+  (``harness.plugins.protocol.BlockSamplerFunction``), wrapped into a sampler;
+- ``NAME=sglang``: the installed sglang release's own ``DsparkDraftSampler``, loaded by
+  ``harness.upstream.sglang_loader`` and built in its convention.
+
+A file or module target may name its server era after ``@`` (``harness.plugins.eras``).
 
 Every class is bound against its constructor once, here, before the first case.
 Under ``--isolate`` a plug-in is loaded in its worker only
@@ -28,6 +32,8 @@ from fixed import DsparkDraftSampler as FixedSampler
 from harness.defaults import BUILTIN_NAMES
 from harness.pipeline.guard import import_world
 from harness.plugins.construct import bind_constructor
+from harness.plugins.conventions import convention_of
+from harness.plugins.eras import Era, split_era
 from harness.plugins.errors import ImplementationError
 from harness.plugins.functional import functional_sampler_class
 from harness.plugins.loading import (
@@ -37,6 +43,8 @@ from harness.plugins.loading import (
     import_named_module,
     load_source_file,
 )
+from harness.upstream.sglang_convention import speaks_sglang_0_5_23
+from harness.upstream.sglang_loader import UpstreamUnavailable, load_sglang
 from legacy import DsparkDraftSampler as LegacySampler
 from reference import ReferenceDraftSampler
 
@@ -57,6 +65,7 @@ BUILTIN_IMPLEMENTATIONS: dict[str, type[Any]] = dict(
     zip(BUILTIN_NAMES, (ReferenceDraftSampler, FixedSampler, LegacySampler), strict=True)
 )
 DEFAULT_FILE_CLASS = "DsparkDraftSampler"
+UPSTREAM_TARGET = "sglang"  # NAME=sglang: the installed release (harness.upstream)
 TARGET_FORMS = f"{MODULE_FORM} or {FILE_FORM}"
 
 
@@ -64,28 +73,35 @@ TARGET_FORMS = f"{MODULE_FORM} or {FILE_FORM}"
 class Implementation:
     """A named sampler class; ``spec`` says where it came from.
 
-    ``import_surface``: which ``sglang`` its module was given (``"harness"``: ours,
-    ``"sglang"``: the real one, ``None``: it imports none). ``kind``: ``"class"`` or
-    ``"function"`` (a block sampler function wrapped into ``sampler_class``).
-    ``convention``: its constructor convention as its worker found it (``None``: read
-    from ``sampler_class``).
+    ``era``: the server era its module was loaded for (``harness.plugins.eras``;
+    ``None``: it imports no sglang). ``kind``: ``"class"`` or ``"function"`` (a block
+    sampler function wrapped into ``sampler_class``). ``convention`` and
+    ``adaptations``: its calling convention and what the harness's adapter works around
+    in it, as its worker found them (``None``: read from ``sampler_class``).
     """
 
     name: str
     sampler_class: type[Any]
     spec: str
-    import_surface: str | None = None
+    era: Era | None = None
     kind: str = "class"
     convention: str | None = None
+    adaptations: tuple[str, ...] | None = None
 
     def provenance(self) -> dict[str, Any]:
         """Where the sampler came from and how it is called, as plain JSON for reports."""
+        if self.convention is None or self.adaptations is None:
+            convention = convention_of(self.sampler_class)
+            name, adaptations = convention.name.value, convention.adaptations()
+        else:
+            name, adaptations = self.convention, self.adaptations
         return {
             "name": self.name,
             "spec": self.spec,
             "kind": self.kind,
-            "import_surface": self.import_surface,
-            "convention": self.convention or bind_constructor(self.sampler_class).convention,
+            "era": None if self.era is None else self.era.value,
+            "convention": name,
+            "adaptations": list(adaptations),
         }
 
 
@@ -122,7 +138,8 @@ def check_sampler_class(sampler_class: object, *, spec: str) -> type[Any]:
     """Raise ``ImplementationError`` unless the class can be constructed and called."""
     if not inspect.isclass(sampler_class):
         raise ImplementationError(f"{spec}: {sampler_class!r} is not a class")
-    bind_constructor(sampler_class, spec=spec)
+    if not speaks_sglang_0_5_23(sampler_class):  # the package's own convention, not ours
+        bind_constructor(sampler_class, spec=spec)
     return sampler_class
 
 
@@ -165,7 +182,14 @@ def split_impl_spec(text: str) -> tuple[str, str, str, bool]:
     name, sep, target = text.partition("=")
     if not sep or not name or not target:
         raise ImplementationError(_bad_form(text))
-    return (name, *_split_target(text, target))
+    if target == UPSTREAM_TARGET:
+        return name, UPSTREAM_TARGET, "", False
+    return (name, *_split_target(text, split_era(target, spec=text)[0]))
+
+
+def impl_era(text: str) -> Era | None:
+    """The server era an ``--impl`` spec names after ``@`` (``None``: detect it)."""
+    return split_era(text.partition("=")[2], spec=text)[1]
 
 
 def check_impl_name(name: str) -> None:
@@ -180,18 +204,33 @@ def parse_impl_spec(text: str) -> Implementation:
     """An ``--impl`` spec -> a loaded, constructor-checked implementation."""
     name, where, attribute, is_file = split_impl_spec(text)
     check_impl_name(name)
+    if where == UPSTREAM_TARGET and not attribute:
+        with import_world(owner=name):
+            return _upstream_implementation(name, text)
+    era = impl_era(text)
     if not is_file:
         with import_world(owner=name):
-            loaded = import_named_module(where, spec=text)
+            loaded = import_named_module(where, spec=text, era=era)
         return _implementation(name, loaded, where, attribute, text)
     module_name = file_module_name(name)
     with import_world(owner=name):
-        loaded = load_source_file(where, module_name=module_name, spec=text)
+        loaded = load_source_file(where, module_name=module_name, spec=text, era=era)
     try:
         return _implementation(name, loaded, where, attribute, text)
     except ImplementationError:
         sys.modules.pop(module_name, None)  # nothing of a refused file stays behind
         raise
+
+
+def _upstream_implementation(name: str, text: str) -> Implementation:
+    """``NAME=sglang``: the installed package's own ``DsparkDraftSampler``."""
+    try:
+        package = load_sglang()
+    except UpstreamUnavailable as error:
+        raise ImplementationError(f"--impl {text}: {error}") from None
+    except ImportError as error:  # an import the version's lists do not cover
+        raise ImplementationError(f"--impl {text}: loading sglang failed: {error}") from None
+    return Implementation(name, package.DsparkDraftSampler, text, Era.SGLANG_0_5_23)
 
 
 def _implementation(
@@ -212,10 +251,10 @@ def _implementation(
     target_object = getattr(module, attribute)
     if inspect.isclass(target_object):
         sampler_class = check_sampler_class(target_object, spec=f"--impl {text}")
-        return Implementation(name, sampler_class, text, loaded.import_surface)
+        return Implementation(name, sampler_class, text, loaded.era)
     if callable(target_object):
         wrapped = functional_sampler_class(target_object, spec=text)
-        return Implementation(name, wrapped, text, loaded.import_surface, kind="function")
+        return Implementation(name, wrapped, text, loaded.era, kind="function")
     raise ImplementationError(
         f"--impl {text}: {attribute!r} is a {type(target_object).__name__}, "
         "neither a sampler class nor a block sampler function"

@@ -1,44 +1,44 @@
 """Loading a plug-in's module: from a source file or by its dotted name.
 
-A module that imports ``sglang.*`` gets the real ``sglang`` where one is
-importable, else the harness's surface (``harness.plugins.sglang_surface``) for
-the duration of the import only. Whatever goes wrong while importing (an
+A module that imports ``sglang.*`` gets the ``sglang`` of the server era it is built
+for (``harness.plugins.eras``: detected from its imports, or named), for the
+duration of the import only. Whatever goes wrong while importing (an
 exception, ``sys.exit``, a missing file) is one ``ImplementationError`` that says
 what happened and what form was expected.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import sys
 import types
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.pipeline.interrupts import StopRequested
+from harness.plugins.eras import Era, detect_era, era_imports
 from harness.plugins.errors import ImplementationError
-from harness.plugins.sglang_surface import harness_import_surface, surface_for
+from harness.upstream.sglang_loader import unavailable_reason
 
-FILE_FORM = "NAME=path/to/module.py[:Class]"
+FILE_FORM = "NAME=path/to/module.py[:Class][@era]"
 MODULE_FORM = "NAME=module:Class or NAME=module:function"
 
 
 @dataclass(frozen=True)
 class LoadedModule:
-    """A plug-in's module and which ``sglang`` it was given (``None``: it imports none)."""
+    """A plug-in's module and the server era it was loaded for (``None``: no sglang)."""
 
     module: types.ModuleType
-    import_surface: str | None
+    era: Era | None
 
 
-@contextmanager
-def _surface(import_surface: str | None) -> Iterator[None]:
-    with harness_import_surface() if import_surface == "harness" else contextlib.nullcontext():
-        yield
+def _era_of(source: str, *, filename: str, spec: str, named: Era | None) -> Era | None:
+    """The named era (checked to be loadable here), else the one the imports fit."""
+    if named is Era.SGLANG_0_5_23 and unavailable_reason() is not None:
+        raise ImplementationError(f"--impl {spec}: era {named.value}: {unavailable_reason()}")
+    return named or detect_era(source, filename=filename, spec=spec)
 
 
 def _run_import(load: Callable[[], types.ModuleType], *, what: str, spec: str) -> types.ModuleType:
@@ -57,8 +57,11 @@ def _run_import(load: Callable[[], types.ModuleType], *, what: str, spec: str) -
         ) from None
 
 
-def load_source_file(path_text: str, *, module_name: str, spec: str) -> LoadedModule:
-    """Execute the file as module ``module_name`` (kept in ``sys.modules``)."""
+def load_source_file(
+    path_text: str, *, module_name: str, spec: str, era: Era | None = None
+) -> LoadedModule:
+    """Execute the file as module ``module_name`` (kept in ``sys.modules``), with the
+    ``sglang`` of ``era`` (``None``: the era its imports fit)."""
     path = Path(path_text)
     if not path.is_file():
         raise ImplementationError(
@@ -68,7 +71,7 @@ def load_source_file(path_text: str, *, module_name: str, spec: str) -> LoadedMo
         source = path.read_text()
     except (OSError, UnicodeDecodeError) as error:
         raise ImplementationError(f"--impl {spec}: cannot read {path_text!r} ({error})") from None
-    import_surface = surface_for(path, source)
+    file_era = _era_of(source, filename=path_text, spec=spec, named=era)
     module_spec = importlib.util.spec_from_file_location(module_name, path.resolve())
     if module_spec is None or module_spec.loader is None:
         raise ImplementationError(f"--impl {spec}: {path_text!r} is not a Python source file")
@@ -78,18 +81,18 @@ def load_source_file(path_text: str, *, module_name: str, spec: str) -> LoadedMo
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[module_name] = module  # dataclasses and pickling look the module up
         try:
-            with _surface(import_surface):
+            with era_imports(file_era):
                 loader.exec_module(module)
         except BaseException:
             sys.modules.pop(module_name, None)
             raise
         return module
 
-    return LoadedModule(_run_import(load, what=repr(path_text), spec=spec), import_surface)
+    return LoadedModule(_run_import(load, what=repr(path_text), spec=spec), file_era)
 
 
-def import_named_module(module_name: str, *, spec: str) -> LoadedModule:
-    """Import a module by its dotted name, with the ``sglang`` surface it needs."""
+def import_named_module(module_name: str, *, spec: str, era: Era | None = None) -> LoadedModule:
+    """Import a module by its dotted name, with the ``sglang`` of its era."""
     if module_name in sys.modules:  # already imported (perhaps built in memory): take it
         return LoadedModule(sys.modules[module_name], None)
     try:
@@ -103,15 +106,16 @@ def import_named_module(module_name: str, *, spec: str) -> LoadedModule:
             f"--impl {spec}: cannot import module {module_name!r} (not found on sys.path); "
             f"expected {MODULE_FORM} or {FILE_FORM}"
         )
-    import_surface = None
+    source = ""
     if found.origin and found.origin.endswith(".py"):
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            import_surface = surface_for(Path(found.origin), Path(found.origin).read_text())
+        try:
+            source = Path(found.origin).read_text()
+        except (OSError, UnicodeDecodeError):
+            source = ""  # the import itself reports it
+    module_era = _era_of(source, filename=str(found.origin), spec=spec, named=era)
 
     def load() -> types.ModuleType:
-        with _surface(import_surface):
+        with era_imports(module_era):
             return importlib.import_module(module_name)
 
-    return LoadedModule(
-        _run_import(load, what=f"module {module_name!r}", spec=spec), import_surface
-    )
+    return LoadedModule(_run_import(load, what=f"module {module_name!r}", spec=spec), module_era)

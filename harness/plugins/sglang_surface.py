@@ -1,9 +1,10 @@
 """The ``sglang.*`` names the server's DSpark sampler module imports, mapped onto ``reference``.
 
-A working copy of the server's sampler module imports a handful of names from
-``sglang``. Where no real ``sglang`` is importable, ``harness_import_surface()``
-supplies exactly that surface while one plug-in file loads, and takes it away
-afterwards (the loaded module keeps the objects it imported):
+A working copy of the PR-era server's sampler module (era ``pr36934``,
+``harness.plugins.eras``) imports a handful of names from ``sglang``.
+``harness_import_surface()`` supplies exactly that surface while one plug-in file of
+that era loads, whatever sglang is installed, and takes it away afterwards (the
+loaded module keeps the objects it imported):
 
 - ``sglang.srt.environ``: ``envs`` (flags read from ``os.environ`` at ``.get()``)
   and ``DsparkFoldedSampling``;
@@ -24,15 +25,12 @@ afterwards (the loaded module keeps the objects it imported):
 
 from __future__ import annotations
 
-import ast
 import enum
-import importlib.util
 import os
 import sys
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -191,36 +189,6 @@ SURFACE: dict[str, dict[str, Any]] = {
 }
 
 
-def real_sglang_available() -> bool:
-    """Whether a real ``sglang`` can be imported (its modules are then used as they are)."""
-    if "sglang" in sys.modules:
-        return getattr(sys.modules["sglang"], "__harness_surface__", False) is False
-    try:
-        return importlib.util.find_spec("sglang") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def imports_sglang(source: str, *, filename: str = "<plug-in>") -> bool:
-    """Whether the module source imports anything from ``sglang`` (anywhere in it)."""
-    try:
-        tree = ast.parse(source, filename=filename)
-    except SyntaxError:
-        return False  # the import itself reports the syntax error
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and any(
-            alias.name.split(".")[0] == "sglang" for alias in node.names
-        ):
-            return True
-        if (
-            isinstance(node, ast.ImportFrom)
-            and node.level == 0
-            and (node.module or "").split(".")[0] == "sglang"
-        ):
-            return True
-    return False
-
-
 def _surface_modules() -> dict[str, types.ModuleType]:
     """Every surface module plus its parent packages, freshly made."""
     modules: dict[str, types.ModuleType] = {}
@@ -251,11 +219,3 @@ def harness_import_surface() -> Iterator[None]:
         for name in [n for n in sys.modules if n.split(".")[0] == "sglang"]:
             del sys.modules[name]
         sys.modules.update(saved)
-
-
-def surface_for(path: Path, source: str) -> str | None:
-    """Which ``sglang`` a plug-in source gets: ``"sglang"`` (the real one), ``"harness"``
-    (ours), or ``None`` when it imports no ``sglang``."""
-    if not imports_sglang(source, filename=str(path)):
-        return None
-    return "sglang" if real_sglang_available() else "harness"

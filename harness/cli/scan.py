@@ -1,0 +1,291 @@
+"""``python -m harness scan``: the support scan (``harness.pipeline.support_scan``).
+
+Every implementation (``--only``, default ``fixed``, plus each ``--impl``) is driven
+over ``--triples`` (row, step, counter) triples per point, at every head kind x dtype x
+row pattern, on degenerate rows where exactly one token may be drafted; then each is
+probed on NaN and +-inf rows under the documented rule (docs/numerics.md). Any hit is
+a lossless failure: its first hit is written to ``OUT_DIR/scan-repro-NAME.json``, which
+``python -m harness repro FILE`` replays bit for bit. Exit 0 when no implementation
+hits (or every one that hits is named with ``--expect-fail``), 1 otherwise, 2 on bad
+usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.cli.emit import UsageError
+from harness.cli.exit_codes import ExitCode
+from harness.cli.options import add_impl_option
+from harness.pipeline.case import DTYPES, CaseError
+from harness.pipeline.repro import implementation_spec
+from harness.pipeline.support_scan import (
+    PointResult,
+    RowPattern,
+    RuleOutcome,
+    ScanPlan,
+    first_hit_tokens,
+    nonfinite_behaviour,
+    scan_point,
+    tokens_digest,
+    write_scan_repro,
+)
+from harness.plugins.implementations import (
+    Implementation,
+    parse_names,
+    select_implementations,
+)
+from harness.render.progress import progress_printer
+from harness.render.report import emit_report
+from harness.render.sections import Section
+from harness.render.tables import table
+from reference import HEAD_KINDS
+
+DEFAULT_TRIPLES = 1 << 18  # per point: 12 points, about 3.1e6 triples per implementation
+DEFAULT_BS = 1 << 14
+TITLE = "Support scan (docs/upstream.md, 'The scan')"
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__.split("\n\n")[1].replace("\n", " ")
+    add_impl_option(parser, verb="also scan")
+    parser.add_argument(
+        "--only", type=parse_names, default=["fixed"], metavar="NAMES",
+        help="built-in implementations to scan (default fixed)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--triples", type=int, default=DEFAULT_TRIPLES,
+        help=f"(row, step, counter) triples per point (default {DEFAULT_TRIPLES})",
+    )  # fmt: skip
+    parser.add_argument("--bs", type=int, default=DEFAULT_BS, help="rows per call")
+    parser.add_argument("--gamma", type=int, default=4, help="steps per call (default 4)")
+    parser.add_argument("--vocab", type=int, default=4, help="vocabulary size V (default 4)")
+    parser.add_argument(
+        "--heads", type=_names, default=HEAD_KINDS,
+        metavar="KIND[,KIND...]", help=f"head kinds (default {','.join(HEAD_KINDS)})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dtypes", type=_names, default=("float32", "bfloat16"),
+        metavar="DTYPE[,DTYPE...]", help="model dtypes (default float32,bfloat16)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--patterns", type=_names,
+        default=tuple(p.value for p in RowPattern), metavar="PATTERN[,PATTERN...]",
+        help=f"row patterns (default {','.join(p.value for p in RowPattern)})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--expect-fail", action="append", default=[], metavar="NAME",
+        help="an implementation that must hit (repeatable); exit 0 only if it does",
+    )  # fmt: skip
+
+
+def _plan(args: argparse.Namespace) -> ScanPlan:
+    for name in ("triples", "bs", "gamma", "vocab"):
+        if getattr(args, name) <= 0:
+            raise UsageError(f"--{name} must be a positive integer, got {getattr(args, name)}")
+    if args.vocab < 2:
+        raise UsageError(f"--vocab must be >= 2 (two finite logits), got {args.vocab}")
+    unknown = [h for h in args.heads if h not in HEAD_KINDS] + [
+        d for d in args.dtypes if d not in DTYPES
+    ]
+    if unknown:
+        raise UsageError(
+            f"unknown head kinds or dtypes {unknown}: expected {HEAD_KINDS}, {list(DTYPES)}"
+        )
+    try:
+        patterns = tuple(RowPattern(p) for p in args.patterns)
+    except ValueError:
+        raise UsageError(
+            f"--patterns must be some of {[p.value for p in RowPattern]}, got {list(args.patterns)}"
+        ) from None
+    return ScanPlan(
+        head_kinds=tuple(args.heads),
+        dtypes=tuple(args.dtypes),
+        patterns=patterns,
+        bs=args.bs,
+        gamma=args.gamma,
+        vocab_size=args.vocab,
+        triples_per_point=args.triples,
+        seed=args.seed,
+    )
+
+
+def _results_rows(results: list[PointResult]) -> list[list[str]]:
+    rows = []
+    for r in results:
+        first = (
+            f"counter {r.hits[0].counter} row {r.hits[0].row} step {r.hits[0].step}: "
+            f"token {r.hits[0].token} (only {r.hits[0].allowed} may be)"
+            if r.hits
+            else "-"
+        )
+        rows.append(
+            [
+                r.implementation,
+                f"{r.point.head_kind}/{r.point.dtype}/{r.point.pattern.value}",
+                f"{r.triples:.3g}",
+                "ERROR" if r.error else str(r.hit_count),
+                r.error or first,
+            ]
+        )
+    return rows
+
+
+def _rule_rows(name: str, outcomes: tuple[RuleOutcome, ...]) -> list[list[str]]:
+    return [
+        [
+            name,
+            o.rule.value,
+            "ERROR" if o.error else ("holds" if o.holds else "VIOLATED"),
+            o.error or f"{o.violations} of {o.draws} draws; tokens {list(o.tokens_seen)}",
+        ]
+        for o in outcomes
+    ]
+
+
+def run_scan(
+    implementations: list[Implementation],
+    plan: ScanPlan,
+    *,
+    out_dir: Path,
+    expect_fail: set[str],
+    quiet: bool,
+) -> tuple[Section, dict[str, Any]]:
+    """Scan every implementation over the plan, probe the non-finite rule, write repros."""
+    progress = progress_printer(quiet=quiet)
+    results: list[PointResult] = []
+    repros: dict[str, str] = {}
+    rules: dict[str, tuple[RuleOutcome, ...]] = {}
+    for impl in implementations:
+        mine = [scan_point(impl, point, progress=progress) for point in plan.points()]
+        results += mine
+        hit = next((r for r in mine if r.hits), None)
+        if hit is not None:
+            path = out_dir / f"scan-repro-{impl.name}.json"
+            tokens = first_hit_tokens(impl, hit.point, hit.hits[0])
+            write_scan_repro(
+                path,
+                implementation_spec=implementation_spec(impl),
+                point=hit.point,
+                hit=hit.hits[0],
+                digest=tokens_digest(tokens),
+            )
+            repros[impl.name] = str(path)
+            progress(f"written: {path} (replay with: python -m harness repro {path})")
+        rules[impl.name] = nonfinite_behaviour(impl)
+    hitting = {r.implementation for r in results if not r.clean}
+    names = [impl.name for impl in implementations]
+    ok = hitting == set(expect_fail)
+    verdicts = []
+    for name in names:
+        mine = [r for r in results if r.implementation == name]
+        covered = sum(r.triples for r in mine)
+        hits = sum(r.hit_count for r in mine)
+        word = (
+            "clean" if name not in hitting else f"NOT lossless: {hits} drafts outside the support"
+        )
+        expected = " (expected)" if name in expect_fail and name in hitting else ""
+        missing = " UNEXPECTED: expected to hit" if name in expect_fail - hitting else ""
+        verdicts.append(f"{name} {word}{expected}{missing} in {covered:.3g} triples")
+    verdict = (
+        f"support scan ({len(list(plan.points()))} points x {plan.triples_per_point:.3g} "
+        f"triples): " + "; ".join(verdicts)
+    )
+    text = "\n".join(
+        [
+            f"bound: each implementation covers {plan.triples:.3g} (row, step, counter) triples "
+            f"at bs={plan.bs}, gamma={plan.gamma}, V={plan.vocab_size}; a defect that drafts "
+            f"outside the support at rate below about {3 / max(plan.triples, 1):.2g} per triple "
+            "is likely missed (3/n, 95%)",
+            "",
+            table(["impl", "point", "triples", "hits", "first hit"], _results_rows(results)),
+            *(f"  repro {name}: {path}" for name, path in repros.items()),
+            "",
+            "non-finite logits under the documented rule (docs/numerics.md):",
+            table(
+                ["impl", "rule", "verdict", "seen"],
+                [row for name, outcomes in rules.items() for row in _rule_rows(name, outcomes)],
+            ),
+        ]
+    )
+    data = {
+        "plan": {
+            "head_kinds": list(plan.head_kinds),
+            "dtypes": list(plan.dtypes),
+            "patterns": [p.value for p in plan.patterns],
+            "bs": plan.bs,
+            "gamma": plan.gamma,
+            "vocab_size": plan.vocab_size,
+            "triples_per_point": plan.triples_per_point,
+            "triples_per_implementation": plan.triples,
+        },
+        "results": [
+            {
+                "implementation": r.implementation,
+                "point": r.point.to_json(),
+                "triples": r.triples,
+                "hit_count": r.hit_count,
+                "hits": [h.__dict__ for h in r.hits],
+                "error": r.error,
+            }
+            for r in results
+        ],
+        "repros": repros,
+        "nonfinite": {
+            name: [
+                {
+                    "rule": o.rule.name,
+                    "holds": o.holds,
+                    "violations": o.violations,
+                    "draws": o.draws,
+                    "tokens_seen": list(o.tokens_seen),
+                    "error": o.error,
+                }
+                for o in outcomes
+            ]
+            for name, outcomes in rules.items()
+        },
+        "ok": ok,
+    }
+    return Section(title=TITLE, ok=ok, verdict=verdict, text=text, data=data), data
+
+
+def command(args: argparse.Namespace) -> ExitCode:
+    if args.device != "cpu":
+        raise UsageError(f"scan runs the samplers' CPU paths only; got --device {args.device}")
+    plan = _plan(args)
+    try:
+        implementations = select_implementations(args.only, args.impl)
+    except CaseError as error:
+        raise UsageError(str(error)) from None
+    names = {impl.name for impl in implementations}
+    stray = set(args.expect_fail) - names
+    if stray:
+        raise UsageError(f"--expect-fail names {sorted(stray)}, which are not scanned")
+    started = time.perf_counter()
+    section, _ = run_scan(
+        implementations,
+        plan,
+        out_dir=args.out_dir,
+        expect_fail=set(args.expect_fail),
+        quiet=args.quiet,
+    )
+    ok = emit_report(
+        out_dir=args.out_dir,
+        as_json=args.json,
+        command="scan",
+        seed=args.seed,
+        device=args.device,
+        heading=f"DSpark draft-sampler harness: support scan (seed {args.seed}, {args.device})",
+        sections=[section],
+        cases=[],
+        timing={"scan_s": round(time.perf_counter() - started, 3)},
+    )
+    return ExitCode.OK if ok else ExitCode.FAIL

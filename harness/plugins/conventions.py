@@ -1,0 +1,322 @@
+"""Calling conventions: how a sampler of each kind is built, staged, called and read.
+
+A convention is an object with one job: build a sampler over a case and read its
+outputs. The runner, the timings and the checks speak to the ``BuiltSampler`` it
+returns, never to a convention's attribute names:
+
+- ``harness`` (ours) and ``server`` (the PR-era server's): ``out``, the flat
+  ``corrected_out[max_bs*gamma, V]`` and ``confidence_out``, built by
+  ``harness.plugins.construct`` (``fused_greedy=`` or the environment switch);
+- ``sglang-0.5.23`` (today's released server, ``harness.upstream.sglang_convention``):
+  a ``DraftNoise`` counter the harness owns, ``step_logits[max_bs, gamma, V]``,
+  ``params`` as staged and ``verify_ids``.
+
+What a call produced is one ``CallOutputs`` value whatever the convention; see
+docs/plugins.md ("Calling conventions").
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from harness.pipeline.observe import HeadCounts, observe_head
+from harness.plugins.construct import bind_constructor, construct_sampler
+from reference.sampling_params import SamplingInfo
+from reference.verifier import DraftBlock, read_draft_block
+
+if TYPE_CHECKING:
+    from harness.pipeline.case import Case, CaseInputs
+
+TOKEN_SENTINEL = -1  # never a token id: shows an unwritten ``out`` entry
+
+
+class ConventionName(enum.Enum):
+    """The calling conventions the harness speaks."""
+
+    HARNESS = "harness"
+    SERVER = "server"  # the PR-era server (the before/after-fix modules)
+    SGLANG_0_5_23 = "sglang-0.5.23"
+
+
+class OutputError(ValueError):
+    """An implementation's output buffers are missing or of the wrong shape or dtype."""
+
+
+@dataclass(frozen=True)
+class StagedParams:
+    """The per-row sampling parameters as the sampler staged them (``[bs]`` each)."""
+
+    temperatures: torch.Tensor  # float32, clamped
+    greedy_mask: torch.Tensor  # bool
+    step_temperatures: torch.Tensor | None = None  # 0 on greedy rows (sglang 0.5.23)
+
+
+@dataclass(frozen=True)
+class NoiseCounter:
+    """A counter-based noise stream the harness owns: its key and the counter around a call."""
+
+    key: int
+    start: int  # the counter when the call began
+    end: int  # the counter when it returned
+
+    @property
+    def advances(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class CallOutputs:
+    """What one call wrote for the live batch, read through its convention."""
+
+    tokens: torch.Tensor  # [bs, gamma] int64
+    step_logits: torch.Tensor | None  # [bs, gamma, V], kept pre-temperature, its own dtype
+    confidence: torch.Tensor | None  # [bs, gamma]
+    staged: StagedParams | None  # None: the convention does not expose its staging
+    noise_counter: NoiseCounter | None  # None: noise from torch's RNG (observed as draws)
+    counter_replay: torch.Tensor | None  # [bs, gamma]: tokens the declared stream gives
+    verify_ids: torch.Tensor | None = None  # [bs, gamma + 1]: anchor, then the drafts
+
+
+def plain_tensor(value: object, *, name: str) -> torch.Tensor | None:
+    """``value`` if it is exactly a ``torch.Tensor``; ``None`` when absent. A subclass
+    decides what its own comparisons say, so it is refused (``OutputError``)."""
+    if value is None:
+        return None
+    if type(value) is not torch.Tensor:
+        raise OutputError(
+            f"{name} must be a plain torch.Tensor, got {type(value).__module__}."
+            f"{type(value).__qualname__}"
+        )
+    return value
+
+
+def read_tensor(owner: object, name: str) -> torch.Tensor | None:
+    """The sampler's buffer ``name``: ``None`` when it has none, refused when it is a
+    ``torch.Tensor`` subclass."""
+    value = getattr(owner, name, None)
+    if not isinstance(value, torch.Tensor):
+        return None
+    return plain_tensor(value, name=name)
+
+
+def poison(buffer: torch.Tensor | None) -> None:
+    """Fill a buffer with its sentinel (token ``-1``, NaN), so an unwritten entry shows."""
+    if buffer is None:
+        return
+    if buffer.is_floating_point():
+        buffer.fill_(math.nan)
+    else:
+        buffer.fill_(TOKEN_SENTINEL)
+
+
+def rows_written(buffer: torch.Tensor | None, *, live: int) -> int:
+    """Entries past the first ``live`` rows that lost their sentinel."""
+    if buffer is None or buffer.shape[0] <= live:
+        return 0
+    tail = buffer[live:]
+    intact = torch.isnan(tail) if tail.is_floating_point() else tail == TOKEN_SENTINEL
+    return int((~intact).sum())
+
+
+def _described(buffer: torch.Tensor | None) -> str:
+    return "missing" if buffer is None else f"{buffer.dtype} {tuple(buffer.shape)}"
+
+
+def read_tokens(out: torch.Tensor | None, case: Case) -> torch.Tensor:
+    """``out[: bs*gamma]`` as ``[bs, gamma]``, checked to be an int64 vector."""
+    rows = case.bs * case.gamma
+    if out is None or out.dtype != torch.int64 or out.dim() != 1 or out.numel() < rows:
+        raise OutputError(
+            f"out must be an int64 vector of >= bs*gamma={rows}, got {_described(out)}"
+        )
+    return out[:rows].view(case.bs, case.gamma).clone()
+
+
+def read_confidence(confidence: torch.Tensor | None, case: Case) -> torch.Tensor | None:
+    """``confidence_out[:bs]`` when the case has confidence, checked to be ``[>= bs, gamma]``."""
+    if not case.confidence:
+        return None
+    if (
+        confidence is None
+        or confidence.dim() != 2
+        or confidence.shape[0] < case.bs
+        or confidence.shape[1] != case.gamma
+    ):
+        raise OutputError(
+            f"confidence_out must be [>= bs={case.bs}, gamma={case.gamma}], "
+            f"got {_described(confidence)}"
+        )
+    return confidence[: case.bs].clone()
+
+
+class BuiltSampler(ABC):
+    """One sampler built in its convention, with the state the harness owns for it."""
+
+    convention: ConventionName
+    sampler: Any  # the implementation's own object
+    model: Any  # the drafter the sampler was built over
+
+    @property
+    def gamma(self) -> int:
+        return int(self.sampler.gamma)
+
+    def stage_sampling_params(self, *, bs: int, sampling_info: SamplingInfo | None) -> None:
+        """Stage the case's per-row parameters the way this convention's server sends them."""
+        self.sampler.stage_sampling_params(bs=bs, sampling_info=sampling_info)
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        self.sampler(hidden_states, input_ids)
+
+    def observe_walks(self) -> AbstractContextManager[HeadCounts]:
+        """Count the walks, head steps and walk tokens of the next call."""
+        return observe_head(self.model.markov_head)
+
+    def seek_noise(self, counter: int) -> None:
+        """Put the noise stream at ``counter`` before a call: here torch's RNG, seeded
+        with it (a counter-based stream sets its counter)."""
+        torch.manual_seed(counter)
+
+    @abstractmethod
+    def draft_block(self, rows: int) -> DraftBlock:
+        """What a verifier reads of the last call's first ``rows`` rows (the sampler's
+        own tensors: tokens, kept step logits, staged temperatures and greedy mask)."""
+
+    @abstractmethod
+    def poison(self) -> None:
+        """Fill every output buffer with its sentinel before a call."""
+
+    @abstractmethod
+    def read(self, case: Case) -> CallOutputs:
+        """The live batch's outputs of the last call, checked for shape and dtype."""
+
+    @abstractmethod
+    def outside_writes(self, case: Case) -> dict[str, int]:
+        """Per buffer, entries past the live batch (other graph buckets' rows) written."""
+
+
+class CorrectedOutSampler(BuiltSampler):
+    """Ours and the PR-era server's: ``out``, ``corrected_out[max_bs*gamma, V]``,
+    ``confidence_out[max_bs, gamma]``; noise from torch's RNG."""
+
+    def __init__(self, *, sampler: Any, model: Any, convention: ConventionName) -> None:
+        self.sampler = sampler
+        self.model = model
+        self.convention = convention
+
+    def _buffers(self) -> dict[str, torch.Tensor | None]:
+        return {name: read_tensor(self.sampler, name) for name in BUFFER_ROWS}
+
+    def draft_block(self, rows: int) -> DraftBlock:
+        return read_draft_block(self.sampler, rows)
+
+    def poison(self) -> None:
+        for buffer in self._buffers().values():
+            poison(buffer)
+
+    def read(self, case: Case) -> CallOutputs:
+        rows = case.bs * case.gamma
+        tokens = read_tokens(read_tensor(self.sampler, "out"), case)
+        step_logits = None
+        if case.folded_sampling:
+            corrected = read_tensor(self.sampler, "corrected_out")
+            vocab = case.vocab_size
+            if (
+                corrected is None
+                or corrected.dim() != 2
+                or corrected.shape[0] < rows
+                or corrected.shape[1] != vocab
+            ):
+                described = "missing" if corrected is None else str(tuple(corrected.shape))
+                raise OutputError(
+                    f"corrected_out must be [>= bs*gamma={rows}, V={vocab}] with folded "
+                    f"sampling, got {described}"
+                )
+            step_logits = corrected[:rows].view(case.bs, case.gamma, vocab).clone()
+        confidence = read_confidence(read_tensor(self.sampler, "confidence_out"), case)
+        return CallOutputs(
+            tokens=tokens,
+            step_logits=step_logits,
+            confidence=confidence,
+            staged=None,  # checks stage the case with the reference's rule (the same contract)
+            noise_counter=None,
+            counter_replay=None,
+        )
+
+    def outside_writes(self, case: Case) -> dict[str, int]:
+        written = {
+            name: rows_written(buffer, live=BUFFER_ROWS[name](case))
+            for name, buffer in self._buffers().items()
+        }
+        return {name: count for name, count in written.items() if count}
+
+
+# Live rows of each buffer of the corrected-out conventions.
+BUFFER_ROWS = {
+    "out": lambda case: case.bs * case.gamma,
+    "corrected_out": lambda case: case.bs * case.gamma,
+    "confidence_out": lambda case: case.bs,
+}
+
+
+class Convention(ABC):
+    """Builds samplers of one calling convention."""
+
+    name: ConventionName
+
+    def adaptations(self) -> tuple[str, ...]:
+        """What the harness's adapter works around in the implementation on this machine
+        (each a finding of that implementation, named in the report)."""
+        return ()
+
+    @abstractmethod
+    def build(
+        self, sampler_class: type[Any], *, case: Case, inputs: CaseInputs, model: Any = None
+    ) -> BuiltSampler:
+        """A sampler for the case (``model`` replaces the case's drafter); nothing staged."""
+
+
+class ConstructorConvention(Convention):
+    """Ours or the PR-era server's, told apart by the class's constructor."""
+
+    def __init__(self, name: ConventionName) -> None:
+        self.name = name
+
+    def build(
+        self, sampler_class: type[Any], *, case: Case, inputs: CaseInputs, model: Any = None
+    ) -> BuiltSampler:
+        drafter = inputs.model if model is None else model
+        sampler = construct_sampler(
+            bind_constructor(sampler_class),
+            model=drafter,
+            gamma=case.gamma,
+            max_bs=case.max_bs,
+            device=torch.device(case.device),
+            confidence_fn=inputs.confidence_fn,
+            folded_sampling=case.folded_sampling,
+            fused_greedy=case.fused_greedy,
+        )
+        return CorrectedOutSampler(sampler=sampler, model=drafter, convention=self.name)
+
+
+def convention_of(sampler_class: type[Any]) -> Convention:
+    """The convention a sampler class speaks: sglang 0.5.23's for the package's own
+    ``DsparkDraftSampler`` and its subclasses, else what its constructor says."""
+    from harness.upstream.sglang_convention import SGLANG_0_5_23, speaks_sglang_0_5_23
+
+    if speaks_sglang_0_5_23(sampler_class):
+        return SGLANG_0_5_23
+    return ConstructorConvention(ConventionName(bind_constructor(sampler_class).convention))
+
+
+def build_for_case(
+    sampler_class: type[Any], *, case: Case, inputs: CaseInputs, model: Any = None
+) -> BuiltSampler:
+    """A sampler for the case in the class's own convention; nothing staged yet."""
+    return convention_of(sampler_class).build(sampler_class, case=case, inputs=inputs, model=model)

@@ -1,0 +1,1 @@
+"""Released upstream DSpark samplers, loaded from their installed packages, never copied."""

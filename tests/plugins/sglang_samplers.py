@@ -1,0 +1,98 @@
+"""sglang 0.5.23-shaped samplers: the installed package's ``DsparkDraftSampler``, subclassed.
+
+Importing this module loads the installed package (``harness.upstream.sglang_loader``),
+so only ``upstream`` tests import it. No line of the package is copied: each class
+calls the package's own code and changes one thing around it.
+
+- ``TorchGumbelSampler``: correct, of another design: the package's heads walk the
+  block, but each step's noise is a torch ``exponential_`` draw raced by the
+  reference's ``exponential_race_torch`` instead of the package's Philox stream;
+- planted defects, each aimed at one check: ``OffsetNotAdvanced`` (fresh_noise),
+  ``StepLogitsOfAnotherWalk`` (teacher_forcing), ``GreedyRowsSampled``
+  (greedy_rows_argmax) and ``VerifyIdsPastBatch`` (no_writes_outside_batch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from harness.upstream.sglang_loader import load_sglang
+from reference import exponential_race_torch
+
+PACKAGE = load_sglang()
+Sampler: Any = PACKAGE.DsparkDraftSampler
+
+
+class TorchGumbelSampler(Sampler):
+    """Correct: the package's head and buffers, fresh torch noise on every step."""
+
+    def _markov_block(self, model_hidden: Any, sample_hidden: Any, anchor: Any, bs: int) -> Any:
+        if self.greedy_draft:
+            return super()._markov_block(model_hidden, sample_hidden, anchor, bs)
+        base_logits, features = self.model.compute_base_logits(model_hidden)
+        base_logits = base_logits.view(bs, self.gamma, -1)  # [bs, gamma, V]
+        kept = self._step_logits(base_logits)[:bs]  # the package's own [bs, gamma, V] buffer
+        head, params = self.markov_head, self.params
+        state = head.init_state(sample_hidden)
+        prev = anchor.long()
+        tokens = []
+        for step in range(self.gamma):
+            hidden = None if sample_hidden is None else sample_hidden[:, step]
+            bias, state = head.step_bias(prev, hidden_states=hidden, state=state)
+            kept[:, step] = (base_logits[:, step].float() + bias.float()).to(kept.dtype)
+            noise = torch.empty(kept[:, step].shape, device=kept.device).exponential_()
+            prev = exponential_race_torch(
+                kept[:, step],
+                temperatures=params.temperatures[:bs],
+                greedy_mask=params.greedy_mask[:bs],
+                noise=noise,
+            )
+            prev = self._tp_sync.sync(PACKAGE.SpecTpSyncSite.DSPARK_DRAFT, prev)
+            tokens.append(prev)
+        self._noise.offset.add_(1)  # the server's counter still moves once per sampled block
+        draft = torch.stack(tokens, dim=1)  # [bs, gamma]
+        self.out[: draft.numel()].copy_(draft.reshape(-1))
+        return draft, features
+
+
+class OffsetNotAdvanced(Sampler):
+    """Defect: the noise counter is put back after each block, so every call redraws the
+    same Philox noise."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        super().__call__(hidden_states, input_ids)
+        if not self.greedy_draft:
+            self._noise.offset.sub_(1)
+
+
+class StepLogitsOfAnotherWalk(Sampler):
+    """Defect: the double walk on today's contract: ``out`` from one walk, ``step_logits``
+    from a second walk at the next counter."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        super().__call__(hidden_states, input_ids)
+        first_walk = self.out.clone()
+        super().__call__(hidden_states, input_ids)  # fresh noise: other tokens, other logits
+        self.out.copy_(first_walk)
+
+
+class GreedyRowsSampled(Sampler):
+    """Defect: ``step_temperatures`` keeps the temperature on greedy rows, so a greedy
+    request (sent as ``T = 1``, ``top_k = 1``) is sampled."""
+
+    def stage_sampling_params(self, *, bs: int, sampling_info: Any) -> None:
+        super().stage_sampling_params(bs=bs, sampling_info=sampling_info)
+        self.params.step_temperatures[:bs].copy_(self.params.temperatures[:bs])
+
+
+class VerifyIdsPastBatch(Sampler):
+    """Defect: ``verify_ids`` is rewritten for every row of the static buffer, other graph
+    buckets' rows included."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        super().__call__(hidden_states, input_ids)
+        if self.verify_ids is not None:
+            bs = hidden_states.shape[0] // self.query_token_num
+            self.verify_ids[bs:].fill_(0)
