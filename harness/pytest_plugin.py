@@ -1,11 +1,17 @@
-"""A pytest plugin: ``pytest --dspark-impl NAME=TARGET`` judges a sampler on the standard
-matrix, one test per case, the evidence of every failing check in the failure message.
+"""A pytest plugin: ``pytest --dspark-impl NAME=TARGET`` judges a sampler as ``compare``
+does: one test per case of the standard matrix (the evidence of every failing check in
+the failure message) and one test for the statistical oracle (its verdict at the
+report's defaults), so "lossless" means here what it means in the report.
 
 ``TARGET`` is what ``--impl`` takes (``module:Class``, a file, or a function).
-``--dspark-require lossless`` relaxes the default ``drop-in``. The items are built
-the same way on every process, so the plugin works under ``pytest -n auto``. Nothing
-is imported before it is used: the plugin costs nothing in a run that does not ask
-for it.
+``--dspark-require lossless`` relaxes the default ``drop-in``; ``--dspark-no-stats``
+leaves the oracle out, and every line the plugin prints then says "checks only;
+statistical oracle not run". The targets are loaded when pytest is configured, in
+every process, so a target that cannot be loaded is the same usage error serially
+and under ``pytest -n auto``; the items are built the same way on every process.
+Nothing is imported before it is used: the plugin costs nothing in a run that does
+not ask for it. Installed, the package registers it under its module name, so
+``-p harness.pytest_plugin`` names it both from a checkout and once installed.
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ if TYPE_CHECKING:
     from harness.pipeline.case import Case
     from harness.plugins.implementations import Implementation
 
+IMPLEMENTATIONS = pytest.StashKey[list["Implementation"]]()
+ORACLE_ITEM = "statistical-oracle"  # the oracle's test: dspark[NAME][statistical-oracle]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("dspark", "DSpark draft-sampler verdicts")
@@ -26,7 +35,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="append",
         default=[],
         metavar="NAME=TARGET",
-        help="judge this sampler on the standard case matrix, one test per case (repeatable)",
+        help="judge this sampler: one test per case of the standard matrix and one for the "
+        "statistical oracle (repeatable)",
     )
     group.addoption(
         "--dspark-require",
@@ -34,22 +44,82 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="drop-in",
         help="what each --dspark-impl must meet (default drop-in)",
     )
+    group.addoption(
+        "--dspark-no-stats",
+        action="store_true",
+        help="leave the statistical oracle out (checks only; statistical oracle not run)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Load every ``--dspark-impl`` target now, on the controller and each worker alike."""
+    specs = config.getoption("dspark_impl")
+    if not specs:
+        return
+    from harness.plugins.implementations import ImplementationError, parse_impl_spec
+
+    implementations = []
+    for spec in specs:
+        try:
+            implementations.append(parse_impl_spec(spec))
+        except ImplementationError as error:
+            raise pytest.UsageError(f"--dspark-impl: {error}") from None
+    config.stash[IMPLEMENTATIONS] = implementations
+
+
+def _checks_only(config: pytest.Config) -> str:
+    """What a line must add when the oracle is left out."""
+    from harness.pipeline.verdicts import CHECKS_ONLY
+
+    return f" ({CHECKS_ONLY})" if config.getoption("dspark_no_stats") else ""
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    implementations = config.stash.get(IMPLEMENTATIONS, [])
+    if not implementations:
+        return []
+    names = ", ".join(i.name for i in implementations)
+    tests = "one test per standard case"
+    if not config.getoption("dspark_no_stats"):
+        tests += " and one for the statistical oracle"
+    return [
+        f"dspark: {names} held to {config.getoption('dspark_require')}: {tests}"
+        f"{_checks_only(config)}"
+    ]
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if config.stash.get(IMPLEMENTATIONS, []) and config.getoption("dspark_no_stats"):
+        terminalreporter.write_line(f"dspark:{_checks_only(config)}")
 
 
 class SamplerCheckFailure(Exception):
-    """A case on which the sampler misses what it is required to meet."""
+    """A case, or the oracle, on which the sampler misses what it is required to meet."""
 
 
-class DsparkCaseItem(pytest.Item):
-    """One case of the standard matrix for one sampler."""
+class DsparkItem(pytest.Item):
+    """One test of one sampler; its failure message is the evidence."""
 
-    def __init__(
-        self, *, implementation: Implementation, case: Case, require: str, **kwargs: Any
-    ) -> None:
+    def __init__(self, *, implementation: Implementation, require: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.implementation = implementation
-        self.case = case
         self.require = require
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, SamplerCheckFailure):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, self.name
+
+
+class DsparkCaseItem(DsparkItem):
+    """One case of the standard matrix for one sampler: its per-call checks."""
+
+    def __init__(self, *, case: Case, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.case = case
 
     def runtest(self) -> None:
         from harness.pipeline.compare import REFERENCE, evaluate_run
@@ -63,35 +133,40 @@ class DsparkCaseItem(pytest.Item):
         if failing:
             lines = [f"{c.name} [{c.tier}]: {c.detail}" for c in failing]
             raise SamplerCheckFailure(
-                f"{self.implementation.name} is not {self.require} on {self.case.label()}:\n"
-                + "\n".join(lines)
+                f"{self.implementation.name} is not {self.require} on {self.case.label()}"
+                f"{_checks_only(self.config)}:\n" + "\n".join(lines)
             )
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
-        if isinstance(excinfo.value, SamplerCheckFailure):
-            return str(excinfo.value)
-        return str(super().repr_failure(excinfo))
 
-    def reportinfo(self) -> tuple[Any, int | None, str]:
-        return self.path, None, self.name
+class DsparkOracleItem(DsparkItem):
+    """The statistical oracle's verdict on one sampler, at the report's defaults."""
+
+    def runtest(self) -> None:
+        from harness.testing import oracle_verdict
+
+        statistical = oracle_verdict(self.implementation)
+        if statistical.failed:
+            raise SamplerCheckFailure(
+                f"{self.implementation.name} is NOT lossless: {statistical.describe()}"
+                + (
+                    f"\nevery rejected test: {statistical.carried_by}"
+                    if statistical.carried_by
+                    else ""
+                )
+            )
 
 
 @pytest.hookimpl(tryfirst=True)  # before -k and -m deselect among the items
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
-    specs = config.getoption("dspark_impl")
-    if not specs:
+    implementations = config.stash.get(IMPLEMENTATIONS, [])
+    if not implementations:
         return
     from harness.pipeline.matrix import standard_matrix
-    from harness.plugins.implementations import ImplementationError, parse_impl_spec
 
     require = config.getoption("dspark_require")
-    for spec in specs:
-        try:
-            implementation = parse_impl_spec(spec)
-        except ImplementationError as error:
-            raise pytest.UsageError(f"--dspark-impl: {error}") from None
+    for implementation in implementations:
         for case in standard_matrix():
             items.append(
                 DsparkCaseItem.from_parent(
@@ -99,6 +174,15 @@ def pytest_collection_modifyitems(
                     name=f"dspark[{implementation.name}][{case.label()}]",
                     implementation=implementation,
                     case=case,
+                    require=require,
+                )
+            )
+        if not config.getoption("dspark_no_stats"):
+            items.append(
+                DsparkOracleItem.from_parent(
+                    session,
+                    name=f"dspark[{implementation.name}][{ORACLE_ITEM}]",
+                    implementation=implementation,
                     require=require,
                 )
             )

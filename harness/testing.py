@@ -1,10 +1,14 @@
 """The harness's checks as a library, for engineers who want them in their own suite.
 
 ``check_sampler`` runs a sampler (a class, or a ``[NAME=]module:Class`` spec) next
-to the reference on the standard case matrix (or the cases given) and returns its
-two verdicts with the evidence; ``assert_lossless`` and ``assert_drop_in`` raise an
-``AssertionError`` that lists every failing check; ``case_strategy`` is a
-Hypothesis strategy of small valid cases. The command line calls the same code.
+to the reference on the standard case matrix (or the cases given), and through the
+statistical oracle at the report's defaults, and returns its two verdicts with the
+evidence (the oracle's part in ``Verdict.statistical``); ``assert_lossless`` and
+``assert_drop_in`` raise an ``AssertionError`` that lists every failing check and the
+oracle's verdict; ``case_strategy`` is a Hypothesis strategy of small valid cases. The
+command line calls the same code. ``stats=False`` skips the oracle: the verdict then
+rests on the checks alone and its summary says so (``checks only; statistical oracle
+not run``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness.pipeline.case import Case
-from harness.pipeline.verdicts import Requirement, Verdict
+from harness.pipeline.verdicts import Requirement, Statistical, Verdict
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -30,6 +34,7 @@ __all__ = [
     "case_strategy",
     "check_sampler",
     "implementation_of",
+    "oracle_verdict",
 ]
 
 
@@ -56,9 +61,11 @@ def check_sampler(
     *,
     cases: Sequence[Case] | None = None,
     require: Requirement = "drop-in",
+    stats: bool = True,
 ) -> Verdict:
-    """Run the sampler next to the reference on ``cases`` (default: the standard matrix);
-    its verdicts, with ``ok`` saying whether it meets ``require``."""
+    """Run the sampler next to the reference on ``cases`` (default: the standard matrix)
+    and, unless ``stats=False``, through the statistical oracle (the report's defaults,
+    on the cases' device); its verdicts, with ``ok`` saying whether it meets ``require``."""
     from harness.pipeline.compare import REFERENCE, compare
     from harness.pipeline.matrix import standard_matrix
     from harness.pipeline.verdicts import REQUIREMENTS, implementation_verdict
@@ -69,36 +76,63 @@ def check_sampler(
     implementation = implementation_of(spec_or_class)
     if implementation.name == REFERENCE:
         implementation = dataclasses.replace(implementation, name=f"{REFERENCE}-under-test")
+    chosen = list(standard_matrix() if cases is None else cases)
     records = compare(
-        list(standard_matrix() if cases is None else cases),
+        chosen,
         [*builtin_implementations((REFERENCE,)), implementation],
         require_observable=False,
     )
     verdict = implementation_verdict(records, implementation.name)
+    if stats:
+        device = chosen[0].device if chosen else "cpu"
+        verdict = verdict.with_statistical(oracle_verdict(implementation, device=device))
     return dataclasses.replace(verdict, required=require)
 
 
+def oracle_verdict(implementation: Implementation, *, device: str = "cpu") -> Statistical:
+    """The statistical oracle's verdict on one implementation, at the report's defaults
+    (its seed, its time limit) on ``device``."""
+    from harness.oracles.section import statistical_part
+    from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S
+    from harness.pipeline.verdicts import Roles
+
+    part = statistical_part(
+        seed=0,
+        device=device,
+        implementations=[implementation],
+        roles=Roles(require="lossless"),
+        time_limit_s=DEFAULT_TIME_LIMIT_S,
+    )
+    return part.verdicts[implementation.name]
+
+
 def _assert(
-    spec_or_class: str | type[Any], *, cases: Sequence[Case] | None, require: Requirement
+    spec_or_class: str | type[Any],
+    *,
+    cases: Sequence[Case] | None,
+    require: Requirement,
+    stats: bool,
 ) -> Verdict:
-    verdict = check_sampler(spec_or_class, cases=cases, require=require)
+    verdict = check_sampler(spec_or_class, cases=cases, require=require, stats=stats)
     if not verdict.ok:
-        raise AssertionError(f"{verdict.name} is {verdict.summary()}\n{verdict.evidence()}")
+        lines = [f"{verdict.name} is {verdict.summary()}", verdict.evidence()]
+        raise AssertionError("\n".join([*filter(None, lines), verdict.statistical_line()]))
     return verdict
 
 
 def assert_lossless(
-    spec_or_class: str | type[Any], *, cases: Sequence[Case] | None = None
+    spec_or_class: str | type[Any], *, cases: Sequence[Case] | None = None, stats: bool = True
 ) -> Verdict:
-    """Raise ``AssertionError`` (every failing check listed) unless the sampler is lossless."""
-    return _assert(spec_or_class, cases=cases, require="lossless")
+    """Raise ``AssertionError`` (every failing check listed, and the oracle's verdict)
+    unless the sampler is lossless: its checks and the statistical oracle."""
+    return _assert(spec_or_class, cases=cases, require="lossless", stats=stats)
 
 
 def assert_drop_in(
-    spec_or_class: str | type[Any], *, cases: Sequence[Case] | None = None
+    spec_or_class: str | type[Any], *, cases: Sequence[Case] | None = None, stats: bool = True
 ) -> Verdict:
     """Raise ``AssertionError`` unless the sampler is lossless and drop-in."""
-    return _assert(spec_or_class, cases=cases, require="drop-in")
+    return _assert(spec_or_class, cases=cases, require="drop-in", stats=stats)
 
 
 def case_strategy(

@@ -52,6 +52,16 @@ def test_every_option_the_readme_names_exists() -> None:
     assert named - other_tools <= options, sorted(named - other_tools - options)
 
 
+def test_the_own_environment_install_uses_the_constraints_file() -> None:
+    """Without it, pip pulls an unpinned (multi-GB CUDA) torch; only the GPU section,
+    whose torch is installed first on purpose, installs without it."""
+    own = README[README.index("In your own environment") : README.index("## What the report")]
+    installs = re.findall(r"`(pip install [^`]+)`", own)
+    assert installs, own
+    for command in installs:
+        assert "-c constraints.txt" in command, command
+
+
 def test_cited_design_sections_exist() -> None:
     headings = set(re.findall(r"^## (.+)$", DESIGN, flags=re.MULTILINE))
     cited = {

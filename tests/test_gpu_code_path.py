@@ -476,26 +476,53 @@ def test_gpu_check_script_skips_the_stages_once_its_time_budget_is_spent(tmp_pat
 
 
 # -- tests/test_gpu.py here --------------------------------------------------------------------
-def _pytest(pytester: pytest.Pytester, *args: str) -> tuple[int, str]:
-    """Exit status and output of pytest run on ``tests/test_gpu.py`` (in this process: the
-    module and torch are imported already, so it takes a second)."""
-    done = pytester.runpytest(
-        "-p", "no:cacheprovider", str(REPO_ROOT / "tests" / "test_gpu.py"), *args
+WARNER = """
+import warnings
+
+
+def pytest_collection_modifyitems(items):
+    warnings.warn(UserWarning("what an environment may print"))
+"""
+
+
+def _pytest(pytester: pytest.Pytester, *args: str, warning: bool) -> pytest.RunResult:
+    """pytest run on ``tests/test_gpu.py`` (in this process: the module and torch are
+    imported already, so it takes a second), with ``warning`` a warning line in its
+    summary; read through pytester's outcome API."""
+    plugin = []
+    if warning:
+        pytester.makepyfile(warner=WARNER)
+        pytester.syspathinsert()
+        plugin = ["-p", "warner"]
+    return pytester.runpytest(
+        "-p", "no:cacheprovider", *plugin, str(REPO_ROOT / "tests" / "test_gpu.py"), *args
     )
-    return int(done.ret), done.stdout.str()
 
 
-def test_every_test_in_the_gpu_module_carries_the_gpu_marker(pytester: pytest.Pytester) -> None:
-    code, stdout = _pytest(pytester, "--collect-only", "-q", "-m", "not gpu")
-    assert code == 5, stdout  # pytest: no tests selected
-    found = re.search(r"(?:no tests|0/\d+ tests) collected \((\d+) deselected\)", stdout)
-    assert found is not None and int(found.group(1)) > 0, stdout
+WITH_AND_WITHOUT_A_WARNING = pytest.mark.parametrize(
+    "warning", [False, True], ids=["quiet", "with-a-warning"]
+)
+
+
+@WITH_AND_WITHOUT_A_WARNING
+def test_every_test_in_the_gpu_module_carries_the_gpu_marker(
+    pytester: pytest.Pytester, warning: bool
+) -> None:
+    done = _pytest(pytester, "--collect-only", "-q", "-m", "not gpu", warning=warning)
+    assert done.ret == pytest.ExitCode.NO_TESTS_COLLECTED, done.stdout.str()
+    deselected = done.parseoutcomes().get("deselected", 0)
+    assert deselected > 0, done.stdout.str()
+    done.assert_outcomes(deselected=deselected)  # nothing else ran
 
 
 @NO_CUDA
-def test_gpu_module_is_collected_and_skipped_without_cuda(pytester: pytest.Pytester) -> None:
-    code, stdout = _pytest(pytester, "-q", "-rs")
-    assert code == 0, stdout
-    summary = stdout.strip().splitlines()[-1]
-    assert re.fullmatch(r"\d+ skipped in [\d.]+s", summary), summary
-    assert "needs a CUDA device" in stdout
+@WITH_AND_WITHOUT_A_WARNING
+def test_gpu_module_is_collected_and_skipped_without_cuda(
+    pytester: pytest.Pytester, warning: bool
+) -> None:
+    done = _pytest(pytester, "-q", "-rs", warning=warning)
+    assert done.ret == pytest.ExitCode.OK, done.stdout.str()
+    skipped = done.parseoutcomes().get("skipped", 0)
+    assert skipped > 0, done.stdout.str()
+    done.assert_outcomes(skipped=skipped, warnings=int(warning))  # none passed, failed or errored
+    assert "needs a CUDA device" in done.stdout.str()

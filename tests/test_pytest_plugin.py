@@ -1,8 +1,11 @@
-"""The pytest plugin: ``--dspark-impl`` adds one test per standard case, the evidence in
-the failure message, and works under xdist."""
+"""The pytest plugin: ``--dspark-impl`` adds one test per standard case and one for the
+statistical oracle, the evidence in the failure message; a target that cannot be loaded
+is the same usage error serially and under xdist; the README's command works as written
+once the package is installed."""
 
 from __future__ import annotations
 
+import shlex
 from importlib.metadata import entry_points
 
 import pytest
@@ -10,19 +13,22 @@ import pytest
 from tests.helpers import REPO_ROOT
 
 pytest_plugins = ["pytester"]
-SELECT = ["-k", "dspark and folded-sampled/vanilla"]  # two cases of the matrix
-# Installed, the package registers the plugin itself (entry point ``dspark``); from a
-# checkout it is named with ``-p``, as the README says.
-INSTALLED = any(e.name == "dspark" for e in entry_points(group="pytest11"))
-LOAD_PLUGIN = [] if INSTALLED else ["-p", "harness.pytest_plugin"]
+# Two cases of the matrix and the oracle's test: what -k keeps of one sampler's items.
+SELECT = ["-k", "dspark and (folded-sampled/vanilla or statistical-oracle)"]
+LOAD_PLUGIN = ["-p", "harness.pytest_plugin"]  # from a checkout and installed alike
+ONLY_THE_ORACLE = "tests.plugins.oracle_only_defects:ReusedUniformInverseCdfSampler"
+CHECKS_ONLY = "checks only; statistical oracle not run"
+DSPARK_ENTRY_POINTS = [
+    e for e in entry_points(group="pytest11") if e.value == "harness.pytest_plugin"
+]
 
 
 @pytest.fixture
 def plugin_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
 
-    def run(*args: str) -> pytest.RunResult:
-        return pytester.runpytest_subprocess(*LOAD_PLUGIN, "-p", "no:cacheprovider", *SELECT, *args)
+    def run(*args: str, select: list[str] = SELECT) -> pytest.RunResult:
+        return pytester.runpytest_subprocess(*LOAD_PLUGIN, "-p", "no:cacheprovider", *select, *args)
 
     return run
 
@@ -31,7 +37,7 @@ def test_a_planted_defect_fails_one_test_per_case_with_its_evidence(plugin_run) 
     result = plugin_run(
         "--dspark-impl", "frozen=tests.plugins.planted_defects_verdicts:FrozenNoiseSampler"
     )
-    result.assert_outcomes(failed=2)
+    result.assert_outcomes(passed=0, failed=3)  # two cases, and the oracle rejects it too
     result.stdout.fnmatch_lines(
         [
             "*frozen is not drop-in on folded-sampled/vanilla:*",
@@ -49,10 +55,76 @@ def test_a_correct_other_design_passes_when_lossless_is_required_under_xdist(plu
         "-n",
         "2",
     )
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=3)  # two cases and the oracle
+    result.stdout.fnmatch_lines(
+        ["dspark: gumbel held to lossless: one test per standard case and one for the *oracle"]
+    )
 
 
-def test_an_impl_that_cannot_be_loaded_is_a_usage_error(plugin_run) -> None:
-    result = plugin_run("--dspark-impl", "bad=no.such.module:Sampler")
+def test_lossless_rejects_a_sampler_only_the_statistical_oracle_can_see(plugin_run) -> None:
+    result = plugin_run("--dspark-impl", f"icdf={ONLY_THE_ORACLE}", "--dspark-require", "lossless")
+    result.assert_outcomes(passed=2, failed=1)  # every per-call check passes; the oracle fails
+    result.stdout.fnmatch_lines(
+        [
+            "*dspark?icdf??statistical-oracle?*",
+            "icdf is NOT lossless: statistical oracle REJECTED it (family p=*; carried by *pos 1*",
+        ]
+    )
+
+
+def test_without_the_oracle_every_line_says_the_verdict_rests_on_the_checks(plugin_run) -> None:
+    frozen = "frozen=tests.plugins.planted_defects_verdicts:FrozenNoiseSampler"
+    result = plugin_run("--dspark-impl", frozen, "--dspark-no-stats")
+    result.assert_outcomes(failed=2)  # the two cases; no oracle test
+    assert "statistical-oracle" not in result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            f"dspark: frozen held to drop-in: one test per standard case ({CHECKS_ONLY})",
+            f"*frozen is not drop-in on folded-sampled/vanilla ({CHECKS_ONLY}):*",
+            f"dspark: ({CHECKS_ONLY})",
+        ]
+    )
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("broken.py", "*importing 'broken.py' raised SyntaxError*"),
+        (
+            "tests.plugins.alternative_samplers:NoSuchSampler",
+            "*'tests.plugins.alternative_samplers' has no 'NoSuchSampler'*",
+        ),
+        ("no.such.module:Sampler", "*cannot import module*"),
+    ],
+    ids=["syntax-error", "wrong-class", "no-module"],
+)
+def test_an_impl_that_cannot_be_loaded_is_the_same_usage_error_serially_and_under_xdist(
+    plugin_run, pytester: pytest.Pytester, workers: list[str], target: str, message: str
+) -> None:
+    pytester.makepyfile(broken="class DsparkDraftSampler(:\n")
+    result = plugin_run("--dspark-impl", f"bad={target}", *workers)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--dspark-impl*cannot import module*"])
+    result.stderr.fnmatch_lines([f"ERROR: --dspark-impl: --impl bad={target}: {message[1:]}"])
+
+
+def test_the_installed_plugin_is_named_after_its_module() -> None:
+    """So ``-p harness.pytest_plugin`` names the installed plugin rather than loading the
+    module a second time ("Plugin already registered")."""
+    if not DSPARK_ENTRY_POINTS:
+        pytest.skip("the package is not installed (pip install -e .)")
+    assert [e.name for e in DSPARK_ENTRY_POINTS] == ["harness.pytest_plugin"], (
+        "stale package metadata: reinstall with pip install -c constraints.txt -e ."
+    )
+
+
+def test_the_readme_command_works_as_written(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    block = readme.split("#### Use it from pytest", 1)[1].split("```sh\n", 1)[1].split("```")[0]
+    argv = shlex.split(block.replace("\\\n", " "))
+    assert argv[:3] == ["pytest", "-p", "harness.pytest_plugin"], argv
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))  # its sampler is the checkout's
+    result = pytester.runpytest_subprocess(*argv[1:], "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=17)  # 16 standard cases and the statistical oracle

@@ -125,12 +125,13 @@ def test_an_implementation_that_raises_is_a_recorded_result() -> None:
     assert not result.passed and not stats.meets_expectation(result)
 
 
-def test_an_implementation_past_the_time_limit_is_a_recorded_result() -> None:
+def test_an_implementation_past_the_time_limit_is_not_judged() -> None:
     config = replace(DEFAULT_CONFIG, head_kinds=("vanilla",))
     problems = stats.build_problems(config)
     result, decoded = stats.decode_and_fit(FIXED, problems=problems, time_limit_s=1e-4)
-    assert decoded is None and result.error is None  # not judged: never a defect
+    assert decoded is None and result.error is None and not result.passed
     assert result.not_judged is not None and "time limit" in result.not_judged
+    assert result.statistical().failed and not result.statistical().rejected
 
 
 def test_the_repeat_test_does_not_fire_on_fresh_noise(

@@ -11,6 +11,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,6 +70,16 @@ def test_a_changed_umask_or_signal_handler_is_blamed_and_restored(
     assert failed["planted"]["state_restored"].startswith(f"changed global state: {leak}")
     assert failed["reference"] == failed["fixed"] == {}
     assert (current_umask(), signal.getsignal(signal.SIGTERM)) == (umask, handler)
+
+
+def test_an_interval_timer_left_armed_is_blamed_and_disarmed() -> None:
+    # without a time limit: the limit's own timer would disarm it at the end of the call
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    failed = _failed(untrusted_samplers.TimerArmingSampler, time_limit_s=None)
+    blamed = failed["planted"]["state_restored"]
+    assert blamed.startswith("changed global state: interval timer armed False -> True")
+    assert failed["reference"] == failed["fixed"] == {}
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
 @pytest.fixture
@@ -181,6 +192,10 @@ def test_a_chdir_at_import_does_not_move_a_relative_out_dir(tmp_path: Path) -> N
     assert not (elsewhere / "out").exists()
 
 
+def _heard_stop(said: list[str]) -> bool:
+    return any(line.startswith("interrupted by SIGTERM") for line in said)
+
+
 def test_a_plugin_that_ignores_sigterm_does_not_make_the_harness_unkillable(
     tmp_path: Path,
 ) -> None:
@@ -194,20 +209,26 @@ def test_a_plugin_that_ignores_sigterm_does_not_make_the_harness_unkillable(
         text=True,
     )
     assert process.stderr is not None
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.extend(process.stderr or ()), daemon=True)
     try:
         for line in process.stderr:  # the plug-in has been imported and run once
+            said.append(line)
             if line.startswith("[2/"):
                 break
-        # a SIGTERM that lands while the plug-in's own code runs is lost: send until one lands
+        reader.start()
+        # a SIGTERM that lands while the plug-in's own code runs is lost: send until one
+        # is heard (a second one during the exit would end it with the default action)
         for _ in range(STOP_ATTEMPTS):
             process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=STOP_WAIT_S)  # a second one during the exit would kill it
+            deadline = time.monotonic() + STOP_WAIT_S
+            while time.monotonic() < deadline and not _heard_stop(said):
+                time.sleep(0.05)
+            if _heard_stop(said):
                 break
-            except subprocess.TimeoutExpired:
-                continue
-        assert process.wait(timeout=60) == 143
-        assert "interrupted by SIGTERM" in process.stderr.read()
+        assert process.wait(timeout=120) == 143
+        reader.join(timeout=60)
+        assert _heard_stop(said)
     finally:
         process.kill()
         process.wait(timeout=60)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, REQUIREMENTS, Requirement
 
 if TYPE_CHECKING:  # the options are offered without importing what runs them (torch)
     from harness.pipeline.verdicts import Roles
     from harness.plugins.implementations import Implementation
+    from harness.render.progress import Progress
+    from harness.render.sections import Section
 
 T = TypeVar("T", int, float)
 
@@ -140,6 +143,75 @@ def add_isolate_option(parser: argparse.ArgumentParser) -> None:
         "--isolate",
         action="store_true",
         help="run each implementation in a worker process, so a crash is a recorded failure",
+    )
+
+
+def add_stats_option(parser: argparse.ArgumentParser) -> None:
+    """``--no-stats``: skip the statistical oracle; every lossless verdict then says it
+    rests on the checks alone."""
+    parser.add_argument(
+        "--no-stats",
+        action="store_true",
+        help="skip the statistical oracle (lossless verdicts then read: checks only; "
+        "statistical oracle not run)",
+    )
+
+
+@dataclass(frozen=True)
+class JudgedSections:
+    """A comparison's verdict sections (the oracle's section among them when it ran),
+    the verdicts JSON and the oracle's wall time (``None``: not run)."""
+
+    sections: list[Section]
+    verdicts: dict[str, Any]
+    stats_s: float | None
+
+
+def judged_sections(
+    args: argparse.Namespace,
+    records: list[dict[str, Any]],
+    *,
+    implementations: Sequence[Implementation],
+    roles: Roles,
+    require_coverage: bool,
+    progress: Progress,
+    power: bool = False,
+) -> JudgedSections:
+    """The verdict sections of ``records`` with the statistical oracle's part in every
+    lossless verdict (unless ``--no-stats``), as ``report`` and ``compare`` state them;
+    under ``--isolate`` the oracle runs implementations in the worker too."""
+    from harness.oracles.section import statistical_part
+    from harness.pipeline.compare import comparison_sections, verdicts_json
+
+    part = None
+    if not args.no_stats:
+        part = statistical_part(
+            seed=args.seed,
+            device=args.device,
+            implementations=implementations,
+            roles=roles,
+            time_limit_s=args.time_limit,
+            progress=progress,
+            power=power,
+            isolate=args.isolate,
+        )
+    statistical = None if part is None else part.verdicts
+    coverage = None if part is None else part.coverage
+    sections = comparison_sections(
+        records,
+        require_coverage=require_coverage,
+        roles=roles,
+        statistical=statistical,
+        statistical_coverage=coverage,
+    )
+    if part is not None:
+        sections.insert(-1, part.section)  # before the checks table
+    return JudgedSections(
+        sections=sections,
+        verdicts=verdicts_json(
+            records, roles=roles, statistical=statistical, statistical_coverage=coverage
+        ),
+        stats_s=None if part is None else round(part.wall_s, 3),
     )
 
 

@@ -18,8 +18,10 @@ from harness.cli.options import (
     add_isolate_option,
     add_resume_option,
     add_role_options,
+    add_stats_option,
     journal_path,
     judged_implementations,
+    judged_sections,
 )
 from harness.defaults import BUILTIN_NAMES
 from harness.io.files import write_atomically
@@ -35,12 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_role_options(parser)
     add_resume_option(parser)
     add_isolate_option(parser)
-    parser.add_argument("--no-stats", action="store_true", help="skip the statistical oracle")
+    add_stats_option(parser)
     parser.add_argument("--no-work", action="store_true", help="skip the eliminated-work section")
 
 
 def command(args: argparse.Namespace) -> ExitCode:
-    from harness.pipeline.compare import compare, comparison_sections, verdicts_json
+    from harness.pipeline.compare import compare
     from harness.pipeline.matrix import standard_matrix
 
     progress = progress_printer(quiet=args.quiet)
@@ -59,35 +61,18 @@ def command(args: argparse.Namespace) -> ExitCode:
         isolate=args.isolate,
     )
     timing = {"matrix_s": round(time.perf_counter() - started, 3)}
-    stats_part: Section | None = None
-    statistical = None  # the oracle's verdicts enter each lossless verdict when it ran
-    statistical_coverage = None
-    if not args.no_stats:
-        from harness.oracles import section as stats
-
-        progress("statistical oracle ...")
-        started = time.perf_counter()
-        stats_part, oracle = stats.report_stats(
-            seed=args.seed,
-            progress=progress,
-            device=args.device,
-            implementations=implementations,
-            time_limit_s=args.time_limit,
-            roles=roles,
-            isolate=args.isolate,
-        )
-        statistical = stats.statistical_verdicts(oracle)
-        statistical_coverage = stats.statistical_coverage(oracle, roles=roles)
-        timing["stats_s"] = round(time.perf_counter() - started, 3)
-    sections = comparison_sections(
+    judged = judged_sections(
+        args,
         records,
-        require_coverage=True,
+        implementations=implementations,
         roles=roles,
-        statistical=statistical,
-        statistical_coverage=statistical_coverage,
+        require_coverage=True,
+        progress=progress,
+        power=True,
     )
-    if stats_part is not None:
-        sections.insert(-1, stats_part)
+    sections = judged.sections
+    if judged.stats_s is not None:
+        timing["stats_s"] = judged.stats_s
     if not args.no_work:
         from harness.measure import work_report
 
@@ -116,12 +101,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         sections=sections,
         cases=records,
         timing=timing,
-        verdicts=verdicts_json(
-            records,
-            roles=roles,
-            statistical=statistical,
-            statistical_coverage=statistical_coverage,
-        ),
+        verdicts=judged.verdicts,
     )
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from harness.oracles.fits import JOINT, REPEAT, family_size, position_name
@@ -378,12 +379,13 @@ def report_stats(
     implementations: Sequence[Implementation] | None = None,
     time_limit_s: float | None = None,
     roles: Roles = DEFAULT_ROLES,
+    power: bool = True,
     isolate: bool = False,
 ) -> tuple[Section, OracleRun]:
     """The statistical part of the main report: ``implementations`` (default: the
     built-ins; plug-ins given with ``--impl`` belong here too) at the default config,
-    each held to its role, and legacy's power curve per head kind; with the run, whose
-    verdicts enter each implementation's lossless verdict."""
+    each held to its role, and (with ``power``) legacy's power curve per head kind;
+    with the run, whose verdicts enter each implementation's lossless verdict."""
     chosen = list(implementations) if implementations is not None else builtin_implementations()
     from harness.oracles.verifiers import available_verifiers
 
@@ -391,7 +393,7 @@ def report_stats(
     return stats_section(
         config,
         implementations=chosen,
-        power=True,
+        power=power,
         progress=progress,
         time_limit_s=time_limit_s,
         roles=roles,
@@ -418,6 +420,52 @@ def report_section(
         time_limit_s=time_limit_s,
         roles=roles,
     )[0]
+
+
+@dataclass(frozen=True)
+class StatisticalPart:
+    """The oracle's part of every lossless verdict of a run: its report section, each
+    implementation's ``Statistical``, what the oracle covered and its wall time."""
+
+    section: Section
+    verdicts: dict[str, Statistical]
+    coverage: StatisticalCoverage | None
+    wall_s: float
+
+
+def statistical_part(
+    *,
+    seed: int,
+    device: str,
+    implementations: Sequence[Implementation],
+    roles: Roles,
+    time_limit_s: float | None,
+    progress: Progress = no_progress,
+    power: bool = False,
+    isolate: bool = False,
+) -> StatisticalPart:
+    """The statistical oracle at the report's defaults on ``implementations``, as every
+    command that states a lossless verdict (``report``, ``compare``, the Python API, the
+    pytest plugin) runs it; ``power`` adds the power curves (the report's figure), and
+    ``isolate`` runs each implementation's decode in the worker process."""
+    progress("statistical oracle ...")
+    started = time.perf_counter()
+    section, oracle = report_stats(
+        seed=seed,
+        progress=progress,
+        device=device,
+        implementations=implementations,
+        time_limit_s=time_limit_s,
+        roles=roles,
+        power=power,
+        isolate=isolate,
+    )
+    return StatisticalPart(
+        section=section,
+        verdicts=statistical_verdicts(oracle),
+        coverage=statistical_coverage(oracle, roles=roles),
+        wall_s=time.perf_counter() - started,
+    )
 
 
 MEASURED_MARKERS = ("o", "s", "^")  # one shape per head kind, nested by size

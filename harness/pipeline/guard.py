@@ -15,7 +15,7 @@ This module owns the guards that keep one from changing another's verdict:
   blames a change made by a background thread on the implementation that left the
   thread running, not on the one whose call it happened to interrupt;
 - ``AlarmBackstop``: the time limit holds when implementation code ignores, replaces
-  or blocks SIGALRM.
+  or blocks SIGALRM (a second signal, ``BACKSTOP_SIGNAL``, carries the timeout).
 
 See ``docs/trust.md`` for what these guards do not cover.
 """
@@ -23,7 +23,7 @@ See ``docs/trust.md`` for what these guards do not cover.
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import enum
 import glob
 import hashlib
 import os
@@ -31,9 +31,8 @@ import resource
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import torch
@@ -124,6 +123,7 @@ class GlobalState:
     umask: int
     signal_handlers: tuple[tuple[signal.Signals, Any], ...]  # handler objects, compared by ==
     soft_limits: tuple[tuple[str, int], ...]  # GUARDED_LIMITS name -> soft limit
+    alarm_armed: bool  # ITIMER_REAL: a timer left armed would send SIGALRM later
 
     @classmethod
     def capture(cls) -> GlobalState:
@@ -142,6 +142,7 @@ class GlobalState:
             soft_limits=tuple(
                 (name, resource.getrlimit(which)[0]) for name, which in GUARDED_LIMITS.items()
             ),
+            alarm_armed=signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0),
         )
 
     def changed_environment(self, now: GlobalState) -> list[str]:
@@ -163,6 +164,7 @@ class GlobalState:
             ("float32 matmul precision", self.matmul_precision, now.matmul_precision),
             ("working directory", self.working_directory, now.working_directory),
             ("umask", oct(self.umask), oct(now.umask)),
+            ("interval timer armed", self.alarm_armed, now.alarm_armed),
         ):
             if before != after:
                 changes.append(f"{label} {before} -> {after}")
@@ -215,6 +217,8 @@ class GlobalState:
             os.chdir(self.working_directory)
         if now.umask != self.umask:
             os.umask(self.umask)
+        if now.alarm_armed and not self.alarm_armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
         return [*self._restore_signal_handlers(now), *self._restore_limits(now)]
 
     def _restore_signal_handlers(self, now: GlobalState) -> list[str]:
@@ -247,9 +251,21 @@ class GlobalState:
 # sees which thread sets the environment or changes the directory, so the change is
 # blamed on the owner, not on the implementation whose call it interrupted.
 
-_AUDITED = {"os.putenv": "environment", "os.unsetenv": "environment", "os.chdir": "directory"}
+
+class Touched(enum.Enum):
+    """What an audited call of a background thread changed."""
+
+    ENVIRONMENT = "environment"
+    DIRECTORY = "working directory"
+
+
+_AUDITED = {
+    "os.putenv": Touched.ENVIRONMENT,
+    "os.unsetenv": Touched.ENVIRONMENT,
+    "os.chdir": Touched.DIRECTORY,
+}
 _thread_owners: dict[int, str] = {}  # ident of a thread left running -> its owner
-_thread_changes: list[tuple[str, str, str]] = []  # (owner, "environment"/"directory", key)
+_thread_changes: list[tuple[str, Touched, str]] = []  # (owner, what, environment key or "")
 _late_blame: dict[str, list[str]] = {}  # owner -> changes its threads made in others' calls
 _hook_installed = False
 _depth = 0  # implementation_world blocks open now (one may nest in another)
@@ -263,7 +279,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     owner = _thread_owners.get(threading.get_ident())
     if owner is None:
         return
-    key = args[0] if kind == "environment" else ""
+    key = args[0] if kind is Touched.ENVIRONMENT else ""
     if isinstance(key, bytes):
         key = os.fsdecode(key)
     _thread_changes.append((owner, kind, str(key)))
@@ -294,10 +310,10 @@ def _split_by_thread(
     for thread_owner, kind, key in _thread_changes[since:]:
         if thread_owner == owner:
             continue
-        if kind == "environment" and key in own_keys:
+        if kind is Touched.ENVIRONMENT and key in own_keys:
             own_keys.discard(key)
             foreign.setdefault(thread_owner, set()).add(f"environment {key}")
-        elif kind == "directory" and own_directory:
+        elif kind is Touched.DIRECTORY and own_directory:
             own_directory = False
             foreign.setdefault(thread_owner, set()).add("working directory")
     _blame_threads(foreign, when=f"during {owner}")
@@ -320,7 +336,7 @@ def _undo_changes_between_calls() -> None:
     for thread_owner, kind, key in _thread_changes:
         if _settled is None or thread_owner not in alive:
             continue
-        if kind == "environment":
+        if kind is Touched.ENVIRONMENT:
             settled = dict(_settled.environment)
             if key in settled:
                 os.environ[key] = settled[key]
@@ -512,56 +528,82 @@ def import_world(*, owner: str) -> Iterator[None]:
 # -- the time limit's backstop --------------------------------------------------------------
 
 
-class AlarmBackstop:
-    """A watchdog for a SIGALRM time limit: from ``first_s`` on, every ``every_s`` in
-    which the limit's handler was not heard (the code ignored, replaced or blocked
-    SIGALRM), ``exception`` is raised in the main thread (between two bytecodes, as a
-    signal handler would). Enter it in the main thread only."""
+BACKSTOP_SIGNAL = signal.SIGURG  # ignored by default: one that lands late does nothing
+TIME_LIMIT_MARK = "harness_time_limit"  # attribute set on a time limit's SIGALRM handler
 
-    def __init__(self, *, first_s: float, every_s: float, exception: type[BaseException]):
-        self._first_s, self._every_s, self._exception = first_s, every_s, exception
-        self._main = threading.main_thread().ident
+
+def _alarm_blocked_in(thread: threading.Thread) -> bool:
+    """Whether ``thread`` blocks SIGALRM (its ``SigBlk`` mask in ``/proc``)."""
+    path = f"/proc/self/task/{thread.native_id}/status"
+    with contextlib.suppress(OSError, ValueError), open(path) as status:
+        for line in status:
+            if line.startswith("SigBlk:"):
+                return bool(int(line.split()[1], 16) >> (signal.SIGALRM - 1) & 1)
+    return False
+
+
+class AlarmBackstop:
+    """A watchdog for a SIGALRM time limit whose handler is ``handler``: from ``first_s``
+    on, every ``every_s`` in which implementation code has replaced or ignored that
+    handler, or blocked SIGALRM, the main thread is sent ``BACKSTOP_SIGNAL``, whose
+    handler raises ``error()`` there (between two bytecodes, as SIGALRM would). While
+    SIGALRM reaches the limit's handler (or a nested limit's) it does nothing; once
+    the timer is disarmed it ends. ``start`` before arming, ``stop`` after disarming;
+    main thread only."""
+
+    def __init__(
+        self,
+        *,
+        handler: Callable[[int, Any], None],
+        first_s: float,
+        every_s: float,
+        error: Callable[[], BaseException],
+    ) -> None:
+        self._handler, self._error = handler, error
+        self._first_s, self._every_s = first_s, every_s
+        self._main = threading.main_thread()
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._heard = 0
+        self._requested = False
+        self._previous: Any = None
         self.raised = False
         self._thread = threading.Thread(target=self._watch, daemon=True, name="time-limit")
 
-    def heard(self) -> None:
-        """The limit's SIGALRM handler ran: the signal still reaches it."""
-        self._heard += 1
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self._requested:  # only the watchdog's request raises, once each
+            self._requested = False
+            self.raised = True
+            raise self._error()
 
-    def _raise_in_main(self, exception: type[BaseException] | None) -> None:
-        target = ctypes.c_ulong(self._main or 0)
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(target, ctypes.py_object(exception))
+    def _tampered(self) -> bool:
+        handler = signal.getsignal(signal.SIGALRM)
+        if handler != self._handler and not getattr(handler, TIME_LIMIT_MARK, False):
+            return True  # (a nested time limit's own handler is in charge meanwhile)
+        return _alarm_blocked_in(self._main)
 
     def _watch(self) -> None:
         if self._stop.wait(self._first_s):
             return
-        seen = -1
         while True:
             with self._lock:
-                if self._stop.is_set():
+                # a disarmed timer: the limit's block is over, even if it never said so
+                if self._stop.is_set() or signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0):
                     return
-                if self._heard == seen:  # no alarm got through in a whole period
-                    self._raise_in_main(self._exception)
-                    self.raised = True
-                seen = self._heard
+                if self._tampered():
+                    self._requested = True
+                    signal.pthread_kill(self._main.ident or 0, BACKSTOP_SIGNAL)
             if self._stop.wait(self._every_s):
                 return
 
-    def __enter__(self) -> AlarmBackstop:
+    def start(self) -> None:
+        """Before the limit's timer is armed (so no alarm can interrupt it)."""
+        self._previous = signal.signal(BACKSTOP_SIGNAL, self._on_signal)
         self._thread.start()
-        return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def stop(self) -> None:
+        """After the limit's timer is disarmed."""
         with self._lock:
             self._stop.set()
-            if self.raised:  # one still pending must not land in the harness's own code
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main or 0), None)
+            self._requested = False
         self._thread.join()
+        signal.signal(BACKSTOP_SIGNAL, self._previous)

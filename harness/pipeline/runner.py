@@ -37,6 +37,7 @@ import torch
 from harness.defaults import DEFAULT_TIME_LIMIT_S
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.guard import (
+    TIME_LIMIT_MARK,
     AlarmBackstop,
     WorldChanges,
     changed_inputs,
@@ -171,31 +172,34 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     assert seconds is not None
     message = f"call exceeded the time limit of {seconds:g} s"
     fired = False
-    # the code may ignore, replace or block SIGALRM: then the backstop raises the timeout
-    backstop = AlarmBackstop(
-        first_s=seconds + BACKSTOP_PERIOD_S, every_s=BACKSTOP_PERIOD_S, exception=CallTimeout
-    )
 
     def on_alarm(signum: int, frame: object) -> None:
         nonlocal fired
         fired = True
-        backstop.heard()
         raise CallTimeout(message)
 
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
+    lost = message + " (SIGALRM was ignored, replaced or blocked)"
+    # the code may ignore, replace or block SIGALRM: then the backstop raises the timeout
+    backstop = AlarmBackstop(
+        handler=on_alarm,
+        first_s=seconds + BACKSTOP_PERIOD_S,
+        every_s=BACKSTOP_PERIOD_S,
+        error=lambda: CallTimeout(lost),
+    )
+    setattr(on_alarm, TIME_LIMIT_MARK, True)
+    backstop.start()
     try:
-        with backstop:
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
+        try:
             yield
-    except CallTimeout as error:
-        if error.args:
-            raise
-        fired = True  # the backstop's: SIGALRM did not reach the limit's handler
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-    if backstop.raised:
-        raise CallTimeout(message + " (SIGALRM was ignored, replaced or blocked)")
+        backstop.stop()
+    if backstop.raised:  # the block caught the backstop's timeout and carried on
+        raise CallTimeout(lost)
     if fired:  # the block caught the timeout and carried on: still a timeout
         raise CallTimeout(message + " (the implementation caught the timeout)")
 

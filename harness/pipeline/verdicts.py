@@ -10,7 +10,8 @@ and every other implementation must meet ``require``.
 
 The statistical oracle's verdict (``Statistical``) is part of the lossless verdict:
 an implementation it rejects is not lossless, whatever its checks say. Without it
-(not run) the lossless verdict rests on the checks alone, and says so.
+(not run) the lossless verdict rests on the checks alone, and every line that states it
+says so (``CHECKS_ONLY``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ ALWAYS_DROP_IN = (FIXED, REFERENCE)  # built-ins held to drop-in whatever is req
 MAX_CARRIERS = 4  # rejections named in a verdict line
 Record = dict[str, Any]
 NOT_REPLAYABLE = "draws not replayable"  # how noise_replay says it skipped
+CHECKS_ONLY = "checks only; statistical oracle not run"  # a lossless verdict without the oracle
 
 
 class RolesError(ValueError):
@@ -145,11 +147,13 @@ class Verdict:
 
     def summary(self) -> str:
         """``"lossless and drop-in"``, ``"lossless; not drop-in: <reason>"`` or
-        ``"NOT lossless: <reason>"``."""
+        ``"NOT lossless: <reason>"``; a lossless verdict without the statistical oracle
+        ends with ``(checks only; statistical oracle not run)``."""
+        checks_only = "" if self.statistical.ran else f" ({CHECKS_ONLY})"
         if self.drop_in:
-            return "lossless and drop-in"
+            return f"lossless and drop-in{checks_only}"
         if self.lossless:
-            return f"lossless; not drop-in: {self.reason}"
+            return f"lossless; not drop-in: {self.reason}{checks_only}"
         if self.statistical.not_judged is not None and not self.lossless_failures():
             return f"not judged: {self.reason}"  # out of time is no defect
         return f"NOT lossless: {self.reason}"
@@ -171,7 +175,7 @@ class Verdict:
     def statistical_line(self) -> str:
         """How the statistical oracle enters the lossless verdict, in one sentence."""
         if not self.statistical.ran:
-            return "statistical part not run (lossless verdict from the checks alone)"
+            return CHECKS_ONLY
         if not self.replayable:
             return (
                 "draws not replayable: the statistical oracle carries the lossless verdict — "

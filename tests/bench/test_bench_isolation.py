@@ -20,7 +20,7 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from harness.pipeline.case import Case, make_case
-from harness.pipeline.isolation import WorkerPool, worker_pool
+from harness.pipeline.isolation import WorkerPool, shutdown_workers
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import builtin_implementations
 
@@ -65,4 +65,4 @@ def test_bench_worker_start(benchmark: BenchmarkFixture) -> None:
 
     benchmark.group = "worker start"
     benchmark.pedantic(first_case_on_a_fresh_worker, rounds=3, iterations=1)
-    worker_pool().shutdown()
+    shutdown_workers()

@@ -9,7 +9,9 @@ way a sampled row draws its token differs:
   graph replay), into a ``[max_bs, gamma, V]`` buffer; step ``k`` races on slice ``k``;
 - ``UniformGumbelSampler``: Gumbel-max from ``uniform_`` draws,
   ``argmax(logits / T - log(-log U))``;
-- ``MultinomialSampler``: ``torch.multinomial(softmax(logits / T), 1)``.
+- ``MultinomialSampler``: ``torch.multinomial(softmax(logits / T), 1)``;
+- ``InverseCdfSampler``: one ``uniform_`` draw per row and step, looked up in the
+  row's cumulative ``softmax(logits / T)``.
 
 Greedy rows take the argmax in every design.
 """
@@ -66,10 +68,11 @@ class PrestagedNoiseSampler(FixedSampler):
 
 
 class _RowDrawSampler(FixedSampler):
-    """The fixed sampler whose sampled rows draw with ``draw(scaled_logits) -> [bs]``,
-    where ``scaled_logits = float(step logits) / T``; greedy rows take the argmax."""
+    """The fixed sampler whose sampled rows draw with ``draw(scaled_logits, step_idx)
+    -> [bs]``, where ``scaled_logits = float(step logits) / T``; greedy rows take the
+    argmax."""
 
-    def draw(self, scaled: torch.Tensor) -> torch.Tensor:
+    def draw(self, scaled: torch.Tensor, step_idx: int) -> torch.Tensor:
         raise NotImplementedError
 
     def step_sampler(self, bs: int) -> StepSampler:
@@ -78,9 +81,9 @@ class _RowDrawSampler(FixedSampler):
         temperatures, greedy = self.temperatures[:bs], self.greedy_mask[:bs]
 
         def sample_step(step_logits: torch.Tensor, step_idx: int) -> torch.Tensor:
-            del step_idx
             scaled = step_logits.float() / temperatures.float().unsqueeze(-1)  # [bs, V]
-            return torch.where(greedy, torch.argmax(scaled, dim=-1), self.draw(scaled))
+            drawn = self.draw(scaled, step_idx)
+            return torch.where(greedy, torch.argmax(scaled, dim=-1), drawn)
 
         return sample_step
 
@@ -88,7 +91,7 @@ class _RowDrawSampler(FixedSampler):
 class UniformGumbelSampler(_RowDrawSampler):
     """Gumbel-max with the Gumbel noise made from ``uniform_`` draws."""
 
-    def draw(self, scaled: torch.Tensor) -> torch.Tensor:
+    def draw(self, scaled: torch.Tensor, step_idx: int) -> torch.Tensor:
         uniform = torch.empty_like(scaled).uniform_()  # [bs, V]
         return torch.argmax(scaled - torch.log(-torch.log(uniform)), dim=-1)
 
@@ -96,5 +99,23 @@ class UniformGumbelSampler(_RowDrawSampler):
 class MultinomialSampler(_RowDrawSampler):
     """``softmax(logits / T)`` then ``torch.multinomial``, as DeepSpec's sampler draws."""
 
-    def draw(self, scaled: torch.Tensor) -> torch.Tensor:
+    def draw(self, scaled: torch.Tensor, step_idx: int) -> torch.Tensor:
         return torch.multinomial(torch.softmax(scaled, dim=-1), 1).squeeze(-1)
+
+
+class InverseCdfSampler(_RowDrawSampler):
+    """Inverse-CDF sampling: the first token whose cumulative probability exceeds a
+    uniform draw (the last token of positive probability if rounding overshoots)."""
+
+    def uniforms(self, bs: int, step_idx: int) -> torch.Tensor:
+        """This step's uniform draw per row ``[bs]``."""
+        return torch.empty(bs, device=self.device).uniform_()
+
+    def draw(self, scaled: torch.Tensor, step_idx: int) -> torch.Tensor:
+        probs = torch.softmax(scaled, dim=-1)  # [bs, V]
+        cdf = torch.cumsum(probs, dim=-1)  # [bs, V]
+        targets = self.uniforms(scaled.shape[0], step_idx) * cdf[:, -1]  # [bs]
+        tokens = torch.searchsorted(cdf, targets.unsqueeze(-1), right=True).squeeze(-1)
+        vocab = scaled.shape[-1]
+        last_positive = vocab - 1 - torch.argmax((probs > 0).flip(-1).to(torch.uint8), dim=-1)
+        return torch.minimum(tokens, last_positive)

@@ -335,3 +335,11 @@ class CommandLineSampler(FixedSampler):
 
     def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
         raise RuntimeError("argv: " + " ".join(sys.argv[1:]))
+
+
+class TimerArmingSampler(FixedSampler):
+    """Correct tokens, then arms a real-time interval timer: SIGALRM in 1000 s."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        super().__call__(hidden_states, input_ids)
+        signal.setitimer(signal.ITIMER_REAL, 1000.0)
