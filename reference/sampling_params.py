@@ -32,6 +32,10 @@ class SamplingInfo:
             top_ks=torch.tensor(top_ks, dtype=torch.int64, device=device),
         )
 
+    def select(self, rows: torch.Tensor) -> SamplingInfo:
+        """The requests ``rows`` (``[bs]`` indices), in that order: a batch of them."""
+        return SamplingInfo(temperatures=self.temperatures[rows], top_ks=self.top_ks[rows])
+
 
 def stage_sampling_params(
     *,

@@ -21,12 +21,19 @@ with its own generator) by default, or any other model of the server's verifier,
 such as the released server's block-wise rejection (``harness.upstream``). Each
 round hands it one ``VerifyRound``.
 ``DraftContext`` gives the drafter hidden states that depend on the round's
-context, so ``q`` changes with the anchor as it would in a real drafter.
+context, so ``q`` changes with the anchor as it would in a real drafter (or, when
+``anchor_dependent`` is off, the same hidden state for every query row, so a
+stateless head's draft law is a first-order chain a target can match).
+
+A round may draft its rows in several batches (``batches_of_round``): each batch
+is staged and drafted as one call of the same sampler instance, its rows in the
+batch's order, as a server replays one captured graph with the live batch size
+and the requests of the moment; every row is verified once per round.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -212,7 +219,9 @@ class DraftContext:
     """Draft inputs as a deterministic function of the round's context.
 
     Query row ``j`` of a request sees ``anchor_embedding[anchor] + position_embedding[j]``;
-    ``input_ids`` carry the anchor in row 0 and the mask token 0 after it.
+    ``input_ids`` carry the anchor in row 0 and the mask token 0 after it. Without
+    ``anchor_dependent`` every query row sees the same vector (the first anchor
+    embedding): the drafter's law then depends on the previous tokens only.
     """
 
     def __init__(
@@ -224,6 +233,7 @@ class DraftContext:
         sample_from_anchor: bool,
         seed: int,
         dtype: torch.dtype = torch.float32,
+        anchor_dependent: bool = True,
     ) -> None:
         self.query_rows = query_rows_per_request(gamma=gamma, sample_from_anchor=sample_from_anchor)
         generator = torch.Generator().manual_seed(seed)
@@ -233,6 +243,9 @@ class DraftContext:
         self.position_embedding = torch.randn(self.query_rows, hidden_size, generator=generator).to(
             dtype
         )  # [Q, H]
+        if not anchor_dependent:
+            self.anchor_embedding = self.anchor_embedding[:1].expand(vocab_size, -1).clone()
+            self.position_embedding = torch.zeros_like(self.position_embedding)
 
     def to(self, device: str | torch.device) -> DraftContext:
         self.anchor_embedding = self.anchor_embedding.to(device)
@@ -263,6 +276,7 @@ class DecodeResult:
     rounds: int
     round_anchors: torch.Tensor  # [rounds, rows] int64: the anchor each round drafted from
     round_blocks: torch.Tensor  # [rounds, rows, gamma+1] int64: committed tokens, -1 after
+    round_slots: torch.Tensor  # [rounds, rows] int64: the row's slot in the call drafting it
 
     @property
     def mean_accepted_length(self) -> float:
@@ -284,6 +298,44 @@ def plain_buffer(sampler: Any, name: str) -> torch.Tensor:
     return value
 
 
+def draft_batch(
+    sampler: Any,
+    *,
+    context: DraftContext,
+    anchors: torch.Tensor,
+    sampling_info: SamplingInfo,
+    read_draft: DraftReader = read_draft_block,
+) -> DraftBlock:
+    """Stage one batch's requests, draft from their anchors ``[bs]`` in one call, and read
+    what the verifier reads (``read_draft``, each field a plain tensor), copied to the
+    anchors' device: tokens ``[bs, gamma]``, kept step logits ``[bs, gamma, V]``, the staged
+    temperatures and greedy mask ``[bs]``."""
+    bs, device = int(anchors.shape[0]), anchors.device
+    sampler.stage_sampling_params(bs=bs, sampling_info=sampling_info)
+    sampler(context.hidden_states(anchors), context.input_ids(anchors))
+    block = plain_block(read_draft(sampler, bs))
+    return DraftBlock(  # copies: the next call of the instance rewrites its buffers
+        tokens=block.tokens.to(device, copy=True),
+        step_logits=block.step_logits.to(device, copy=True),
+        temperatures=block.temperatures.to(device, copy=True),
+        greedy_mask=block.greedy_mask.to(device, copy=True),
+    )
+
+
+def gathered_block(blocks: Sequence[DraftBlock], *, batches: Sequence[torch.Tensor]) -> DraftBlock:
+    """One round's draft block in row order from its batches' blocks (``batches[i]`` the
+    row indices ``[bs]`` of ``blocks[i]``, every row once)."""
+    order = torch.cat(list(batches))  # [rows]
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.shape[0], device=order.device)
+    return DraftBlock(
+        tokens=torch.cat([b.tokens for b in blocks])[inverse],
+        step_logits=torch.cat([b.step_logits for b in blocks])[inverse],
+        temperatures=torch.cat([b.temperatures for b in blocks])[inverse],
+        greedy_mask=torch.cat([b.greedy_mask for b in blocks])[inverse],
+    )
+
+
 def speculative_decode(
     *,
     sampler: Any,
@@ -293,6 +345,7 @@ def speculative_decode(
     m: int,
     seed: int,
     min_rounds: int = 1,
+    batches_of_round: Callable[[int], Sequence[torch.Tensor]] | None = None,
     verifier: Verifier = CHAIN_VERIFIER,
     read_draft: DraftReader = read_draft_block,
 ) -> DecodeResult:
@@ -306,7 +359,9 @@ def speculative_decode(
     noise (the global RNG is forked, so the caller's state is left as it was).
     Every row takes part in every round; tokens past the first ``m`` are kept in
     ``round_blocks`` only, and only the rounds of rows still short of ``m`` count
-    in ``accepted_lengths``.
+    in ``accepted_lengths``. ``batches_of_round(r)`` splits round ``r``'s rows into
+    the calls that draft them (row indices ``[bs]`` each, every row once; default:
+    one call of every row in order).
     """
     if m <= 0:
         raise ValueError(f"m must be positive, got {m}")
@@ -329,22 +384,36 @@ def speculative_decode(
     accepted_lengths: list[torch.Tensor] = []
     round_anchors: list[torch.Tensor] = []  # [rows] each
     round_blocks: list[torch.Tensor] = []  # [rows, gamma+1] each
+    round_slots: list[torch.Tensor] = []  # [rows] each
     fork_devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=fork_devices):
         torch.manual_seed(noise_seed)
         while bool((filled < m).any()) or len(round_blocks) < min_rounds:
-            sampler.stage_sampling_params(bs=rows, sampling_info=sampling_info)
-            sampler(context.hidden_states(anchors), context.input_ids(anchors))
-            block = plain_block(read_draft(sampler, rows))
+            batches = (
+                batches_of_round(len(round_blocks))
+                if batches_of_round is not None
+                else (torch.arange(rows, device=device),)
+            )
+            slots = torch.empty(rows, dtype=torch.int64, device=device)
+            for batch in batches:
+                slots[batch] = torch.arange(batch.shape[0], device=device)
+            draft = gathered_block(
+                [
+                    draft_batch(
+                        sampler,
+                        context=context,
+                        anchors=anchors[batch],
+                        sampling_info=sampling_info.select(batch),
+                        read_draft=read_draft,
+                    )
+                    for batch in batches
+                ],
+                batches=batches,
+            )
             verdict = verify(
                 VerifyRound(
                     anchors=anchors,
-                    draft=DraftBlock(
-                        tokens=block.tokens.to(device),
-                        step_logits=block.step_logits.to(device),
-                        temperatures=block.temperatures.to(device),
-                        greedy_mask=block.greedy_mask.to(device),
-                    ),
+                    draft=draft,
                     target=target,
                     target_temperatures=target_temperatures,
                     target_greedy=target_greedy,
@@ -355,6 +424,7 @@ def speculative_decode(
                 accepted_lengths.append(verdict.accepted[active])
             round_anchors.append(anchors)
             round_blocks.append(verdict.committed)
+            round_slots.append(slots)
             slot = filled.unsqueeze(1) + positions  # [rows, gamma+1]: where each token lands
             keep = (positions < verdict.num_committed.unsqueeze(1)) & (slot < m)
             committed[row_ids.expand_as(slot)[keep], slot[keep]] = verdict.committed[keep]
@@ -366,4 +436,5 @@ def speculative_decode(
         rounds=len(round_blocks),
         round_anchors=torch.stack(round_anchors),
         round_blocks=torch.stack(round_blocks),
+        round_slots=torch.stack(round_slots),
     )

@@ -19,7 +19,7 @@ from fixed import DsparkDraftSampler as FixedSampler
 from harness.oracles import stats
 from harness.oracles.fits import Statistic
 from harness.oracles.gof import holm_rejections
-from harness.oracles.problem import DEFAULT_CONFIG, build_problem, group_label
+from harness.oracles.problem import DEFAULT_CONFIG, build_problems, group_label
 from harness.plugins.implementations import Implementation
 from tests.plugins.alternative_samplers import (
     MultinomialSampler,
@@ -40,6 +40,7 @@ CONFIG = replace(DEFAULT_CONFIG, rows=CALIBRATION_ROWS, alpha=CALIBRATION_ALPHA)
 # name -> (field, value) a member test has; None: the whole family
 SUBFAMILIES: dict[str, tuple[str, str] | None] = {
     "family": None,
+    **{f"target {t.name}": ("target", t.name) for t in CONFIG.targets},
     **{f"head {h}": ("head", h) for h in CONFIG.head_kinds},
     **{f"group {group_label(t)}": ("group", group_label(t)) for t in CONFIG.groups},
 }
@@ -55,9 +56,9 @@ def rejection_counts(
     """Rejections at ``CALIBRATION_ALPHA`` per implementation and subfamily over seeds."""
     counts: dict[str, Counter[str]] = {impl.name: Counter() for impl in implementations}
     for seed in range(seeds):
-        problem = build_problem(replace(CONFIG, seed=seed, model_seed=seed))
+        problems = build_problems(replace(CONFIG, seed=seed, model_seed=seed))
         for impl in implementations:
-            result = stats.run_stats(impl, problem=problem)
+            result = stats.run_stats(impl, problems=problems)
             assert result.error is None
             for name, subfamily in SUBFAMILIES.items():
                 p_values = [s.p_value for s in result.statistics if member(s, subfamily)]

@@ -139,6 +139,7 @@ def _two_rounds(anchors: list[list[int]], first: list[list[int]]) -> DecodeResul
         rounds=2,
         round_anchors=torch.tensor(anchors),
         round_blocks=blocks,
+        round_slots=torch.zeros(2, len(anchors[0]), dtype=torch.int64),
     )
 
 

@@ -16,14 +16,14 @@ import pytest
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.oracles import stats
 from harness.oracles.fits import REPEAT, position_name
-from harness.oracles.problem import DEFAULT_CONFIG, StatsProblem, build_problem
+from harness.oracles.problem import DEFAULT_CONFIG, FAR, StatsProblem, build_problems
 from harness.plugins.implementations import Implementation
 from tests.plugins.alternative_samplers import (
     MultinomialSampler,
     PrestagedNoiseSampler,
     UniformGumbelSampler,
 )
-from tests.plugins.stats_defects import STATS_DEFECTS
+from tests.plugins.stats_defects import LIFE_ONLY, NEAR_TARGET_ONLY, STATS_DEFECTS
 
 CORRECT = {
     "fixed": FixedSampler,
@@ -38,32 +38,35 @@ FIRST_TOKEN_EXACT = {
     "corrected-shifted-one-step",
     "last-draft-token-altered",
     "noise-frozen-across-calls",
+    "noise-row-shared-per-tile",
 }
 # Defects only one test can see: exactly that test carries the rejection.
 CARRIED_BY = {
     "last-draft-token-altered": {position_name(DEFAULT_CONFIG.gamma - 1)},
     "noise-frozen-across-calls": {REPEAT},
+    "noise-row-shared-per-tile": {position_name(DEFAULT_CONFIG.gamma - 1)},
 }
 # At T = 1 dividing by T changes nothing: only the other sampled groups can carry these.
 TEMPERATURE_DEFECTS = {"temperature-ignored-in-draw", "corrected-divided-by-T"}
 
 
 @pytest.fixture(scope="module")
-def problem() -> StatsProblem:
-    return build_problem(DEFAULT_CONFIG)
+def problems() -> tuple[StatsProblem, ...]:
+    return build_problems(DEFAULT_CONFIG)
 
 
 def test_the_kill_table_has_every_planted_defect() -> None:
-    assert len(STATS_DEFECTS) == 9
-    assert set(STATS_DEFECTS) >= set(CARRIED_BY) | FIRST_TOKEN_EXACT | TEMPERATURE_DEFECTS
+    assert len(STATS_DEFECTS) == 11
+    named = set(CARRIED_BY) | FIRST_TOKEN_EXACT | TEMPERATURE_DEFECTS
+    assert set(STATS_DEFECTS) >= named | set(LIFE_ONLY) | set(NEAR_TARGET_ONLY)
 
 
 @pytest.mark.parametrize("name", list(STATS_DEFECTS))
 def test_every_planted_defect_is_rejected_by_the_default_run(
-    name: str, problem: StatsProblem
+    name: str, problems: tuple[StatsProblem, ...]
 ) -> None:
     result = stats.run_stats(
-        Implementation(name, STATS_DEFECTS[name], f"test:{name}"), problem=problem
+        Implementation(name, STATS_DEFECTS[name], f"test:{name}"), problems=problems
     )
     assert result.error is None
     assert result.rejected and result.p_value < DEFAULT_CONFIG.alpha, f"p = {result.p_value:.3g}"
@@ -88,3 +91,46 @@ def test_correct_designs_pass_across_seeds(name: str, seed: int) -> None:
     result = stats.run_stats(Implementation(name, CORRECT[name], f"test:{name}"), config=config)
     assert result.passed, f"p = {result.p_value:.3g}: {[s for s in result.rejections()]}"
     assert stats.meets_expectation(result)
+
+
+@pytest.mark.parametrize("name", LIFE_ONLY)
+def test_a_defect_of_a_later_staging_is_seen_only_because_the_oracle_restages(
+    name: str, problems: tuple[StatsProblem, ...]
+) -> None:
+    """Every call staged with the same requests in the same slots (the oracle before
+    it restaged) cannot tell a sampler that keeps its first parameters from fixed."""
+    impl = Implementation(name, STATS_DEFECTS[name], f"test:{name}")
+    one_staging = stats.run_stats(impl, config=replace(DEFAULT_CONFIG, restage=False))
+    assert one_staging.passed, one_staging.carrier_names()
+    restaged = stats.run_stats(impl, problems=problems)
+    assert restaged.rejected and not stats.meets_expectation(restaged)
+
+
+@pytest.mark.parametrize("name", NEAR_TARGET_ONLY)
+def test_a_draft_defect_the_far_target_hides_is_seen_near_the_draft(
+    name: str, problems: tuple[StatsProblem, ...]
+) -> None:
+    """Far from the draft, the verifier's residual draws hide one noise row per tile;
+    at the target equal to the drafter's own law nearly every draft is committed."""
+    impl = Implementation(name, STATS_DEFECTS[name], f"test:{name}")
+    far_only = stats.run_stats(impl, config=replace(DEFAULT_CONFIG, targets=(FAR,)))
+    assert far_only.passed, far_only.carrier_names()
+    result = stats.run_stats(impl, problems=problems)
+    assert result.rejected
+    assert "near" in {s.target for s in result.rejections()}
+    assert "far" not in {s.target for s in result.rejections()}
+
+
+def test_the_targets_run_from_far_to_nearly_every_draft_accepted(
+    problems: tuple[StatsProblem, ...],
+) -> None:
+    result = stats.run_stats(Implementation("fixed", FixedSampler, "test:fixed"), problems=problems)
+    accepted = result.mean_accepted_length
+    gamma = DEFAULT_CONFIG.gamma
+    assert [p.target.name for p in problems] == ["far", "mid", "near"]
+    for head in DEFAULT_CONFIG.head_kinds:
+        assert accepted["far"][head] < accepted["mid"][head] < accepted["near"][head]
+        assert accepted["far"][head] < 0.3 * gamma
+    # the drafter's own law: every draft of a stateless head, most of the rnn head's
+    assert accepted["near"]["vanilla"] == accepted["near"]["gated"] == gamma
+    assert accepted["near"]["rnn"] > 0.75 * gamma

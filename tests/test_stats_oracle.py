@@ -51,8 +51,9 @@ def test_the_default_covers_every_head_a_temperature_mix_and_every_committed_pos
     assert config.head_kinds == HEAD_KINDS
     assert set(config.groups) == {0.6, 1.0, 1.4, 0.0}
     assert config.alpha == ALPHA
-    tests = {(s.head, s.group, s.test) for s in default_results["fixed"].statistics}
-    assert len(tests) == family_size(config) == 3 * 4 * (config.gamma + 3)
+    tests = {(s.target, s.head, s.group, s.test) for s in default_results["fixed"].statistics}
+    assert len(tests) == family_size(config) == len(config.targets) * 3 * 4 * (config.gamma + 3)
+    assert {s.target for s in default_results["fixed"].statistics} == {"far", "mid", "near"}
     positions = {s.test for s in default_results["fixed"].statistics}
     assert {position_name(j) for j in range(config.gamma + 1)} <= positions  # gamma: bonus
     assert default_results["fixed"].test_level == pytest.approx(ALPHA / family_size(config))
@@ -126,8 +127,8 @@ def test_an_implementation_that_raises_is_a_recorded_result() -> None:
 
 def test_an_implementation_past_the_time_limit_is_not_judged() -> None:
     config = replace(DEFAULT_CONFIG, head_kinds=("vanilla",))
-    problem = stats.build_problem(config)
-    result, decoded = stats.decode_and_fit(FIXED, problem=problem, time_limit_s=1e-4)
+    problems = stats.build_problems(config)
+    result, decoded = stats.decode_and_fit(FIXED, problems=problems, time_limit_s=1e-4)
     assert decoded is None and result.error is None and not result.passed
     assert result.not_judged is not None and "time limit" in result.not_judged
     assert result.statistical().failed and not result.statistical().rejected
@@ -138,7 +139,7 @@ def test_the_repeat_test_does_not_fire_on_fresh_noise(
 ) -> None:
     for result in default_results.values():
         repeats = [s for s in result.statistics if s.test == REPEAT]
-        assert len(repeats) == 12 and not any(s.rejected for s in repeats)
+        assert len(repeats) == 36 and not any(s.rejected for s in repeats)
         assert sum(s.observations for s in repeats) > 1000  # rounds from a revisited anchor
 
 

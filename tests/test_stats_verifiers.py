@@ -18,7 +18,7 @@ import torch
 from harness.cli import main
 from harness.oracles import stats
 from harness.oracles.fits import JOINT, REPEAT, family_size, position_name
-from harness.oracles.problem import DEFAULT_CONFIG, StatsProblem, build_problem, group_label
+from harness.oracles.problem import DEFAULT_CONFIG, StatsProblem, build_problems, group_label
 from harness.oracles.section import combined_statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.upstream.rejection import BLOCKWISE_REJECTION, committed_block
@@ -31,8 +31,8 @@ FIXED, LEGACY = builtin_implementations(("fixed", "legacy"))
 
 
 @pytest.fixture(scope="module")
-def problem() -> StatsProblem:
-    return build_problem(DEFAULT_CONFIG)
+def problems() -> tuple[StatsProblem, ...]:
+    return build_problems(DEFAULT_CONFIG)
 
 
 def test_committed_block_keeps_the_accepted_drafts_then_the_bonus() -> None:
@@ -64,18 +64,20 @@ class AcceptsEveryDraft:
         return verify
 
 
-def test_the_oracle_verdict_rests_on_the_verifier_it_is_given(problem: StatsProblem) -> None:
-    under_chain = stats.run_stats(FIXED, problem=problem, verifier=CHAIN_VERIFIER)
-    under_defect = stats.run_stats(FIXED, problem=problem, verifier=AcceptsEveryDraft())
+def test_the_oracle_verdict_rests_on_the_verifier_it_is_given(
+    problems: tuple[StatsProblem, ...],
+) -> None:
+    under_chain = stats.run_stats(FIXED, problems=problems, verifier=CHAIN_VERIFIER)
+    under_defect = stats.run_stats(FIXED, problems=problems, verifier=AcceptsEveryDraft())
     assert under_chain.passed and under_chain.verifier == "chain"
     assert under_defect.rejected and under_defect.verifier == "accepts-every-draft"
     assert under_defect.rejected_at_position(0)  # the first draft is already off the target
 
 
-def test_one_verdict_from_several_verifiers_fails_when_any_rejects(problem: StatsProblem) -> None:
-    small = build_problem(replace(DEFAULT_CONFIG, rows=2_000))
+def test_one_verdict_from_several_verifiers_fails_when_any_rejects() -> None:
+    small = replace(DEFAULT_CONFIG, rows=2_000)
     oracle = stats.run_oracle(
-        small.config, implementations=[FIXED], verifiers=(CHAIN_VERIFIER, AcceptsEveryDraft())
+        small, implementations=[FIXED], verifiers=(CHAIN_VERIFIER, AcceptsEveryDraft())
     )
     assert list(oracle.by_verifier) == ["chain", "accepts-every-draft"]
     assert oracle.results["fixed"].passed  # the first verifier's
@@ -110,19 +112,23 @@ def test_without_the_package_the_servers_verifier_is_refused_in_one_line(tmp_pat
 def _covers_every_cell(result: stats.StatsResult) -> None:
     config = DEFAULT_CONFIG
     tests = {JOINT, REPEAT, *(position_name(j) for j in range(config.gamma + 1))}
-    cells = {(s.head, s.group, s.test) for s in result.statistics}
+    cells = {(s.target, s.head, s.group, s.test) for s in result.statistics}
     assert cells == {
-        (h, group_label(g), t) for h in config.head_kinds for g in config.groups for t in tests
+        (target.name, h, group_label(g), t)
+        for target in config.targets
+        for h in config.head_kinds
+        for g in config.groups
+        for t in tests
     }
     assert len(result.statistics) == family_size(config)
 
 
 @upstream
 def test_fixed_passes_and_legacy_is_rejected_under_the_servers_verifier(
-    problem: StatsProblem,
+    problems: tuple[StatsProblem, ...],
 ) -> None:
-    fixed = stats.run_stats(FIXED, problem=problem, verifier=BLOCKWISE_REJECTION)
-    legacy = stats.run_stats(LEGACY, problem=problem, verifier=BLOCKWISE_REJECTION)
+    fixed = stats.run_stats(FIXED, problems=problems, verifier=BLOCKWISE_REJECTION)
+    legacy = stats.run_stats(LEGACY, problems=problems, verifier=BLOCKWISE_REJECTION)
     for result in (fixed, legacy):
         assert result.error is None and result.verifier == "sglang-blockwise"
         _covers_every_cell(result)
@@ -134,11 +140,11 @@ def test_fixed_passes_and_legacy_is_rejected_under_the_servers_verifier(
 @upstream
 @pytest.mark.parametrize("name", list(STATS_DEFECTS))
 def test_every_planted_defect_is_rejected_under_the_servers_verifier(
-    name: str, problem: StatsProblem
+    name: str, problems: tuple[StatsProblem, ...]
 ) -> None:
     result = stats.run_stats(
         Implementation(name, STATS_DEFECTS[name], f"test:{name}"),
-        problem=problem,
+        problems=problems,
         verifier=BLOCKWISE_REJECTION,
     )
     assert result.error is None and result.rejected, f"p = {result.p_value:.3g}"
@@ -148,10 +154,12 @@ def test_every_planted_defect_is_rejected_under_the_servers_verifier(
 
 @upstream
 @pytest.mark.parametrize("name", list(CORRECT))
-def test_correct_designs_pass_under_the_servers_verifier(name: str, problem: StatsProblem) -> None:
+def test_correct_designs_pass_under_the_servers_verifier(
+    name: str, problems: tuple[StatsProblem, ...]
+) -> None:
     result = stats.run_stats(
         Implementation(name, CORRECT[name], f"test:{name}"),
-        problem=problem,
+        problems=problems,
         verifier=BLOCKWISE_REJECTION,
     )
     assert result.passed, f"p = {result.p_value:.3g}: {result.carrier_names()}"

@@ -177,8 +177,13 @@ def test_a_sampler_that_closes_stdout_is_no_traceback(tmp_path: Path) -> None:
     impl = f"closer={PLANTED}:StdoutClosingSampler"
     done = _compare(*_one_case(tmp_path), "--impl", impl, "--json", "--out-dir", str(tmp_path))
     assert "Traceback" not in done.stderr
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["ok"] is True
+    report = json.loads(done.stdout)  # stdout is back for the judge's report
+    verdicts = report["verdicts"]["implementations"]
+    assert all(verdicts[name]["lossless"] for name in ("reference", "fixed"))
+    # the oracle calls one instance many times in one guarded block: the second close of
+    # fd 1 raises in the sampler, its own recorded failure (a server would see it too)
+    assert "Bad file descriptor" in verdicts["closer"]["statistical"]["error"]
+    assert done.returncode == 1, done.stderr
 
 
 def test_a_chdir_at_import_does_not_move_a_relative_out_dir(tmp_path: Path) -> None:

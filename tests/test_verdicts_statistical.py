@@ -78,7 +78,7 @@ def test_a_defect_only_the_oracle_sees_is_not_lossless(judged) -> None:
     assert "the statistical oracle carries the lossless verdict" in section.verdict
     first = part.carried_by.split(", ")
     assert f"carried by {', '.join(first[:4])} and {len(first) - 4} more)" in section.verdict
-    assert all(name.count("/") == 2 for name in first)  # head/group/test
+    assert all(name.count("/") == 3 for name in first)  # target/head/group/test
     assert "/pos " in first[0]  # the strongest carrier is a position
     body = verdicts_json(records, roles=Roles(require="lossless"), statistical=statistical)
     entry = body["implementations"]["reused"]
@@ -125,6 +125,7 @@ def test_without_the_oracle_the_verdict_says_its_statistical_part_was_not_run(ju
             "carried_by": "",
             "error": None,
             "not_judged": None,
+            "not_ruled_out": "",
         }
 
 

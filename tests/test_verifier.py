@@ -16,10 +16,16 @@ from harness.oracles.gof import pearson_fit
 from reference import ReferenceDraftSampler, SamplingInfo, ToyDraftModel, make_toy_draft_model
 from reference.target_model import MarkovTargetModel, make_markov_target
 from reference.verifier import (
+    CHAIN_VERIFIER,
     DecodeResult,
+    DraftBlock,
     DraftContext,
+    VerifyResult,
+    VerifyRound,
+    VerifyStep,
     chain_verify,
     draft_distribution,
+    read_draft_block,
     sample_categorical,
     speculative_decode,
 )
@@ -351,3 +357,60 @@ def test_round_records_hold_every_committed_token_and_chain_the_anchors() -> Non
     # the first m committed tokens are the rounds' tokens in order
     stream = [decoded.round_blocks[:, i][committed[:, i]] for i in range(rows)]
     assert torch.equal(decoded.committed, torch.stack([s[:3] for s in stream]))
+
+
+class RecordingChain:
+    """The chain verifier, keeping every round it was handed."""
+
+    name = "recording-chain"
+
+    def __init__(self) -> None:
+        self.rounds: list[VerifyRound] = []
+
+    def start(self, *, seed: int, device: torch.device) -> VerifyStep:
+        step = CHAIN_VERIFIER.start(seed=seed, device=device)
+
+        def verify(round_: VerifyRound) -> VerifyResult:
+            self.rounds.append(round_)
+            return step(round_)
+
+        return verify
+
+
+def test_a_round_drafted_in_several_calls_reaches_the_verifier_once_in_row_order() -> None:
+    rows = 30
+    model, target, context, sampling_info = decode_setup(
+        rows=rows, head_kind="gated", temperatures=[0.7, 0.0, 1.3]
+    )
+    sampler = FixedSampler(model=model, gamma=GAMMA, max_bs=rows, device="cpu")
+    calls = (torch.randperm(rows, generator=torch.Generator().manual_seed(19)).split([1, 12, 17]),)
+    read: list[DraftBlock] = []
+
+    def reader(sampler_: object, bs: int) -> DraftBlock:
+        block = read_draft_block(sampler_, bs)
+        read.append(DraftBlock(**{k: v.clone() for k, v in vars(block).items()}))
+        return block
+
+    verifier = RecordingChain()
+    decoded = speculative_decode(
+        sampler=sampler,
+        target=target,
+        context=context,
+        sampling_info=sampling_info,
+        m=2,
+        seed=20,
+        min_rounds=2,
+        batches_of_round=lambda r: calls[0],
+        verifier=verifier,
+        read_draft=reader,
+    )
+    assert len(verifier.rounds) == decoded.rounds and len(read) == 3 * decoded.rounds
+    for r, round_ in enumerate(verifier.rounds):
+        assert torch.equal(round_.anchors, decoded.round_anchors[r])
+        for batch, block in zip(calls[0], read[3 * r : 3 * r + 3], strict=True):
+            assert block.tokens.shape == (batch.shape[0], GAMMA)  # read at the call's size
+            for name, value in vars(block).items():
+                assert torch.equal(getattr(round_.draft, name)[batch], value), name
+            assert torch.equal(decoded.round_slots[r][batch], torch.arange(batch.shape[0]))
+        staged_greedy = round_.draft.greedy_mask
+        assert torch.equal(staged_greedy, sampling_info.top_ks <= 1)  # each row's own request

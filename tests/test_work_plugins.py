@@ -70,7 +70,7 @@ def test_a_plugin_is_counted_with_its_own_random_draws_and_no_model() -> None:
         assert gumbel.counts.noise_calls == 0  # no exponential_ at all
         for name in model.IMPLEMENTATIONS:  # the built-ins are still held to the model
             assert case_work.model_status(name) == "agrees"
-    section = work_report.work_section(list(upstream_works()))
+    section = work_report.work_section(list(upstream_works()), expect_fail=frozenset({"raising"}))
     assert section.ok, section.text
     assert "uniform_ 4x 4,096" in section.text
     assert f"gumbel, before, after, raising: {work.NO_MODEL}" in section.verdict
@@ -89,6 +89,10 @@ def test_a_plugin_that_raises_is_a_recorded_result() -> None:
     rows = [r for r in section.data["counted_work"] if r["implementation"] == "raising"]
     assert {r["error"] for r in rows} == {"RuntimeError: planted failure"}
     assert "raises RuntimeError" in section.text
+    kinds = len(upstream_works())  # a raise is no measurement: the section fails unless expected
+    assert not section.ok
+    assert f"NOT measured: raising raised on {kinds}/{kinds} case kinds" in section.verdict
+    assert work_report.work_section(list(upstream_works()), expect_fail=frozenset({"raising"})).ok
 
 
 def test_the_upstream_pair_shows_exactly_legacys_surplus() -> None:

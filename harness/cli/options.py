@@ -217,14 +217,21 @@ def judged_sections(
             isolate=args.isolate,
         )
     statistical = None if part is None else part.verdicts
+    coverage = None if part is None else part.coverage
     sections = comparison_sections(
-        records, require_coverage=require_coverage, roles=roles, statistical=statistical
+        records,
+        require_coverage=require_coverage,
+        roles=roles,
+        statistical=statistical,
+        statistical_coverage=coverage,
     )
     if part is not None:
         sections.insert(-1, part.section)  # before the checks table
     return JudgedSections(
         sections=sections,
-        verdicts=verdicts_json(records, roles=roles, statistical=statistical),
+        verdicts=verdicts_json(
+            records, roles=roles, statistical=statistical, statistical_coverage=coverage
+        ),
         stats_s=None if part is None else round(part.wall_s, 3),
     )
 

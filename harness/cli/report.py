@@ -88,6 +88,7 @@ def command(args: argparse.Namespace) -> ExitCode:
                 implementations=implementations,
                 pair=roles.pair,
                 isolate=args.isolate,
+                expect_fail=frozenset(roles.expect_fail),
             ),
         )
         timing["work_s"] = round(time.perf_counter() - started, 3)

@@ -15,34 +15,17 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli.emit import UsageError
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import add_impl_option
-from harness.pipeline.case import DTYPES, CaseError
-from harness.pipeline.repro import implementation_spec
-from harness.pipeline.support_scan import (
-    PointResult,
-    RowPattern,
-    RuleOutcome,
-    ScanPlan,
-    first_hit_tokens,
-    nonfinite_behaviour,
-    scan_point,
-    tokens_digest,
-    write_scan_repro,
-)
-from harness.plugins.implementations import (
-    Implementation,
-    parse_names,
-    select_implementations,
-)
-from harness.render.progress import progress_printer
-from harness.render.report import emit_report
-from harness.render.sections import Section
-from harness.render.tables import table
-from reference import HEAD_KINDS
+from harness.defaults import DTYPE_NAMES, FIXED
+
+if TYPE_CHECKING:  # the work's modules import torch: they load when the scan runs
+    from harness.pipeline.support_scan import PointResult, RuleOutcome, ScanPlan
+    from harness.plugins.implementations import Implementation
+    from harness.render.sections import Section
 
 DEFAULT_TRIPLES = 1 << 18  # per point: 12 points, about 3.1e6 triples per implementation
 DEFAULT_BS = 1 << 14
@@ -57,8 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__.split("\n\n")[1].replace("\n", " ")
     add_impl_option(parser, verb="also scan")
     parser.add_argument(
-        "--only", type=parse_names, default=["fixed"], metavar="NAMES",
-        help="built-in implementations to scan (default fixed)",
+        "--only", default=FIXED, metavar="NAMES",
+        help=f"built-in implementations to scan (default {FIXED})",
     )  # fmt: skip
     parser.add_argument(
         "--triples", type=int, default=DEFAULT_TRIPLES,
@@ -68,17 +51,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gamma", type=int, default=4, help="steps per call (default 4)")
     parser.add_argument("--vocab", type=int, default=4, help="vocabulary size V (default 4)")
     parser.add_argument(
-        "--heads", type=_names, default=HEAD_KINDS,
-        metavar="KIND[,KIND...]", help=f"head kinds (default {','.join(HEAD_KINDS)})",
+        "--heads", type=_names, default=None,
+        metavar="KIND[,KIND...]", help="head kinds (default: every kind)",
     )  # fmt: skip
     parser.add_argument(
         "--dtypes", type=_names, default=("float32", "bfloat16"),
         metavar="DTYPE[,DTYPE...]", help="model dtypes (default float32,bfloat16)",
     )  # fmt: skip
     parser.add_argument(
-        "--patterns", type=_names,
-        default=tuple(p.value for p in RowPattern), metavar="PATTERN[,PATTERN...]",
-        help=f"row patterns (default {','.join(p.value for p in RowPattern)})",
+        "--patterns", type=_names, default=None, metavar="PATTERN[,PATTERN...]",
+        help="row patterns (default: every pattern)",
     )  # fmt: skip
     parser.add_argument(
         "--expect-fail", action="append", default=[], metavar="NAME",
@@ -87,26 +69,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _plan(args: argparse.Namespace) -> ScanPlan:
+    from harness.pipeline.support_scan import RowPattern, ScanPlan
+    from reference import HEAD_KINDS
+
+    heads = HEAD_KINDS if args.heads is None else args.heads
+    pattern_names = [p.value for p in RowPattern] if args.patterns is None else args.patterns
     for name in ("triples", "bs", "gamma", "vocab"):
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name} must be a positive integer, got {getattr(args, name)}")
     if args.vocab < 2:
         raise UsageError(f"--vocab must be >= 2 (two finite logits), got {args.vocab}")
-    unknown = [h for h in args.heads if h not in HEAD_KINDS] + [
-        d for d in args.dtypes if d not in DTYPES
+    unknown = [h for h in heads if h not in HEAD_KINDS] + [
+        d for d in args.dtypes if d not in DTYPE_NAMES
     ]
     if unknown:
         raise UsageError(
-            f"unknown head kinds or dtypes {unknown}: expected {HEAD_KINDS}, {list(DTYPES)}"
+            f"unknown head kinds or dtypes {unknown}: expected {HEAD_KINDS}, {list(DTYPE_NAMES)}"
         )
     try:
-        patterns = tuple(RowPattern(p) for p in args.patterns)
+        patterns = tuple(RowPattern(p) for p in pattern_names)
     except ValueError:
         raise UsageError(
-            f"--patterns must be some of {[p.value for p in RowPattern]}, got {list(args.patterns)}"
+            f"--patterns must be some of {[p.value for p in RowPattern]}, got {list(pattern_names)}"
         ) from None
     return ScanPlan(
-        head_kinds=tuple(args.heads),
+        head_kinds=tuple(heads),
         dtypes=tuple(args.dtypes),
         patterns=patterns,
         bs=args.bs,
@@ -159,6 +146,18 @@ def run_scan(
     quiet: bool,
 ) -> tuple[Section, dict[str, Any]]:
     """Scan every implementation over the plan, probe the non-finite rule, write repros."""
+    from harness.pipeline.repro import implementation_spec
+    from harness.pipeline.support_scan import (
+        first_hit_tokens,
+        nonfinite_behaviour,
+        scan_point,
+        tokens_digest,
+        write_scan_repro,
+    )
+    from harness.render.progress import progress_printer
+    from harness.render.sections import Section
+    from harness.render.tables import table
+
     progress = progress_printer(quiet=quiet)
     results: list[PointResult] = []
     repros: dict[str, str] = {}
@@ -258,11 +257,15 @@ def run_scan(
 
 
 def command(args: argparse.Namespace) -> ExitCode:
+    from harness.pipeline.case import CaseError
+    from harness.plugins.implementations import parse_names, select_implementations
+    from harness.render.report import emit_report
+
     if args.device != "cpu":
         raise UsageError(f"scan runs the samplers' CPU paths only; got --device {args.device}")
     plan = _plan(args)
     try:
-        implementations = select_implementations(args.only, args.impl)
+        implementations = select_implementations(parse_names(args.only), args.impl)
     except CaseError as error:
         raise UsageError(str(error)) from None
     names = {impl.name for impl in implementations}

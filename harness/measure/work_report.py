@@ -250,9 +250,24 @@ def work_json(work: CaseWork) -> dict[str, Any]:
     }
 
 
-def work_section(works: list[CaseWork]) -> Section:
+def unmeasured_plugins(
+    works: list[CaseWork], plugins: list[str], *, expect_fail: frozenset[str]
+) -> list[tuple[str, int]]:
+    """``(name, case kinds it raised on)`` for every plug-in outside the pair, and not
+    expected to fail, that raised: the pair's raises are held to the work model, and a
+    plug-in's raise is not a measurement."""
+    counts = [
+        (name, sum(w.measured[name].error is not None for w in works if name in w.measured))
+        for name in plugins
+        if name not in expect_fail and all(name not in w.pair for w in works)
+    ]
+    return [(name, count) for name, count in counts if count]
+
+
+def work_section(works: list[CaseWork], *, expect_fail: frozenset[str] = frozenset()) -> Section:
     """The 'eliminated work' section from measured case works (the pair's comparison;
-    every implementation's counted work when plug-ins took part)."""
+    every implementation's counted work when plug-ins took part). A plug-in outside the
+    pair that raised fails the section, unless it is in ``expect_fail``."""
     buggy, fixed = works[0].pair if works else DEFAULT_PAIR
     agreeing = sum(w.agrees for w in works)
     ok = agreeing == len(works)
@@ -285,6 +300,12 @@ def work_section(works: list[CaseWork]) -> Section:
     )
     if plugins:
         verdict += f"; {', '.join(plugins)}: {NO_MODEL}"
+    unmeasured = unmeasured_plugins(works, plugins, expect_fail=expect_fail)
+    if unmeasured:  # a plug-in outside the pair has no model: a raise is not a measurement
+        ok = False
+        verdict += "; NOT measured: " + ", ".join(
+            f"{name} raised on {count}/{len(works)} case kinds" for name, count in unmeasured
+        )
     shape = headline.case
     blocks = [
         f"per call, {buggy} | {fixed} (counts exact); shapes bs={shape.bs} gamma={shape.gamma} "
@@ -330,6 +351,7 @@ def report_section(
     implementations: Sequence[Implementation] | None = None,
     pair: tuple[str, str] = DEFAULT_PAIR,
     isolate: bool = False,
+    expect_fail: frozenset[str] = frozenset(),
 ) -> Section:
     """The main report's 'eliminated work' section (small shapes; a few seconds): the
     modelled built-ins and every plug-in among ``implementations``, compared by ``pair``."""
@@ -340,7 +362,8 @@ def report_section(
             implementations=implementations,
             pair=pair,
             isolate=isolate,
-        )
+        ),
+        expect_fail=expect_fail,
     )
 
 

@@ -9,10 +9,10 @@ For each group of rows (one temperature, or the greedy rows) this module owns:
   token ``a``, the next must follow ``p(. | a)``. Whether a round reaches position
   ``j`` is decided before ``x_j`` is drawn, so under a lossless sampler the counts
   from each ``a`` are multinomial and Pearson's statistic is chi-square;
-- ``repeat``: a round whose anchor was the anchor of an earlier round of the same
-  row must not repeat that round's first token more often than ``p(. | a)`` says
-  (one-sided normal score). Fresh noise makes the two draws independent; noise
-  frozen across calls makes them agree;
+- ``repeat``: a round whose anchor and slot were those of an earlier round of the
+  same row must not repeat that round's first token more often than ``p(. | a)``
+  says (one-sided normal score). Fresh noise makes the two draws independent; noise
+  frozen across calls (per slot) makes them agree;
 - the marginals of the first ``m`` positions, shown but not part of the family.
 """
 
@@ -37,8 +37,9 @@ JOINT, REPEAT = "joint", "repeat"
 
 
 def family_size(config: StatsConfig) -> int:
-    """Tests per head and group: the joint, one per committed position, the repeat test."""
-    return len(config.head_kinds) * len(config.groups) * (config.gamma + 3)
+    """Tests per target, head and group: the joint, one per committed position, the
+    repeat test."""
+    return len(config.targets) * len(config.head_kinds) * len(config.groups) * (config.gamma + 3)
 
 
 def position_name(position: int) -> str:
@@ -49,6 +50,7 @@ def position_name(position: int) -> str:
 class Statistic:
     """One test of the family: where it looked, what it found."""
 
+    target: str
     head: str
     group: str
     test: str  # JOINT, REPEAT or position_name(j)
@@ -67,6 +69,7 @@ class Statistic:
 class Marginal:
     """One sequence position's committed token on its own (shown, not in the family)."""
 
+    target: str
     head: str
     group: str
     position: int
@@ -134,16 +137,18 @@ def repeat_score(
     """The repeat test over the selected rows (``rows`` ``[n]`` indices).
 
     For each round ``r`` and each earlier round ``s`` of the row with the same anchor
-    ``a``, the indicator ``x^r_0 == x^s_0`` has mean ``p(x^s_0 | a)`` under the target,
+    ``a`` in the same slot of its call (where noise frozen per slot would repeat), the
+    indicator ``x^r_0 == x^s_0`` has mean ``p(x^s_0 | a)`` under the target,
     given everything before round ``r``; the centred sum over all such pairs, divided
     by its standard deviation, is a martingale score, asymptotically normal.
     """
     anchors = decoded.round_anchors[:, rows].cpu()  # [R, n]
     first = decoded.round_blocks[:, rows, 0].cpu()  # [R, n]
+    slots = decoded.round_slots[:, rows].cpu()  # [R, n]
     excess, variance, events, impossible = 0.0, 0.0, 0, 0
     vocab = transition.shape[-1]
     for r in range(1, anchors.shape[0]):
-        same = anchors[:r] == anchors[r]  # [r, n]
+        same = (anchors[:r] == anchors[r]) & (slots[:r] == slots[r])  # [r, n]
         # earlier[i, b]: how many earlier rounds of row i from the same anchor began with b
         earlier = torch.zeros(anchors.shape[1], vocab, dtype=torch.float64)
         earlier.scatter_add_(1, first[:r].T, same.T.to(torch.float64))
@@ -163,6 +168,7 @@ def repeat_score(
 class HeadTables:
     """Everything the tests of one head kind read, before any p-value."""
 
+    target: str
     head: str
     chi2_tables: list[CountTable]  # joint and positions, group by group
     repeats: list[RepeatScore]
@@ -180,33 +186,30 @@ def head_tables(
     transitions = transition_counts(
         decoded, row_group=row_group, groups=len(config.groups), vocab_size=vocab
     )  # [G, gamma+1, V, V]
+    law, joint_law = problem.transition[head_kind], problem.expected_joint[head_kind]
     tables, repeats, marginal_tables = [], [], []
     for g, temperature in enumerate(config.groups):
         group = group_label(temperature)
         rows = torch.nonzero(row_group == g).squeeze(1)
         joint = cell_counts(committed[rows], vocab_size=vocab).unsqueeze(0)
-        tables.append(CountTable(group, JOINT, joint, problem.expected_joint[g : g + 1]))
+        tables.append(CountTable(group, JOINT, joint, joint_law[g : g + 1]))
         tables += [
-            CountTable(group, position_name(j), transitions[g, j], problem.transition[g])
+            CountTable(group, position_name(j), transitions[g, j], law[g])
             for j in range(config.gamma + 1)
         ]
-        repeats.append(
-            repeat_score(decoded, rows=rows, transition=problem.transition[g], group=group)
-        )
+        repeats.append(repeat_score(decoded, rows=rows, transition=law[g], group=group))
         for position in range(m):
-            law = marginal_probs(
-                problem.expected_joint[g], position=position, m=m, vocab_size=vocab
-            )
+            marginal = marginal_probs(joint_law[g], position=position, m=m, vocab_size=vocab)
             counts = cell_counts(committed[rows, position : position + 1], vocab_size=vocab)
             marginal_tables.append(
                 (
                     position,
                     CountTable(
-                        group, position_name(position), counts.unsqueeze(0), law.unsqueeze(0)
+                        group, position_name(position), counts.unsqueeze(0), marginal.unsqueeze(0)
                     ),
                 )
             )
-    return HeadTables(head_kind, tables, repeats, marginal_tables)
+    return HeadTables(problem.target.name, head_kind, tables, repeats, marginal_tables)
 
 
 def statistics_of(tables: HeadTables) -> tuple[list[Statistic], list[Marginal]]:
@@ -216,6 +219,7 @@ def statistics_of(tables: HeadTables) -> tuple[list[Statistic], list[Marginal]]:
         fit = pearson_fit(table.observed, expected_probs=table.expected_probs)
         statistics.append(
             Statistic(
+                target=tables.target,
                 head=tables.head,
                 group=table.group,
                 test=table.test,
@@ -228,6 +232,7 @@ def statistics_of(tables: HeadTables) -> tuple[list[Statistic], list[Marginal]]:
         )
     statistics += [
         Statistic(
+            target=tables.target,
             head=tables.head,
             group=score.group,
             test=REPEAT,
@@ -243,15 +248,8 @@ def statistics_of(tables: HeadTables) -> tuple[list[Statistic], list[Marginal]]:
     for position, table in tables.marginal_tables:
         fit = pearson_fit(table.observed, expected_probs=table.expected_probs)
         marginals.append(
-            Marginal(tables.head, table.group, position, fit.chi2, fit.dof, fit.p_value)
+            Marginal(
+                tables.target, tables.head, table.group, position, fit.chi2, fit.dof, fit.p_value
+            )
         )
     return statistics, marginals
-
-
-def head_statistics(
-    decoded: DecodeResult, *, problem: StatsProblem, head_kind: str
-) -> tuple[list[Statistic], list[Marginal]]:
-    """Every family test and every marginal of one head kind's decoded rows."""
-    return statistics_of(
-        head_tables(decoded, problem=problem, head_kind=head_kind, row_group=problem.row_group)
-    )

@@ -5,12 +5,16 @@ shifted normal, for the repeat test) with the noncentrality estimated from poole
 decode runs and corrected for their own sampling noise; the predicted power of
 one head kind (its strongest test at the family's first Holm threshold, a lower
 bound of the head's power); the measured power (the pooled rows cut into disjoint
-blocks, each block one experiment, the head's tests run on every block); and the
-smallest row count reaching a target power, predicted and measured.
+blocks, each block one experiment, the head's tests run on every block); the
+smallest row count reaching a target power, predicted and measured; and the
+detection bound of a run (``detection_bounds``): the smallest fraction of the rows
+at one committed position a defect must reach, committing a fixed token there, to
+be seen with the target power by that position's test at the rows the run had.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -20,7 +24,7 @@ import numpy as np
 import torch
 
 from harness.devices import intra_op_threads
-from harness.oracles.fits import CountTable, HeadTables, family_size, head_tables
+from harness.oracles.fits import CountTable, HeadTables, head_tables, position_name
 from harness.oracles.gof import (
     chi2_isf,
     merged_groups,
@@ -29,7 +33,7 @@ from harness.oracles.gof import (
     normal_sf,
     pearson_fit,
 )
-from harness.oracles.problem import StatsProblem, cpu_threads, decode_rows
+from harness.oracles.problem import GREEDY, StatsProblem, cpu_threads, decode_rows, group_label
 from harness.plugins.implementations import Implementation
 from harness.render.progress import Progress, no_progress
 from reference.verifier import DecodeResult
@@ -48,6 +52,7 @@ def select_rows(decoded: DecodeResult, rows: slice) -> DecodeResult:
         rounds=decoded.rounds,
         round_anchors=decoded.round_anchors[:, rows],
         round_blocks=decoded.round_blocks[:, rows],
+        round_slots=decoded.round_slots[:, rows],
     )
 
 
@@ -60,6 +65,7 @@ def pool_runs(runs: Sequence[DecodeResult]) -> DecodeResult:
         rounds=rounds,
         round_anchors=torch.cat([run.round_anchors[:rounds] for run in runs], dim=1),
         round_blocks=torch.cat([run.round_blocks[:rounds] for run in runs], dim=1),
+        round_slots=torch.cat([run.round_slots[:rounds] for run in runs], dim=1),
     )
 
 
@@ -97,6 +103,113 @@ def head_power_at(tables: HeadTables, *, scale: float, level: float) -> float:
         if r.variance > 1e-12
     ]
     return max(powers, default=0.0)
+
+
+@functools.lru_cache(maxsize=1024)
+def noncentrality_for_power(*, dof: int, level: float, power: float) -> float:
+    """The smallest noncentrality at which a chi-square test of ``dof`` degrees of
+    freedom at ``level`` rejects with probability ``power`` (doubling, then bisection)."""
+    critical = chi2_isf(level, dof)
+
+    def reached(noncentrality: float) -> bool:
+        return noncentral_chi2_sf(critical, dof=dof, noncentrality=noncentrality) >= power
+
+    high = 1.0
+    while not reached(high):
+        high *= 2
+    low = 0.0
+    while high - low > 1e-3 * high:
+        middle = 0.5 * (low + high)
+        low, high = (low, middle) if reached(middle) else (middle, high)
+    return high
+
+
+def fixed_token_noncentrality(table: CountTable) -> tuple[float, int]:
+    """``(K, dof)`` of one transition test at the rows it had: a defect that makes a
+    fraction ``f`` of the rows from each previous token commit one fixed token (the most
+    likely one, the hardest fixed token to see) gives the test noncentrality ``f**2 K``
+    (cells merged as the test merges them)."""
+    observed = table.observed.to(torch.float64).numpy()
+    probs = table.expected_probs.to(torch.float64).numpy()
+    strength, dof = 0.0, 0
+    for s in np.nonzero(observed.sum(axis=1))[0]:
+        n = float(observed[s].sum())
+        groups, n_groups = merged_groups(n * probs[s])
+        exact = np.bincount(groups, weights=probs[s], minlength=n_groups)
+        one_hot = np.eye(len(probs[s]))[int(np.argmax(probs[s]))]
+        fixed = np.bincount(groups, weights=one_hot, minlength=n_groups)
+        strength += n * float(((fixed - exact) ** 2 / exact).sum())
+        dof += n_groups - 1
+    return strength, dof
+
+
+def detection_fraction(table: CountTable, *, level: float, power: float) -> float | None:
+    """The smallest fraction of this test's rows a fixed-token defect must reach to be
+    seen with probability ``power`` at ``level``; ``None``: not even all of them."""
+    strength, dof = fixed_token_noncentrality(table)
+    if dof == 0 or strength <= 0:
+        return None
+    fraction = math.sqrt(noncentrality_for_power(dof=dof, level=level, power=power) / strength)
+    return fraction if fraction <= 1 else None
+
+
+@dataclass(frozen=True)
+class DetectionBound:
+    """At one target and committed position: the fraction of the rows there that a
+    defect committing a fixed token (the hardest one to see) must reach to be seen with
+    probability ``power`` by that position's tests. ``fraction``: a defect in every head
+    kind and sampled group (their strongest test, at ``head``/``group``);
+    ``confined_fraction``: in only one of them, whichever (their weakest test).
+    ``None``: not even if every row were wrong."""
+
+    target: str
+    position: int
+    fraction: float | None
+    confined_fraction: float | None
+    power: float
+    level: float
+    head: str
+    group: str
+    rows: int  # rows at this position, over every head kind and sampled group
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def detection_bounds(
+    tables: Sequence[HeadTables], *, gamma: int, level: float, power: float = TARGET_POWER
+) -> tuple[DetectionBound, ...]:
+    """Per target and committed position ``0..gamma``, the detection bound of a run's
+    count tables (every head kind's, every sampled group's: greedy rows cannot fail)."""
+    bounds = []
+    greedy = group_label(GREEDY)
+    for target in dict.fromkeys(t.target for t in tables):
+        for position in range(gamma + 1):
+            found = [
+                (detection_fraction(table, level=level, power=power), head.head, table)
+                for head in tables
+                if head.target == target
+                for table in head.chi2_tables
+                if table.test == position_name(position) and table.group != greedy
+            ]
+            if not found:
+                continue
+            fractions = [f[0] for f in found if f[0] is not None]
+            best = min(found, key=lambda f: math.inf if f[0] is None else f[0])
+            bounds.append(
+                DetectionBound(
+                    target=target,
+                    position=position,
+                    fraction=best[0],
+                    confined_fraction=max(fractions) if len(fractions) == len(found) else None,
+                    power=power,
+                    level=level,
+                    head=best[1],
+                    group=best[2].group,
+                    rows=sum(int(f[2].observed.sum()) for f in found),
+                )
+            )
+    return tuple(bounds)
 
 
 def rejects_somewhere(tables: HeadTables, *, level: float) -> bool:
@@ -223,16 +336,17 @@ def run_power_curves(
     implementation: Implementation,
     *,
     problem: StatsProblem,
+    level: float,
     decoded: dict[str, DecodeResult] | None = None,
     seeds: Sequence[int] | None = None,
     progress: Progress = no_progress,
 ) -> list[PowerCurve]:
-    """One power curve per head kind: ``POWER_SEEDS`` runs of ``config.rows`` rows
-    (seeds ``config.seed`` on) pooled; ``decoded`` is the run at ``config.seed``,
-    reused when given."""
+    """One power curve per head kind at ``problem``'s target, each test at ``level`` (the
+    whole family's first Holm threshold): ``POWER_SEEDS`` runs of ``config.rows`` rows
+    (seeds ``config.seed`` on) pooled; ``decoded`` is the run at ``config.seed``, reused
+    when given."""
     config = problem.config
     seeds = list(seeds) if seeds is not None else [config.seed + i for i in range(POWER_SEEDS)]
-    level = config.alpha / family_size(config)
     curves = []
     for head_kind in config.head_kinds:
         runs = []

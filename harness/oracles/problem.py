@@ -1,23 +1,36 @@
 """The problem the statistical oracle poses: configuration, models, rows, exact laws.
 
 This module owns ``StatsConfig`` (and the default the command and the report
-run), ``StatsProblem`` (the drafter of every head kind, the synthetic target,
-the draft context, each row's sampling setting, and the exact target laws each
-temperature group is tested against), and ``decode_rows``, which builds a sampler
-and drives it through the reference decode loop (``reference.verifier``).
+run), ``TargetSpec`` (a target at one distance from the drafters' own law),
+``StatsProblem`` (for one target: the drafter of every head kind, the synthetic
+target of each head, the draft context, each row's sampling setting, and the exact
+target laws each temperature group is tested against), the sampler's life over a
+decode (``life_batches``: which rows each call drafts, so one instance is restaged
+with other requests and other batch sizes between calls), and ``decode_rows``,
+which builds a sampler and drives it through the reference decode loop
+(``reference.verifier``).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import torch
 
 from harness.devices import intra_op_threads
 from harness.pipeline.case import TOP_K_ALL, Case, CaseInputs
 from harness.plugins.conventions import BuiltSampler, build_for_case
-from reference import HEAD_KINDS, SamplingInfo, ToyDraftModel, make_toy_draft_model
+from reference import (
+    HEAD_KINDS,
+    SamplingInfo,
+    ToyDraftModel,
+    make_toy_draft_model,
+    prepare_block,
+    teacher_forced_logits,
+)
 from reference.target_model import MarkovTargetModel, make_markov_target
 from reference.verifier import (
     CHAIN_VERIFIER,
@@ -35,6 +48,37 @@ GREEDY = 0.0  # the temperature that marks a greedy row (top_k = 1)
 # The oracle's drafters lean on the previous token (W1 x 3): the lever the double walk
 # pulls. At scale 1 the rnn head's q hardly moves with it (docs/statistics.md).
 PREV_EMBEDDING_SCALE = 3.0
+NEAR_ROWS = 1_000  # rows per head of the targets near the draft: its defects show directly
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """One target the oracle decodes against, by its distance from the drafters' law.
+
+    ``draft_weight`` 0: an independent random Markov target, the drafters on inputs
+    that depend on the anchor (far: most drafts are rejected and the verifier's
+    residual draw, close to the target, hides much of a draft defect). Above 0: the
+    drafters on context-free inputs, where a stateless head's draft law is a
+    first-order chain ``D``, and target logits ``(1 - w) L + w D`` (``w = 1``: the
+    drafter's own law, nearly every draft accepted, a draft defect seen directly).
+    ``rows`` per head (``None``: the config's ``rows``; never more than those).
+    """
+
+    name: str
+    draft_weight: float
+    rows: int | None = None
+
+    @property
+    def anchor_dependent(self) -> bool:
+        return self.draft_weight == 0
+
+
+FAR = TargetSpec("far", 0.0)
+DEFAULT_TARGETS = (
+    FAR,
+    TargetSpec("mid", 0.5, rows=NEAR_ROWS),
+    TargetSpec("near", 1.0, rows=NEAR_ROWS),
+)
 
 
 class StatsError(ValueError):
@@ -49,11 +93,15 @@ class StatsConfig:
     (0 marks a greedy row). Every row runs ``rounds`` draft-verify rounds (more if
     it still lacks ``m`` tokens). ``model_seed`` fixes drafters, target and context;
     ``seed`` fixes the anchors, the samplers' noise and the verifier's draws.
+    ``targets``: the targets decoded against, the first the one power is drawn at.
+    ``restage``: odd rounds draft their rows in several calls of other sizes, each
+    with other requests staged in its slots (``life_batches``); off, every round is
+    one call of every row in order (one set of parameters for the instance's life).
     """
 
-    rows: int = 8_000
+    rows: int = 5_000
     m: int = 2
-    rounds: int = 2
+    rounds: int = 4
     gamma: int = 4
     vocab_size: int = 8
     hidden_size: int = 16
@@ -66,10 +114,13 @@ class StatsConfig:
     target_logit_scale: float = 1.0
     prev_embedding_scale: float = PREV_EMBEDDING_SCALE
     device: str = "cpu"
+    targets: tuple[TargetSpec, ...] = DEFAULT_TARGETS
+    restage: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
         object.__setattr__(self, "head_kinds", tuple(self.head_kinds))
+        object.__setattr__(self, "targets", tuple(self.targets))
         self.validate()
 
     def validate(self) -> None:
@@ -102,6 +153,27 @@ class StatsConfig:
             )
         if not self.target_logit_scale > 0:
             raise StatsError(f"target_logit_scale must be positive, got {self.target_logit_scale}")
+        names = [t.name for t in self.targets]
+        if not names or len(set(names)) != len(names):
+            raise StatsError(f"targets must be distinct by name and not empty, got {names}")
+        for target in self.targets:
+            if not 0 <= target.draft_weight <= 1:
+                raise StatsError(
+                    f"target {target.name!r}: draft_weight must be in [0, 1], "
+                    f"got {target.draft_weight!r}"
+                )
+            if target.rows is not None and (not isinstance(target.rows, int) or target.rows <= 0):
+                raise StatsError(
+                    f"target {target.name!r}: rows must be a positive integer, got {target.rows!r}"
+                )
+
+    def target_rows(self, target: TargetSpec) -> int:
+        """Rows per head at ``target``: its own, never more than ``rows``."""
+        return self.rows if target.rows is None else min(target.rows, self.rows)
+
+    def for_target(self, target: TargetSpec) -> StatsConfig:
+        """The config of one target's problem: its rows, and only it."""
+        return replace(self, rows=self.target_rows(target), targets=(target,))
 
     @property
     def groups(self) -> tuple[float, ...]:
@@ -109,10 +181,15 @@ class StatsConfig:
         return tuple(dict.fromkeys(self.temperatures))
 
     def describe(self) -> str:
+        targets = ", ".join(
+            f"{t.name} (draft weight {t.draft_weight:g}, {self.target_rows(t)} rows per head)"
+            for t in self.targets
+        )
         return (
-            f"{self.rows} rows per head x {len(self.head_kinds)} heads "
+            f"targets {targets} x {len(self.head_kinds)} heads "
             f"({', '.join(self.head_kinds)}), groups {', '.join(map(group_label, self.groups))}, "
-            f"{self.rounds} rounds per row, V={self.vocab_size}, gamma={self.gamma}, "
+            f"{self.rounds} rounds per row ({'restaged' if self.restage else 'one call'} "
+            f"on odd rounds), V={self.vocab_size}, gamma={self.gamma}, "
             f"H={self.hidden_size}, r={self.markov_rank}, family alpha={self.alpha:g}, "
             f"seed={self.seed}, model seed={self.model_seed}"
         )
@@ -127,23 +204,35 @@ DEFAULT_CONFIG = StatsConfig()
 
 @dataclass(frozen=True)
 class StatsProblem:
-    """The fixed part of a run, built once from a config."""
+    """The fixed part of one target's run, built once from its config
+    (``StatsConfig.for_target``: its rows, and that target only)."""
 
     config: StatsConfig
+    oracle_config: StatsConfig  # the whole oracle's, every target: what it was built from
     drafters: dict[str, ToyDraftModel]  # by head kind
-    target: MarkovTargetModel
+    targets: dict[str, MarkovTargetModel]  # by head kind (the same one when far)
     context: DraftContext
     sampling_info: SamplingInfo
     row_group: torch.Tensor  # [rows] int64, index into config.groups
-    transition: torch.Tensor  # [G, V, V] float64: p(x | prev) of each group
-    expected_joint: torch.Tensor  # [G, V**m] float64: the first m tokens after an anchor
+    transition: dict[str, torch.Tensor]  # by head: [G, V, V] float64, p(x | prev) per group
+    expected_joint: dict[str, torch.Tensor]  # by head: [G, V**m], the first m tokens
+
+    @property
+    def target(self) -> TargetSpec:
+        return self.config.targets[0]
 
 
-def build_problem(config: StatsConfig) -> StatsProblem:
-    """Drafters, target and context from ``config.model_seed`` (independent streams, all
-    drawn on the CPU), the rows' sampling parameters and the exact laws."""
-    device = torch.device(config.device)
-    drafter_seed, target_seed, context_seed = derived_seeds(config.model_seed, 3)
+def build_problems(config: StatsConfig) -> tuple[StatsProblem, ...]:
+    """One problem per target of ``config``, in its order (the same drafters in each)."""
+    drafters = build_drafters(config)
+    return tuple(
+        build_problem(config, target=target, drafters=drafters) for target in config.targets
+    )
+
+
+def build_drafters(config: StatsConfig) -> dict[str, ToyDraftModel]:
+    """One drafter per head kind from ``config.model_seed``, on the config's device."""
+    drafter_seed = derived_seeds(config.model_seed, 3)[0]
     drafters = {}
     for kind in config.head_kinds:
         drafter = make_toy_draft_model(
@@ -156,17 +245,44 @@ def build_problem(config: StatsConfig) -> StatsProblem:
         )
         with torch.no_grad():
             drafter.markov_head.W1.weight.mul_(config.prev_embedding_scale)
-        drafters[kind] = drafter.to(device)
-    target = make_markov_target(
+        drafters[kind] = drafter.to(torch.device(config.device))
+    return drafters
+
+
+def build_problem(
+    oracle_config: StatsConfig,
+    *,
+    target: TargetSpec | None = None,
+    drafters: dict[str, ToyDraftModel] | None = None,
+) -> StatsProblem:
+    """The problem of one target of ``oracle_config`` (default its first): drafters,
+    target and context from ``model_seed``, independent streams, all drawn on the CPU;
+    the rows' sampling parameters and the exact laws."""
+    spec = target if target is not None else oracle_config.targets[0]
+    config = oracle_config.for_target(spec)
+    device = torch.device(config.device)
+    _, target_seed, context_seed = derived_seeds(config.model_seed, 3)
+    drafters = drafters if drafters is not None else build_drafters(config)
+    far = make_markov_target(
         vocab_size=config.vocab_size, seed=target_seed, logit_scale=config.target_logit_scale
-    ).to(device)
+    )
     context = DraftContext(
         vocab_size=config.vocab_size,
         hidden_size=config.hidden_size,
         gamma=config.gamma,
         sample_from_anchor=True,
         seed=context_seed,
+        anchor_dependent=spec.anchor_dependent,
     ).to(device)
+    targets = {
+        kind: far.to(device)
+        if spec.anchor_dependent
+        else MarkovTargetModel(
+            (1 - spec.draft_weight) * far.transition_logits
+            + spec.draft_weight * first_step_logits(drafters[kind], context=context, config=config)
+        ).to(device)
+        for kind in config.head_kinds
+    }
     groups = config.groups
     row_temperatures = [
         config.temperatures[i % len(config.temperatures)] for i in range(config.rows)
@@ -176,30 +292,80 @@ def build_problem(config: StatsConfig) -> StatsProblem:
         top_ks=[1 if t == GREEDY else TOP_K_ALL for t in row_temperatures],
         device=device,
     )
-    every_token = torch.arange(config.vocab_size, device=device)
-    transition = torch.stack(
-        [
-            target.next_token_probs(
-                every_token,
-                temperatures=torch.tensor(t, dtype=torch.float64, device=device),
-                greedy_mask=torch.tensor(t == GREEDY, device=device),
-            )
-            for t in groups
-        ]
-    )  # [G, V, V]
-    expected = torch.stack(
-        [target.joint_probs(m=config.m, temperature=t, greedy=t == GREEDY) for t in groups]
-    )  # [G, V**m]
     return StatsProblem(
         config=config,
+        oracle_config=oracle_config,
         drafters=drafters,
-        target=target,
+        targets=targets,
         context=context,
         sampling_info=sampling_info,
         row_group=torch.tensor([groups.index(t) for t in row_temperatures], device=device),
-        transition=transition.cpu(),
-        expected_joint=expected.cpu(),
+        transition={kind: group_transitions(t, groups=groups) for kind, t in targets.items()},
+        expected_joint={
+            kind: torch.stack(
+                [t.joint_probs(m=config.m, temperature=g, greedy=g == GREEDY) for g in groups]
+            ).cpu()
+            for kind, t in targets.items()
+        },
     )
+
+
+def group_transitions(target: MarkovTargetModel, *, groups: Sequence[float]) -> torch.Tensor:
+    """``p(x | prev)`` of every temperature group: ``[G, V, V]`` float64 on the CPU."""
+    every_token = torch.arange(target.vocab_size, device=target.device)
+    return torch.stack(
+        [
+            target.next_token_probs(
+                every_token,
+                temperatures=torch.tensor(t, dtype=torch.float64, device=target.device),
+                greedy_mask=torch.tensor(t == GREEDY, device=target.device),
+            )
+            for t in groups
+        ]
+    ).cpu()
+
+
+def first_step_logits(
+    drafter: ToyDraftModel, *, context: DraftContext, config: StatsConfig
+) -> torch.Tensor:
+    """``D[prev]``: the drafter's corrected logits at step 0 after each anchor ``[V, V]``
+    float64. On context-free inputs that is a stateless head's law at every step."""
+    anchors = torch.arange(config.vocab_size, device=context.anchor_embedding.device)
+    with torch.no_grad():
+        block = prepare_block(
+            model=drafter,
+            gamma=config.gamma,
+            max_bs=config.vocab_size,
+            hidden_states=context.hidden_states(anchors),
+            input_ids=context.input_ids(anchors),
+        )
+        tokens = torch.zeros(config.vocab_size, config.gamma, dtype=torch.int64)
+        corrected = teacher_forced_logits(model=drafter, block=block, tokens=tokens.to(anchors))
+    return corrected[:, 0].to(torch.float64).cpu()  # [V, V]
+
+
+def life_batches(problem: StatsProblem, round_index: int) -> tuple[torch.Tensor, ...]:
+    """The calls that draft one round's rows, each its rows in slot order.
+
+    Even rounds (and every round without ``restage``): one call of every row in order,
+    at ``bs = max_bs``, so row ``i`` sits in slot ``i`` in rounds 0, 2, ... (noise
+    frozen per slot shows as repeats). Odd rounds: the rows sorted by temperature
+    group (the groups' order turned by one each odd round), cut into a call of one row,
+    calls of one group only (all greedy, all one temperature) and one call of two
+    groups: other batch sizes, and other requests staged in every slot.
+    """
+    config = problem.config
+    rows, device = config.rows, problem.row_group.device
+    every_row = torch.arange(rows, device=device)
+    if not config.restage or round_index % 2 == 0:
+        return (every_row,)
+    groups = len(config.groups)
+    turn = (round_index // 2) % groups
+    rank = (problem.row_group + groups - turn) % groups  # the group's place in this order
+    order = every_row[torch.argsort(rank * rows + every_row)]
+    sizes = torch.bincount(rank, minlength=groups).tolist()
+    cuts = sorted({0, min(1, rows), *itertools.accumulate(sizes[:-2]), rows})
+    return tuple(order[a:b] for a, b in itertools.pairwise(cuts) if b > a)
 
 
 def head_seed(seed: int, *, head_kind: str) -> int:
@@ -224,8 +390,9 @@ def decode_rows(
 ) -> DecodeResult:
     """Build the sampler at ``max_bs = rows`` (folded sampling, in the sampler's own
     calling convention, ``harness.plugins.conventions``) and run the decode loop for one
-    head kind, verified by ``verifier``; the loop reads the draft through the
-    convention's ``draft_block``."""
+    head kind against its target, the instance living through ``life_batches``, verified
+    by ``verifier``; the loop reads each call's draft through the convention's
+    ``draft_block``."""
     config = problem.config
     decode_seed = head_seed(seed, head_kind=head_kind)
     case = Case(
@@ -251,12 +418,13 @@ def decode_rows(
         built = build_for_case(sampler_class, case=case, inputs=inputs)
         return speculative_decode(
             sampler=built,
-            target=problem.target,
+            target=problem.targets[head_kind],
             context=problem.context,
             sampling_info=problem.sampling_info,
             m=config.m,
             seed=decode_seed,
             min_rounds=config.rounds,
+            batches_of_round=lambda r: life_batches(problem, r),
             verifier=verifier,
             read_draft=_built_draft_block,
         )

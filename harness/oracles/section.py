@@ -3,25 +3,29 @@ and the power figure. Formatting only; every number comes from ``harness.oracles
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from harness.oracles.fits import JOINT, REPEAT, Statistic, family_size, position_name
-from harness.oracles.power import PowerCurve, run_power_curves
-from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, group_label
+from harness.oracles.fits import JOINT, REPEAT, family_size, position_name
+from harness.oracles.power import TARGET_POWER, PowerCurve, run_power_curves
+from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, group_label, life_batches
 from harness.oracles.stats import (
     BUGGY,
     DEFAULT_ROLES,
     OracleRun,
     StatsResult,
+    best_bounds,
     expectations_hold,
     expected_rejected,
     meets_expectation,
     run_oracle,
+    where,
 )
+from harness.pipeline.coverage import StatisticalCoverage
 from harness.pipeline.verdicts import MAX_CARRIERS, Roles, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.figures import render_png
@@ -35,10 +39,6 @@ TITLE = "Statistical losslessness (docs/statistics.md)"
 
 def p_text(value: float) -> str:
     return "nan" if math.isnan(value) else f"{value:.3g}"
-
-
-def where(statistic: Statistic) -> str:
-    return f"{statistic.head}/{statistic.group}/{statistic.test}"
 
 
 def carriers(result: StatsResult) -> str:
@@ -81,6 +81,48 @@ def verdict_line(
     return line
 
 
+def statistical_coverage(
+    oracle: OracleRun, *, roles: Roles = DEFAULT_ROLES
+) -> StatisticalCoverage | None:
+    """What the oracle exercised, from its run: rows per group and target, the life of
+    one instance (from the far target's rounds), and the detection bound at the rows of
+    the fixed side's run (else the first implementation that passed, else the first
+    that ran)."""
+    ran = [r for r in oracle.results.values() if r.error is None and r.name in oracle.decoded]
+    if not ran:
+        return None
+    chosen = next(
+        (r for r in ran if r.name == roles.fixed and r.passed),
+        next((r for r in ran if r.passed), ran[0]),
+    )
+    problem = oracle.problem
+    rounds = max(run.rounds for run in oracle.decoded[chosen.name][problem.target.name].values())
+    calls = [batch for r in range(rounds) for batch in life_batches(problem, r)]
+    restaged = sum(
+        1
+        for before, after in itertools.pairwise(calls)
+        if before.shape != after.shape or not bool((before == after).all())
+    )
+    first = chosen.bounds[0] if chosen.bounds else None
+    return StatisticalCoverage(
+        implementation=chosen.name,
+        targets={t.name: t.draft_weight for t in oracle.config.targets},
+        rows_per_group={
+            p.target.name: {
+                group_label(g): int((p.row_group == i).sum()) for i, g in enumerate(p.config.groups)
+            }
+            for p in oracle.problems
+        },
+        rounds=rounds,
+        calls_per_instance=len(calls),
+        restagings_per_instance=restaged,
+        batch_sizes=tuple(sorted({int(batch.shape[0]) for batch in calls})),
+        power=first.power if first else TARGET_POWER,
+        level=chosen.test_level,
+        bounds=best_bounds(chosen.bounds),
+    )
+
+
 def statistical_verdicts(oracle: OracleRun) -> dict[str, Statistical]:
     """Each implementation's statistical part, as its lossless verdict takes it: passed
     only when it passes under every verifier; otherwise the first verifier's failure,
@@ -113,7 +155,9 @@ def coverage_text(config: StatsConfig) -> str:
         f"{', '.join(map(group_label, config.groups))} (rows take them in turn); "
         f"every committed position 0..{config.gamma} of each round "
         f"(position {config.gamma} is the bonus), the joint of the first {config.m} committed "
-        f"tokens, the repeat test; {config.rows} rows per head, {config.rounds} rounds each; "
+        f"tokens, the repeat test; rows per head "
+        + ", ".join(f"{t.name} {config.target_rows(t)}" for t in config.targets)
+        + f", {config.rounds} rounds each; "
         f"{family_size(config)} tests, Holm at family alpha {config.alpha:g} "
         f"(first threshold {config.alpha / family_size(config):.3g})"
     )
@@ -138,7 +182,10 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
             if r.error
             else ("REJECTED" if r.rejected else "pass")
         )
-        accepted = ", ".join(f"{h} {v:.2f}" for h, v in r.mean_accepted_length.items())
+        accepted = "; ".join(
+            f"{target}: " + ", ".join(f"{h} {v:.2f}" for h, v in heads.items())
+            for target, heads in r.mean_accepted_length.items()
+        )
         rows.append(
             [
                 r.name,
@@ -165,21 +212,23 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
 def detail_table(result: StatsResult, *, config: StatsConfig) -> str:
     """p-values of every test (``*``: rejected by Holm) and the first marginals."""
     tests = [JOINT, *(position_name(j) for j in range(config.gamma + 1)), REPEAT]
-    header = ["head", "group", *tests, *(f"marg {j}" for j in range(config.m))]
-    by_cell = {(s.head, s.group, s.test): s for s in result.statistics}
-    marginals = {(m.head, m.group, m.position): m for m in result.marginals}
+    header = ["target", "head", "group", *tests, *(f"marg {j}" for j in range(config.m))]
+    by_cell = {(s.target, s.head, s.group, s.test): s for s in result.statistics}
+    marginals = {(m.target, m.head, m.group, m.position): m for m in result.marginals}
     rows = []
-    for head in config.head_kinds:
-        for group in map(group_label, config.groups):
-            cells = [
-                p_text(by_cell[head, group, t].p_value)
-                + ("*" if by_cell[head, group, t].rejected else "")
-                for t in tests
-            ]
-            cells += [p_text(marginals[head, group, j].p_value) for j in range(config.m)]
-            rows.append([head, group, *cells])
-    numbers: list[Alignment] = ["right"] * (len(header) - 2)
-    return table(header, rows, align=["left", "left", *numbers])
+    for target in (t.name for t in config.targets):
+        for head in config.head_kinds:
+            for group in map(group_label, config.groups):
+                key = (target, head, group)
+                cells = [
+                    p_text(by_cell[(*key, t)].p_value)
+                    + ("*" if by_cell[(*key, t)].rejected else "")
+                    for t in tests
+                ]
+                cells += [p_text(marginals[(*key, j)].p_value) for j in range(config.m)]
+                rows.append([target, head, group, *cells])
+    numbers: list[Alignment] = ["right"] * (len(header) - 3)
+    return table(header, rows, align=["left", "left", "left", *numbers])
 
 
 def power_text(curves: Sequence[PowerCurve]) -> str:
@@ -300,7 +349,8 @@ def stats_section(
         oracle.curves = run_power_curves(
             builtin_implementations((BUGGY,))[0],
             problem=oracle.problem,
-            decoded=oracle.decoded.get(BUGGY),
+            level=legacy.test_level,
+            decoded=oracle.decoded.get(BUGGY, {}).get(oracle.problem.target.name),
             progress=progress,
         )
     ok = all(expectations_hold(results, roles) for results in oracle.by_verifier.values())
@@ -375,10 +425,11 @@ def report_section(
 @dataclass(frozen=True)
 class StatisticalPart:
     """The oracle's part of every lossless verdict of a run: its report section, each
-    implementation's ``Statistical`` and the oracle's wall time."""
+    implementation's ``Statistical``, what the oracle covered and its wall time."""
 
     section: Section
     verdicts: dict[str, Statistical]
+    coverage: StatisticalCoverage | None
     wall_s: float
 
 
@@ -412,6 +463,7 @@ def statistical_part(
     return StatisticalPart(
         section=section,
         verdicts=statistical_verdicts(oracle),
+        coverage=statistical_coverage(oracle, roles=roles),
         wall_s=time.perf_counter() - started,
     )
 

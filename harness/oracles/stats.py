@@ -27,23 +27,26 @@ from typing import Any
 from harness.devices import intra_op_threads
 from harness.oracles.fits import (
     JOINT,
+    HeadTables,
     Marginal,
     Statistic,
     family_size,
-    head_statistics,
+    head_tables,
     position_name,
+    statistics_of,
 )
 from harness.oracles.gof import holm_rejections
-from harness.oracles.power import PowerCurve
+from harness.oracles.power import DetectionBound, PowerCurve, detection_bounds
 from harness.oracles.problem import (
     DEFAULT_CONFIG,
     StatsConfig,
     StatsError,
     StatsProblem,
-    build_problem,
+    build_problems,
     cpu_threads,
     decode_rows,
 )
+from harness.pipeline.coverage import BoundRow
 from harness.pipeline.runner import RaisedError, guarded_call
 from harness.pipeline.verdicts import Roles, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
@@ -59,13 +62,14 @@ class StatsResult:
     """The oracle's verdict on one implementation over the whole family of tests."""
 
     name: str
-    rows: int  # per head kind
+    rows: dict[str, int]  # per head kind, by target
     alpha: float  # family-wise level
     family_size: int
     statistics: tuple[Statistic, ...]  # Holm's verdict in each ``rejected``
     marginals: tuple[Marginal, ...]
-    mean_accepted_length: dict[str, float]  # by head kind
+    mean_accepted_length: dict[str, dict[str, float]]  # by target, then head kind
     error: str | None = None  # the implementation raised: no verdict on the distribution
+    bounds: tuple[DetectionBound, ...] = ()  # per target and position, at this run's rows
     verifier: str = CHAIN_VERIFIER.name  # whose verification committed the tokens
     not_judged: str | None = None  # why it was not judged (the time limit): never a defect
     wall_s: float = field(default=0.0, compare=False)
@@ -105,10 +109,8 @@ class StatsResult:
         )
 
     def carrier_names(self) -> str:
-        """``head/group/test`` of each rejection, strongest first."""
-        return ", ".join(
-            f"{s.head}/{s.group}/{s.test}" for s in sorted(self.rejections(), key=_by_p)
-        )
+        """``target/head/group/test`` of each rejection, strongest first."""
+        return ", ".join(where(s) for s in sorted(self.rejections(), key=_by_p))
 
     def statistical(self) -> Statistical:
         """This result as the lossless verdict takes it."""
@@ -118,7 +120,11 @@ class StatsResult:
             return Statistical(ran=True, error=self.error)
         p = None if math.isnan(self.p_value) else self.p_value
         return Statistical(
-            ran=True, rejected=self.rejected, p_value=p, carried_by=self.carrier_names()
+            ran=True,
+            rejected=self.rejected,
+            p_value=p,
+            carried_by=self.carrier_names(),
+            not_ruled_out="" if self.rejected else not_ruled_out(best_bounds(self.bounds)),
         )
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -134,40 +140,101 @@ class StatsResult:
         return body
 
 
+def best_bounds(bounds: Sequence[DetectionBound]) -> tuple[BoundRow, ...]:
+    """Per committed position, the bound at the target that sees the most there."""
+    by_position: dict[int, DetectionBound] = {}
+    for bound in bounds:
+        held = by_position.get(bound.position)
+        if held is None or _fraction_key(bound) < _fraction_key(held):
+            by_position[bound.position] = bound
+    return tuple(
+        BoundRow(
+            position=b.position,
+            fraction=b.fraction,
+            confined_fraction=b.confined_fraction,
+            target=b.target,
+            rows=b.rows,
+        )
+        for _, b in sorted(by_position.items())
+    )
+
+
+def _fraction_key(bound: DetectionBound) -> float:
+    return math.inf if bound.fraction is None else bound.fraction
+
+
+def not_ruled_out(bounds: Sequence[BoundRow]) -> str:
+    """What a pass leaves open: defects smaller than the bound at each position."""
+    if not bounds:
+        return ""
+    parts = ", ".join(
+        f"pos {b.position} " + ("any" if b.fraction is None else f"{b.fraction:.2g}")
+        for b in bounds
+    )
+    return (
+        "not ruled out: a defect committing a fixed token on fewer than this fraction of "
+        f"the rows at a committed position: {parts}"
+    )
+
+
 def _by_p(statistic: Statistic) -> float:
     return statistic.p_value
+
+
+def where(statistic: Statistic) -> str:
+    """``target/head/group/test``: where one test looked."""
+    return f"{statistic.target}/{statistic.head}/{statistic.group}/{statistic.test}"
+
+
+Decoded = dict[str, dict[str, DecodeResult]]  # by target, then head kind
 
 
 def fit_decoded(
     name: str,
     *,
-    decoded: dict[str, DecodeResult],
-    problem: StatsProblem,
+    decoded: Decoded,
+    problems: Sequence[StatsProblem],
     wall_s: float = 0.0,
     verifier: str = CHAIN_VERIFIER.name,
 ) -> StatsResult:
-    """The family of tests on every head kind's decoded rows, Holm-corrected."""
-    config = problem.config
+    """The family of tests on every target's and head kind's decoded rows, Holm-corrected
+    over all of them."""
     statistics: list[Statistic] = []
     marginals: list[Marginal] = []
-    for head_kind, run in decoded.items():
-        head_tests, head_marginals = head_statistics(run, problem=problem, head_kind=head_kind)
-        statistics += head_tests
-        marginals += head_marginals
+    tables: list[HeadTables] = []
+    for problem in problems:
+        for head_kind, run in decoded[problem.target.name].items():
+            tables.append(
+                head_tables(run, problem=problem, head_kind=head_kind, row_group=problem.row_group)
+            )
+            head_tests, head_marginals = statistics_of(tables[-1])
+            statistics += head_tests
+            marginals += head_marginals
     # the stated family size is what the report promises: every test, once
-    assert len(statistics) == family_size(config), (len(statistics), family_size(config))
-    verdicts = holm_rejections([s.p_value for s in statistics], alpha=config.alpha)
+    size = sum(family_size(problem.config) for problem in problems)
+    assert len(statistics) == size, (len(statistics), size)
+    alpha = problems[0].config.alpha
+    verdicts = holm_rejections([s.p_value for s in statistics], alpha=alpha)
+    bounds = detection_bounds(tables, gamma=problems[0].config.gamma, level=alpha / size)
     return StatsResult(
         name=name,
-        rows=config.rows,
-        alpha=config.alpha,
+        rows=target_rows(problems),
+        alpha=alpha,
         family_size=len(statistics),
         statistics=tuple(replace(s, rejected=r) for s, r in zip(statistics, verdicts, strict=True)),
         marginals=tuple(marginals),
-        mean_accepted_length={h: run.mean_accepted_length for h, run in decoded.items()},
+        mean_accepted_length={
+            target: {h: run.mean_accepted_length for h, run in runs.items()}
+            for target, runs in decoded.items()
+        },
+        bounds=bounds,
         verifier=verifier,
         wall_s=wall_s,
     )
+
+
+def target_rows(problems: Sequence[StatsProblem]) -> dict[str, int]:
+    return {problem.target.name: problem.config.rows for problem in problems}
 
 
 def failed_result(
@@ -178,11 +245,12 @@ def failed_result(
     wall_s: float = 0.0,
     verifier: str = CHAIN_VERIFIER.name,
 ) -> StatsResult:
-    """No verdict on the distribution: ``error`` is the implementation's failure, or,
-    when the time limit stopped it, the reason it was not judged."""
+    """No verdict on the distribution at ``config`` (every target): ``error`` is the
+    implementation's failure, or, when the time limit stopped it, the reason it was not
+    judged."""
     return StatsResult(
         name=name,
-        rows=config.rows,
+        rows={t.name: config.target_rows(t) for t in config.targets},
         alpha=config.alpha,
         family_size=family_size(config),
         statistics=(),
@@ -195,42 +263,50 @@ def failed_result(
     )
 
 
+def oracle_config(problems: Sequence[StatsProblem]) -> StatsConfig:
+    """The config the problems were built from (``build_problems``)."""
+    return problems[0].oracle_config
+
+
 def decode_and_fit(
     implementation: Implementation,
     *,
-    problem: StatsProblem,
+    problems: Sequence[StatsProblem],
     time_limit_s: float | None = None,
     verifier: Verifier = CHAIN_VERIFIER,
-) -> tuple[StatsResult, dict[str, DecodeResult] | None]:
-    """Decode every head kind's rows with one implementation, verified by ``verifier``,
-    and fit them (the decoded rows come back too, ``None`` when it raised or ran past
-    ``time_limit_s``: a recorded result, never a crash)."""
-    config = problem.config
+) -> tuple[StatsResult, Decoded | None]:
+    """Decode every target's and head kind's rows with one implementation, verified by
+    ``verifier``, and fit them (the decoded rows come back too, ``None`` when it raised
+    or ran past ``time_limit_s``: a recorded result, never a crash)."""
+    config = problems[0].config
     with intra_op_threads(cpu_threads(config.device)):
         return _decode_and_fit(
-            implementation, problem=problem, time_limit_s=time_limit_s, verifier=verifier
+            implementation, problems=problems, time_limit_s=time_limit_s, verifier=verifier
         )
 
 
 def _decode_and_fit(
     implementation: Implementation,
     *,
-    problem: StatsProblem,
+    problems: Sequence[StatsProblem],
     time_limit_s: float | None,
     verifier: Verifier,
-) -> tuple[StatsResult, dict[str, DecodeResult] | None]:
-    config = problem.config
+) -> tuple[StatsResult, Decoded | None]:
+    config = problems[0].config
     started = time.perf_counter()
     outcome = guarded_call(
         lambda: {
-            kind: decode_rows(
-                implementation.sampler_class,
-                problem=problem,
-                head_kind=kind,
-                seed=config.seed,
-                verifier=verifier,
-            )
-            for kind in config.head_kinds
+            problem.target.name: {
+                kind: decode_rows(
+                    implementation.sampler_class,
+                    problem=problem,
+                    head_kind=kind,
+                    seed=config.seed,
+                    verifier=verifier,
+                )
+                for kind in config.head_kinds
+            }
+            for problem in problems
         },
         time_limit_s=time_limit_s,
         owner=implementation.name,
@@ -239,7 +315,7 @@ def _decode_and_fit(
         wall_s = time.perf_counter() - started
         return failed_result(
             implementation.name,
-            config=config,
+            config=oracle_config(problems),
             error=outcome.error,
             wall_s=wall_s,
             verifier=verifier.name,
@@ -248,7 +324,7 @@ def _decode_and_fit(
     result = fit_decoded(
         implementation.name,
         decoded=decoded,
-        problem=problem,
+        problems=problems,
         wall_s=time.perf_counter() - started,
         verifier=verifier.name,
     )
@@ -259,12 +335,13 @@ def run_stats(
     implementation: Implementation,
     *,
     config: StatsConfig = DEFAULT_CONFIG,
-    problem: StatsProblem | None = None,
+    problems: Sequence[StatsProblem] | None = None,
     verifier: Verifier = CHAIN_VERIFIER,
 ) -> StatsResult:
-    """The oracle's verdict on one implementation at ``config``, under ``verifier``."""
-    problem = problem if problem is not None else build_problem(config)
-    return decode_and_fit(implementation, problem=problem, verifier=verifier)[0]
+    """The oracle's verdict on one implementation at ``config`` (every target), under
+    ``verifier``."""
+    problems = problems if problems is not None else build_problems(config)
+    return decode_and_fit(implementation, problems=problems, verifier=verifier)[0]
 
 
 # -- the expectations -------------------------------------------------------------------------
@@ -290,14 +367,14 @@ def expectations_hold(results: dict[str, StatsResult], roles: Roles = DEFAULT_RO
 
 def default_verdict(
     *, config: StatsConfig = DEFAULT_CONFIG
-) -> tuple[dict[str, StatsResult], StatsProblem]:
+) -> tuple[dict[str, StatsResult], tuple[StatsProblem, ...]]:
     """Fixed and legacy at the config (the default: what the benchmark times)."""
-    problem = build_problem(config)
+    problems = build_problems(config)
     results = {
-        impl.name: run_stats(impl, problem=problem)
+        impl.name: run_stats(impl, problems=problems)
         for impl in builtin_implementations(("fixed", BUGGY))
     }
-    return results, problem
+    return results, problems
 
 
 @dataclass
@@ -307,9 +384,14 @@ class OracleRun:
 
     config: StatsConfig
     by_verifier: dict[str, dict[str, StatsResult]]  # verifier, then implementation
-    decoded: dict[str, dict[str, DecodeResult]]  # first verifier's: implementation, head kind
-    problem: StatsProblem
+    decoded: dict[str, Decoded]  # first verifier's: implementation, target, head kind
+    problems: tuple[StatsProblem, ...]  # one per target, in the config's order
     curves: list[PowerCurve] = field(default_factory=list)  # filled by the report, per head
+
+    @property
+    def problem(self) -> StatsProblem:
+        """The first target's problem: the one power is drawn at."""
+        return self.problems[0]
 
     @property
     def results(self) -> dict[str, StatsResult]:
@@ -342,20 +424,20 @@ def run_oracle(
 ) -> OracleRun:
     """Decode and fit every implementation (default: fixed and legacy) at ``config``
     under every verifier (default: ours alone); ``time_limit_s`` bounds each
-    implementation's decode (all head kinds) under one verifier; with ``isolate`` each
-    decodes in its worker."""
+    implementation's decode (every target and head kind) under one verifier; with
+    ``isolate`` each decodes in its worker."""
     if not verifiers or len({v.name for v in verifiers}) != len(verifiers):
         raise StatsError(f"verifiers must be distinct and not empty, got {list(verifiers)}")
-    problem = build_problem(config)
+    problems = build_problems(config)
     chosen = list(implementations) if implementations is not None else default_implementations()
     by_verifier: dict[str, dict[str, StatsResult]] = {}
-    decoded: dict[str, dict[str, DecodeResult]] = {}
+    decoded: dict[str, Decoded] = {}
     for verifier in verifiers:
         results = by_verifier.setdefault(verifier.name, {})
         for impl in chosen:
             progress(
-                f"stats: {impl.name} under {verifier.name} "
-                f"({config.rows} rows x {len(config.head_kinds)} heads) ..."
+                f"stats: {impl.name} under {verifier.name} ({len(config.targets)} targets x "
+                f"{len(config.head_kinds)} heads) ..."
             )
             if isolate:
                 from harness.pipeline.isolation import isolated_decode_and_fit
@@ -365,8 +447,8 @@ def run_oracle(
                 )
             else:
                 results[impl.name], run = decode_and_fit(
-                    impl, problem=problem, time_limit_s=time_limit_s, verifier=verifier
+                    impl, problems=problems, time_limit_s=time_limit_s, verifier=verifier
                 )
             if run is not None and verifier is verifiers[0]:
                 decoded[impl.name] = run
-    return OracleRun(config=config, by_verifier=by_verifier, decoded=decoded, problem=problem)
+    return OracleRun(config=config, by_verifier=by_verifier, decoded=decoded, problems=problems)

@@ -81,6 +81,7 @@ def _wire_types() -> dict[str, type[Any]]:
     from harness.measure.counters import CallCost
     from harness.measure.timing import PairedTimes
     from harness.oracles.fits import Marginal, Statistic
+    from harness.oracles.power import DetectionBound
     from harness.oracles.stats import StatsResult
     from harness.plugins.conventions import NoiseCounter, StagedParams
     from reference.verifier import DecodeResult
@@ -94,6 +95,7 @@ def _wire_types() -> dict[str, type[Any]]:
         StatsResult,
         Statistic,
         Marginal,
+        DetectionBound,
         DecodeResult,
         PluginDescription,
         PairedTimes,
@@ -332,14 +334,14 @@ class _Worker:
         return result
 
     def stats(self, reference: Any, config: Any, limit: float | None, verifier: Any) -> Any:
-        from harness.oracles.problem import build_problem
+        from harness.oracles.problem import build_problems
         from harness.oracles.stats import decode_and_fit
 
         if config not in self.problems:
-            self.problems[config] = build_problem(config)
-        problem = self.problems[config]
+            self.problems[config] = build_problems(config)
+        problems = self.problems[config]
         return decode_and_fit(
-            self.implementation(reference), problem=problem, time_limit_s=limit, verifier=verifier
+            self.implementation(reference), problems=problems, time_limit_s=limit, verifier=verifier
         )
 
     def timing(self, case: Case, repeats: int, references: tuple[Any, Any]) -> Any:

@@ -168,7 +168,9 @@ def time_limit(seconds: float | None) -> Iterator[None]:
 
     The timer fires again every ``TIMEOUT_REFIRE_S`` until the block ends, and a block
     that swallowed the timeout and returned still raises it on exit. Off the main
-    thread, or with ``None``, no limit is applied.
+    thread, or with ``None``, no limit is applied. Once the block has ended the limit's
+    handler raises nothing, and a timeout that lands in the clean-up is absorbed there
+    instead of cutting it short (which would leave the repeating timer armed).
     """
     usable = (
         seconds is not None
@@ -181,9 +183,12 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     assert seconds is not None
     message = f"call exceeded the time limit of {seconds:g} s"
     fired = False
+    live = True  # the block runs; a SIGALRM that comes after it raises nothing
 
     def on_alarm(signum: int, frame: object) -> None:
         nonlocal fired
+        if not live:
+            return
         fired = True
         raise CallTimeout(message)
 
@@ -203,8 +208,14 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         try:
             yield
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+            while True:  # a timeout may land at any bytecode here: start the clean-up over
+                try:
+                    live = False  # first: a SIGALRM from here on raises nothing
+                    signal.setitimer(signal.ITIMER_REAL, 0)  # the code's own timer too
+                    signal.signal(signal.SIGALRM, previous)
+                    break
+                except CallTimeout:  # landed before ``live`` was cleared: the call's own
+                    fired = True
     finally:
         backstop.stop()
     if backstop.raised:  # the block caught the backstop's timeout and carried on

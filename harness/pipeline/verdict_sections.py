@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage, coverage_section
 from harness.pipeline.ledger import LEDGER_CLASSES
 from harness.pipeline.verdicts import (
     FIXED,
@@ -231,10 +232,13 @@ def comparison_sections(
     require_coverage: bool,
     roles: Roles | None = None,
     statistical: Statisticals = None,
+    statistical_coverage: StatisticalCoverage | None = None,
 ) -> list[Section]:
     """Verdict sections: fixed, the pair's ledger, reference, then every other
     implementation, each held to what its role requires; ``statistical`` (by name,
-    ``None`` when the oracle did not run) enters each lossless verdict."""
+    ``None`` when the oracle did not run) enters each lossless verdict; then the
+    verdicts table, what they covered (``statistical_coverage``: the oracle's part) and
+    the checks table."""
     roles = roles or Roles()
     names = list(records[0]["implementations"]) if records else []
     sections: list[Section] = []
@@ -262,6 +266,7 @@ def comparison_sections(
                 blocks=(_verdicts_table(records, roles=roles, statistical=statistical),),
             )
         )
+        sections.append(coverage_section(records, statistical=statistical_coverage))
         sections.append(
             Section(
                 title="Checks per implementation",
@@ -317,10 +322,14 @@ def _verdicts_table(records: list[Record], *, roles: Roles, statistical: Statist
 
 
 def verdicts_json(
-    records: list[Record], *, roles: Roles, statistical: Statisticals = None
+    records: list[Record],
+    *,
+    roles: Roles,
+    statistical: Statisticals = None,
+    statistical_coverage: StatisticalCoverage | None = None,
 ) -> dict[str, Any]:
     """Per implementation: its two verdicts (the statistical part in them), its role and
-    what it is held to; the roles."""
+    what it is held to; the roles; what the verdicts covered."""
     names = list(records[0]["implementations"]) if records else []
     implementations = {}
     for name in names:
@@ -330,4 +339,8 @@ def verdicts_json(
             "role": role,
             "held_to": required,
         }
-    return {"roles": roles.to_json(), "implementations": implementations}
+    coverage = {
+        "matrix": MatrixCoverage.of_records(records).to_json(),
+        "statistical": None if statistical_coverage is None else statistical_coverage.to_json(),
+    }
+    return {"roles": roles.to_json(), "implementations": implementations, "coverage": coverage}

@@ -46,6 +46,7 @@ class Statistical:
     carried_by: str = ""
     error: str | None = None
     not_judged: str | None = None  # it ran out of time: no verdict either way
+    not_ruled_out: str = ""  # after a pass: the smallest defect it would have seen
 
     @property
     def failed(self) -> bool:
@@ -62,7 +63,8 @@ class Statistical:
         p = "nan" if self.p_value is None else f"{self.p_value:.3g}"
         if self.rejected:
             return f"statistical oracle REJECTED it (family p={p}; carried by {self.carriers()})"
-        return f"statistical oracle passed it (family p={p})"
+        bound = f"; {self.not_ruled_out}" if self.not_ruled_out else ""
+        return f"statistical oracle passed it (family p={p}{bound})"
 
     def carriers(self) -> str:
         """The first ``MAX_CARRIERS`` of ``carried_by`` (strongest first), and how many
@@ -76,9 +78,10 @@ class Statistical:
             "ran": self.ran,
             "rejected": self.rejected,
             "p_value": self.p_value,
-            "carried_by": self.carried_by,  # head/group/test of each rejection
+            "carried_by": self.carried_by,  # target/head/group/test of each rejection
             "error": self.error,
             "not_judged": self.not_judged,
+            "not_ruled_out": self.not_ruled_out,
         }
 
 

@@ -3,9 +3,11 @@ table: every one must be rejected by the oracle's default run, by that oracle al
 
 Each is the fixed sampler with one piece changed, so the defect is the only
 difference: how the noise is drawn (reused across steps, shared across rows,
-frozen across calls, the Gumbel sign flipped, the temperature ignored), or what is
-written (corrected logits divided by the temperature, shifted by one step, without
-the Markov bias; the token at the last draft position altered).
+frozen across calls, the Gumbel sign flipped, the temperature ignored, one noise row
+per tile of rows at the last step), or what is written (corrected logits divided by
+the temperature, shifted by one step, without the Markov bias; the token at the last
+draft position altered), or which parameters it draws with (the first ones staged,
+for every later call).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ class _RaceOnNoise(FixedSampler):
     def race_temperatures(self, bs: int) -> torch.Tensor:
         return self.temperatures[:bs]
 
+    def race_greedy_mask(self, bs: int) -> torch.Tensor:
+        return self.greedy_mask[:bs]
+
     def step_sampler(self, bs: int) -> StepSampler:
         if not self.folded_sampling:
             return super().step_sampler(bs)
@@ -37,7 +42,7 @@ class _RaceOnNoise(FixedSampler):
             return exponential_race(
                 step_logits,
                 temperatures=self.race_temperatures(bs),
-                greedy_mask=self.greedy_mask[:bs],
+                greedy_mask=self.race_greedy_mask(bs),
                 noise=self.step_noise(bs, step_idx),
             )
 
@@ -60,6 +65,47 @@ class SharedNoiseAcrossRowsSampler(_RaceOnNoise):
     def step_noise(self, bs: int, step_idx: int) -> torch.Tensor:
         assert self.exp_noise is not None
         return self.exp_noise[:1].exponential_().expand(bs, -1)
+
+
+class TiledNoiseRowSampler(_RaceOnNoise):
+    """At the last draft step the rows of each tile of ``TILE_ROWS`` slots share the tile's
+    first noise row (a kernel that loads one noise row per tile). Far from the target
+    the verifier's residual draws hide it; near the target they cannot."""
+
+    TILE_ROWS = 64
+
+    def step_noise(self, bs: int, step_idx: int) -> torch.Tensor:
+        assert self.exp_noise is not None
+        noise = self.exp_noise[:bs].exponential_()
+        if step_idx < self.gamma - 1:
+            return noise
+        first_of_tile = torch.arange(bs, device=noise.device) // self.TILE_ROWS * self.TILE_ROWS
+        return noise[first_of_tile]
+
+
+class FirstStagedParamsSampler(_RaceOnNoise):
+    """Draws with the temperatures and greedy rows staged before its first call: the
+    staging of later calls reaches the public buffers (which the verifier reads) but
+    never the draw, as a graph that captured its first parameters would."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.first_staged: tuple[torch.Tensor, torch.Tensor] | None = None  # [max_bs] each
+
+    def step_noise(self, bs: int, step_idx: int) -> torch.Tensor:
+        assert self.exp_noise is not None
+        return self.exp_noise[:bs].exponential_()
+
+    def first_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.first_staged is None:
+            self.first_staged = (self.temperatures.clone(), self.greedy_mask.clone())
+        return self.first_staged
+
+    def race_temperatures(self, bs: int) -> torch.Tensor:
+        return self.first_parameters()[0][:bs]
+
+    def race_greedy_mask(self, bs: int) -> torch.Tensor:
+        return self.first_parameters()[1][:bs]
 
 
 class FrozenNoiseSampler(_RaceOnNoise):
@@ -151,6 +197,23 @@ class LastTokenAlteredSampler(FixedSampler):
         super().emit(block, altered)
 
 
+class RareArgmaxLastTokenSampler(FixedSampler):
+    """In one slot of every ``EVERY``, the last draft token is the argmax of its step
+    logits whatever the noise drew: a fixed token (the most likely) on a fraction of
+    rows below the oracle's detection bound, which a pass must leave "not ruled out"
+    (not part of the kill table)."""
+
+    EVERY = 64
+
+    def emit(self, block: BlockInputs, tokens: torch.Tensor) -> None:
+        altered = tokens.clone()
+        rows = torch.arange(0, block.bs, self.EVERY, device=tokens.device)
+        assert self.corrected_out is not None
+        last_step = self.corrected_out[rows * self.gamma + self.gamma - 1]  # [rows, V]
+        altered[rows, -1] = last_step.argmax(dim=-1)
+        super().emit(block, altered)
+
+
 STATS_DEFECTS: dict[str, type[FixedSampler]] = {
     "reused-noise-across-steps": ReusedNoiseSampler,
     "noise-shared-across-rows": SharedNoiseAcrossRowsSampler,
@@ -161,4 +224,10 @@ STATS_DEFECTS: dict[str, type[FixedSampler]] = {
     "gumbel-sign-flipped": FlippedGumbelSignSampler,
     "markov-bias-dropped": NoMarkovBiasSampler,
     "noise-frozen-across-calls": FrozenNoiseSampler,
+    "first-staged-parameters-kept": FirstStagedParamsSampler,
+    "noise-row-shared-per-tile": TiledNoiseRowSampler,
 }
+# Seen only because the oracle restages one instance between calls (``restage``).
+LIFE_ONLY = ("first-staged-parameters-kept",)
+# Seen only at a target near the draft (``DEFAULT_TARGETS``): far, the residual hides it.
+NEAR_TARGET_ONLY = ("noise-row-shared-per-tile",)

@@ -21,7 +21,7 @@ from tests.plugins.alternative_samplers import _RowDrawSampler
 class HalfUniformGumbelSampler(_RowDrawSampler):
     """``argmax(x / T - log E)`` with ``E = -log1p(-u)``, ``u`` rounded to float16."""
 
-    def draw(self, scaled: torch.Tensor) -> torch.Tensor:
+    def draw(self, scaled: torch.Tensor, step_idx: int) -> torch.Tensor:
         uniform = torch.empty_like(scaled).uniform_().half().float()  # [bs, V], may be 1
         return torch.argmax(scaled - torch.log(-torch.log1p(-uniform)), dim=-1)
 
@@ -29,7 +29,7 @@ class HalfUniformGumbelSampler(_RowDrawSampler):
 class NanAsMaskedSampler(_RowDrawSampler):
     """The exponential race on logits whose NaNs were read as masked (``-inf``)."""
 
-    def draw(self, scaled: torch.Tensor) -> torch.Tensor:
+    def draw(self, scaled: torch.Tensor, step_idx: int) -> torch.Tensor:
         masked = torch.nan_to_num(scaled, nan=float("-inf"))  # [bs, V]
         noise = torch.empty_like(masked).exponential_()
         return torch.argmax(torch.softmax(masked, dim=-1) / noise, dim=-1)
