@@ -1,8 +1,9 @@
 """Every check fails on the defect aimed at it, and on nothing else.
 
 One row per check of ``harness.pipeline.checks``: a planted-defect sampler
-(``tests/plugins/planted_defects.py``), the case that exposes it, and the exact set
-of checks that must fail. Add a check by appending a row.
+(``tests/plugins/planted_defects.py``, ``life_defects.py`` for the checks of a
+server's life), the case that exposes it, and the exact set of checks that must fail.
+Add a check by appending a row.
 
 Self-checks need no second implementation, so a row runs the defect alone unless
 ``against_reference``: a defect that changes the emitted tokens, logits or confidence
@@ -25,6 +26,7 @@ from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
 from tests.plugins import (
     broken_samplers,
+    life_defects,
     planted_defects,
     planted_defects_verdicts,
     untrusted_samplers,
@@ -37,6 +39,7 @@ FOLDED_CONFIDENCE = make_case(**SHAPE, greedy_rows=MIXED, confidence=True, seed=
 GREEDY_FOLD = make_case(**SHAPE, greedy_rows=(True,) * 4, folded_sampling=False, seed=13)
 COLD = make_case(**SHAPE, temperature=1e-3, seed=14, name="folded, T=0.001")
 BUCKETED = make_case(**SHAPE, greedy_rows=MIXED, confidence=True, max_bs=6, seed=15)
+LIFE = make_case(**SHAPE, greedy_rows=MIXED, max_bs=6, replays=8, seed=16, name="a life")
 DEFECT = "defect"
 
 
@@ -130,9 +133,33 @@ ROWS = (
         frozenset({"state_restored"}),
     ),
     DefectRow(
+        "life_replays",
+        life_defects.WrongFromThirdCallSampler,
+        LIFE,
+        frozenset({"life_replays"}),
+    ),
+    DefectRow(
+        "life_server_buffer",
+        life_defects.OwnOutBufferSampler,
+        LIFE,
+        frozenset({"life_server_buffer", "life_replays"}),  # the replays read that buffer
+    ),
+    DefectRow(
+        "life_fresh_noise",
+        life_defects.AlternatingNoiseSampler,
+        LIFE,
+        frozenset({"life_fresh_noise"}),
+    ),
+    DefectRow(
+        "life_drop_in",
+        life_defects.ExtraWalkFromThirdCallSampler,
+        LIFE,
+        frozenset({"life_drop_in"}),
+    ),
+    DefectRow(
         "matches_reference",
         planted_defects.PrivateGeneratorSampler,
-        FOLDED,
+        LIFE,
         frozenset({"matches_reference"}),
         True,
     ),
@@ -161,7 +188,7 @@ def test_every_check_has_a_row() -> None:
 
 
 @pytest.mark.parametrize(
-    "case", [FOLDED, FOLDED_CONFIDENCE, GREEDY_FOLD, COLD, BUCKETED], ids=Case.label
+    "case", [FOLDED, FOLDED_CONFIDENCE, GREEDY_FOLD, COLD, BUCKETED, LIFE], ids=Case.label
 )
 def test_fixed_passes_every_check_on_the_defect_cases(case: Case) -> None:
     run = run_case(case, builtin_implementations(("reference", "fixed")))

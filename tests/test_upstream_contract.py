@@ -18,6 +18,7 @@ import torch
 from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.check_result import tier_of
 from harness.pipeline.compare import evaluate_run
+from harness.pipeline.life import MIN_REPLAYS
 from harness.pipeline.runner import ImplResult, run_case
 from harness.plugins.conventions import ConventionName, convention_of
 from harness.plugins.eras import Era
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.upstream
 SHAPE = {"bs": 4, "gamma": 4, "vocab_size": 64, "hidden_size": 16, "markov_rank": 8}
 MIXED = (False, True, False, False)  # one greedy row among sampled ones
 BUCKETED = make_case(**SHAPE, greedy_rows=MIXED, confidence=True, max_bs=6, seed=15)
+LIFE = make_case(**SHAPE, greedy_rows=MIXED, max_bs=6, replays=MIN_REPLAYS, seed=21)
 GREEDY_FOLD = make_case(**SHAPE, greedy_rows=(True,) * 4, folded_sampling=False, seed=13)
 ALWAYS = frozenset({"noise_budget"})  # counter noise is not the reference's exponential_ budget
 
@@ -193,3 +195,31 @@ def test_the_pytest_plugin_judges_the_package_sampler_and_a_planted_defect(
     failing = pytester.runpytest_subprocess(*select, "--dspark-impl", frozen)
     failing.assert_outcomes(failed=2)
     failing.stdout.fnmatch_lines(["*fresh_noise*the first call did not advance the noise counter*"])
+
+
+LIFE_CHECKS = ("life_replays", "life_server_buffer", "life_fresh_noise")
+
+
+def test_the_package_sampler_lives_a_server_life_through_its_convention() -> None:
+    result, statuses = _run(LIFE, parse_impl_spec("sglang=sglang").sampler_class)
+    assert {name: statuses[name] for name in LIFE_CHECKS} == dict.fromkeys(LIFE_CHECKS, "pass")
+    assert statuses["life_drop_in"] == "fail"  # each replay's noise source, as on one call
+    assert result.life is not None and len(result.life.replays) == MIN_REPLAYS
+    assert result.life.out_passed
+    counters = [r.result.noise_counter for r in result.life.replays]
+    assert all(c is not None for c in counters)
+    starts = [c.start for c in counters if c is not None]
+    assert starts == sorted(starts) and starts[-1] > 0  # one counter over the whole life
+
+
+@pytest.mark.parametrize(
+    ("sampler", "check"),
+    [("OwnOutBuffer", "life_server_buffer"), ("CounterBackAfterSecondCall", "life_fresh_noise")],
+)
+def test_each_life_defect_of_the_contract_fails_its_life_check(
+    samplers: ModuleType, sampler: str, check: str
+) -> None:
+    _, one_call = _run(BUCKETED, getattr(samplers, sampler))
+    assert {name for name, status in one_call.items() if status == "fail"} == ALWAYS
+    _, statuses = _run(LIFE, getattr(samplers, sampler))
+    assert statuses[check] == "fail"

@@ -93,7 +93,7 @@ def test_non_replayable_draws_skip_noise_replay_and_say_who_decides() -> None:
     checks = evaluate_run(run, require_observable=False).checks["UniformGumbelSampler"]
     replay = next(c for c in checks if c.name == "noise_replay")
     assert replay.status == "skip"
-    assert replay.detail.startswith("draws not replayable: ")
+    assert replay.detail.startswith("draws not visible / not replayable (4 x uniform_ ")
     assert "the statistical oracle carries the lossless verdict" in replay.detail
 
 

@@ -19,9 +19,11 @@ from harness.cli.options import (
     add_role_options,
     add_selection_options,
     add_stats_option,
+    add_thorough_option,
     journal_path,
     judged_implementations,
     judged_sections,
+    matrix_cases,
 )
 from harness.render.progress import progress_printer
 from harness.render.sections import Section
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_selection_options(parser, verb="run")
     add_role_options(parser)
+    add_thorough_option(parser)
     add_resume_option(parser)
     add_isolate_option(parser)
     add_stats_option(parser)
@@ -42,7 +45,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def command(args: argparse.Namespace) -> ExitCode:
     from harness.pipeline.case import Case
     from harness.pipeline.compare import compare
-    from harness.pipeline.matrix import standard_matrix
     from harness.plugins.implementations import parse_names
 
     implementations, roles = judged_implementations(args, parse_names(args.only))
@@ -51,7 +53,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         if args.device != "cpu":
             cases = [c.with_changes(device=args.device) for c in cases]
     else:
-        cases = standard_matrix(seed=args.seed, device=args.device)
+        cases = matrix_cases(args)
     progress = progress_printer(quiet=args.quiet)
     started = time.perf_counter()
     records = compare(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, REQUIREMENTS, Requirement
 
 if TYPE_CHECKING:  # the options are offered without importing what runs them (torch)
+    from harness.pipeline.case import Case
     from harness.pipeline.verdicts import Roles
     from harness.plugins.implementations import Implementation
     from harness.render.progress import Progress
@@ -53,6 +54,26 @@ def add_selection_options(parser: argparse.ArgumentParser, *, verb: str) -> None
         help=f"built-in implementations to {verb}, comma-separated (default: all three)",
     )
     add_impl_option(parser, verb=f"also {verb}")
+
+
+def add_thorough_option(parser: argparse.ArgumentParser) -> None:
+    """``--thorough``: the standard matrix plus production shapes."""
+    parser.add_argument(
+        "--thorough",
+        action="store_true",
+        help=(
+            "add production shapes to the matrix: V 129280 and 151936, bf16 and fp16, "
+            "bs 1 and 256, a longer life (minutes on a CPU; within --max-memory)"
+        ),
+    )
+
+
+def matrix_cases(args: argparse.Namespace) -> list[Case]:
+    """The matrix ``--thorough`` asks for, at ``--seed`` on ``--device``."""
+    from harness.pipeline import matrix as matrices
+
+    matrix = matrices.thorough_matrix if args.thorough else matrices.standard_matrix
+    return matrix(seed=args.seed, device=args.device)
 
 
 def comma_separated(

@@ -19,9 +19,11 @@ from harness.cli.options import (
     add_resume_option,
     add_role_options,
     add_stats_option,
+    add_thorough_option,
     journal_path,
     judged_implementations,
     judged_sections,
+    matrix_cases,
 )
 from harness.defaults import BUILTIN_NAMES
 from harness.io.files import write_atomically
@@ -35,6 +37,7 @@ POWER_CAPTION = "power of the statistical oracle per head kind: measured and pre
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_impl_option(parser)
     add_role_options(parser)
+    add_thorough_option(parser)
     add_resume_option(parser)
     add_isolate_option(parser)
     add_stats_option(parser)
@@ -43,11 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def command(args: argparse.Namespace) -> ExitCode:
     from harness.pipeline.compare import compare
-    from harness.pipeline.matrix import standard_matrix
 
     progress = progress_printer(quiet=args.quiet)
     started = time.perf_counter()
-    cases = standard_matrix(seed=args.seed, device=args.device)
+    cases = matrix_cases(args)
     implementations, roles = judged_implementations(args, list(BUILTIN_NAMES))
     records = compare(
         cases,

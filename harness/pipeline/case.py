@@ -100,6 +100,7 @@ class Case:
     seed: int = 0
     max_bs: int = 0  # 0: same as bs
     vocab_padding: int = 0
+    replays: int = 0  # > 0: also a server's life of this many replays on one instance
     name: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -115,7 +116,7 @@ class Case:
     def check_types(self) -> None:
         """JSON types exactly: integers for shapes and seeds, booleans for flags, strings
         for names, lists of numbers and of booleans; nothing is coerced."""
-        for name in (*SHAPE_FIELDS, "seed", "max_bs", "vocab_padding"):
+        for name in (*SHAPE_FIELDS, "seed", "max_bs", "vocab_padding", "replays"):
             if not _is_int(getattr(self, name)):
                 raise CaseError(f"{name} must be an integer, got {getattr(self, name)!r}")
         for name in FLAG_FIELDS:
@@ -177,6 +178,8 @@ class Case:
                 )
         if self.vocab_padding < 0:
             raise CaseError(f"vocab_padding must be >= 0, got {self.vocab_padding}")
+        if self.replays < 0:
+            raise CaseError(f"replays must be >= 0 (0: no life), got {self.replays}")
 
     # -- derived facts ------------------------------------------------------------------------
     @property
@@ -213,6 +216,7 @@ class Case:
         return (
             f"{self.head_kind}/{layout}/{mode}/{self.dtype} bs={self.bs} g={self.gamma} "
             f"V={self.vocab_size} H={self.hidden_size} r={self.markov_rank} seed={self.seed}"
+            + (f" replays={self.replays}" if self.replays else "")
         )
 
     # -- JSON ---------------------------------------------------------------------------------

@@ -12,9 +12,11 @@ names the rows, steps and values that show it.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import torch
 
+from harness.pipeline.case import case_block
 from harness.pipeline.check_result import (
     CHECK_TIERS,
     CheckResult,
@@ -25,9 +27,10 @@ from harness.pipeline.check_result import (
     skipped,
     tier_of,
 )
+from harness.pipeline.life import LifeReplay, replay_inputs
 from harness.pipeline.observe import NOISE_OP, RandomDraw
 from harness.pipeline.runner import CaseRun, ImplResult
-from harness.plugins.conventions import NoiseCounter
+from harness.plugins.conventions import TOKEN_SENTINEL, NoiseCounter
 from reference import exponential_race_torch, teacher_forced_logits
 from reference.sampling_params import stage_sampling_params
 from reference.verifier import draft_distribution
@@ -199,55 +202,39 @@ def call_draws(result: ImplResult) -> list[RandomDraw]:
     return [RandomDraw(NOISE_OP, "call", tuple(v.shape), v) for v in result.noise_draws]
 
 
-def replay_noise(run: CaseRun, result: ImplResult) -> list[torch.Tensor] | str:
-    """Per-step noise ``[bs, V]`` that explains the tokens, or why the draws cannot:
-    replayable are ``gamma`` ``exponential_`` draws of ``[bs or max_bs, V]`` in the call,
-    or ONE staged ``exponential_`` draw of ``[bs or max_bs, gamma, V]``."""
+NOT_VISIBLE = "the statistical oracle carries the lossless verdict"
+
+
+def not_visible(described: str) -> str:
+    """How a check that needs visible draws says it skipped."""
+    return f"draws not visible / not replayable ({described}): {NOT_VISIBLE}"
+
+
+def replay_noise(run: CaseRun, draws: list[RandomDraw]) -> list[torch.Tensor] | str:
+    """Per-step noise ``[bs, V]`` the draws would race with, or why they cannot:
+    replayable are ``gamma`` ``exponential_`` draws of ``[bs or max_bs, V]`` (draw ``k``
+    races step ``k``), or ONE ``exponential_`` draw of ``[bs or max_bs, gamma, V]``
+    (slice ``k`` races step ``k``), in whichever phase they were drawn."""
     case = run.case
-    draws = call_draws(result)
     vocab = run.block.base_logits.shape[-1]
     rows = (case.bs, case.max_bs)
-    described = describe_draws(draws)
     if any(d.op != NOISE_OP for d in draws) or not draws:
-        return f"draws not replayable: {described}"
-    staged = [d for d in draws if d.phase == "staging"]
-    in_call = [d for d in draws if d.phase == "call"]
+        return f"draws not replayable: {describe_draws(draws)}"
     if any(d.values is None for d in draws):
         return "draws were not recorded"
-    if (
-        not staged
-        and len(in_call) == case.gamma
-        and all(d.shape[0] in rows and d.shape[1:] == (vocab,) for d in in_call)
-    ):
-        return [d.values[: case.bs] for d in in_call if d.values is not None]
-    if (
-        not in_call
-        and len(staged) == 1
-        and staged[0].shape in {(r, case.gamma, vocab) for r in rows}
-    ):
-        values = staged[0].values
-        assert values is not None
-        return [values[: case.bs, k] for k in range(case.gamma)]
-    return f"draws not replayable: {described}"
+    values = [d.values for d in draws if d.values is not None]
+    if len(draws) == case.gamma and all(d.shape in {(r, vocab) for r in rows} for d in draws):
+        return [v[: case.bs] for v in values]
+    if len(draws) == 1 and draws[0].shape in {(r, case.gamma, vocab) for r in rows}:
+        return [values[0][: case.bs, k] for k in range(case.gamma)]
+    return f"draws not replayable: {describe_draws(draws)}"
 
 
-def check_noise_replay(run: CaseRun, result: ImplResult) -> CheckResult:
-    """Where the draws are replayable, draw ``k`` with ``corrected_out[:, k]`` and the row
-    temperature reproduces ``out[:, k]`` (greedy rows: the argmax). Otherwise a skip:
-    the statistical oracle carries the lossless verdict."""
-    name = "noise_replay"
-    case = run.case
-    if not case.folded_sampling:
-        return skipped(name, "greedy fold: no noise to replay")
-    if result.tokens is None or result.corrected is None:
-        return skipped(name, "no output")
-    noise = replay_noise(run, result)
-    if isinstance(noise, str) and result.counter_replay is not None and counter_noise(result):
-        return counter_stream_replay(result)
-    if isinstance(noise, str):
-        return skipped(name, f"{noise} — the statistical oracle carries the lossless verdict")
+def race_tokens(run: CaseRun, result: ImplResult, noise: list[torch.Tensor]) -> torch.Tensor:
+    """``[bs, gamma]``: the tokens the race gives on ``noise`` with the staged parameters."""
+    assert result.corrected is not None
     temperatures, greedy_mask = staged_parameters(run, result)
-    replayed = torch.stack(
+    return torch.stack(
         [
             exponential_race_torch(
                 result.corrected[:, k],
@@ -255,14 +242,91 @@ def check_noise_replay(run: CaseRun, result: ImplResult) -> CheckResult:
                 greedy_mask=greedy_mask,
                 noise=noise[k],
             )
-            for k in range(case.gamma)
+            for k in range(run.case.gamma)
         ],
         dim=1,
-    )  # [bs, gamma]
-    differ = replayed != result.tokens
-    if differ.any():
-        return failed(name, "noise draw k with corrected_out[:, k] does not give out[:, k]", differ)
-    return passed(name)
+    )
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What the recorded draws say about one call's tokens."""
+
+    noise: list[torch.Tensor] | None  # the per-step noise that explains the tokens
+    contradicted: torch.Tensor | None  # [bs, gamma]: observed draws that do not explain them
+    carried: bool  # explained by draws made before the call (double-buffered noise)
+    why_not: str  # why no draws could be replayed
+
+
+def replay(run: CaseRun, result: ImplResult) -> Replay:
+    """Replay the call's own draws; failing that, the draws carried into it (drawn at
+    construction or at the end of the previous call)."""
+    own = call_draws(result)
+    candidates = [(own, False), (result.carried_draws, True)]
+    contradicted, why_not = None, ""
+    for draws, carried in candidates:
+        if carried and not draws:
+            continue
+        noise = replay_noise(run, draws)
+        if isinstance(noise, str):
+            why_not = why_not or noise
+            continue
+        assert result.tokens is not None
+        differ = torch.ne(race_tokens(run, result, noise), result.tokens)
+        if not differ.any():
+            return Replay(noise, None, carried, "")
+        contradicted = differ if contradicted is None else contradicted
+    return Replay(None, contradicted, False, why_not or describe_draws(own))
+
+
+def check_noise_replay(run: CaseRun, result: ImplResult) -> CheckResult:
+    """Where the draws are replayable, draw ``k`` with ``corrected_out[:, k]`` and the row
+    temperature reproduces ``out[:, k]`` (greedy rows: the argmax); draws made before the
+    call (double-buffered noise) may explain it too; a convention's declared noise
+    counter is replayed from its stream. Draws that cannot be replayed are a skip: the
+    statistical oracle carries the lossless verdict."""
+    name = "noise_replay"
+    case = run.case
+    if not case.folded_sampling:
+        return skipped(name, "greedy fold: no noise to replay")
+    if result.tokens is None or result.corrected is None:
+        return skipped(name, "no output")
+    if result.counter_replay is not None and counter_noise(result) is not None:
+        return counter_stream_replay(result)  # declared counter noise: no torch draw to replay
+    replayed = replay(run, result)
+    if replayed.contradicted is not None:
+        return failed(
+            name,
+            "noise draw k with corrected_out[:, k] does not give out[:, k]",
+            replayed.contradicted,
+        )
+    if replayed.noise is None:
+        if replayed.why_not == "draws were not recorded":
+            return skipped(name, replayed.why_not)
+        return skipped(name, not_visible(replayed.why_not.removeprefix("draws not replayable: ")))
+    return passed(name, "noise drawn before the call (double-buffered)" if replayed.carried else "")
+
+
+def same_noise(first: list[torch.Tensor], second: list[torch.Tensor]) -> bool:
+    """Whether two calls' noise is the same, step by step, on the rows both drew."""
+    if len(first) != len(second):
+        return False
+    for a, b in zip(first, second, strict=True):
+        rows = min(a.shape[0], b.shape[0])
+        if a.shape[1:] != b.shape[1:] or not torch.equal(a[:rows], b[:rows]):
+            return False
+    return True
+
+
+def used_noise(run: CaseRun, result: ImplResult) -> list[torch.Tensor] | None:
+    """The noise a call used, as far as it is visible: the draws that explain its tokens,
+    else every value it drew; ``None`` when nothing is visible."""
+    if result.tokens is not None and result.corrected is not None:
+        explained = replay(run, result).noise
+        if explained is not None:
+            return explained
+    values = [d.values for d in call_draws(result) if d.values is not None]
+    return values if values and len(values) == len(call_draws(result)) else None
 
 
 def counter_noise(result: ImplResult) -> NoiseCounter | None:
@@ -322,18 +386,19 @@ def check_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
     stale_counter = _fresh_counter(result, second)
     if stale_counter is not None:
         return failed(name, stale_counter)
-    first_draws, second_draws = call_draws(result), call_draws(second)
-    if not second_draws and second.noise_counter is None:
-        return failed(name, "the second call drew no noise in staging or the call")
-    first_values = [d.values for d in first_draws if d.values is not None]
-    second_values = [d.values for d in second_draws if d.values is not None]
-    comparable = len(first_values) == len(first_draws) == len(second_draws) == len(second_values)
-    from_torch = counter_noise(second) is None  # else the counter said it, above
-    if from_torch and comparable and all(map(torch.equal, first_values, second_values)):
-        return failed(
-            name,
-            f"the second call drew the same noise as the first ({describe_draws(second_draws)})",
-        )
+    if counter_noise(second) is None:  # torch's RNG (a counter's freshness is said above)
+        first_noise, second_noise = used_noise(run, result), used_noise(run, second)
+        if first_noise is not None and second_noise is not None:
+            if same_noise(first_noise, second_noise):
+                return failed(
+                    name,
+                    "the second call drew the same noise as the first "
+                    f"({describe_draws(call_draws(second) or second.carried_draws)})",
+                )
+        elif first_noise is not None and not call_draws(second):
+            return failed(name, "the second call drew no noise in staging or the call")
+        else:
+            return skipped(name, not_visible(describe_draws(call_draws(second))))
     if result.mutated_inputs:  # the second call ran on changed inputs: inputs_unchanged says so
         return passed(name, "noise differs; outputs not judged (the first call changed the inputs)")
     for check in (check_teacher_forcing, check_noise_replay):
@@ -477,6 +542,7 @@ def self_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
         check_noise_budget(run, result),
         check_single_walk(run, result),
         *guarded,
+        *life_checks(run, result),
     ]
 
 
@@ -530,3 +596,150 @@ def check_matches_reference(run: CaseRun, result: ImplResult, reference: ImplRes
             if differ.any():
                 return failed(name, f"{label} differs from the reference{named}", differ)
     return passed(name, "bit-exact" if exact else "within dtype tolerance")
+
+
+# -- a server's life -----------------------------------------------------------------------
+def replay_run(run: CaseRun, replay: LifeReplay) -> CaseRun:
+    """One replay of the life as a run of its own: its case, inputs and result."""
+    case = replay.step.case_of(run.case)
+    inputs = replay_inputs(run.case, replay.step, run.inputs)  # pristine, from the seed
+    return CaseRun(
+        case=case,
+        inputs=inputs,
+        block=case_block(case, inputs),
+        results={replay.result.name: replay.result},
+    )
+
+
+def _without_life(name: str, result: ImplResult) -> CheckResult | None:
+    """A life check's outcome when there is no life to judge: a skip when none was run
+    (a result replayed from a CUDA graph), a failure when its construction raised."""
+    life = result.life
+    if life is None:
+        return skipped(name, "no life was run for this result")
+    if life.error is not None:
+        return failed(name, f"construction for the life raised {life.error.summary()}")
+    return None
+
+
+def replay_failures(run: CaseRun, result: ImplResult) -> dict[Tier, list[str]]:
+    """Per tier, the first failing per-call check of each replay that has one, named."""
+    assert result.life is not None
+    failures: dict[Tier, list[str]] = {"lossless": [], "drop_in": []}
+    for replay in result.life.replays:
+        first: dict[Tier, str] = {}
+        for check in self_checks(replay_run(run, replay), replay.result):
+            if check.failed and check.tier not in first:
+                first[check.tier] = f"{replay.step.describe()}: {check.name}: {check.detail}"
+        for tier, failure in first.items():
+            failures[tier].append(failure)
+    return failures
+
+
+def _replay_verdict(name: str, result: ImplResult, failures: list[str]) -> CheckResult:
+    """``life_replays`` (lossless tier) or ``life_drop_in``: every replay held to every
+    per-call check of the tier for its own inputs and restaged parameters, its outputs
+    read from the buffers the server reads."""
+    assert result.life is not None
+    ran = f"{len(result.life.replays)} of {result.life.planned} replays"
+    if failures:
+        more = f" (and {len(failures) - 1} more replays)" if len(failures) > 1 else ""
+        return failed(name, f"{failures[0]}{more}; {ran}")
+    return passed(name, ran)
+
+
+def check_life_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
+    """No replay with sampled rows uses the noise of any earlier one of the instance (on
+    the rows both drew), wherever the noise is visible; with a declared noise counter
+    (sglang 0.5.23), each replay advances it and draws at counters no earlier one used."""
+    name = "life_fresh_noise"
+    without = _without_life(name, result)
+    if without is not None:
+        return without
+    assert result.life is not None
+    if not run.case.folded_sampling:
+        return skipped(name, "greedy fold: no noise")
+    seen: list[tuple[str, list[torch.Tensor]]] = []
+    counters: list[tuple[str, NoiseCounter]] = []
+    hidden = 0
+    for replay in result.life.replays:
+        if replay.result.error is not None:
+            break
+        step_run = replay_run(run, replay)
+        if not step_run.case.has_sampled_rows:  # any noise explains greedy rows
+            continue
+        counter = counter_noise(replay.result)
+        if counter is not None:
+            stale = _stale_counter(replay.step.describe(), counter, counters)
+            if stale is not None:
+                return failed(name, stale)
+            counters.append((replay.step.describe(), counter))
+            continue
+        noise = used_noise(step_run, replay.result)
+        if noise is None:
+            hidden += 1
+            continue
+        for earlier, earlier_noise in seen:
+            if same_noise(earlier_noise, noise):
+                return failed(name, f"{replay.step.describe()} used the same noise as {earlier}")
+        seen.append((replay.step.describe(), noise))
+    visible = len(seen) + len(counters)
+    if visible < 2:
+        return skipped(name, not_visible(f"visible on {visible} replay(s)"))
+    compared = f"{len(seen)} replays compared" if seen else ""
+    by_counter = f"{len(counters)} replays on fresh noise counters" if counters else ""
+    parts = [part for part in (compared, by_counter) if part]
+    return passed(name, ", ".join(parts) + (f", {hidden} not visible" if hidden else ""))
+
+
+def _stale_counter(
+    label: str, counter: NoiseCounter, earlier: list[tuple[str, NoiseCounter]]
+) -> str | None:
+    """Why a replay's counter-based noise is not fresh, or ``None``."""
+    if counter.advances < 1:
+        return f"{label} did not advance the noise counter (it stayed at {counter.end})"
+    for other, before in earlier:
+        if counter.start < before.end and before.start < counter.end:
+            return (
+                f"{label} drew at noise counters [{counter.start}, {counter.end}) that {other} "
+                f"used ([{before.start}, {before.end})): the same noise"
+            )
+    return None
+
+
+def check_life_server_buffer(run: CaseRun, result: ImplResult) -> CheckResult:
+    """The token buffer the server passed at construction (``out=``) holds every replay's
+    tokens: that is the buffer the verifier reads."""
+    name = "life_server_buffer"
+    without = _without_life(name, result)
+    if without is not None:
+        return without
+    assert result.life is not None
+    if not result.life.out_passed:
+        return skipped(name, "the constructor takes no out= buffer")
+    for replay in result.life.replays:
+        tokens = replay.result.tokens
+        if tokens is not None and bool((tokens == TOKEN_SENTINEL).any()):
+            return failed(
+                name,
+                f"{replay.step.describe()}: the out= buffer passed at construction was not "
+                "written; the tokens went elsewhere",
+                tokens == TOKEN_SENTINEL,
+            )
+    return passed(name)
+
+
+def life_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
+    """The checks of the case's life, if it has one (none otherwise)."""
+    if not run.case.replays or not result.ok:
+        return []
+    without = _without_life("life_replays", result)
+    if without is not None:
+        return [without]
+    failures = replay_failures(run, result)  # once for both tiers: each replay is a full run
+    return [
+        _replay_verdict("life_replays", result, failures["lossless"]),
+        check_life_server_buffer(run, result),
+        check_life_fresh_noise(run, result),
+        _replay_verdict("life_drop_in", result, failures["drop_in"]),
+    ]

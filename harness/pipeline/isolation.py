@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import enum
 import importlib.machinery
 import io
 import multiprocessing
@@ -41,6 +42,7 @@ import torch
 
 from harness.pipeline.case import Case, CaseInputs, build_inputs
 from harness.pipeline.interrupts import stop_on_signals
+from harness.pipeline.life import GreedyMix, Life, LifeReplay, LifeStep
 from harness.pipeline.observe import RandomDraw
 from harness.pipeline.runner import (
     DEFAULT_TIME_LIMIT_S,
@@ -70,7 +72,7 @@ class WireError(ValueError):
     """A value that cannot cross the process line as plain data."""
 
 
-_TENSOR, _DATACLASS, _DTYPE = "\0tensor", "\0dataclass", "\0dtype"
+_TENSOR, _DATACLASS, _DTYPE, _ENUM = "\0tensor", "\0dataclass", "\0dtype", "\0enum"
 
 
 def _wire_types() -> dict[str, type[Any]]:
@@ -97,6 +99,10 @@ def _wire_types() -> dict[str, type[Any]]:
         DecodeResult,
         PluginDescription,
         PairedTimes,
+        Life,
+        LifeReplay,
+        LifeStep,
+        GreedyMix,
         StagedParams,  # a convention's staging, as read (sglang 0.5.23)
         NoiseCounter,
     )
@@ -118,6 +124,8 @@ def to_wire(value: Any) -> Any:
         return {_TENSOR: (str(value.dtype), list(value.shape), raw.numpy().tobytes())}
     if isinstance(value, torch.dtype):
         return {_DTYPE: str(value)}
+    if isinstance(value, enum.Enum):
+        return {_ENUM: (type(value).__name__, value.value)}
     if is_dataclass(value) and not isinstance(value, type):
         body = {f.name: to_wire(getattr(value, f.name)) for f in fields(value)}
         return {_DATACLASS: type(value).__name__, **body}
@@ -159,6 +167,12 @@ def from_wire(value: Any, *, types: dict[str, type[Any]] | None = None) -> Any:
         return _plain_tensor(str(dtype_name), [int(n) for n in shape], bytes(raw))
     if _DTYPE in value:
         return _dtype(str(value[_DTYPE]))
+    if _ENUM in value:
+        name, member = value[_ENUM]
+        enum_class = types.get(str(name))
+        if enum_class is None or not issubclass(enum_class, enum.Enum):
+            raise WireError(f"a result of type {name!r} may not cross")
+        return enum_class(member)
     if _DATACLASS in value:
         cls = types.get(str(value[_DATACLASS]))
         if cls is None:

@@ -114,9 +114,10 @@ def stats_run_bytes(*, rows: int, gamma: int, vocab: int, m: int, hidden: int, r
 
 
 def case_bytes(case: Case) -> int:
-    """Peak bytes of one case run (its inputs, one implementation at a time)."""
+    """Peak bytes of one case run (its inputs, one implementation at a time); a life
+    replays up to ``max_bs`` rows."""
     return sampler_call_bytes(
-        bs=case.bs,
+        bs=case.max_bs if case.replays else case.bs,
         max_bs=case.max_bs,
         gamma=case.gamma,
         vocab=case.vocab_size + case.vocab_padding,

@@ -127,6 +127,8 @@ def _smaller(case: Case) -> Iterator[Case]:
         ]
     if case.markov_rank > 1:
         moves.append({"markov_rank": max(1, case.markov_rank // 2)})
+    if case.replays:  # a shorter life, or none
+        moves += [{"replays": 0}, {"replays": case.replays // 2}, {"replays": case.replays - 1}]
     for field_name, simple in (
         ("confidence", False),
         ("vocab_padding", 0),

@@ -7,6 +7,8 @@ sentinels, stages the sampling parameters and runs one call — the
 server's protocol: staging before every call — all under the observers, then
 copies the live batch out and notes any write past it. Cases with sampled rows
 get a second staged call on the same inputs (each call must draw fresh noise).
+A case with ``replays`` then lives a server's life on a new instance
+(``harness.pipeline.life``).
 The caller's RNG state is restored afterwards. An implementation that raises
 (``SystemExit`` and its own ``KeyboardInterrupt`` included) is a recorded result,
 never a crash of the harness; the time limit covers construction, staging and the
@@ -30,7 +32,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
 
@@ -61,6 +63,9 @@ from harness.plugins.conventions import (
 )
 from harness.plugins.implementations import Implementation
 from reference import BlockInputs
+
+if TYPE_CHECKING:
+    from harness.pipeline.life import Life
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,10 @@ class ImplResult:
     mutated_inputs: list[str] = field(default_factory=list)  # shared inputs it changed
     leaked_state: list[str] = field(default_factory=list)  # global settings it changed
     second_call: ImplResult | None = None  # the next staged call on the same inputs
+    # Draws made before this call that it may consume (noise drawn at construction or
+    # at the end of the previous call: double-buffered designs).
+    carried_draws: list[RandomDraw] = field(default_factory=list)
+    life: Life | None = None  # the case's server life on a new instance, if it has one
 
     @property
     def ok(self) -> bool:
@@ -343,6 +352,7 @@ def run_implementation(
                 dispatch = DispatchObserver(record_noise=record_noise)
                 with time_limit(time_limit_s), dispatch.in_phase("construction"):
                     sampler = build_for_case(implementation.sampler_class, case=case, inputs=inputs)
+                result.carried_draws = list(dispatch.draws)  # construction's draws
                 sampler.poison()
                 _observed_call(
                     sampler,
@@ -364,10 +374,28 @@ def run_implementation(
                     result=second,
                     time_limit_s=time_limit_s,
                 )
+                second.carried_draws = latest_draws(result)
                 result.second_call = second
+            if case.replays:
+                from harness.pipeline.life import run_life  # the life builds on these helpers
+
+                result.life = run_life(
+                    implementation,
+                    case=case,
+                    inputs=inputs,
+                    record_noise=record_noise,
+                    time_limit_s=time_limit_s,
+                )
 
     result.error = guarded_call(construct_and_call).error
     return result
+
+
+def latest_draws(result: ImplResult) -> list[RandomDraw]:
+    """The draws a call made (its staging and its call), or, when it made none, the
+    draws it was carried: what the next call of the instance may consume."""
+    own = [d for d in result.random_draws if d.phase != "construction"]
+    return own or result.carried_draws
 
 
 def work_counts(head_counts: HeadCounts, dispatch: DispatchObserver) -> WorkCounts:

@@ -26,7 +26,7 @@ from harness.pipeline.check_result import tier_of
 ALWAYS_DROP_IN = (FIXED, REFERENCE)  # built-ins held to drop-in whatever is required
 MAX_CARRIERS = 4  # rejections named in a verdict line
 Record = dict[str, Any]
-NOT_REPLAYABLE = "draws not replayable"  # how noise_replay says it skipped
+NOT_REPLAYABLE = "not replayable"  # how noise_replay says it skipped (draws not visible / ...)
 CHECKS_ONLY = "checks only; statistical oracle not run"  # a lossless verdict without the oracle
 
 
@@ -178,7 +178,8 @@ class Verdict:
             return CHECKS_ONLY
         if not self.replayable:
             return (
-                "draws not replayable: the statistical oracle carries the lossless verdict — "
+                "draws not visible / not replayable: the statistical oracle carries the "
+                "lossless verdict — "
                 + ("passed" if not self.statistical.failed else self.statistical.describe())
             )
         return self.statistical.describe()

@@ -55,6 +55,11 @@ class ConstructorBinding:
     fused_greedy_from_env: bool  # the class reads the fused switch from the environment
 
     @property
+    def takes_out(self) -> bool:
+        """Whether the constructor takes a server-owned token buffer (``out=``)."""
+        return "out" in self.keywords
+
+    @property
     def convention(self) -> str:
         """``"harness"`` (``fused_greedy=``) or ``"server"`` (the environment switch)."""
         return "server" if self.fused_greedy_from_env else "harness"

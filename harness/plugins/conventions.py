@@ -162,6 +162,14 @@ class BuiltSampler(ABC):
     convention: ConventionName
     sampler: Any  # the implementation's own object
     model: Any  # the drafter the sampler was built over
+    server_out: torch.Tensor | None = None  # the server's token buffer, passed as out=
+
+    def token_buffer(self) -> torch.Tensor | None:
+        """The token buffer the server reads: its own ``out=`` where it passed one (a
+        sampler that writes elsewhere leaves it unwritten), else the sampler's ``out``."""
+        if self.server_out is not None:
+            return self.server_out
+        return read_tensor(self.sampler, "out")
 
     @property
     def gamma(self) -> int:
@@ -205,13 +213,22 @@ class CorrectedOutSampler(BuiltSampler):
     """Ours and the PR-era server's: ``out``, ``corrected_out[max_bs*gamma, V]``,
     ``confidence_out[max_bs, gamma]``; noise from torch's RNG."""
 
-    def __init__(self, *, sampler: Any, model: Any, convention: ConventionName) -> None:
+    def __init__(
+        self,
+        *,
+        sampler: Any,
+        model: Any,
+        convention: ConventionName,
+        server_out: torch.Tensor | None = None,
+    ) -> None:
         self.sampler = sampler
         self.model = model
         self.convention = convention
+        self.server_out = server_out
 
     def _buffers(self) -> dict[str, torch.Tensor | None]:
-        return {name: read_tensor(self.sampler, name) for name in BUFFER_ROWS}
+        buffers = {name: read_tensor(self.sampler, name) for name in BUFFER_ROWS}
+        return {**buffers, "out": self.token_buffer()}
 
     def draft_block(self, rows: int) -> DraftBlock:
         return read_draft_block(self.sampler, rows)
@@ -222,7 +239,7 @@ class CorrectedOutSampler(BuiltSampler):
 
     def read(self, case: Case) -> CallOutputs:
         rows = case.bs * case.gamma
-        tokens = read_tokens(read_tensor(self.sampler, "out"), case)
+        tokens = read_tokens(self.token_buffer(), case)
         step_logits = None
         if case.folded_sampling:
             corrected = read_tensor(self.sampler, "corrected_out")
@@ -276,10 +293,22 @@ class Convention(ABC):
         return ()
 
     @abstractmethod
+    def takes_out(self, sampler_class: type[Any]) -> bool:
+        """Whether the class's constructor takes a server-owned token buffer (``out=``)."""
+
+    @abstractmethod
     def build(
-        self, sampler_class: type[Any], *, case: Case, inputs: CaseInputs, model: Any = None
+        self,
+        sampler_class: type[Any],
+        *,
+        case: Case,
+        inputs: CaseInputs,
+        model: Any = None,
+        out: torch.Tensor | None = None,
     ) -> BuiltSampler:
-        """A sampler for the case (``model`` replaces the case's drafter); nothing staged."""
+        """A sampler for the case (``model`` replaces the case's drafter; ``out``, the
+        server's own ``[max_bs*gamma]`` token buffer, is passed where the constructor
+        takes it and read in place of the sampler's); nothing staged."""
 
 
 class ConstructorConvention(Convention):
@@ -288,8 +317,17 @@ class ConstructorConvention(Convention):
     def __init__(self, name: ConventionName) -> None:
         self.name = name
 
+    def takes_out(self, sampler_class: type[Any]) -> bool:
+        return bind_constructor(sampler_class).takes_out
+
     def build(
-        self, sampler_class: type[Any], *, case: Case, inputs: CaseInputs, model: Any = None
+        self,
+        sampler_class: type[Any],
+        *,
+        case: Case,
+        inputs: CaseInputs,
+        model: Any = None,
+        out: torch.Tensor | None = None,
     ) -> BuiltSampler:
         drafter = inputs.model if model is None else model
         sampler = construct_sampler(
@@ -301,8 +339,11 @@ class ConstructorConvention(Convention):
             confidence_fn=inputs.confidence_fn,
             folded_sampling=case.folded_sampling,
             fused_greedy=case.fused_greedy,
+            out=out,
         )
-        return CorrectedOutSampler(sampler=sampler, model=drafter, convention=self.name)
+        return CorrectedOutSampler(
+            sampler=sampler, model=drafter, convention=self.name, server_out=out
+        )
 
 
 def convention_of(sampler_class: type[Any]) -> Convention:
@@ -316,7 +357,15 @@ def convention_of(sampler_class: type[Any]) -> Convention:
 
 
 def build_for_case(
-    sampler_class: type[Any], *, case: Case, inputs: CaseInputs, model: Any = None
+    sampler_class: type[Any],
+    *,
+    case: Case,
+    inputs: CaseInputs,
+    model: Any = None,
+    out: torch.Tensor | None = None,
 ) -> BuiltSampler:
-    """A sampler for the case in the class's own convention; nothing staged yet."""
-    return convention_of(sampler_class).build(sampler_class, case=case, inputs=inputs, model=model)
+    """A sampler for the case in the class's own convention (``out``: the server's token
+    buffer, where the constructor takes one); nothing staged yet."""
+    return convention_of(sampler_class).build(
+        sampler_class, case=case, inputs=inputs, model=model, out=out
+    )

@@ -200,8 +200,10 @@ class Sglang0523Sampler(BuiltSampler):
         noise: Any,
         tp_sync: Any,
         loaded: LoadedSglang,
+        server_out: torch.Tensor | None = None,
     ) -> None:
         self.sampler = sampler
+        self.server_out = server_out
         self.model = model
         self.loaded = loaded
         self.noise = noise  # the DraftNoise the harness built and owns
@@ -234,7 +236,7 @@ class Sglang0523Sampler(BuiltSampler):
 
     def _buffers(self) -> dict[str, torch.Tensor | None]:
         return {
-            "out": read_tensor(self.sampler, "out"),
+            "out": self.token_buffer(),
             "step_logits": read_tensor(self.sampler, "step_logits"),
             "confidence_out": read_tensor(self.sampler, "confidence_out"),
             "verify_ids": read_tensor(self.sampler, "verify_ids"),
@@ -252,7 +254,7 @@ class Sglang0523Sampler(BuiltSampler):
         return observe_package_walks(self.model.markov_head, self.tp_sync)
 
     def read(self, case: Case) -> CallOutputs:
-        tokens = read_tokens(read_tensor(self.sampler, "out"), case)
+        tokens = read_tokens(self.token_buffer(), case)
         params = self.sampler.params
         staged = StagedParams(
             temperatures=params.temperatures[: case.bs].clone(),
@@ -403,8 +405,17 @@ class Sglang0523Convention(Convention):
     def adaptations(self) -> tuple[str, ...]:
         return () if torch.backends.cuda.is_built() else (CPU_CAPTURE_FINDING,)
 
+    def takes_out(self, sampler_class: type[Any]) -> bool:
+        return True  # the server always hands the 0.5.23 sampler its out=
+
     def build(
-        self, sampler_class: type[Any], *, case: Case, inputs: CaseInputs, model: Any = None
+        self,
+        sampler_class: type[Any],
+        *,
+        case: Case,
+        inputs: CaseInputs,
+        model: Any = None,
+        out: torch.Tensor | None = None,
     ) -> BuiltSampler:
         loaded = load_sglang()
         device = torch.device(case.device)
@@ -430,10 +441,19 @@ class Sglang0523Convention(Convention):
                 noise=noise,
                 tp_sync=tp_sync,
                 greedy_draft=not case.folded_sampling,
-                out=torch.empty(case.max_bs * case.gamma, dtype=torch.int64, device=device),
+                out=(
+                    torch.empty(case.max_bs * case.gamma, dtype=torch.int64, device=device)
+                    if out is None
+                    else out
+                ),
             )
         return Sglang0523Sampler(
-            sampler=sampler, model=drafter, noise=noise, tp_sync=tp_sync, loaded=loaded
+            sampler=sampler,
+            model=drafter,
+            noise=noise,
+            tp_sync=tp_sync,
+            loaded=loaded,
+            server_out=out,
         )
 
 

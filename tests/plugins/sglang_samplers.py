@@ -9,7 +9,9 @@ calls the package's own code and changes one thing around it.
   reference's ``exponential_race_torch`` instead of the package's Philox stream;
 - planted defects, each aimed at one check: ``OffsetNotAdvanced`` (fresh_noise),
   ``StepLogitsOfAnotherWalk`` (teacher_forcing), ``GreedyRowsSampled``
-  (greedy_rows_argmax) and ``VerifyIdsPastBatch`` (no_writes_outside_batch).
+  (greedy_rows_argmax) and ``VerifyIdsPastBatch`` (no_writes_outside_batch);
+- life defects, each aimed at a life check: ``OwnOutBuffer`` (life_server_buffer) and
+  ``CounterBackAfterSecondCall`` (life_fresh_noise: right on the first two calls).
 """
 
 from __future__ import annotations
@@ -96,3 +98,27 @@ class VerifyIdsPastBatch(Sampler):
         if self.verify_ids is not None:
             bs = hidden_states.shape[0] // self.query_token_num
             self.verify_ids[bs:].fill_(0)
+
+
+class OwnOutBuffer(Sampler):
+    """Defect: on its first call swaps the ``out=`` tensor the server passed for a copy of
+    its own, and writes there from then on."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        if not getattr(self, "_own_out", False):
+            self.out = self.out.clone()  # planted
+            self._own_out = True
+        super().__call__(hidden_states, input_ids)
+
+
+class CounterBackAfterSecondCall(Sampler):
+    """Defect: from its third call on, the noise counter is put back to where the second
+    call began, so a later replay redraws the second call's Philox noise."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        self._calls = getattr(self, "_calls", 0) + 1
+        if self._calls == 2:
+            self._second_start = int(self._noise.offset.item())
+        elif self._calls > 2:
+            self._noise.offset.fill_(self._second_start)  # planted
+        super().__call__(hidden_states, input_ids)

@@ -1,0 +1,217 @@
+"""A server's life: one sampler instance replayed many times, as a captured draft graph is.
+
+The driver builds one instance through its calling convention
+(``harness.plugins.conventions``), handing it a server-owned token buffer where its
+constructor takes ``out=``, then replays it ``case.replays`` times. Every convention
+lives a life, sglang 0.5.23's too (its noise counter keeps running across replays).
+Between replays the live batch size changes within ``max_bs`` (full, 1 and in between),
+every replay gets new hidden states and anchors, and the sampling parameters are
+restaged with new temperatures and another greedy mix (all greedy, mixed, all sampled,
+in changing order). Each replay is poisoned, staged, called and read (from the server's
+buffer) through the convention's built sampler, under the same observers as any call;
+``harness.pipeline.checks`` holds every replay to the per-call checks for its own inputs
+and parameters (``docs/design.md``, "A server's life").
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from harness.pipeline.case import SEED_LIMIT, TOP_K_ALL, Case, CaseInputs
+from harness.pipeline.observe import DispatchObserver, RandomDraw
+from harness.pipeline.runner import (
+    ImplResult,
+    RaisedError,
+    _observed_call,
+    guarded_call,
+    latest_draws,
+)
+from harness.plugins.conventions import TOKEN_SENTINEL, BuiltSampler, convention_of
+from harness.plugins.implementations import Implementation
+from reference import SamplingInfo
+
+MIN_REPLAYS = 8  # replays of one bucket in the standard matrix's lives
+LIFE_TEMPERATURES = (0.4, 1.6)  # range of a sampled row's temperature in a life
+
+
+class GreedyMix(enum.Enum):
+    """Which rows of a replay are greedy."""
+
+    ALL_GREEDY = "all-greedy"
+    MIXED = "mixed"
+    ALL_SAMPLED = "all-sampled"
+
+
+# Three orders, so every mix follows every other one over a life.
+MIX_ORDERS = (
+    (GreedyMix.MIXED, GreedyMix.ALL_GREEDY, GreedyMix.ALL_SAMPLED),
+    (GreedyMix.ALL_SAMPLED, GreedyMix.MIXED, GreedyMix.ALL_GREEDY),
+    (GreedyMix.ALL_GREEDY, GreedyMix.ALL_SAMPLED, GreedyMix.MIXED),
+)
+
+
+@dataclass(frozen=True)
+class LifeStep:
+    """One replay of a life: its batch size, greedy mix and staged parameters."""
+
+    index: int
+    bs: int
+    mix: GreedyMix
+    temperatures: tuple[float, ...]  # [bs]; greedy rows are sent as T = 1 with top_k = 1
+    greedy_rows: tuple[bool, ...]  # [bs]
+    input_seed: int  # seed of this replay's hidden states and anchors
+
+    def describe(self) -> str:
+        return f"replay {self.index} (bs={self.bs}, {self.mix.value})"
+
+    def case_of(self, case: Case) -> Case:
+        """The case this replay is: the life's case at this batch and these parameters."""
+        return case.with_changes(
+            bs=self.bs,
+            temperatures=self.temperatures,
+            greedy_rows=self.greedy_rows,
+            replays=0,
+            name=f"{case.label()} / {self.describe()}",
+        )
+
+
+def life_batch_sizes(max_bs: int, replays: int) -> list[int]:
+    """Full, 1 and in between, each size coming back after others ran."""
+    middle, low = (max_bs + 1) // 2, max(1, (max_bs + 2) // 4)
+    pattern = (max_bs, 1, middle, max_bs, middle, 1, max_bs, low)
+    return [pattern[i % len(pattern)] for i in range(replays)]
+
+
+def _greedy_rows(mix: GreedyMix, *, bs: int, index: int) -> tuple[bool, ...]:
+    if mix is GreedyMix.ALL_GREEDY:
+        return (True,) * bs
+    if mix is GreedyMix.ALL_SAMPLED:
+        return (False,) * bs
+    return tuple((row + index) % 2 == 0 for row in range(bs))  # alternate, shifting
+
+
+def life_schedule(case: Case) -> list[LifeStep]:
+    """The case's life: ``case.replays`` steps, a function of the case alone."""
+    generator = torch.Generator().manual_seed(case.seed + 5)
+    low, high = LIFE_TEMPERATURES
+    steps = []
+    for index, bs in enumerate(life_batch_sizes(case.max_bs, case.replays)):
+        mix = MIX_ORDERS[(index // 3) % 3][index % 3]
+        greedy = _greedy_rows(mix, bs=bs, index=index)
+        drawn = low + (high - low) * torch.rand(bs, generator=generator, dtype=torch.float64)
+        temperatures = tuple(
+            1.0 if g else round(float(t), 3) for g, t in zip(greedy, drawn, strict=True)
+        )
+        steps.append(
+            LifeStep(
+                index=index,
+                bs=bs,
+                mix=mix,
+                temperatures=temperatures,
+                greedy_rows=greedy,
+                input_seed=(case.seed * 1009 + 17 + index) % SEED_LIMIT,
+            )
+        )
+    return steps
+
+
+def replay_inputs(case: Case, step: LifeStep, inputs: CaseInputs) -> CaseInputs:
+    """The replay's inputs: the life's model, new hidden states and anchors (generated on
+    the CPU from the step's seed), and the step's sampling parameters."""
+    device = torch.device(case.device)
+    generator = torch.Generator().manual_seed(step.input_seed)
+    rows = step.bs * case.query_rows
+    hidden_states = torch.randn(
+        rows, case.hidden_size, generator=generator, dtype=torch.float32
+    )  # [bs*Q, H]
+    input_ids = torch.randint(0, case.vocab_size, (rows,), generator=generator)  # [bs*Q]
+    top_ks = [1 if greedy else TOP_K_ALL for greedy in step.greedy_rows]
+    return replace(
+        inputs,
+        hidden_states=hidden_states.to(case.torch_dtype).to(device),
+        input_ids=input_ids.to(device),
+        sampling_info=SamplingInfo.from_lists(
+            temperatures=list(step.temperatures), top_ks=top_ks, device=device
+        ),
+    )
+
+
+@dataclass
+class LifeReplay:
+    """One replay's step and what the sampler produced (its inputs are regenerated from
+    the step with ``replay_inputs``)."""
+
+    step: LifeStep
+    result: ImplResult
+
+
+@dataclass
+class Life:
+    """A life of one instance: every replay run (it stops at the first that raises)."""
+
+    replays: list[LifeReplay] = field(default_factory=list)
+    planned: int = 0  # replays the schedule asked for
+    out_passed: bool = False  # the constructor took the server's out= buffer
+    error: RaisedError | None = None  # construction raised
+
+
+def run_life(
+    implementation: Implementation,
+    *,
+    case: Case,
+    inputs: CaseInputs,
+    record_noise: bool,
+    time_limit_s: float | None,
+) -> Life:
+    """Build one instance (with the server's ``out=`` where its constructor takes it),
+    then stage, call and read it once per step of ``life_schedule``. Runs inside the
+    runner's RNG fork and guards; a replay that raises is recorded and ends the life."""
+    device = torch.device(case.device)
+    steps = life_schedule(case)
+    convention = convention_of(implementation.sampler_class)
+    takes_out = convention.takes_out(implementation.sampler_class)
+    server_out = (
+        torch.full((case.max_bs * case.gamma,), TOKEN_SENTINEL, dtype=torch.int64, device=device)
+        if takes_out
+        else None
+    )  # [max_bs*gamma], owned by the server
+    life = Life(planned=len(steps), out_passed=takes_out)
+    construction = DispatchObserver(record_noise=record_noise)
+
+    def construct() -> BuiltSampler:
+        with construction.in_phase("construction"):
+            return convention.build(
+                implementation.sampler_class, case=case, inputs=inputs, out=server_out
+            )
+
+    built = guarded_call(construct, time_limit_s=time_limit_s)
+    if built.error is not None:  # the instance is the life: nothing to replay
+        life.error = built.error
+        return life
+    sampler = built.returned()
+    carried: list[RandomDraw] = list(construction.draws)
+    for step in steps:
+        step_case, step_inputs = step.case_of(case), replay_inputs(case, step, inputs)
+        result = ImplResult(name=implementation.name, carried_draws=carried)
+        life.replays.append(LifeReplay(step=step, result=result))
+        sampler.poison()  # the server's out= too: the buffer the outputs are read from
+        replayed = guarded_call(
+            functools.partial(
+                _observed_call,
+                sampler,
+                case=step_case,
+                inputs=step_inputs,
+                dispatch=DispatchObserver(record_noise=record_noise),
+                result=result,
+                time_limit_s=time_limit_s,
+            )
+        )
+        if replayed.error is not None:  # recorded on the replay; the life ends here
+            result.error = replayed.error
+            break
+        carried = latest_draws(result)
+    return life
