@@ -43,15 +43,28 @@ def test_matrix_coverage_is_read_from_the_cases_that_ran() -> None:
     assert coverage.bs == (min(c.bs for c in cases), max(c.bs for c in cases))
     assert coverage.gamma == (min(c.gamma for c in cases), max(c.gamma for c in cases))
     assert coverage.vocab_size[1] == max(c.vocab_size for c in cases)
-    assert coverage.flags["fused_greedy"] == ("vanilla",)  # the matrix says so, not more
-    # no life recorded: the runner's one call, and a second one when sampled
+    # the heads the fused flag was on for: what the matrix ran, not more
+    assert set(coverage.flags["fused_greedy"]) == {c.head_kind for c in cases if c.fused_greedy}
+    lived = [c for c in cases if c.replays]
+    calls = [c.replays if c.replays else (2 if c.has_sampled_rows else 1) for c in cases]
+    assert coverage.calls_per_instance == (min(calls), max(calls))
+    assert coverage.restagings_per_instance == (0, max(c.replays for c in lived) - 1)
+    assert coverage.lives == len(lived) > 0
+    assert f"{len(lived)} of {len(cases)} cases live" in dict(coverage.rows())["calls per instance"]
+
+
+def test_without_a_life_the_coverage_says_one_call_and_a_second_when_sampled() -> None:
+    records = _records_of([c for c in standard_matrix() if not c.replays])
+    for record in records:
+        record["case"].pop("replays", None)
+    coverage = MatrixCoverage.of_records(records)
     assert coverage.calls_per_instance == (1, 2) and coverage.restagings_per_instance == (0, 0)
     assert coverage.lives == 0
     assert "no case lives a server's life" in dict(coverage.rows())["calls per instance"]
 
 
 def test_a_recorded_life_is_what_the_coverage_reports() -> None:
-    records = _records_of(standard_matrix()[:3])
+    records = _records_of([c for c in standard_matrix() if not c.replays][:3])
     records[1]["case"] = {**records[1]["case"], "replays": 12}
     coverage = MatrixCoverage.of_records(records)
     assert coverage.calls_per_instance == (2, 12)

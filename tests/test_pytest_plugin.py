@@ -10,6 +10,7 @@ from importlib.metadata import entry_points
 
 import pytest
 
+from harness.pipeline.matrix import standard_matrix
 from tests.helpers import REPO_ROOT
 
 pytest_plugins = ["pytester"]
@@ -127,4 +128,5 @@ def test_the_readme_command_works_as_written(
     assert argv[:3] == ["pytest", "-p", "harness.pytest_plugin"], argv
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))  # its sampler is the checkout's
     result = pytester.runpytest_subprocess(*argv[1:], "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=17)  # 16 standard cases and the statistical oracle
+    cases = len(standard_matrix())
+    result.assert_outcomes(passed=cases + 1)  # every standard case and the statistical oracle
