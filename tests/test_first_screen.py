@@ -23,9 +23,6 @@ from harness.render.report import emit_report
 from harness.render.sections import Section, Table
 from tests.helpers import REPO_ROOT, subprocess_env
 
-# Commands whose option defaults (the oracle's configuration, its head kinds) are still
-# defined in modules that import torch.
-DEFAULTS_BESIDE_TORCH = ("stats",)
 SMALL_CASES = ("folded-sampled/vanilla", "no-anchor/gated/folded")
 
 
@@ -58,17 +55,7 @@ def _run_harness(*argv: str) -> tuple[int, set[str]]:
         (["--no-such-option"], 2),  # the default command, report
         (["--time-limit", "soon"], 2),
         (["compare", "--pair", "legacy"], 2),
-        *[([name, "--help"], 0) for name in COMMANDS if name not in DEFAULTS_BESIDE_TORCH],
-        *[
-            pytest.param(
-                [name, "--help"],
-                0,
-                marks=pytest.mark.xfail(
-                    strict=True, reason="its option defaults live beside torch"
-                ),
-            )
-            for name in DEFAULTS_BESIDE_TORCH
-        ],
+        *[([name, "--help"], 0) for name in COMMANDS],
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else str(value),
 )
