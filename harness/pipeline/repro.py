@@ -85,7 +85,7 @@ def outcome_of(
     verdict = evaluate_run(run, require_observable=False)
     result = verdict.results[implementation.name]
     failures = tuple(
-        (c.name, c.detail, c.positions) for c in verdict.checks[implementation.name] if c.failed
+        (c.name, c.detail, c.positions) for c in verdict.failed_checks(implementation.name)
     )
     return Outcome(failures, tensor_digest(result.tokens), tensor_digest(result.corrected))
 
