@@ -1,12 +1,15 @@
 """What many test modules share: where the repository is, how to start a child process,
-and the statistical oracle's default verdict."""
+the default report (run once a session: the ``default_report`` fixture) and the
+statistical oracle's default verdict."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # most tests need neither; the statistical oracle imports torch
     from harness.oracles.problem import StatsProblem
@@ -23,6 +26,21 @@ def subprocess_env(*, without: Iterable[str] = (), **overrides: str) -> dict[str
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env.update(overrides)
     return env
+
+
+@dataclass(frozen=True)
+class DefaultReport:
+    """``python -m harness --no-work``: the built-ins on the standard matrix and the
+    statistical oracle, as the command left them: its exit status, what it printed
+    and where it wrote its files."""
+
+    exit_code: int
+    stdout: str
+    out_dir: Path
+
+    def json(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.out_dir / "report.json").read_text())
+        return data
 
 
 def default_stats_verdict() -> tuple[dict[str, StatsResult], tuple[StatsProblem, ...]]:
