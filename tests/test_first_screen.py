@@ -5,8 +5,6 @@ which failures are expected."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ from harness.pipeline.verdicts import Roles
 from harness.plugins.implementations import builtin_implementations
 from harness.render.report import emit_report
 from harness.render.sections import Section, Table
-from tests.helpers import REPO_ROOT, subprocess_env
+from tests.helpers import run_harness
 
 SMALL_CASES = ("folded-sampled/vanilla", "no-anchor/gated/folded")
 
@@ -29,14 +27,7 @@ SMALL_CASES = ("folded-sampled/vanilla", "no-anchor/gated/folded")
 def _run_harness(*argv: str) -> tuple[int, set[str]]:
     """Exit status of ``python -m harness ARGV`` and every module it imported (read
     from ``-X importtime``, which reports each import on stderr)."""
-    run = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "harness", *argv],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        env=subprocess_env(),
-        check=False,
-    )
+    run = run_harness(*argv, interpreter_options=("-X", "importtime"))
     imported = {
         line.rsplit("|", 1)[1].strip()
         for line in run.stderr.splitlines()

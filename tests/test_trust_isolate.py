@@ -22,7 +22,7 @@ from harness.pipeline.case import make_case
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
-from tests.helpers import REPO_ROOT, subprocess_env
+from tests.helpers import run_harness, subprocess_env
 from tests.plugins import untrusted_samplers
 
 PLANTED = "tests.plugins.untrusted_samplers"
@@ -48,14 +48,7 @@ def _case_args(tmp_path: Path, count: int = 2) -> list[str]:
 
 
 def _harness(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        cwd=REPO_ROOT,
-        env=subprocess_env(XDG_CACHE_HOME=str(cache)),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    return run_harness(*args, env=subprocess_env(XDG_CACHE_HOME=str(cache)), timeout=900)
 
 
 def test_under_isolate_a_plugin_tampering_at_import_and_at_exit_cannot_make_a_pass(

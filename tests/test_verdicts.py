@@ -6,27 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from harness.pipeline.case import Case, make_case
+from harness.pipeline.case import Case
 from harness.pipeline.check_result import CHECK_TIERS
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.matrix import standard_matrix
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
-from tests.helpers import DefaultReport
+from tests.helpers import DefaultReport, small_case
 from tests.plugins import alternative_samplers, planted_defects_verdicts
 
-SAMPLED = make_case(
-    bs=3,
-    gamma=4,
-    vocab_size=64,
-    hidden_size=16,
-    markov_rank=4,
-    greedy_rows=(False, True, False),
-    temperature=0.8,
-    confidence=True,
-    max_bs=5,
-    seed=21,
-)
+SAMPLED = small_case(seed=21, vocab_size=64, hidden_size=16, temperature=0.8, max_bs=5)
 
 
 def _plugin(module: object, name: str) -> Implementation:
