@@ -73,6 +73,7 @@ def test_same_cases_and_seed_give_byte_identical_verdict_json() -> None:
     assert first == second
 
 
+@pytest.mark.e2e
 def test_compare_json_repeats_apart_from_timing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -101,6 +102,7 @@ def _run_harness(args: list[str], *, hash_seed: str) -> subprocess.CompletedProc
     return run_harness(*args, env=subprocess_env(PYTHONHASHSEED=hash_seed))
 
 
+@pytest.mark.e2e
 def test_compare_json_repeats_across_processes_and_hash_seeds(tmp_path: Path) -> None:
     case_file = tmp_path / "case.json"
     SMALL_CASE.save(case_file)

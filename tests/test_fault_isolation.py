@@ -55,6 +55,7 @@ def test_hanging_implementation_is_stopped_by_the_time_limit() -> None:
     assert verdict.ledger is not None and verdict.ledger.holds
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("sampler_name", "reason"),
     [

@@ -67,6 +67,7 @@ def test_a_damaged_journal_line_before_the_last_is_bad_input(
     assert "not a case record" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_a_killed_report_resumes_without_recomputing_finished_cases(tmp_path: Path) -> None:
     command = ["compare", "--out-dir", str(tmp_path)]
     process = start_harness(*command)

@@ -73,6 +73,7 @@ def test_a_mutating_plugin_is_blamed_alone_in_the_report(
     capsys.readouterr()
 
 
+@pytest.mark.e2e
 def test_a_changed_plugin_is_recomputed_on_resume_and_equals_a_fresh_run(tmp_path: Path) -> None:
     plugin_dir = tmp_path / "plugin"
     plugin_dir.mkdir()

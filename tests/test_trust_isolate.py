@@ -77,6 +77,7 @@ def test_under_isolate_a_correct_file_plugin_passes_and_is_never_imported_by_the
     assert "dspark_impl_only_there" not in sys.modules
 
 
+@pytest.mark.e2e
 def test_in_process_the_report_says_plugin_code_shares_the_judge(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -183,6 +184,7 @@ def test_a_slow_sampler_that_reaches_the_time_limit_in_the_oracle_is_not_judged(
     assert result["error"] is None and "time limit" in result["not_judged"]
 
 
+@pytest.mark.e2e
 def test_a_segfaulting_sampler_under_report_isolate_gives_a_complete_report_and_exit_1(
     tmp_path: Path,
 ) -> None:
