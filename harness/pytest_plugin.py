@@ -122,7 +122,8 @@ class DsparkCaseItem(DsparkItem):
         self.case = case
 
     def runtest(self) -> None:
-        from harness.pipeline.compare import REFERENCE, evaluate_run
+        from harness.defaults import REFERENCE
+        from harness.pipeline.compare import evaluate_run
         from harness.pipeline.runner import run_case
         from harness.plugins.implementations import builtin_implementations
 

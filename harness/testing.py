@@ -66,7 +66,8 @@ def check_sampler(
     """Run the sampler next to the reference on ``cases`` (default: the standard matrix)
     and, unless ``stats=False``, through the statistical oracle (the report's defaults,
     on the cases' device); its verdicts, with ``ok`` saying whether it meets ``require``."""
-    from harness.pipeline.compare import REFERENCE, compare
+    from harness.defaults import REFERENCE
+    from harness.pipeline.compare import compare
     from harness.pipeline.matrix import standard_matrix
     from harness.pipeline.verdicts import REQUIREMENTS, implementation_verdict
     from harness.plugins.implementations import builtin_implementations

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from harness.defaults import DEFAULT_PAIR, REFERENCE
 from harness.io.fingerprint import run_fingerprint
 from harness.io.journal import Journal, canonical
 from harness.pipeline.case import Case
@@ -27,7 +28,7 @@ from harness.pipeline.memory import check_cases_fit
 from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S, CaseRun, ImplResult, run_case
 from harness.pipeline.verdict_sections import comparison_sections as comparison_sections
 from harness.pipeline.verdict_sections import verdicts_json as verdicts_json
-from harness.pipeline.verdicts import DEFAULT_PAIR, REFERENCE, case_verdict
+from harness.pipeline.verdicts import case_verdict
 from harness.plugins.implementations import Implementation
 from harness.render.progress import Progress
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness.defaults import FIXED, REFERENCE
 from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage, coverage_section
 from harness.pipeline.ledger import LEDGER_CLASSES
 from harness.pipeline.verdicts import (
-    FIXED,
     NOT_RUN,
-    REFERENCE,
     Roles,
     Statistical,
     Verdict,
