@@ -15,5 +15,6 @@ DEFAULT_PAIR = (LEGACY, FIXED)
 PAIR_SIDES = (BUGGY_SIDE, FIXED_SIDE) = (LEGACY, FIXED)
 Requirement = Literal["lossless", "drop-in"]
 REQUIREMENTS: tuple[Requirement, ...] = ("lossless", "drop-in")
+DEFAULT_REQUIREMENT: Requirement = "drop-in"  # what a plug-in is held to unless told otherwise
 DTYPE_NAMES = ("float32", "bfloat16", "float16")  # the model dtypes a case can take
 DEFAULT_TIME_LIMIT_S = 120.0  # per construction, staging and call of an implementation

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from harness.cli import main
+from harness.options import RunOptions
 from harness.pipeline.case import Case, make_case
 from harness.pipeline.compare import compare, evaluate_run
 from harness.pipeline.life import MIN_REPLAYS, GreedyMix, life_schedule
@@ -71,7 +72,7 @@ def matrix_records() -> list[Record]:
     """The standard matrix for every sampler of the module, judged by their own checks."""
     names = [d.sampler for d in LIFE_DEFECTS] + list(CORRECT_DESIGNS)
     implementations = [_implementation(name) for name in names]
-    return compare(standard_matrix(), implementations, require_observable=False)
+    return compare(standard_matrix(), implementations, options=RunOptions())
 
 
 # -- what the life and the matrix cover ------------------------------------------------------
@@ -121,7 +122,7 @@ def test_the_thorough_matrix_adds_production_shapes_within_the_memory_guard() ->
     assert {"bfloat16", "float16"} <= {c.dtype for c in extra}
     assert {1, 256} <= {c.bs for c in extra}
     assert len({c.seed for c in thorough}) == len(thorough)
-    check_cases_fit(thorough)
+    check_cases_fit(thorough, max_memory_bytes=None)
 
 
 # -- the built-ins live it cleanly -----------------------------------------------------------
@@ -270,7 +271,9 @@ def test_the_thorough_shapes_pass_fixed_and_hold_the_ledger(case: Case) -> None:
 def test_a_life_crosses_the_isolation_boundary_unchanged() -> None:
     implementations = builtin_implementations(("fixed",))
     here = run_case(LIFE_CASE, implementations).results["fixed"].life
-    there = run_case(LIFE_CASE, implementations, isolate=True).results["fixed"].life
+    there = (
+        run_case(LIFE_CASE, implementations, options=RunOptions(isolate=True)).results["fixed"].life
+    )
     assert here is not None and there is not None
     assert [r.step for r in there.replays] == [r.step for r in here.replays]
     for mine, theirs in zip(here.replays, there.replays, strict=True):

@@ -21,6 +21,7 @@ from harness.cli import build_parser
 from harness.cli import work as work_command
 from harness.defaults import BUILTIN_NAMES, PAIR_SIDES
 from harness.measure import callgrind, counters, model, timing, work, work_report
+from harness.options import RunOptions
 from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.control_flow import legacy_pass1_error
 from harness.pipeline.runner import run_case
@@ -126,7 +127,7 @@ def test_measuring_leaves_the_global_rng_untouched() -> None:
 
 def test_report_section_is_ok_and_shows_the_comparison() -> None:
     messages: list[str] = []
-    section = work_report.report_section(seed=0, progress=messages.append)
+    section = work_report.report_section(options=RunOptions(progress=messages.append))
     assert section.ok, section.text
     assert section.title == "Eliminated work"
     assert "exactly one extra Markov walk" in section.verdict
@@ -223,5 +224,7 @@ def test_callgrind_counts_twice_the_walk_instructions() -> None:
 def test_runner_counts_feed_the_model_unchanged() -> None:
     # The counters come from the shared runner, not from a private re-count.
     case = EXHAUSTIVE[0]
-    run = run_case(case, builtin_implementations(("fixed",)), record_noise=False)
+    run = run_case(
+        case, builtin_implementations(("fixed",)), options=RunOptions(record_noise=False)
+    )
     assert run.results["fixed"].work == measured(case).measured["fixed"].counts

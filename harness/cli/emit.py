@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.exit_codes import ExitCode
-from harness.render.report import emit_report
+from harness.render.report import Report, emit_report
 from harness.render.sections import Section
 
 IN_PROCESS_NOTE = "in-process: plug-in code shares the judge; --isolate keeps it out"
@@ -46,9 +46,7 @@ def emit(
     shutdown_workers()
     if getattr(args, "impl", None) and not getattr(args, "isolate", False):
         heading += f" ({IN_PROCESS_NOTE})"
-    ok = emit_report(
-        out_dir=Path(args.out_dir),
-        as_json=bool(args.json),
+    report = Report(
         command=command,
         seed=int(args.seed),
         device=str(args.device),
@@ -58,4 +56,5 @@ def emit(
         timing=timing or {},
         verdicts=verdicts,
     )
+    ok = emit_report(report, out_dir=Path(args.out_dir), as_json=bool(args.json))
     return ExitCode.OK if ok else ExitCode.FAIL

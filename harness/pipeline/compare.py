@@ -21,16 +21,16 @@ import torch
 from harness.defaults import DEFAULT_PAIR, REFERENCE
 from harness.io.fingerprint import run_fingerprint
 from harness.io.journal import Journal, canonical
+from harness.options import RunOptions
 from harness.pipeline.case import Case
 from harness.pipeline.checks import CheckResult, check_matches_reference, self_checks
 from harness.pipeline.ledger import LedgerEntry, observe_divergence
 from harness.pipeline.memory import check_cases_fit
-from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S, CaseRun, ImplResult, run_case
+from harness.pipeline.runner import CaseRun, ImplResult, run_case
 from harness.pipeline.verdict_sections import comparison_sections as comparison_sections
 from harness.pipeline.verdict_sections import verdicts_json as verdicts_json
 from harness.pipeline.verdicts import case_verdict
 from harness.plugins.implementations import Implementation
-from harness.render.progress import Progress
 
 CASE_RECORD_SCHEMA = "dspark-harness/case-record"
 Record = dict[str, Any]
@@ -103,51 +103,47 @@ def compare(
     cases: list[Case],
     implementations: list[Implementation],
     *,
-    require_observable: bool,
-    progress: Progress | None = None,
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    options: RunOptions,
     journal: Path | None = None,
-    resume: bool = False,
-    pair: tuple[str, str] = DEFAULT_PAIR,
-    isolate: bool = False,
 ) -> list[Record]:
-    """Run and evaluate every case into a record, reporting progress per case.
+    """Run and evaluate every case into a record under ``options`` (the time limit,
+    isolation, the ledger's pair and strictness, the memory limit), reporting progress
+    per case.
 
     With a ``journal``, each finished record is appended to it as one durable JSON
     line stamped with the run's fingerprint (code and outcome-changing options); with
-    ``resume``, records already there with the same fingerprint are taken instead of
+    ``options.resume``, records already there with the same fingerprint are taken instead of
     rerun (a torn last line is dropped), otherwise the journal starts over.
     """
-    check_cases_fit(cases)  # before anything is allocated or any journal touched
+    check_cases_fit(cases, max_memory_bytes=options.max_memory_bytes)  # before any allocation
+    progress, pair = options.progress, options.roles.pair
+    require_observable = options.require_observable
     finished: dict[str, Record] = {}
     log: Journal | None = None
     if journal is not None:
         fingerprint = run_fingerprint(
             implementations={impl.name: impl.sampler_class for impl in implementations},
             options={
-                "time_limit_s": time_limit_s,
+                "time_limit_s": options.time_limit_s,
                 "require_observable": require_observable,
-                "isolate": isolate,
+                "isolate": options.isolate,
             },
         )
         log = Journal(
             journal, schema=CASE_RECORD_SCHEMA, fingerprint=fingerprint, what="case record"
         )
-        finished, notes = log.finished(resume=resume)
+        finished, notes = log.finished(resume=options.resume)
         for note in notes:
-            if progress is not None:
-                progress(note)
+            progress(note)
     records = []
     for index, case in enumerate(cases, start=1):
         key = record_key(case, implementations, require_observable=require_observable, pair=pair)
         if key in finished:
-            if progress is not None:
-                progress(f"[{index}/{len(cases)}] {case.label()} (finished earlier)")
+            progress(f"[{index}/{len(cases)}] {case.label()} (finished earlier)")
             records.append(finished[key])
             continue
-        if progress is not None:
-            progress(f"[{index}/{len(cases)}] {case.label()}")
-        run = run_case(case, implementations, time_limit_s=time_limit_s, isolate=isolate)
+        progress(f"[{index}/{len(cases)}] {case.label()}")
+        run = run_case(case, implementations, options=options)
         verdict = evaluate_run(run, require_observable=require_observable, pair=pair)
         record = case_record(verdict, key=key, pair=pair)
         records.append(canonical(record) if log is None else log.append(record))

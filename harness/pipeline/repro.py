@@ -17,16 +17,16 @@ from typing import Any
 
 from harness.defaults import REFERENCE
 from harness.io.files import write_atomically
+from harness.options import DEFAULT_OPTIONS, RunOptions
 from harness.pipeline.case import Case, CaseError
 from harness.pipeline.compare import evaluate_run, tensor_digest
-from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S, run_case
+from harness.pipeline.runner import run_case
 from harness.plugins.implementations import (
     BUILTIN_IMPLEMENTATIONS,
     Implementation,
     builtin_implementations,
     parse_impl_spec,
 )
-from harness.render.progress import Progress
 
 REPRO_SCHEMA = "dspark-harness/repro"
 REPRO_SCHEMA_VERSION = 1
@@ -76,13 +76,14 @@ def outcome_of(
     case: Case,
     implementation: Implementation,
     *,
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    options: RunOptions = DEFAULT_OPTIONS,
 ) -> Outcome:
-    """Run the reference and the implementation on the case; collect its failures."""
+    """Run the reference and the implementation on the case under ``options``; collect
+    its failures."""
     implementations = builtin_implementations((REFERENCE,))
     if implementation.name != REFERENCE:
         implementations.append(implementation)
-    run = run_case(case, implementations, time_limit_s=time_limit_s)
+    run = run_case(case, implementations, options=options)
     verdict = evaluate_run(run, require_observable=False)
     result = verdict.results[implementation.name]
     failures = tuple(
@@ -151,12 +152,11 @@ def shrink(
     implementation: Implementation,
     *,
     check: str | None = None,
-    progress: Progress | None = None,
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    options: RunOptions = DEFAULT_OPTIONS,
 ) -> tuple[Case, Outcome]:
     """Greedy shrinking: take any smaller case that still fails ``check`` (default: with
     the same first failing check)."""
-    outcome = outcome_of(case, implementation, time_limit_s=time_limit_s)
+    outcome = outcome_of(case, implementation, options=options)
     if not outcome.fails(check):
         raise ValueError(
             f"{implementation.name} does not fail {check or 'a check'} on {case.label()}"
@@ -166,12 +166,11 @@ def shrink(
     while improved:
         improved = False
         for candidate in _smaller(case):
-            candidate_outcome = outcome_of(candidate, implementation, time_limit_s=time_limit_s)
+            candidate_outcome = outcome_of(candidate, implementation, options=options)
             still = candidate_outcome.fails(check) if check else candidate_outcome.signature == kept
             if candidate_outcome.failing and still:
                 case, outcome, improved = candidate, candidate_outcome, True
-                if progress is not None:
-                    progress(f"shrunk to {case.label()}")
+                options.progress(f"shrunk to {case.label()}")
                 break
     return case, outcome
 
@@ -181,23 +180,19 @@ def find_smallest_failure(
     implementation: Implementation,
     *,
     check: str | None = None,
-    progress: Progress | None = None,
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    options: RunOptions = DEFAULT_OPTIONS,
 ) -> tuple[Case, Outcome] | None:
     """The smallest case among ``cases`` failing ``check`` (any check when ``None``),
     shrunk further; None if none does."""
     failing = []
     for case in cases:
-        if progress is not None:
-            progress(f"trying {case.label()}")
-        if outcome_of(case, implementation, time_limit_s=time_limit_s).fails(check):
+        options.progress(f"trying {case.label()}")
+        if outcome_of(case, implementation, options=options).fails(check):
             failing.append(case)
     if not failing:
         return None
     smallest = min(failing, key=_size)
-    return shrink(
-        smallest, implementation, check=check, progress=progress, time_limit_s=time_limit_s
-    )
+    return shrink(smallest, implementation, check=check, options=options)
 
 
 def implementation_spec(implementation: Implementation) -> str:

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.defaults import FIXED, REFERENCE
+from harness.options import Roles
 from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage, coverage_section
 from harness.pipeline.ledger import LEDGER_CLASSES
 from harness.pipeline.verdicts import (
     NOT_RUN,
-    Roles,
     Statistical,
     Verdict,
     implementation_verdict,

@@ -3,10 +3,8 @@
 Per case, an implementation is ``lossless`` when no lossless-tier check failed and
 ``drop_in`` when, in addition, no drop-in-tier check failed (see
 ``harness.pipeline.check_result``). Over a comparison it is lossless (drop-in) when
-it is so on every case. ``Roles`` says what each implementation is held to: the
-buggy side of the ``pair`` is held to the legacy ledger, an ``expect_fail`` one must
-fail a lossless check, the built-ins ``fixed`` and ``reference`` must be drop-in,
-and every other implementation must meet ``require``.
+it is so on every case. What each implementation is held to is its role
+(``harness.options.Roles``).
 
 The statistical oracle's verdict (``Statistical``) is part of the lossless verdict:
 an implementation it rejects is not lossless, whatever its checks say. Without it
@@ -20,18 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.defaults import DEFAULT_PAIR, FIXED, REFERENCE, REQUIREMENTS, Requirement
+from harness.defaults import DEFAULT_REQUIREMENT, Requirement
 from harness.pipeline.check_result import tier_of
 
-ALWAYS_DROP_IN = (FIXED, REFERENCE)  # built-ins held to drop-in whatever is required
 MAX_CARRIERS = 4  # rejections named in a verdict line
 Record = dict[str, Any]
 NOT_REPLAYABLE = "not replayable"  # how noise_replay says it skipped (draws not visible / ...)
 CHECKS_ONLY = "checks only; statistical oracle not run"  # a lossless verdict without the oracle
-
-
-class RolesError(ValueError):
-    """Roles that name implementations not in the comparison, or leave nothing to judge."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +97,7 @@ class Verdict:
     drop_in: bool
     cases: int
     failures: tuple[tuple[str, str, str, str], ...]  # (case label, check, tier, detail)
-    required: Requirement = "drop-in"  # what ``ok`` holds it to
+    required: Requirement = DEFAULT_REQUIREMENT  # what ``ok`` holds it to
     statistical: Statistical = field(default=NOT_RUN)
     replayable: bool = True  # False: some case's draws could not be replayed
 
@@ -208,61 +201,3 @@ def implementation_verdict(records: Sequence[Record], name: str) -> Verdict:
             for c in entry["checks"]
         )
     return Verdict(name, lossless, drop_in, cases, tuple(failures), replayable=replayable)
-
-
-@dataclass(frozen=True)
-class Roles:
-    """What each implementation of a comparison is held to."""
-
-    pair: tuple[str, str] = DEFAULT_PAIR
-    expect_fail: tuple[str, ...] = ()
-    require: Requirement = "drop-in"
-
-    def __post_init__(self) -> None:
-        if self.require not in REQUIREMENTS:
-            raise RolesError(f"require must be one of {REQUIREMENTS}, got {self.require!r}")
-        if len(self.pair) != 2 or self.pair[0] == self.pair[1]:
-            raise RolesError(f"the pair needs two different names BUGGY,FIXED, got {self.pair}")
-
-    @property
-    def buggy(self) -> str:
-        return self.pair[0]
-
-    @property
-    def fixed(self) -> str:
-        return self.pair[1]
-
-    def requirement(self, name: str) -> Requirement:
-        """What ``name`` must meet when it is judged by its checks."""
-        return "drop-in" if name in ALWAYS_DROP_IN else self.require
-
-    def judged_by_checks(self, name: str) -> bool:
-        """The pair's buggy side is judged by the ledger (and by ``expect_fail``) only."""
-        return name != self.buggy or name in self.expect_fail
-
-    def validate(self, names: Sequence[str]) -> None:
-        """Refuse roles naming absent implementations, and a comparison with nothing to
-        judge (no implementation judged by its checks, and no complete pair)."""
-        present = set(names)
-        unknown = [n for n in self.expect_fail if n not in present]
-        if unknown:
-            raise RolesError(
-                f"--expect-fail names implementations not in the comparison: {unknown}"
-            )
-        if self.pair != DEFAULT_PAIR:
-            missing = [n for n in self.pair if n not in present]
-            if missing:
-                raise RolesError(f"--pair names implementations not in the comparison: {missing}")
-        has_pair = self.buggy in present and self.fixed in present
-        if not has_pair and not any(self.judged_by_checks(n) for n in names):
-            raise RolesError(
-                f"nothing to judge: implementations {list(names)} "
-                f"(the buggy side {self.buggy!r} needs its pair {self.fixed!r})"
-            )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "pair": list(self.pair),
-            "expect_fail": list(self.expect_fail),
-            "require": self.require,
-        }

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from harness.measure.timing import ab_timing
+from harness.options import RunOptions
 from harness.oracles.problem import DEFAULT_CONFIG
 from harness.oracles.section import combined_statistical
 from harness.oracles.stats import StatsResult, run_oracle
@@ -150,7 +151,7 @@ def collect_versions(
         replace(DEFAULT_CONFIG, seed=seed),
         implementations=list(implementations.values()),
         verifiers=(CHAIN_VERIFIER, BLOCKWISE_REJECTION),
-        progress=progress,
+        options=RunOptions(progress=progress, time_limit_s=None),
     )
     plan = full_plan(triples_per_point=scan_triples_per_point, seed=seed)
     rows = []
