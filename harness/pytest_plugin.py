@@ -162,7 +162,7 @@ class DsparkOracleItem(DsparkItem):
             raise SamplerCheckFailure(
                 f"{self.implementation.name} is NOT lossless: {statistical.describe()}"
                 + (
-                    f"\nevery rejected test: {statistical.carried_by}"
+                    f"\nevery rejected test: {statistical.every_carrier()}"
                     if statistical.carried_by
                     else ""
                 )

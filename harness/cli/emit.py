@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ def emit(
     command: str,
     heading: str,
     sections: list[Section],
-    cases: Sequence[dict[str, Any]] = (),
+    cases: Sequence[Mapping[str, Any]] = (),
     timing: dict[str, float] | None = None,
     verdicts: dict[str, Any] | None = None,
 ) -> ExitCode:
@@ -52,7 +52,7 @@ def emit(
         device=str(args.device),
         heading=heading,
         sections=sections,
-        cases=list(cases),
+        cases=cases,
         timing=timing or {},
         verdicts=verdicts,
     )

@@ -21,6 +21,7 @@ from harness.render.progress import progress_printer
 
 if TYPE_CHECKING:  # the options are offered without importing what runs them (torch)
     from harness.pipeline.case import Case
+    from harness.pipeline.records import CaseRecord
     from harness.plugins.implementations import Implementation
     from harness.render.sections import Section
 
@@ -216,7 +217,7 @@ def run_options(args: argparse.Namespace, *, require_observable: bool = False) -
 
 
 def judged_sections(
-    records: list[dict[str, Any]],
+    records: list[CaseRecord],
     *,
     implementations: Sequence[Implementation],
     options: RunOptions,

@@ -79,8 +79,8 @@ def _replay(args: argparse.Namespace) -> ExitCode:
         print(f"replayed {spec} on {case.label()}")
         same = "IDENTICAL to the recorded one" if identical else "DIFFERS from the recorded one"
         print(f"result: {same}")
-        for name, detail, _ in now.failures:
-            print(f"  FAIL {name}: {detail}")
+        for failure in now.failures:
+            print(f"  FAIL {failure.name}: {failure.detail}")
         if passes:
             what = f"the {recorded.check} check" if recorded.check else "every check"
             print(f"  the implementation passes {what} on this case now")
@@ -164,7 +164,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         )
     else:
         print(f"{target} fails on {case.label()}")
-        for name, detail, _ in outcome.failures:
-            print(f"  FAIL {name}: {detail}")
+        for failure in outcome.failures:
+            print(f"  FAIL {failure.name}: {failure.detail}")
         print(f"written: {args.out} (replay with: python -m harness repro {args.out})")
     return ExitCode.FAIL

@@ -138,7 +138,7 @@ def combined_statistical(results: Sequence[StatsResult]) -> Statistical:
         if not verdict.failed:
             continue
         if several and verdict.carried_by:
-            named = ", ".join(f"{result.verifier}:{c}" for c in verdict.carried_by.split(", "))
+            named = tuple(f"{result.verifier}:{c}" for c in verdict.carried_by)
             return replace(verdict, carried_by=named)
         if several and verdict.error is not None:
             return replace(verdict, error=f"under {result.verifier}: {verdict.error}")

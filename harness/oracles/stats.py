@@ -108,9 +108,9 @@ class StatsResult:
             m.p_value < self.test_level for m in self.marginals if m.position == position
         )
 
-    def carrier_names(self) -> str:
+    def carrier_names(self) -> tuple[str, ...]:
         """``target/head/group/test`` of each rejection, strongest first."""
-        return ", ".join(where(s) for s in sorted(self.rejections(), key=_by_p))
+        return tuple(where(s) for s in sorted(self.rejections(), key=_by_p))
 
     def statistical(self) -> Statistical:
         """This result as the lossless verdict takes it."""

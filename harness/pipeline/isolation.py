@@ -57,6 +57,7 @@ from harness.plugins.errors import ImplementationError
 from harness.plugins.implementations import (
     BUILTIN_IMPLEMENTATIONS,
     Implementation,
+    ImplementationKind,
     WorkerOnlySampler,
     check_impl_name,
     parse_impl_spec,
@@ -204,7 +205,7 @@ def _receive_answer(connection: Connection) -> Any:
 class PluginDescription:
     """What the worker found when it loaded a plug-in (or why it could not)."""
 
-    kind: str = "class"
+    kind: ImplementationKind = "class"
     era: str | None = None  # the Era's value: only plain data crosses the wire
     convention: str = "harness"
     adaptations: tuple[str, ...] = ()

@@ -19,6 +19,7 @@ from harness.defaults import REFERENCE
 from harness.io.files import write_atomically
 from harness.options import DEFAULT_OPTIONS, RunOptions
 from harness.pipeline.case import Case, CaseError
+from harness.pipeline.check_result import CheckResult
 from harness.pipeline.compare import evaluate_run, tensor_digest
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import (
@@ -36,7 +37,7 @@ REPRO_SCHEMA_VERSION = 1
 class Outcome:
     """The observable result of one implementation on one case."""
 
-    failures: tuple[tuple[str, str, tuple[tuple[int, int], ...]], ...]  # (check, detail, where)
+    failures: tuple[CheckResult, ...]  # the failed checks, in the order they ran
     tokens_sha256: str | None
     corrected_sha256: str | None
 
@@ -47,17 +48,17 @@ class Outcome:
     @property
     def signature(self) -> str:
         """What shrinking preserves by default: the first failing check."""
-        return self.failures[0][0] if self.failures else ""
+        return self.failures[0].name if self.failures else ""
 
     def fails(self, check: str | None) -> bool:
         """Whether it fails ``check`` (any check when ``None``)."""
-        return any(name == check for name, _, _ in self.failures) if check else self.failing
+        return any(f.name == check for f in self.failures) if check else self.failing
 
     def to_json(self) -> dict[str, Any]:
         return {
             "failures": [
-                {"check": name, "detail": detail, "positions": [list(p) for p in where]}
-                for name, detail, where in self.failures
+                {"check": f.name, "detail": f.detail, "positions": [list(p) for p in f.positions]}
+                for f in self.failures
             ],
             "tokens_sha256": self.tokens_sha256,
             "corrected_sha256": self.corrected_sha256,
@@ -66,7 +67,12 @@ class Outcome:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Outcome:
         failures = tuple(
-            (f["check"], f["detail"], tuple(tuple(p) for p in f["positions"]))
+            CheckResult(
+                name=f["check"],
+                status="fail",
+                detail=f["detail"],
+                positions=tuple((int(row), int(step)) for row, step in f["positions"]),
+            )
             for f in data["failures"]
         )
         return cls(failures, data["tokens_sha256"], data["corrected_sha256"])
@@ -86,9 +92,7 @@ def outcome_of(
     run = run_case(case, implementations, options=options)
     verdict = evaluate_run(run, require_observable=False)
     result = verdict.results[implementation.name]
-    failures = tuple(
-        (c.name, c.detail, c.positions) for c in verdict.checks[implementation.name] if c.failed
-    )
+    failures = tuple(c for c in verdict.checks[implementation.name] if c.failed)
     return Outcome(failures, tensor_digest(result.tokens), tensor_digest(result.corrected))
 
 

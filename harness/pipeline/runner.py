@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import torch
 
@@ -62,6 +62,7 @@ from harness.plugins.conventions import (
     build_for_case,
 )
 from harness.plugins.implementations import Implementation
+from harness.plugins.protocol import DraftSampler
 from reference import BlockInputs
 
 if TYPE_CHECKING:
@@ -292,7 +293,7 @@ def record_outputs(outputs: CallOutputs, result: ImplResult) -> None:
 
 
 def build_sampler(
-    sampler_class: type[Any],
+    sampler_class: type[DraftSampler],
     *,
     case: Case,
     inputs: CaseInputs,

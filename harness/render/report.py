@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import platform
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ class Report:
     device: str
     heading: str
     sections: list[Section]
-    cases: list[dict[str, Any]] = field(default_factory=list)
+    cases: Sequence[Mapping[str, Any]] = ()
     timing: dict[str, float] = field(default_factory=dict)
     verdicts: dict[str, Any] | None = None
 
@@ -118,7 +118,7 @@ def report_json(report: Report) -> dict[str, Any]:
             }
             for s in report.sections
         ],
-        "cases": report.cases,
+        "cases": list(report.cases),
         "timing": report.timing,
     }
 
