@@ -62,7 +62,7 @@ __all__ = [
     "select_implementations",
 ]
 
-BUILTIN_IMPLEMENTATIONS: dict[str, type[Any]] = dict(
+BUILTIN_IMPLEMENTATIONS: dict[str, type[DraftSampler]] = dict(
     zip(BUILTIN_NAMES, (ReferenceDraftSampler, FixedSampler, LegacySampler), strict=True)
 )
 DEFAULT_FILE_CLASS = "DsparkDraftSampler"

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from harness.defaults import FIXED
 from harness.measure.timing import ab_timing
 from harness.options import RunOptions
 from harness.oracles.problem import DEFAULT_CONFIG
@@ -111,7 +112,7 @@ def call_work(implementation: Implementation, *, seed: int) -> CallWork | None:
 
 
 def time_ratio(implementation: Implementation, *, seed: int, repeats: int) -> float:
-    fixed = builtin_implementations(("fixed",))[0]
+    fixed = builtin_implementations((FIXED,))[0]
     timing = ab_timing(
         timing_case(seed=seed),
         repeats=repeats,
