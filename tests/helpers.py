@@ -113,13 +113,14 @@ class DefaultReport:
 def default_stats_verdict() -> tuple[dict[str, StatsResult], tuple[StatsProblem, ...]]:
     """Fixed and legacy under the statistical oracle at its default config, and the
     problems they were decoded on (what the oracle tests read and the benchmark times)."""
+    from harness.defaults import FIXED, LEGACY
     from harness.oracles.problem import DEFAULT_CONFIG, build_problems
-    from harness.oracles.stats import BUGGY, run_stats
+    from harness.oracles.stats import run_stats
     from harness.plugins.implementations import builtin_implementations
 
     problems = build_problems(DEFAULT_CONFIG)
     results = {
         impl.name: run_stats(impl, problems=problems)
-        for impl in builtin_implementations(("fixed", BUGGY))
+        for impl in builtin_implementations((FIXED, LEGACY))
     }
     return results, problems
