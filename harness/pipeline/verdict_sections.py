@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness.pipeline.check_result import OUTSIDE_CONTRACT
 from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage, coverage_section
 from harness.pipeline.ledger import LEDGER_CLASSES
 from harness.pipeline.verdicts import (
@@ -183,6 +184,8 @@ CHECK_CODES = {
 def _checks_cell(checks: list[dict[str, Any]]) -> str:
     if not checks:
         return "-"
+    if any(c["name"] == "ran" and c["detail"].startswith(OUTSIDE_CONTRACT) for c in checks):
+        return "not run: outside its contract"
     lossless = [
         CHECK_CODES.get(c["name"], c["name"])
         for c in checks
