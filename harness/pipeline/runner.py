@@ -60,6 +60,7 @@ from harness.plugins.conventions import (
     NoiseCounter,
     StagedParams,
     build_for_case,
+    convention_of,
 )
 from harness.plugins.implementations import Implementation
 from harness.plugins.protocol import DraftSampler
@@ -116,6 +117,7 @@ class ImplResult:
     noise_counter: NoiseCounter | None = None  # counter-based noise the harness owns
     counter_replay: torch.Tensor | None = None  # [bs, gamma]: tokens of the declared stream
     verify_ids: torch.Tensor | None = None  # [bs, gamma + 1]: anchor then drafts
+    candidates: torch.Tensor | None = None  # [bs, gamma, V] bool: the contract's draft support
     error: RaisedError | None = None
     noise_draws: list[torch.Tensor] = field(default_factory=list)  # each [bs, V]
     walk_tokens: list[torch.Tensor] = field(default_factory=list)  # tokens of each walk
@@ -129,6 +131,9 @@ class ImplResult:
     # at the end of the previous call: double-buffered designs).
     carried_draws: list[RandomDraw] = field(default_factory=list)
     life: Life | None = None  # the case's server life on a new instance, if it has one
+    # Why the case cannot be expressed in the implementation's calling convention (it
+    # was not run; every check skips saying so), or None.
+    outside_contract: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -290,6 +295,7 @@ def record_outputs(outputs: CallOutputs, result: ImplResult) -> None:
     result.noise_counter = outputs.noise_counter
     result.counter_replay = outputs.counter_replay
     result.verify_ids = outputs.verify_ids
+    result.candidates = outputs.candidates
 
 
 def build_sampler(
@@ -416,7 +422,11 @@ def run_guarded(
 ) -> ImplResult:
     """``run_implementation`` between two guards: the shared inputs are digested before
     and after (changes land in ``mutated_inputs``), and the global state is restored
-    afterwards (changes land in ``leaked_state``)."""
+    afterwards (changes land in ``leaked_state``). A case outside the implementation's
+    convention (``Convention.outside_contract``) is not run."""
+    outside = convention_of(implementation.sampler_class).outside_contract(case)
+    if outside is not None:
+        return ImplResult(name=implementation.name, outside_contract=outside)
     before_inputs = input_digests(inputs)
     with implementation_world(owner=implementation.name) as world:
         result = run_implementation(implementation, case=case, inputs=inputs, options=options)

@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.defaults import FIXED, REFERENCE
 from harness.options import Roles
+from harness.pipeline.check_result import OUTSIDE_CONTRACT
 from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage, coverage_section
 from harness.pipeline.ledger import LEDGER_CLASSES
 from harness.pipeline.records import CaseRecord, CheckRecord
@@ -180,6 +181,8 @@ def _checks_of(record: CaseRecord, name: str) -> list[CheckRecord]:
 def _checks_cell(checks: list[CheckRecord]) -> str:
     if not checks:
         return "-"
+    if any(c["name"] == "ran" and c["detail"].startswith(OUTSIDE_CONTRACT) for c in checks):
+        return "not run: outside its contract"
     lossless = [
         CHECK_CODES.get(c["name"], c["name"])
         for c in checks

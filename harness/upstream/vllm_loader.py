@@ -1,0 +1,164 @@
+"""Loading the released vLLM 0.33's DSpark draft sampling from the installed package.
+
+vLLM is imported as it is installed (``pip install --no-deps vllm==0.33.0`` plus the
+light packages its imports demand, ``requirements/vllm-0.33.txt``): no module of it is
+replaced. ``load_vllm()`` imports three of its modules and hands out what the harness
+calls:
+
+- ``vllm.v1.worker.gpu.spec_decode.dspark.speculator``: ``DSparkSpeculator``, whose
+  ``_sample_sequential`` / ``_sample_sequential_topk`` are the draft walk;
+- ``vllm.v1.worker.gpu.sample.gumbel``: ``gumbel_sample``, the kernel that samples a
+  step and writes the verifier's cache row;
+- ``vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils``: ``rejection_sample``,
+  the server's verifier.
+
+On a machine without CUDA its kernels run under Triton's interpreter, which needs two
+variables set before the process starts (``tox run -e vllm`` sets both):
+``CUDA_VISIBLE_DEVICES=""`` (without it vLLM's Triton import guard finds no active
+driver and turns ``triton.jit`` into a no-op) and ``TRITON_INTERPRET=1``. The
+interpreter has no body for ``libdevice.log1p`` (the rejection sampler's residual
+uses it): ``interpreter_log1p()`` gives it one, numpy's ``log1p``, for the duration of
+a call. Importing vLLM writes defaults of its own into ``os.environ``
+(``TORCHINDUCTOR_COMPILE_THREADS``, ``TRITON_CACHE_AUTOTUNING`` and others); the loader
+puts the environment back as it found it. See docs/upstream.md ("vLLM 0.33").
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+SUPPORTED_VERSION = "0.33.0"
+SUPPORTED_TRITON = "3.8"
+REQUIREMENTS = "requirements/vllm-0.33.txt"
+INSTALL_HINT = (
+    f"pip install --no-deps vllm=={SUPPORTED_VERSION} -r {REQUIREMENTS} (or `tox run -e vllm`)"
+)
+SPECULATOR_MODULE = "vllm.v1.worker.gpu.spec_decode.dspark.speculator"
+GUMBEL_MODULE = "vllm.v1.worker.gpu.sample.gumbel"
+REJECTION_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
+SPECULATOR_CLASS = f"{SPECULATOR_MODULE}.DSparkSpeculator"
+
+
+class VllmUnavailable(RuntimeError):
+    """The installed vLLM cannot be loaded here; the message says why in one line."""
+
+
+@dataclass(frozen=True)
+class LoadedVllm:
+    """What the harness calls of the installed package."""
+
+    version: str
+    DSparkSpeculator: type[Any]
+    gumbel_sample: Callable[..., torch.Tensor]
+    rejection_sample: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+
+def installed_version() -> str | None:
+    """The installed vllm distribution's version, or ``None`` (nothing is imported)."""
+    try:
+        return importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _triton_version() -> str | None:
+    try:
+        return importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def interpreted() -> bool:
+    """Whether vLLM's kernels run under Triton's interpreter here (no CUDA device)."""
+    return not torch.cuda.is_available()
+
+
+def unavailable_reason() -> str | None:
+    """One line saying why vLLM's DSpark sampling cannot be loaded here, or ``None``."""
+    version = installed_version()
+    if version is None:
+        return f"vllm is not installed ({INSTALL_HINT})"
+    if version != SUPPORTED_VERSION:
+        return f"vllm {version} is installed; the loader supports {SUPPORTED_VERSION} only"
+    if not interpreted():
+        return None
+    triton = _triton_version() or "none"
+    if not triton.startswith(SUPPORTED_TRITON + "."):
+        return (
+            f"vllm {SUPPORTED_VERSION} under Triton's interpreter needs triton "
+            f"{SUPPORTED_TRITON}.x, found {triton} (3.9's interpreter mis-types a boolean "
+            "mask and-ed with a scalar; `tox run -e vllm` pins it)"
+        )
+    missing = [
+        f"{name}={wanted!r}"
+        for name, wanted in (("CUDA_VISIBLE_DEVICES", ""), ("TRITON_INTERPRET", "1"))
+        if os.environ.get(name) != wanted
+    ]
+    if missing:
+        return (
+            "vllm's kernels on a machine without CUDA need "
+            f"{' and '.join(missing)} set before the process starts (`tox run -e vllm` sets them)"
+        )
+    return None
+
+
+@functools.cache
+def load_vllm() -> LoadedVllm:
+    """The installed package's draft sampling and verifier (once per process);
+    ``VllmUnavailable`` says why not."""
+    reason = unavailable_reason()
+    if reason is not None:
+        raise VllmUnavailable(reason)
+    environment = dict(os.environ)
+    try:
+        speculator = importlib.import_module(SPECULATOR_MODULE)
+        gumbel = importlib.import_module(GUMBEL_MODULE)
+        rejection = importlib.import_module(REJECTION_MODULE)
+    finally:  # vLLM's import sets defaults of its own in os.environ; the process's stay
+        os.environ.clear()
+        os.environ.update(environment)
+    return LoadedVllm(
+        version=SUPPORTED_VERSION,
+        DSparkSpeculator=speculator.DSparkSpeculator,
+        gumbel_sample=gumbel.gumbel_sample,
+        rejection_sample=rejection.rejection_sample,
+    )
+
+
+def is_speculator_class(cls: type[Any]) -> bool:
+    """Whether ``cls`` is vLLM's ``DSparkSpeculator`` or a subclass of it (read from the
+    class's MRO by name: nothing is imported)."""
+    return any(f"{base.__module__}.{base.__qualname__}" == SPECULATOR_CLASS for base in cls.__mro__)
+
+
+@contextmanager
+def interpreter_log1p() -> Iterator[None]:
+    """Give Triton's interpreter a body for ``libdevice.log1p`` (numpy's) while the
+    block runs; nothing changes where kernels are compiled."""
+    if not interpreted():
+        yield
+        return
+    import numpy as np
+    import triton.language.extra.libdevice as libdevice
+    from triton.runtime import interpreter
+
+    original = libdevice.log1p
+
+    def log1p(arg0: Any, _semantic: Any = None) -> Any:
+        return interpreter.TensorHandle(np.log1p(arg0.handle.data), arg0.handle.dtype.scalar)
+
+    libdevice.log1p = log1p
+    try:
+        yield
+    finally:
+        libdevice.log1p = original
