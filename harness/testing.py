@@ -133,14 +133,33 @@ def case_strategy(
     *,
     max_bs: int = 4,
     max_gamma: int = 5,
-    vocab_sizes: tuple[int, int] = (2, 300),
+    vocab_sizes: tuple[int, int] | SearchStrategy[int] = (2, 300),
+    max_hidden_size: int = 32,
+    max_markov_rank: int = 8,
     dtypes: Sequence[str] = ("float32",),
+    temperatures: Sequence[float] | SearchStrategy[float] = (0.0, 0.5, 1.0, 1.7),
+    max_spare_slots: int = 2,
+    max_vocab_padding: int = 0,
+    max_seed: int = 2**16,
+    every_flag: bool = False,
 ) -> SearchStrategy[Case]:
     """Small valid cases: every head kind and anchor layout, folded or greedy fold, the
-    fused flag, per-row temperatures and greedy rows, confidence, rows past the batch."""
+    fused flag, per-row temperatures and greedy rows, confidence, rows past the batch.
+
+    ``vocab_sizes`` and ``temperatures`` take bounds or values, or a strategy of their
+    own; ``max_spare_slots`` bounds ``max_bs - bs``; ``every_flag`` also draws the fused
+    flag on folded cases, where it has no effect (for tests of the case value itself).
+    """
     from hypothesis import strategies as st
 
     from reference import HEAD_KINDS
+
+    vocab = vocab_sizes if isinstance(vocab_sizes, st.SearchStrategy) else st.integers(*vocab_sizes)
+    temperature = (
+        temperatures
+        if isinstance(temperatures, st.SearchStrategy)
+        else st.sampled_from(tuple(temperatures))
+    )
 
     @st.composite
     def draw_case(draw: Any) -> Case:
@@ -149,21 +168,20 @@ def case_strategy(
         return Case(
             bs=bs,
             gamma=draw(st.integers(1, max_gamma)),
-            vocab_size=draw(st.integers(*vocab_sizes)),
-            hidden_size=draw(st.integers(1, 32)),
-            markov_rank=draw(st.integers(1, 8)),
+            vocab_size=draw(vocab),
+            hidden_size=draw(st.integers(1, max_hidden_size)),
+            markov_rank=draw(st.integers(1, max_markov_rank)),
             head_kind=draw(st.sampled_from(HEAD_KINDS)),
             sample_from_anchor=draw(st.booleans()),
             dtype=draw(st.sampled_from(tuple(dtypes))),
             folded_sampling=folded,
-            fused_greedy=not folded and draw(st.booleans()),
-            temperatures=tuple(
-                draw(st.lists(st.sampled_from((0.0, 0.5, 1.0, 1.7)), min_size=bs, max_size=bs))
-            ),
+            fused_greedy=(every_flag or not folded) and draw(st.booleans()),
+            temperatures=tuple(draw(st.lists(temperature, min_size=bs, max_size=bs))),
             greedy_rows=tuple(draw(st.lists(st.booleans(), min_size=bs, max_size=bs))),
             confidence=draw(st.booleans()),
-            max_bs=bs + draw(st.integers(0, 2)),
-            seed=draw(st.integers(0, 2**16)),
+            max_bs=bs + draw(st.integers(0, max_spare_slots)),
+            vocab_padding=draw(st.integers(0, max_vocab_padding)),
+            seed=draw(st.integers(0, max_seed)),
         )
 
     return draw_case()

@@ -3,6 +3,8 @@ and a guard that fails any test leaking global torch or process state."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 from collections.abc import Iterator
 
@@ -12,6 +14,7 @@ from hypothesis import HealthCheck, settings
 
 from harness.upstream import vllm_loader
 from harness.upstream.sglang_loader import unavailable_reason
+from tests.helpers import DefaultReport
 
 # Triton must see the interpreter flag before it is first imported; without CUDA
 # every kernel test runs interpreted.
@@ -107,3 +110,21 @@ def no_leaked_global_state() -> Iterator[None]:
         leaks.append(f"os.environ changed: {', '.join(changed)}")
     if leaks:
         pytest.fail("test leaked global state: " + "; ".join(leaks), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def default_report(tmp_path_factory: pytest.TempPathFactory) -> DefaultReport:
+    """The default report without the work section, run once a session for the tests
+    that only read it. It runs before any test's leak guard, so it checks the same
+    global state itself (and leaves the CPU RNG as it found it)."""
+    from harness.cli import main
+
+    out_dir = tmp_path_factory.mktemp("default-report")
+    rng_state, dtype, environ = torch.get_rng_state(), torch.get_default_dtype(), _environment()
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        code = main(["--no-work", "--quiet", "--out-dir", str(out_dir)])
+    torch.set_rng_state(rng_state)
+    changed = _restore_environment(environ)
+    assert not changed and torch.get_default_dtype() == dtype, (changed, dtype)
+    return DefaultReport(exit_code=code, stdout=stdout.getvalue(), out_dir=out_dir)

@@ -10,32 +10,25 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.pipeline.case import CASE_SCHEMA_VERSION, Case, CaseError, build_inputs, make_case
+from harness.testing import case_strategy
+
+# The whole value space: vocabulary 1, any temperature, every dtype and flag, padding.
+ANY_CASE = case_strategy(
+    max_bs=8,
+    max_gamma=8,
+    vocab_sizes=(1, 3000),
+    max_hidden_size=64,
+    max_markov_rank=16,
+    dtypes=("float32", "bfloat16", "float16"),
+    temperatures=st.floats(0, 4),
+    max_spare_slots=4,
+    max_vocab_padding=3,
+    max_seed=2**31,
+    every_flag=True,
+)
 
 
-@st.composite
-def cases(draw: st.DrawFn) -> Case:
-    bs = draw(st.integers(1, 8))
-    return Case(
-        bs=bs,
-        gamma=draw(st.integers(1, 8)),
-        vocab_size=draw(st.integers(1, 3000)),
-        hidden_size=draw(st.integers(1, 64)),
-        markov_rank=draw(st.integers(1, 16)),
-        head_kind=draw(st.sampled_from(["vanilla", "gated", "rnn"])),
-        sample_from_anchor=draw(st.booleans()),
-        dtype=draw(st.sampled_from(["float32", "bfloat16", "float16"])),
-        folded_sampling=draw(st.booleans()),
-        fused_greedy=draw(st.booleans()),
-        temperatures=tuple(draw(st.lists(st.floats(0, 4), min_size=bs, max_size=bs))),
-        greedy_rows=tuple(draw(st.lists(st.booleans(), min_size=bs, max_size=bs))),
-        confidence=draw(st.booleans()),
-        seed=draw(st.integers(0, 2**31)),
-        max_bs=bs + draw(st.integers(0, 4)),
-        vocab_padding=draw(st.integers(0, 3)),
-    )
-
-
-@given(cases())
+@given(ANY_CASE)
 def test_case_round_trips_through_json(case: Case) -> None:
     text = json.dumps(case.to_json_dict())
     assert Case.from_json_dict(json.loads(text)) == case

@@ -9,29 +9,30 @@ import pytest
 
 from harness.cli import main
 from harness.pipeline.case import Case, make_case
+from tests.helpers import DefaultReport
 
 PLUGIN = "tests.plugins.broken_samplers"
 
 
-def test_main_job_passes_and_states_the_verdict_first(tmp_path: Path, capsys) -> None:
-    code = main(["--no-stats", "--no-work", "--quiet", "--out-dir", str(tmp_path)])
-    out = capsys.readouterr().out
-    assert code == 0, out
+def test_main_job_passes_and_states_the_verdict_first(default_report: DefaultReport) -> None:
+    out = default_report.stdout
+    assert default_report.exit_code == 0, out
     head = out.splitlines()[:8]
     assert any(line.startswith("VERDICT: PASS") for line in head)
     assert any("fixed: clean on" in line for line in head)
     assert any("legacy: reproduces the documented bug" in line for line in head)
-    report = json.loads((tmp_path / "report.json").read_text())
-    assert report["ok"] is True
-    assert (tmp_path / "report.md").read_text().startswith("# DSpark")
+    assert default_report.json()["ok"] is True
+    assert (default_report.out_dir / "report.md").read_text().startswith("# DSpark")
 
 
-def test_main_job_with_the_oracle_writes_the_power_curve_figure(tmp_path: Path, capsys) -> None:
-    code = main(["--no-work", "--quiet", "--out-dir", str(tmp_path)])
-    out = capsys.readouterr().out
-    assert code == 0, out
+def test_main_job_with_the_oracle_writes_the_power_curve_figure(
+    default_report: DefaultReport,
+) -> None:
+    out = default_report.stdout
+    assert default_report.exit_code == 0, out
     assert "legacy REJECTED" in out or "legacy on position 0 alone passes" in out
-    assert (tmp_path / "report-power.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    png = default_report.out_dir / "report-power.png"
+    assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
 def test_broken_plugin_is_flagged_with_its_reason(tmp_path: Path, capsys) -> None:

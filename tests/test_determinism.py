@@ -20,12 +20,12 @@ import pytest
 import torch
 
 from harness.options import RunOptions
-from harness.pipeline.case import Case, make_case
+from harness.pipeline.case import Case
 from harness.pipeline.compare import compare
 from harness.pipeline.matrix import standard_matrix
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import builtin_implementations
-from tests.helpers import REPO_ROOT, subprocess_env
+from tests.helpers import run_harness, small_case, subprocess_env
 
 # One of each kind of evidence: sampled rows, reduced precision, the fused path, a raise.
 MATRIX_CASES = (
@@ -34,16 +34,7 @@ MATRIX_CASES = (
     "greedy-fold/fused/vanilla/bf16",
     "no-anchor/gated/folded",
 )
-SMALL_CASE = make_case(
-    bs=3,
-    gamma=3,
-    vocab_size=40,
-    hidden_size=8,
-    markov_rank=4,
-    greedy_rows=(False, True, False),
-    temperature=0.8,
-    seed=7,
-)
+SMALL_CASE = small_case(seed=7, gamma=3, vocab_size=40, temperature=0.8, confidence=False)
 
 
 def _matrix_cases() -> list[Case]:
@@ -85,6 +76,7 @@ def test_same_cases_and_seed_give_byte_identical_verdict_json() -> None:
     assert first == second
 
 
+@pytest.mark.e2e
 def test_compare_json_repeats_apart_from_timing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -110,17 +102,10 @@ def test_compare_json_repeats_apart_from_timing(
 
 
 def _run_harness(args: list[str], *, hash_seed: str) -> subprocess.CompletedProcess[str]:
-    env = subprocess_env(PYTHONHASHSEED=hash_seed)
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO_ROOT,
-    )
+    return run_harness(*args, env=subprocess_env(PYTHONHASHSEED=hash_seed))
 
 
+@pytest.mark.e2e
 def test_compare_json_repeats_across_processes_and_hash_seeds(tmp_path: Path) -> None:
     case_file = tmp_path / "case.json"
     SMALL_CASE.save(case_file)

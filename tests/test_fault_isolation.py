@@ -11,23 +11,14 @@ import torch
 
 from harness.cli import main
 from harness.options import RunOptions
-from harness.pipeline.case import make_case
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.isolation import worker_for
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
+from tests.helpers import small_case
 from tests.plugins import broken_samplers, untrusted_samplers
 
-CASE = make_case(
-    bs=3,
-    gamma=4,
-    vocab_size=48,
-    hidden_size=8,
-    markov_rank=4,
-    greedy_rows=(False, True, False),
-    confidence=True,
-    seed=3,
-)
+CASE = small_case(seed=3)
 
 
 @pytest.mark.parametrize(
@@ -67,6 +58,7 @@ def test_hanging_implementation_is_stopped_by_the_time_limit() -> None:
     assert verdict.ledger is not None and verdict.ledger.holds
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("sampler_name", "reason"),
     [

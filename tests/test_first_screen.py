@@ -5,8 +5,6 @@ which failures are expected."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,25 +19,15 @@ from harness.pipeline.verdict_sections import full_verdict
 from harness.plugins.implementations import builtin_implementations
 from harness.render.report import Report, emit_report
 from harness.render.sections import Section, Table
-from tests.helpers import REPO_ROOT, subprocess_env
+from tests.helpers import run_harness
 
-# Commands whose option defaults (the oracle's configuration, its head kinds) are still
-# defined in modules that import torch.
-DEFAULTS_BESIDE_TORCH = ("stats",)
 SMALL_CASES = ("folded-sampled/vanilla", "no-anchor/gated/folded")
 
 
 def _run_harness(*argv: str) -> tuple[int, set[str]]:
     """Exit status of ``python -m harness ARGV`` and every module it imported (read
     from ``-X importtime``, which reports each import on stderr)."""
-    run = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "harness", *argv],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        env=subprocess_env(),
-        check=False,
-    )
+    run = run_harness(*argv, interpreter_options=("-X", "importtime"))
     imported = {
         line.rsplit("|", 1)[1].strip()
         for line in run.stderr.splitlines()
@@ -58,17 +46,7 @@ def _run_harness(*argv: str) -> tuple[int, set[str]]:
         (["--no-such-option"], 2),  # the default command, report
         (["--time-limit", "soon"], 2),
         (["compare", "--pair", "legacy"], 2),
-        *[([name, "--help"], 0) for name in COMMANDS if name not in DEFAULTS_BESIDE_TORCH],
-        *[
-            pytest.param(
-                [name, "--help"],
-                0,
-                marks=pytest.mark.xfail(
-                    strict=True, reason="its option defaults live beside torch"
-                ),
-            )
-            for name in DEFAULTS_BESIDE_TORCH
-        ],
+        *[([name, "--help"], 0) for name in COMMANDS],
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else str(value),
 )

@@ -10,36 +10,25 @@ from harness.pipeline.case import Case
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import builtin_implementations
+from harness.testing import case_strategy
 
 # Vocabulary sizes around the Triton kernel's 1024-wide tiles, and small ones.
 VOCABS = st.one_of(st.integers(1, 64), st.sampled_from([1023, 1024, 1025, 2047, 2048, 2049, 3000]))
 
-TEMPERATURES = st.sampled_from([0.0, 0.3, 1.0, 1.7])
+SAMPLER_CASES = case_strategy(
+    max_bs=8,
+    max_gamma=8,
+    vocab_sizes=VOCABS,
+    max_hidden_size=24,
+    max_markov_rank=16,
+    dtypes=("float32", "bfloat16"),
+    temperatures=(0.0, 0.3, 1.0, 1.7),
+    max_spare_slots=0,
+    max_seed=10_000,
+)
 
 
-@st.composite
-def sampler_cases(draw: st.DrawFn) -> Case:
-    bs = draw(st.integers(1, 8))
-    folded = draw(st.booleans())
-    return Case(
-        bs=bs,
-        gamma=draw(st.integers(1, 8)),
-        vocab_size=draw(VOCABS),
-        hidden_size=draw(st.integers(1, 24)),
-        markov_rank=draw(st.integers(1, 16)),
-        head_kind=draw(st.sampled_from(["vanilla", "gated", "rnn"])),
-        sample_from_anchor=draw(st.booleans()),
-        dtype=draw(st.sampled_from(["float32", "bfloat16"])),
-        folded_sampling=folded,
-        fused_greedy=draw(st.booleans()),
-        temperatures=tuple(draw(st.lists(TEMPERATURES, min_size=bs, max_size=bs))),
-        greedy_rows=tuple(draw(st.lists(st.booleans(), min_size=bs, max_size=bs))),
-        confidence=draw(st.booleans()),
-        seed=draw(st.integers(0, 10_000)),
-    )
-
-
-@given(sampler_cases())
+@given(SAMPLER_CASES)
 def test_fixed_passes_every_check_and_legacy_matches_the_ledger(case: Case) -> None:
     note(case.label())
     verdict = evaluate_run(run_case(case, builtin_implementations()), require_observable=False)

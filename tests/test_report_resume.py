@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.cli import main
 from harness.pipeline.case import make_case
-from tests.helpers import REPO_ROOT, subprocess_env
+from tests.helpers import run_harness, start_harness
 
 JOURNAL = "compare.cases.jsonl"
 
@@ -69,17 +67,10 @@ def test_a_damaged_journal_line_before_the_last_is_bad_input(
     assert "not a case record" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_a_killed_report_resumes_without_recomputing_finished_cases(tmp_path: Path) -> None:
-    env = subprocess_env()
-    command = [sys.executable, "-m", "harness", "compare", "--out-dir", str(tmp_path)]
-    process = subprocess.Popen(
-        command,
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    command = ["compare", "--out-dir", str(tmp_path)]
+    process = start_harness(*command)
     assert process.stderr is not None
     for line in process.stderr:
         if line.startswith("[6/"):  # five cases are finished and journaled
@@ -89,20 +80,11 @@ def test_a_killed_report_resumes_without_recomputing_finished_cases(tmp_path: Pa
     assert process.returncode == -signal.SIGKILL
     finished = len((tmp_path / JOURNAL).read_text().splitlines())
     assert finished >= 5
-    resumed = subprocess.run(
-        [*command, "--resume"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
+    resumed = run_harness(*command, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stderr.count("(finished earlier)") == finished
     fresh_dir = tmp_path / "fresh"
-    fresh = subprocess.run(
-        [sys.executable, "-m", "harness", "compare", "--quiet", "--out-dir", str(fresh_dir)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    fresh = run_harness("compare", "--quiet", "--out-dir", str(fresh_dir))
     assert fresh.returncode == 0, fresh.stderr
     assert _cases_of(tmp_path) == _cases_of(fresh_dir)
 

@@ -5,20 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from harness.pipeline.case import make_case
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
+from tests.helpers import small_case
 from tests.plugins.broken_samplers import RaisingSampler
 
-CASE = make_case(
-    bs=3,
-    gamma=4,
-    vocab_size=64,
-    hidden_size=16,
-    markov_rank=4,
-    greedy_rows=(False, True, False),
-    seed=11,
-)
+CASE = small_case(seed=11, vocab_size=64, hidden_size=16, confidence=False)
 
 
 def test_caller_rng_state_is_left_untouched() -> None:

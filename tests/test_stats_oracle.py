@@ -28,6 +28,7 @@ from harness.oracles.fits import REPEAT, family_size, position_name
 from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, StatsError
 from harness.plugins.implementations import Implementation, builtin_implementations
 from reference import HEAD_KINDS
+from tests.helpers import default_stats_verdict
 from tests.plugins.stats_defects import ReusedNoiseSampler
 
 ALPHA = 1e-6  # the oracle's default significance level
@@ -41,7 +42,7 @@ REUSED_NOISE = Implementation("reused-noise", ReusedNoiseSampler, "test:ReusedNo
 
 @pytest.fixture(scope="module")
 def default_results() -> dict[str, stats.StatsResult]:
-    return stats.default_verdict()[0]
+    return default_stats_verdict()[0]
 
 
 # -- what the default covers ------------------------------------------------------------------

@@ -11,8 +11,6 @@ import json
 import math
 import os
 import signal
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ import pytest
 
 from harness.io.files import load_records
 from harness.measure import sweep
-from tests.helpers import REPO_ROOT, subprocess_env
+from tests.helpers import run_harness, start_harness
 
 TINY = replace(sweep.QUICK_CONFIG, bs=(1,), gamma=(2,), vocab=(64, 128, 256), repeats=1)
 
@@ -138,22 +136,14 @@ def test_real_quick_points_time_both_samplers(tmp_path: Path) -> None:
             assert times["legacy_median_s"] > 0 and times["fixed_median_s"] > 0
 
 
-def _sweep_command(out: Path, *extra: str) -> list[str]:
+def _sweep_args(out: Path, *extra: str) -> list[str]:
     grid = ["--bs", "4", "--gamma", "2,4", "--vocab", "2048,4096,8192", "--repeats", "2"]
     files = ["--out", str(out), "--out-dir", str(out / "report")]
-    return [sys.executable, "-m", "harness", "sweep", *files, *grid, *extra]
+    return ["sweep", *files, *grid, *extra]
 
 
 def test_a_killed_sweep_resumes_without_losing_or_recomputing_points(tmp_path: Path) -> None:
-    env = subprocess_env()
-    process = subprocess.Popen(
-        _sweep_command(tmp_path),
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = start_harness(*_sweep_args(tmp_path))
     assert process.stderr is not None
     try:
         for line in process.stderr:  # progress: one line per finished point
@@ -171,15 +161,7 @@ def test_a_killed_sweep_resumes_without_losing_or_recomputing_points(tmp_path: P
     with path.open("ab") as handle:  # and a write cut short
         handle.write(b'{"schema": "dspark-harness/sweep-po')
 
-    resumed = subprocess.run(
-        _sweep_command(tmp_path, "--json"),
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    resumed = run_harness(*_sweep_args(tmp_path, "--json"))
     assert resumed.returncode == 0, resumed.stderr
     assert f"{finished} already done" in resumed.stderr
     assert "dropped a torn last line" in resumed.stderr

@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.cli import main
 from harness.pipeline.case import make_case
-from tests.helpers import REPO_ROOT, subprocess_env
+from tests.helpers import REPO_ROOT, run_harness, start_harness, subprocess_env
 
 JOURNAL = "compare.cases.jsonl"
 PLANTED = "tests.plugins.untrusted_samplers"
@@ -39,14 +38,7 @@ def _case_args(tmp_path: Path, count: int = 2) -> list[str]:
 
 
 def _harness(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        cwd=REPO_ROOT,
-        env=env or subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_harness(*args, env=env or subprocess_env())
 
 
 def _report(out_dir: Path) -> dict:
@@ -81,6 +73,7 @@ def test_a_mutating_plugin_is_blamed_alone_in_the_report(
     capsys.readouterr()
 
 
+@pytest.mark.e2e
 def test_a_changed_plugin_is_recomputed_on_resume_and_equals_a_fresh_run(tmp_path: Path) -> None:
     plugin_dir = tmp_path / "plugin"
     plugin_dir.mkdir()
@@ -149,10 +142,7 @@ def test_a_run_refused_for_bad_input_keeps_the_previous_journal(
 
 
 def _start_slow_run(tmp_path: Path, out_dir: Path) -> subprocess.Popen[str]:
-    command = [
-        sys.executable,
-        "-m",
-        "harness",
+    return start_harness(
         "compare",
         *_case_args(tmp_path, count=6),
         "--only",
@@ -161,14 +151,6 @@ def _start_slow_run(tmp_path: Path, out_dir: Path) -> subprocess.Popen[str]:
         f"slow={PLANTED}:SlowSampler",
         "--out-dir",
         str(out_dir),
-    ]
-    return subprocess.Popen(
-        command,
-        cwd=REPO_ROOT,
-        env=subprocess_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
     )
 
 
@@ -217,14 +199,14 @@ def test_a_stop_is_one_line_with_exit_130_or_143_and_a_resumable_journal(
 
 def test_a_closed_stdout_is_not_a_traceback(tmp_path: Path) -> None:
     """``--json | head``: the reader is gone before the report is printed."""
-    command = [sys.executable, "-m", "harness", "compare", *_case_args(tmp_path), "--quiet"]
-    process = subprocess.Popen(
-        [*command, "--json", "--out-dir", str(tmp_path / "out")],
-        cwd=REPO_ROOT,
-        env=subprocess_env(),
+    process = start_harness(
+        "compare",
+        *_case_args(tmp_path),
+        "--quiet",
+        "--json",
+        "--out-dir",
+        str(tmp_path / "out"),
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     assert process.stdout is not None and process.stderr is not None
     process.stdout.close()  # nobody reads: the first print meets a broken pipe

@@ -6,22 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.pipeline.case import make_case
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
+from tests.helpers import small_case
 from tests.plugins import alternative_samplers, untrusted_samplers
 
-CASE = make_case(
-    bs=3,
-    gamma=4,
-    vocab_size=48,
-    hidden_size=8,
-    markov_rank=4,
-    greedy_rows=(False, True, False),
-    confidence=True,
-    seed=5,
-)
+CASE = small_case(seed=5)
 
 
 def _blamed(sampler_class: type | None, *, first: bool) -> dict[str, dict[str, str]]:

@@ -23,7 +23,7 @@ from harness.pipeline.case import make_case
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
-from tests.helpers import REPO_ROOT, subprocess_env
+from tests.helpers import run_harness, subprocess_env
 from tests.plugins import untrusted_samplers
 
 PLANTED = "tests.plugins.untrusted_samplers"
@@ -49,14 +49,7 @@ def _case_args(tmp_path: Path, count: int = 2) -> list[str]:
 
 
 def _harness(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        cwd=REPO_ROOT,
-        env=subprocess_env(XDG_CACHE_HOME=str(cache)),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    return run_harness(*args, env=subprocess_env(XDG_CACHE_HOME=str(cache)), timeout=900)
 
 
 def test_under_isolate_a_plugin_tampering_at_import_and_at_exit_cannot_make_a_pass(
@@ -85,6 +78,7 @@ def test_under_isolate_a_correct_file_plugin_passes_and_is_never_imported_by_the
     assert "dspark_impl_only_there" not in sys.modules
 
 
+@pytest.mark.e2e
 def test_in_process_the_report_says_plugin_code_shares_the_judge(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -193,6 +187,7 @@ def test_a_slow_sampler_that_reaches_the_time_limit_in_the_oracle_is_not_judged(
     assert result["error"] is None and "time limit" in result["not_judged"]
 
 
+@pytest.mark.e2e
 def test_a_segfaulting_sampler_under_report_isolate_gives_a_complete_report_and_exit_1(
     tmp_path: Path,
 ) -> None:

@@ -11,7 +11,6 @@ import re
 import resource
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,19 +24,10 @@ from harness.pipeline.compare import evaluate_run
 from harness.pipeline.guard import current_umask
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
-from tests.helpers import REPO_ROOT, subprocess_env
+from tests.helpers import REPO_ROOT, run_harness, small_case, start_harness, subprocess_env
 from tests.plugins import untrusted_samplers
 
-CASE = make_case(
-    bs=3,
-    gamma=4,
-    vocab_size=48,
-    hidden_size=8,
-    markov_rank=4,
-    greedy_rows=(False, True, False),
-    confidence=True,
-    seed=5,
-)
+CASE = small_case(seed=5)
 PLANTED = "tests.plugins.untrusted_samplers"
 PLUGINS = REPO_ROOT / "tests" / "plugins"
 STOP_ATTEMPTS, STOP_WAIT_S = 20, 5.0
@@ -154,13 +144,8 @@ def test_a_plugin_that_ignores_sigalrm_still_meets_the_time_limit() -> None:
 def _compare(
     *args: str, cwd: Path = REPO_ROOT, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", "compare", *args],
-        cwd=cwd,
-        env=env or subprocess_env(PYTHONPATH=str(REPO_ROOT)),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    return run_harness(
+        "compare", *args, cwd=cwd, env=env or subprocess_env(PYTHONPATH=str(REPO_ROOT))
     )
 
 
@@ -211,14 +196,7 @@ def test_a_plugin_that_ignores_sigterm_does_not_make_the_harness_unkillable(
     tmp_path: Path,
 ) -> None:
     impl = f"stubborn={PLUGINS / 'ignores_sigterm.py'}"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "harness", "compare", "--impl", impl, "--out-dir", str(tmp_path)],
-        cwd=REPO_ROOT,
-        env=subprocess_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = start_harness("compare", "--impl", impl, "--out-dir", str(tmp_path))
     assert process.stderr is not None
     said: list[str] = []
     reader = threading.Thread(target=lambda: said.extend(process.stderr or ()), daemon=True)

@@ -7,7 +7,7 @@
   its step logits in ``promote(base, W1) = float32`` where ours rounds them to the base
   dtype: ours is theirs with the bias and then the sum rounded to bfloat16, which changes
   most entries.
-- The step sampler: on the package's own draws (``harness.upstream.noise``) our
+- The step sampler: on the package's own draws (``package_draft_exponentials``) our
   exponential race picks the token ``MarkovSampleStep``'s torch path picks, on every row
   and step, at every temperature; the one place they part is a draw whose uniform rounds
   to 1 (the package's key becomes ``-inf``).
@@ -25,6 +25,8 @@ from reference.step_samplers import exponential_race_torch
 pytestmark = pytest.mark.upstream
 GAMMA, VOCAB, HIDDEN, RANK, BS = 5, 64, 16, 8, 32
 KNOWN_UNIT_UNIFORM = {"seed": 0, "row": 13705, "step": 1, "counter": 3, "token": 2}
+MARKOV_SAMPLE = "sglang.kernels.ops.speculative.dspark.markov_sample"
+UNIFORM_SCALE = 2.0**-32
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +34,35 @@ def loaded():  # type: ignore[no-untyped-def]
     from harness.upstream.sglang_loader import load_sglang
 
     return load_sglang()
+
+
+def package_draft_exponentials(  # type: ignore[no-untyped-def]
+    loaded, *, key: int, counter: int, step: int, rows: int, vocab_size: int
+) -> torch.Tensor:
+    """``[rows, V]`` float32: the package's ``Exp(1)`` draws of one step, drawn outside its
+    step kernel (``inf`` where ``u`` is 1).
+
+    Token ``t`` of row ``r`` at step ``s`` with the counter at ``c`` gets the Philox4x32-10
+    word ``4 * q + k`` (``q = t // 4``, ``k = t % 4``) of the counter ``(q, r, s, c mod 2^32)``
+    under the draft key; the package turns a word ``w`` into ``u = (float32(w) + 0.5) * 2^-32``
+    and the exponential ``E = -log1p(-u)``. The words come from the package's own Philox
+    function; only that documented map is written here.
+    """
+    philox = loaded.modules[MARKOV_SAMPLE]._philox
+    tokens = torch.arange(vocab_size, dtype=torch.int64)  # [V]
+    quad_words = philox(
+        key,
+        (tokens // 4)[None, :],  # [1, V]: the quad of each token
+        torch.arange(rows, dtype=torch.int64)[:, None],  # [rows, 1]
+        torch.full((1, 1), step, dtype=torch.int64),
+        torch.full((1, 1), counter & 0xFFFFFFFF, dtype=torch.int64),
+    )  # four [rows, V] words per token's quad
+    lane = (tokens % 4).expand(rows, vocab_size)  # [rows, V]: which of the four is the token's
+    word = torch.zeros(rows, vocab_size, dtype=torch.int64)
+    for k, words in enumerate(quad_words):
+        word = torch.where(lane == k, words.expand(rows, vocab_size), word)
+    uniform = (word.float() + 0.5) * UNIFORM_SCALE  # [rows, V]: in (0, 1], may round to 1
+    return -torch.log1p(-uniform)
 
 
 def package_block_logits(loaded, head, *, base, prev, hidden) -> torch.Tensor:  # type: ignore[no-untyped-def]
@@ -112,16 +143,14 @@ def test_a_float32_head_over_bfloat16_logits_keeps_float32_step_logits(loaded, k
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_our_race_on_the_packages_draws_picks_its_tokens(loaded, dtype: torch.dtype) -> None:  # type: ignore[no-untyped-def]
-    from harness.upstream.noise import draft_exponentials
-
     rows = 2048
     logits = (torch.randn(rows, VOCAB, generator=torch.Generator().manual_seed(6)) * 3).to(dtype)
     temperatures = torch.tensor([0.6, 1.0, 1.4, 1e-5]).repeat(rows // 4)
     key = loaded.draft_noise_key(7)
     for counter in (0, 1, 2**32 + 1):  # only the low 32 bits of the counter reach Philox
         for step in range(3):
-            noise = draft_exponentials(
-                key=key, counter=counter, step=step, rows=rows, vocab_size=VOCAB
+            noise = package_draft_exponentials(
+                loaded, key=key, counter=counter, step=step, rows=rows, vocab_size=VOCAB
             )
             ours = exponential_race_torch(
                 logits,
@@ -144,12 +173,10 @@ def test_our_race_on_the_packages_draws_picks_its_tokens(loaded, dtype: torch.dt
 def test_a_uniform_of_one_sends_the_packages_key_to_minus_inf(loaded) -> None:  # type: ignore[no-untyped-def]
     """The known draw: its exponential is inf, the package drafts masked token 0; our race
     on the same draw keeps to the lone finite token."""
-    from harness.upstream.noise import draft_exponentials
-
     known = KNOWN_UNIT_UNIFORM
     rows, key = known["row"] + 1, loaded.draft_noise_key(known["seed"])
-    noise = draft_exponentials(
-        key=key, counter=known["counter"], step=known["step"], rows=rows, vocab_size=4
+    noise = package_draft_exponentials(
+        loaded, key=key, counter=known["counter"], step=known["step"], rows=rows, vocab_size=4
     )
     assert noise[known["row"], known["token"]] == float("inf")
     assert int(torch.isinf(noise).sum()) == 1

@@ -28,43 +28,46 @@ from harness.cli.options import (
     run_options,
 )
 from harness.io.files import write_atomically
-from harness.options import RolesError
-from harness.oracles.problem import DEFAULT_CONFIG, StatsError
-from harness.oracles.section import power_curves_png, stats_section
-from harness.oracles.stats import default_implementations
-from harness.oracles.verifiers import VERIFIERS, verifiers_named
-from harness.plugins.implementations import ImplementationError, select_implementations
-from reference import HEAD_KINDS
+from harness.oracles import defaults
 
 POWER_PNG = "stats-power.png"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``stats`` (``--seed``, ``--device``, ``--json``, ``--out-dir``,
-    ``--quiet`` and ``--time-limit`` are the shared ones)."""
-    default = DEFAULT_CONFIG
+    ``--quiet`` and ``--time-limit`` are the shared ones); their defaults are read
+    without importing torch."""
     add_impl_option(parser, verb="also test")
     add_isolate_option(parser)
     add_role_options(parser, require=False)
     parser.add_argument(
-        "--rows", type=int, default=default.rows, help=f"rows per head (default {default.rows})"
+        "--rows",
+        type=int,
+        default=defaults.DEFAULT_ROWS,
+        help=f"rows per head (default {defaults.DEFAULT_ROWS})",
     )
     parser.add_argument(
         "--rounds",
         type=int,
-        default=default.rounds,
-        help=f"draft-verify rounds per row (default {default.rounds})",
+        default=defaults.DEFAULT_ROUNDS,
+        help=f"draft-verify rounds per row (default {defaults.DEFAULT_ROUNDS})",
     )
     parser.add_argument(
-        "--m", type=int, default=default.m, help="committed tokens per row in the joint (>= 2)"
+        "--m",
+        type=int,
+        default=defaults.DEFAULT_M,
+        help="committed tokens per row in the joint (>= 2)",
     )
     parser.add_argument(
-        "--alpha", type=float, default=default.alpha, help="family-wise level (default 1e-6)"
+        "--alpha",
+        type=float,
+        default=defaults.DEFAULT_ALPHA,
+        help="family-wise level (default 1e-6)",
     )
     parser.add_argument(
         "--temperatures",
         type=comma_separated(float, what="temperatures"),
-        default=default.temperatures,
+        default=defaults.DEFAULT_TEMPERATURES,
         metavar="T[,T...]",
         help="rows take these in turn, one test group each; 0 marks greedy rows "
         "(default 0.6,1.0,1.4,0)",
@@ -73,16 +76,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--heads",
         "--head",
         type=lambda text: tuple(part.strip() for part in text.split(",") if part.strip()),
-        default=default.head_kinds,
+        default=None,
         metavar="KIND[,KIND...]",
-        help=f"Markov head kinds, each its own rows (default {','.join(HEAD_KINDS)})",
+        help="Markov head kinds, each its own rows (default: every kind)",
     )
-    parser.add_argument("--gamma", type=int, default=default.gamma, help="draft tokens per round")
-    parser.add_argument("--vocab", type=int, default=default.vocab_size, help="vocabulary size V")
+    parser.add_argument(
+        "--gamma", type=int, default=defaults.DEFAULT_GAMMA, help="draft tokens per round"
+    )
+    parser.add_argument(
+        "--vocab", type=int, default=defaults.DEFAULT_VOCAB_SIZE, help="vocabulary size V"
+    )
     parser.add_argument(
         "--model-seed",
         type=int,
-        default=default.model_seed,
+        default=defaults.DEFAULT_MODEL_SEED,
         help="seed of drafters, target and context (default 0)",
     )
     parser.add_argument(
@@ -93,13 +100,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=lambda text: tuple(part.strip() for part in text.split(",") if part.strip()),
         default=("chain",),
         metavar="NAME[,NAME...]",
-        help=f"verify under each of these ({', '.join(VERIFIERS)}; default chain)",
+        help="verify under each of these: chain (ours, the default), sglang-blockwise "
+        "(the released server's block-wise rejection; needs the package)",
     )
 
 
 def command(args: argparse.Namespace) -> int:
     """Run the oracle; print text or JSON; write ``stats.{json,md,txt}`` (and the power
     figure) under ``--out-dir``."""
+    from harness.options import RolesError
+    from harness.oracles.problem import DEFAULT_CONFIG, StatsError
+    from harness.oracles.section import power_curves_png, stats_section
+    from harness.oracles.stats import default_implementations
+    from harness.oracles.verifiers import verifiers_named
+    from harness.plugins.implementations import ImplementationError, select_implementations
+
     try:
         options = run_options(args)
         progress, roles = options.progress, options.roles
@@ -117,7 +132,7 @@ def command(args: argparse.Namespace) -> int:
             m=args.m,
             gamma=args.gamma,
             vocab_size=args.vocab,
-            head_kinds=args.heads,
+            head_kinds=DEFAULT_CONFIG.head_kinds if args.heads is None else args.heads,
             temperatures=args.temperatures,
             alpha=args.alpha,
             seed=args.seed,

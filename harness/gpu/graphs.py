@@ -155,11 +155,6 @@ def cuda_graph_runner(device: torch.device) -> GraphRunner:
     return CudaGraphRunner(device=device)
 
 
-def eager_replay_runner(device: torch.device) -> GraphRunner:
-    del device  # the stand-in runs on whatever device the tensors live on
-    return EagerReplay()
-
-
 # -- static inputs -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StaticInputs:
@@ -385,8 +380,8 @@ def capture_and_replay(
     Replay ``r`` runs on the inputs of seed ``case.seed + r`` from the generator seeded
     with ``case.seed + r``, the same for every implementation, so fixed and reference
     match and the ledger holds legacy to the documented bug. ``runner_factory`` defaults
-    to a real CUDA graph (which needs a CUDA case); ``eager_replay_runner`` stands in for
-    it on any device. The caller's RNG state is left as it was.
+    to a real CUDA graph (which needs a CUDA case); ``EagerReplay`` stands in for it on
+    any device. The caller's RNG state is left as it was.
     """
     if replays < 1:
         raise ValueError(f"replays must be >= 1, got {replays}")

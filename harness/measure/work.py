@@ -128,10 +128,6 @@ class WorkComparison:
     def counter(self, key: str) -> CounterComparison | None:
         return next((c for c in self.counters if c.key == key), None)
 
-    @property
-    def surplus_is_one_walk(self) -> bool:
-        return all(d.diff == d.one_walk for d in self.op_differences)
-
 
 @dataclass
 class CaseWork:

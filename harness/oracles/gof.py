@@ -136,7 +136,12 @@ class GoodnessOfFit:
 
 
 def merged_groups(expected: np.ndarray) -> tuple[np.ndarray, int]:
-    """``merge_rare_cells`` on a float64 array (the fast path every fit takes)."""
+    """Group cells so every group expects at least ``MIN_EXPECTED_COUNT``.
+
+    expected ``[C]`` float64 counts. Cells below the threshold go into one group, which
+    then takes the next smallest cells until it reaches the threshold (or holds all).
+    Returns the group of each cell ``[C]`` int64 and the number of groups.
+    """
     cells = expected.shape[0]
     order = np.argsort(expected, kind="stable")
     ascending = expected[order]
@@ -154,17 +159,6 @@ def merged_groups(expected: np.ndarray) -> tuple[np.ndarray, int]:
         ]
     )
     return groups, first_own_group + cells - merged
-
-
-def merge_rare_cells(expected: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Group cells so every group expects at least ``MIN_EXPECTED_COUNT``.
-
-    expected ``[C]`` counts. Cells below the threshold go into one group, which then
-    takes the next smallest cells until it reaches the threshold (or holds all).
-    Returns the group of each cell ``[C]`` int64 and the number of groups.
-    """
-    groups, n_groups = merged_groups(expected.detach().cpu().to(torch.float64).numpy())
-    return torch.from_numpy(groups).to(expected.device), n_groups
 
 
 def pearson_fit(observed: torch.Tensor, *, expected_probs: torch.Tensor) -> GoodnessOfFit:

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from harness.devices import intra_op_threads
+from harness.oracles.defaults import GREEDY
 from harness.oracles.fits import CountTable, HeadTables, head_tables, position_name
 from harness.oracles.gof import (
     chi2_isf,
@@ -33,7 +34,7 @@ from harness.oracles.gof import (
     normal_sf,
     pearson_fit,
 )
-from harness.oracles.problem import GREEDY, StatsProblem, cpu_threads, decode_rows, group_label
+from harness.oracles.problem import StatsProblem, cpu_threads, decode_rows, group_label
 from harness.plugins.implementations import Implementation
 from harness.render.progress import Progress, no_progress
 from reference.verifier import DecodeResult

@@ -21,6 +21,17 @@ from dataclasses import dataclass, replace
 import torch
 
 from harness.devices import intra_op_threads
+from harness.oracles.defaults import (
+    DEFAULT_ALPHA,
+    DEFAULT_GAMMA,
+    DEFAULT_M,
+    DEFAULT_MODEL_SEED,
+    DEFAULT_ROUNDS,
+    DEFAULT_ROWS,
+    DEFAULT_TEMPERATURES,
+    DEFAULT_VOCAB_SIZE,
+    GREEDY,
+)
 from harness.pipeline.case import TOP_K_ALL, Case, CaseInputs
 from harness.plugins.conventions import BuiltSampler, build_for_case
 from reference import (
@@ -42,9 +53,7 @@ from reference.verifier import (
     speculative_decode,
 )
 
-DEFAULT_ALPHA = 1e-6
 MAX_JOINT_CELLS = 1 << 16  # V**m cells of the enumerated joint
-GREEDY = 0.0  # the temperature that marks a greedy row (top_k = 1)
 # The oracle's drafters lean on the previous token (W1 x 3): the lever the double walk
 # pulls. At scale 1 the rnn head's q hardly moves with it (docs/statistics.md).
 PREV_EMBEDDING_SCALE = 3.0
@@ -99,18 +108,18 @@ class StatsConfig:
     one call of every row in order (one set of parameters for the instance's life).
     """
 
-    rows: int = 5_000
-    m: int = 2
-    rounds: int = 4
-    gamma: int = 4
-    vocab_size: int = 8
+    rows: int = DEFAULT_ROWS
+    m: int = DEFAULT_M
+    rounds: int = DEFAULT_ROUNDS
+    gamma: int = DEFAULT_GAMMA
+    vocab_size: int = DEFAULT_VOCAB_SIZE
     hidden_size: int = 16
     markov_rank: int = 8
     head_kinds: tuple[str, ...] = HEAD_KINDS
-    temperatures: tuple[float, ...] = (0.6, 1.0, 1.4, GREEDY)
+    temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES
     alpha: float = DEFAULT_ALPHA
     seed: int = 0
-    model_seed: int = 0
+    model_seed: int = DEFAULT_MODEL_SEED
     target_logit_scale: float = 1.0
     prev_embedding_scale: float = PREV_EMBEDDING_SCALE
     device: str = "cpu"

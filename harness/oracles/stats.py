@@ -368,18 +368,6 @@ def expectations_hold(results: dict[str, StatsResult], roles: Roles = DEFAULT_RO
     return all(meets_expectation(r, roles) for r in results.values())
 
 
-def default_verdict(
-    *, config: StatsConfig = DEFAULT_CONFIG
-) -> tuple[dict[str, StatsResult], tuple[StatsProblem, ...]]:
-    """Fixed and legacy at the config (the default: what the benchmark times)."""
-    problems = build_problems(config)
-    results = {
-        impl.name: run_stats(impl, problems=problems)
-        for impl in builtin_implementations((FIXED, LEGACY))
-    }
-    return results, problems
-
-
 @dataclass
 class OracleRun:
     """Every implementation at one config under every verifier, the first verifier's

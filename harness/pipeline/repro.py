@@ -92,7 +92,7 @@ def outcome_of(
     run = run_case(case, implementations, options=options)
     verdict = evaluate_run(run, require_observable=False)
     result = verdict.results[implementation.name]
-    failures = tuple(c for c in verdict.checks[implementation.name] if c.failed)
+    failures = tuple(verdict.failed_checks(implementation.name))
     return Outcome(failures, tensor_digest(result.tokens), tensor_digest(result.corrected))
 
 

@@ -13,6 +13,7 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from harness.oracles import stats
+from tests.helpers import default_stats_verdict
 
 VERDICT_BUDGET_S = 3.0
 ROUNDS = 3
@@ -24,7 +25,7 @@ def test_bench_stats_default_verdict(benchmark: BenchmarkFixture) -> None:
     benchmark.extra_info["rows"] = stats.DEFAULT_CONFIG.rows
     benchmark.extra_info["heads"] = list(stats.DEFAULT_CONFIG.head_kinds)
     benchmark.extra_info["config"] = stats.DEFAULT_CONFIG.describe()
-    results, _ = benchmark.pedantic(stats.default_verdict, rounds=ROUNDS, iterations=1)
+    results, _ = benchmark.pedantic(default_stats_verdict, rounds=ROUNDS, iterations=1)
     assert stats.expectations_hold(results)
     benchmark.extra_info["p_fixed"] = results["fixed"].p_value
     benchmark.extra_info["p_legacy"] = results["legacy"].p_value

@@ -23,8 +23,9 @@ from typing import Any
 import torch
 
 from fixed import DsparkDraftSampler as FixedSampler
-from reference import SamplingInfo, exponential_race
+from reference import SamplingInfo
 from reference.step_samplers import StepSampler, greedy_step
+from tests.plugins.races import race_on
 
 
 class PrestagedNoiseSampler(FixedSampler):
@@ -55,16 +56,7 @@ class PrestagedNoiseSampler(FixedSampler):
         if self.staged_noise is None:
             return greedy_step
         noise = self.staged_noise[:bs]  # [bs, gamma, V]
-
-        def sample_step(step_logits: torch.Tensor, step_idx: int) -> torch.Tensor:
-            return exponential_race(
-                step_logits,
-                temperatures=self.temperatures[:bs],
-                greedy_mask=self.greedy_mask[:bs],
-                noise=noise[:, step_idx],
-            )
-
-        return sample_step
+        return race_on(self, bs=bs, noise_of_step=lambda step_idx: noise[:, step_idx])
 
 
 class _RowDrawSampler(FixedSampler):

@@ -35,8 +35,9 @@ import numpy as np
 import torch
 
 from fixed import DsparkDraftSampler as FixedSampler
-from reference import BlockInputs, SamplingInfo, exponential_race
+from reference import BlockInputs, SamplingInfo
 from reference.step_samplers import StepSampler
+from tests.plugins.races import race_on
 
 WIDE_ROWS = 8  # MidBatchSampler: rows past this one lose the bias
 LONG_STEPS = 5  # LongBlockSampler: steps from this one lose the bias
@@ -155,17 +156,7 @@ class AlternatingNoiseSampler(FixedSampler):
         seed = 1000 + self.calls % 2  # planted: two noise streams, each restarted
         generator = torch.Generator(device=self.device).manual_seed(seed)
         noise = self.exp_noise[:bs]
-
-        def sample_step(step_logits: torch.Tensor, step_idx: int) -> torch.Tensor:
-            del step_idx
-            return exponential_race(
-                step_logits,
-                temperatures=self.temperatures[:bs],
-                greedy_mask=self.greedy_mask[:bs],
-                noise=noise.exponential_(generator=generator),
-            )
-
-        return sample_step
+        return race_on(self, bs=bs, noise_of_step=lambda _: noise.exponential_(generator=generator))
 
 
 class ExtraWalkFromThirdCallSampler(FixedSampler):
@@ -202,16 +193,7 @@ class _StepNoiseSampler(FixedSampler):
         if not self.folded_sampling:
             return super().step_sampler(bs)
         noise = self.step_noise[:bs]
-
-        def sample_step(step_logits: torch.Tensor, step_idx: int) -> torch.Tensor:
-            return exponential_race(
-                step_logits,
-                temperatures=self.temperatures[:bs],
-                greedy_mask=self.greedy_mask[:bs],
-                noise=noise[:, step_idx],
-            )
-
-        return sample_step
+        return race_on(self, bs=bs, noise_of_step=lambda step_idx: noise[:, step_idx])
 
 
 class DoubleBufferedNoiseSampler(_StepNoiseSampler):

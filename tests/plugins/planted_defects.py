@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from reference import exponential_race, folded_race_sampler, greedy_step
+from reference import folded_race_sampler, greedy_step
 from reference.sampler_base import DraftSamplerBase
 from reference.step_samplers import StepSampler
+from tests.plugins.races import race_on
 
 
 class _SingleWalk(DraftSamplerBase):
@@ -131,15 +132,6 @@ class PrivateGeneratorSampler(_SingleWalk):
             self.generator = torch.Generator(device=self.device).manual_seed(20260829)
         noise, generator = self.exp_noise, self.generator
         assert noise is not None
-
-        def sample_step(step_logits: torch.Tensor, step_idx: int) -> torch.Tensor:
-            del step_idx
-            noise[:bs].exponential_(generator=generator)
-            return exponential_race(
-                step_logits,
-                temperatures=self.temperatures[:bs],
-                greedy_mask=self.greedy_mask[:bs],
-                noise=noise[:bs],
-            )
-
-        return sample_step
+        return race_on(
+            self, bs=bs, noise_of_step=lambda _: noise[:bs].exponential_(generator=generator)
+        )

@@ -18,6 +18,7 @@ import torch
 from fixed import DsparkDraftSampler as FixedSampler
 from reference import exponential_race, query_rows_per_request
 from reference.step_samplers import StepSampler
+from tests.plugins.races import race_on
 
 
 class OutPastBatchSampler(FixedSampler):
@@ -58,17 +59,7 @@ class FrozenNoiseSampler(FixedSampler):
         assert self.exp_noise is not None
         generator = torch.Generator(device=self.device).manual_seed(1234)  # planted: per call
         noise = self.exp_noise[:bs]
-
-        def sample_step(step_logits: torch.Tensor, step_idx: int) -> torch.Tensor:
-            del step_idx
-            return exponential_race(
-                step_logits,
-                temperatures=self.temperatures[:bs],
-                greedy_mask=self.greedy_mask[:bs],
-                noise=noise.exponential_(generator=generator),
-            )
-
-        return sample_step
+        return race_on(self, bs=bs, noise_of_step=lambda _: noise.exponential_(generator=generator))
 
 
 class InputMutatingSampler(FixedSampler):

@@ -1,0 +1,15 @@
+"""The oracle's defaults that the command line offers, defined once and importable
+without torch, so that ``python -m harness stats --help`` answers at once;
+``harness.oracles.problem.StatsConfig`` takes its defaults from here."""
+
+from __future__ import annotations
+
+GREEDY = 0.0  # the temperature that marks a greedy row (top_k = 1)
+DEFAULT_ROWS = 5_000  # per head kind
+DEFAULT_M = 2  # committed tokens per row in the joint
+DEFAULT_ROUNDS = 4  # draft-verify rounds per row
+DEFAULT_GAMMA = 4
+DEFAULT_VOCAB_SIZE = 8
+DEFAULT_TEMPERATURES = (0.6, 1.0, 1.4, GREEDY)
+DEFAULT_ALPHA = 1e-6  # family-wise level
+DEFAULT_MODEL_SEED = 0
