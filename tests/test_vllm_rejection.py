@@ -290,3 +290,17 @@ def test_the_interpreters_log1p_is_numpys_while_the_block_runs() -> None:
     assert libdevice.log1p is stub  # put back after the block
     with pytest.raises(Exception, match="NoneType"):  # the stub's body is `...`
         log1p_kernel[(1,)](x, torch.empty_like(x), len(x), BLOCK=16)
+
+
+def test_the_report_runs_vllms_verifier_only_where_it_is_named() -> None:
+    from harness.oracles.verifiers import VERIFIERS, available_verifiers
+
+    assert "vllm-rejection" in VERIFIERS and VLLM_REJECTION not in available_verifiers()
+    assert CHAIN_VERIFIER in available_verifiers()
+
+
+@needs_vllm
+def test_stats_takes_vllms_verifier_by_name() -> None:
+    from harness.oracles.verifiers import verifiers_named
+
+    assert verifiers_named(("chain", "vllm-rejection")) == (CHAIN_VERIFIER, VLLM_REJECTION)

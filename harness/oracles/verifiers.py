@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness.oracles.problem import StatsError
+from harness.oracles.stats import RowCut
 from harness.upstream import sglang_loader, vllm_loader
 from harness.upstream.rejection import BLOCKWISE_REJECTION
 from harness.upstream.vllm_rejection import VLLM_REJECTION
@@ -49,5 +50,12 @@ def verifiers_named(names: tuple[str, ...]) -> tuple[Verifier, ...]:
 
 
 def available_verifiers() -> tuple[Verifier, ...]:
-    """Every verifier that can run here (ours always; a server's with its package)."""
-    return tuple(verifier for verifier, reason in VERIFIERS.values() if reason() is None)
+    """Every verifier that can run here at the config's rows (ours always; sglang's with
+    its package): what the report runs. One that cuts rows (``RowCut``: vLLM's,
+    interpreted, hours at the report's row counts) runs only where ``--verifiers``
+    names it."""
+    return tuple(
+        verifier
+        for verifier, reason in VERIFIERS.values()
+        if reason() is None and not isinstance(verifier, RowCut)
+    )
