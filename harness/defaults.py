@@ -10,7 +10,11 @@ from typing import Literal
 LEGACY, FIXED, REFERENCE = "legacy", "fixed", "reference"
 BUILTIN_NAMES = (REFERENCE, FIXED, LEGACY)  # the order every report lists them in
 DEFAULT_PAIR = (LEGACY, FIXED)
+# The two slots of a pair (its buggy side, its fixed side), named after the built-ins that
+# fill them by default; timing and sweep tables key their columns by slot.
+PAIR_SIDES = (BUGGY_SIDE, FIXED_SIDE) = (LEGACY, FIXED)
 Requirement = Literal["lossless", "drop-in"]
 REQUIREMENTS: tuple[Requirement, ...] = ("lossless", "drop-in")
+DEFAULT_REQUIREMENT: Requirement = "drop-in"  # what a plug-in is held to unless told otherwise
 DTYPE_NAMES = ("float32", "bfloat16", "float16")  # the model dtypes a case can take
 DEFAULT_TIME_LIMIT_S = 120.0  # per construction, staging and call of an implementation

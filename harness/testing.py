@@ -18,6 +18,8 @@ import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from harness.defaults import DEFAULT_REQUIREMENT
+from harness.options import Roles, RunOptions
 from harness.pipeline.case import Case
 from harness.pipeline.verdicts import Requirement, Statistical, Verdict
 
@@ -60,15 +62,16 @@ def check_sampler(
     spec_or_class: str | type[Any],
     *,
     cases: Sequence[Case] | None = None,
-    require: Requirement = "drop-in",
+    require: Requirement = DEFAULT_REQUIREMENT,
     stats: bool = True,
 ) -> Verdict:
     """Run the sampler next to the reference on ``cases`` (default: the standard matrix)
     and, unless ``stats=False``, through the statistical oracle (the report's defaults,
     on the cases' device); its verdicts, with ``ok`` saying whether it meets ``require``."""
-    from harness.pipeline.compare import REFERENCE, compare
+    from harness.defaults import REFERENCE, REQUIREMENTS
+    from harness.pipeline.compare import compare
     from harness.pipeline.matrix import standard_matrix
-    from harness.pipeline.verdicts import REQUIREMENTS, implementation_verdict
+    from harness.pipeline.verdicts import implementation_verdict
     from harness.plugins.implementations import builtin_implementations
 
     if require not in REQUIREMENTS:
@@ -78,9 +81,7 @@ def check_sampler(
         implementation = dataclasses.replace(implementation, name=f"{REFERENCE}-under-test")
     chosen = list(standard_matrix() if cases is None else cases)
     records = compare(
-        chosen,
-        [*builtin_implementations((REFERENCE,)), implementation],
-        require_observable=False,
+        chosen, [*builtin_implementations((REFERENCE,)), implementation], options=RunOptions()
     )
     verdict = implementation_verdict(records, implementation.name)
     if stats:
@@ -93,16 +94,9 @@ def oracle_verdict(implementation: Implementation, *, device: str = "cpu") -> St
     """The statistical oracle's verdict on one implementation, at the report's defaults
     (its seed, its time limit) on ``device``."""
     from harness.oracles.section import statistical_part
-    from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S
-    from harness.pipeline.verdicts import Roles
 
-    part = statistical_part(
-        seed=0,
-        device=device,
-        implementations=[implementation],
-        roles=Roles(require="lossless"),
-        time_limit_s=DEFAULT_TIME_LIMIT_S,
-    )
+    options = RunOptions(device=device, roles=Roles(require="lossless"))
+    part = statistical_part(implementations=[implementation], options=options)
     return part.verdicts[implementation.name]
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+from harness.upstream import vllm_loader
 from harness.upstream.sglang_loader import unavailable_reason
 
 # Triton must see the interpreter flag before it is first imported; without CUDA
@@ -50,11 +51,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     upstream_missing = unavailable_reason()
     skip_upstream = pytest.mark.skip(reason=upstream_missing or "")
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    vllm_missing = vllm_loader.unavailable_reason()
+    skip_vllm = pytest.mark.skip(reason=vllm_missing or "")
     for item in items:
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
         if "upstream" in item.keywords and upstream_missing:
             item.add_marker(skip_upstream)
+        if item.get_closest_marker("vllm") is not None and vllm_missing:
+            item.add_marker(skip_vllm)
 
 
 PYTEST_OWN_VARIABLE = "PYTEST_CURRENT_TEST"  # pytest rewrites it in every test phase

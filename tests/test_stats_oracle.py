@@ -22,6 +22,7 @@ import torch
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.cli import stats as stats_cli
 from harness.cli.exit_codes import ExitCode
+from harness.options import RunOptions
 from harness.oracles import section, stats
 from harness.oracles.fits import REPEAT, family_size, position_name
 from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, StatsError
@@ -147,7 +148,7 @@ def test_the_repeat_test_does_not_fire_on_fresh_noise(
 @pytest.fixture(scope="module")
 def report() -> tuple[section.Section, list[str]]:
     lines: list[str] = []
-    return section.report_section(seed=0, progress=lines.append), lines
+    return section.report_section(options=RunOptions(progress=lines.append)), lines
 
 
 def test_report_section_shows_the_verdict_coverage_and_the_power_curves(
@@ -174,9 +175,7 @@ def test_report_section_shows_the_verdict_coverage_and_the_power_curves(
 
 
 def test_report_section_holds_plugins_to_passing() -> None:
-    part = section.report_section(
-        seed=0, implementations=[FIXED, LEGACY, REUSED_NOISE], progress=lambda _: None
-    )
+    part = section.report_section(implementations=[FIXED, LEGACY, REUSED_NOISE])
     assert not part.ok and part.data["expectations"] == {
         "fixed": True,
         "legacy": True,
@@ -193,6 +192,7 @@ def stats_args(tmp_path: Path, *argv: str) -> argparse.Namespace:
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--out-dir", type=Path, default=tmp_path)
     parser.add_argument("--time-limit", type=float, default=120.0)
+    parser.add_argument("--max-memory")
     stats_cli.add_arguments(parser)
     return parser.parse_args(["--quiet", *argv])
 

@@ -19,7 +19,9 @@ import torch
 
 from harness.cli import build_parser
 from harness.cli import work as work_command
+from harness.defaults import BUILTIN_NAMES, PAIR_SIDES
 from harness.measure import callgrind, counters, model, timing, work, work_report
+from harness.options import RunOptions
 from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.control_flow import legacy_pass1_error
 from harness.pipeline.runner import run_case
@@ -43,7 +45,7 @@ def measured(case: Case) -> work.CaseWork:
 @pytest.mark.parametrize("case", ALL_CASES, ids=_id)
 def test_counted_work_equals_the_model_for_every_implementation(case: Case) -> None:
     result = measured(case)
-    for name in model.IMPLEMENTATIONS:
+    for name in BUILTIN_NAMES:
         predicted, got = result.predicted[name], result.measured[name]
         assert got.error_type == predicted.raises, (name, got.error)
         if predicted.raises:
@@ -125,7 +127,7 @@ def test_measuring_leaves_the_global_rng_untouched() -> None:
 
 def test_report_section_is_ok_and_shows_the_comparison() -> None:
     messages: list[str] = []
-    section = work_report.report_section(seed=0, progress=messages.append)
+    section = work_report.report_section(options=RunOptions(progress=messages.append))
     assert section.ok, section.text
     assert section.title == "Eliminated work"
     assert "exactly one extra Markov walk" in section.verdict
@@ -171,7 +173,7 @@ SMALL = make_case(bs=2, gamma=3, vocab_size=64, hidden_size=8, markov_rank=4, se
 def test_walk_only_calls_produce_the_same_outputs_as_whole_calls() -> None:
     inputs = build_inputs(SMALL)
     samplers = timing.make_samplers(SMALL, inputs=inputs)
-    for name in timing.SAMPLERS:
+    for name in PAIR_SIDES:
         outs = []
         for mode in timing.MODES:
             sampler = samplers[mode, name]
@@ -222,5 +224,7 @@ def test_callgrind_counts_twice_the_walk_instructions() -> None:
 def test_runner_counts_feed_the_model_unchanged() -> None:
     # The counters come from the shared runner, not from a private re-count.
     case = EXHAUSTIVE[0]
-    run = run_case(case, builtin_implementations(("fixed",)), record_noise=False)
+    run = run_case(
+        case, builtin_implementations(("fixed",)), options=RunOptions(record_noise=False)
+    )
     assert run.results["fixed"].work == measured(case).measured["fixed"].counts

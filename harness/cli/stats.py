@@ -25,16 +25,15 @@ from harness.cli.options import (
     add_isolate_option,
     add_role_options,
     comma_separated,
-    roles_from_args,
+    run_options,
 )
 from harness.io.files import write_atomically
+from harness.options import RolesError
 from harness.oracles.problem import DEFAULT_CONFIG, StatsError
 from harness.oracles.section import power_curves_png, stats_section
 from harness.oracles.stats import default_implementations
 from harness.oracles.verifiers import VERIFIERS, verifiers_named
-from harness.pipeline.verdicts import RolesError
 from harness.plugins.implementations import ImplementationError, select_implementations
-from harness.render.progress import progress_printer
 from reference import HEAD_KINDS
 
 POWER_PNG = "stats-power.png"
@@ -101,10 +100,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def command(args: argparse.Namespace) -> int:
     """Run the oracle; print text or JSON; write ``stats.{json,md,txt}`` (and the power
     figure) under ``--out-dir``."""
-    progress = progress_printer(quiet=args.quiet)
     try:
-        extras = select_implementations([], args.impl, isolate=args.isolate)
-        roles = roles_from_args(args)
+        options = run_options(args)
+        progress, roles = options.progress, options.roles
+        extras = select_implementations([], args.impl, isolate=options.isolate)
         implementations = [*default_implementations(roles), *extras]
         names = [impl.name for impl in implementations]
         if len(set(names)) != len(names):
@@ -133,11 +132,8 @@ def command(args: argparse.Namespace) -> int:
         config,
         implementations=implementations,
         power=args.power,
-        progress=progress,
-        time_limit_s=args.time_limit,
-        roles=roles,
+        options=options,
         verifiers=verifiers,
-        isolate=args.isolate,
     )
     if oracle.curves:
         png = power_curves_png([curve.to_json_dict() for curve in oracle.curves])

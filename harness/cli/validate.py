@@ -60,9 +60,10 @@ def check_max_memory(text: str | None) -> int | None:
         raise UsageError(f"--max-memory: {error}") from None
 
 
-def check_command_memory(args: argparse.Namespace) -> None:
-    """The memory estimate of a stats run or of the largest sweep point, before it runs
-    (cases are checked by the comparison itself, once they are loaded)."""
+def check_command_memory(args: argparse.Namespace, *, max_memory_bytes: int | None) -> None:
+    """The memory estimate of a stats run or of each sweep point, before it runs, under
+    ``max_memory_bytes`` (cases are checked by the comparison itself, once they are
+    loaded)."""
     if args.command == "stats":
         if args.vocab < 2:
             raise UsageError(
@@ -78,7 +79,12 @@ def check_command_memory(args: argparse.Namespace) -> None:
             hidden=DEFAULT_CONFIG.hidden_size,
             rank=DEFAULT_CONFIG.markov_rank,
         )
-        memory.check_fits(estimate, what="the statistical oracle run", device=args.device)
+        memory.check_fits(
+            estimate,
+            what="the statistical oracle run",
+            device=args.device,
+            max_memory_bytes=max_memory_bytes,
+        )
     elif args.command == "sweep":
         from harness.cli.sweep import config_from_args
         from harness.measure.sweep import SweepError
@@ -98,7 +104,10 @@ def check_command_memory(args: argparse.Namespace) -> None:
                 dtype_bytes=torch.float32.itemsize,
             )
             memory.check_fits(
-                estimate, what=f"sweep point bs={bs} gamma={gamma} V={vocab}", device=args.device
+                estimate,
+                what=f"sweep point bs={bs} gamma={gamma} V={vocab}",
+                device=args.device,
+                max_memory_bytes=max_memory_bytes,
             )
 
 
@@ -113,8 +122,8 @@ def validate_global_options(args: argparse.Namespace) -> None:
         check_seed(args.model_seed, option="--model-seed")
     if getattr(args, "time_limit", None) is not None:  # only where calls are time-limited
         check_time_limit(args.time_limit)
-    memory.set_limit(check_max_memory(args.max_memory))
+    max_memory_bytes = check_max_memory(args.max_memory)
     check_out_dir(args.out_dir)
     # before any plug-in loads: one that changes the directory must not move the output
     args.out_dir = args.out_dir.absolute()
-    check_command_memory(args)
+    check_command_memory(args, max_memory_bytes=max_memory_bytes)

@@ -15,6 +15,7 @@ from harness.cli.options import (
     pair_implementations,
     selected_implementations,
 )
+from harness.defaults import BUILTIN_NAMES
 from harness.render.progress import progress_printer
 
 
@@ -50,7 +51,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def command(args: argparse.Namespace) -> ExitCode:
     """``OK`` when the counts match the model and legacy's surplus is exactly one walk
     (and, with ``--timing``, the walk-only ratio is in ``WALK_RATIO_RANGE``)."""
-    from harness.measure.model import IMPLEMENTATIONS
     from harness.measure.timing import PRODUCTION_HIDDEN
     from harness.measure.work import collect_work
     from harness.measure.work_report import timing_section, work_section
@@ -62,7 +62,7 @@ def command(args: argparse.Namespace) -> ExitCode:
     reserved = {"op", "diff", "ratio", "one_walk"} & set(args.pair)
     if reserved:
         return usage_error(f"--pair names {sorted(reserved)} are reserved words of the work JSON")
-    implementations = selected_implementations(args, IMPLEMENTATIONS)
+    implementations = selected_implementations(args, BUILTIN_NAMES)
     pair = pair_implementations(implementations, args.pair)
     progress = progress_printer(quiet=args.quiet)
     works = collect_work(

@@ -18,11 +18,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from harness.defaults import FIXED
 from harness.devices import synchronize
 from harness.pipeline.case import Case, CaseInputs, case_block
 from harness.pipeline.observe import DispatchObserver
 from harness.pipeline.runner import WorkCounts, build_sampler, guarded_call, same_rng_start
 from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
+from harness.plugins.protocol import DraftSampler
 
 
 class AllocationCounter(TorchDispatchMode):
@@ -125,7 +127,7 @@ class MeasuredWork:
         return int(getattr(self.counts, key))
 
 
-def cost_of_call(sampler_class: type[Any], *, case: Case, inputs: CaseInputs) -> CallCost:
+def cost_of_call(sampler_class: type[DraftSampler], *, case: Case, inputs: CaseInputs) -> CallCost:
     """FLOPs and bytes of one more call, from the same RNG start as the runner's; a
     sampler that cannot be built costs nothing and records why."""
     device = torch.device(case.device)
@@ -150,7 +152,7 @@ def measure_one_walk(case: Case, *, inputs: CaseInputs) -> CallCost:
     block = case_block(case, inputs)
     with torch.inference_mode():
         step_sampler = build_sampler(
-            BUILTIN_IMPLEMENTATIONS["fixed"], case=case, inputs=inputs
+            BUILTIN_IMPLEMENTATIONS[FIXED], case=case, inputs=inputs
         ).sampler.step_sampler(block.bs)
         ops = DispatchObserver(record_noise=False)  # the runner's operator counter
 

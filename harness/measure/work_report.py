@@ -39,6 +39,7 @@ from harness.measure.work import (
     collect_work,
     surplus_held_exactly,
 )
+from harness.options import RunOptions
 from harness.pipeline.case import Case
 from harness.pipeline.runner import WorkCounts
 from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS, Implementation
@@ -345,25 +346,21 @@ def work_section(works: list[CaseWork], *, expect_fail: frozenset[str] = frozens
 
 
 def report_section(
-    *,
-    seed: int,
-    progress: Progress,
-    implementations: Sequence[Implementation] | None = None,
-    pair: tuple[str, str] = DEFAULT_PAIR,
-    isolate: bool = False,
-    expect_fail: frozenset[str] = frozenset(),
+    *, options: RunOptions, implementations: Sequence[Implementation] | None = None
 ) -> Section:
-    """The main report's 'eliminated work' section (small shapes; a few seconds): the
-    modelled built-ins and every plug-in among ``implementations``, compared by ``pair``."""
+    """The main report's 'eliminated work' section (small shapes on the CPU; a few
+    seconds): the modelled built-ins and every plug-in among ``implementations``,
+    compared by the pair of ``options.roles``."""
+    roles = options.roles
     return work_section(
         collect_work(
-            seed=seed,
-            progress=progress,
+            seed=options.seed,
+            progress=options.progress,
             implementations=implementations,
-            pair=pair,
-            isolate=isolate,
+            pair=roles.pair,
+            isolate=options.isolate,
         ),
-        expect_fail=expect_fail,
+        expect_fail=frozenset(roles.expect_fail),
     )
 
 

@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from harness.defaults import LEGACY
+from harness.options import DEFAULT_OPTIONS, Roles, RunOptions
 from harness.oracles.fits import JOINT, REPEAT, family_size, position_name
 from harness.oracles.power import TARGET_POWER, PowerCurve, run_power_curves
 from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, group_label, life_batches
 from harness.oracles.stats import (
-    BUGGY,
     DEFAULT_ROLES,
     OracleRun,
     StatsResult,
@@ -26,10 +27,9 @@ from harness.oracles.stats import (
     where,
 )
 from harness.pipeline.coverage import StatisticalCoverage
-from harness.pipeline.verdicts import MAX_CARRIERS, Roles, Statistical
+from harness.pipeline.verdicts import MAX_CARRIERS, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.figures import render_png
-from harness.render.progress import Progress, no_progress
 from harness.render.sections import Section
 from harness.render.tables import Alignment, TableFormat, table
 from reference.verifier import CHAIN_VERIFIER, Verifier
@@ -138,7 +138,7 @@ def combined_statistical(results: Sequence[StatsResult]) -> Statistical:
         if not verdict.failed:
             continue
         if several and verdict.carried_by:
-            named = ", ".join(f"{result.verifier}:{c}" for c in verdict.carried_by.split(", "))
+            named = tuple(f"{result.verifier}:{c}" for c in verdict.carried_by)
             return replace(verdict, carried_by=named)
         if several and verdict.error is not None:
             return replace(verdict, error=f"under {result.verifier}: {verdict.error}")
@@ -342,31 +342,24 @@ def stats_section(
     *,
     implementations: Sequence[Implementation] | None = None,
     power: bool,
-    progress: Progress = no_progress,
-    time_limit_s: float | None = None,
-    roles: Roles = DEFAULT_ROLES,
+    options: RunOptions = DEFAULT_OPTIONS,
     verifiers: Sequence[Verifier] = (CHAIN_VERIFIER,),
-    isolate: bool = False,
 ) -> tuple[Section, OracleRun]:
     """Run the oracle on ``implementations`` (default: fixed and legacy) under every
-    verifier, each held to its role in ``roles`` under each (with ``isolate``, each in
-    its worker), with ``power`` also legacy's power curve per head kind (first
-    verifier), and present it as a section."""
+    verifier, each held to its role in ``options.roles`` under each (with
+    ``options.isolate``, each in its worker), with ``power`` also legacy's power curve
+    per head kind (first verifier), and present it as a section."""
     oracle = run_oracle(
-        config,
-        implementations=implementations,
-        progress=progress,
-        time_limit_s=time_limit_s,
-        verifiers=verifiers,
-        isolate=isolate,
+        config, implementations=implementations, options=options, verifiers=verifiers
     )
-    legacy = oracle.results.get(BUGGY)
+    roles, progress = options.roles, options.progress
+    legacy = oracle.results.get(LEGACY)
     if power and legacy is not None and legacy.error is None and legacy.not_judged is None:
         oracle.curves = run_power_curves(
-            builtin_implementations((BUGGY,))[0],
+            builtin_implementations((LEGACY,))[0],
             problem=oracle.problem,
             level=legacy.test_level,
-            decoded=oracle.decoded.get(BUGGY, {}).get(oracle.problem.target.name),
+            decoded=oracle.decoded.get(LEGACY, {}).get(oracle.problem.target.name),
             progress=progress,
         )
     ok = all(expectations_hold(results, roles) for results in oracle.by_verifier.values())
@@ -389,53 +382,35 @@ def stats_section(
 
 def report_stats(
     *,
-    seed: int,
-    progress: Progress = no_progress,
-    device: str = "cpu",
+    options: RunOptions = DEFAULT_OPTIONS,
     implementations: Sequence[Implementation] | None = None,
-    time_limit_s: float | None = None,
-    roles: Roles = DEFAULT_ROLES,
     power: bool = True,
-    isolate: bool = False,
 ) -> tuple[Section, OracleRun]:
     """The statistical part of the main report: ``implementations`` (default: the
-    built-ins; plug-ins given with ``--impl`` belong here too) at the default config,
-    each held to its role, and (with ``power``) legacy's power curve per head kind;
-    with the run, whose verdicts enter each implementation's lossless verdict."""
+    built-ins; plug-ins given with ``--impl`` belong here too) at the default config on
+    ``options``' seed and device, each held to its role, and (with ``power``) legacy's
+    power curve per head kind; with the run, whose verdicts enter each implementation's
+    lossless verdict."""
     chosen = list(implementations) if implementations is not None else builtin_implementations()
     from harness.oracles.verifiers import available_verifiers
 
-    config = replace(DEFAULT_CONFIG, seed=seed, device=device)
+    config = replace(DEFAULT_CONFIG, seed=options.seed, device=options.device)
     return stats_section(
         config,
         implementations=chosen,
         power=power,
-        progress=progress,
-        time_limit_s=time_limit_s,
-        roles=roles,
-        isolate=isolate,
+        options=options,
         verifiers=available_verifiers(),
     )
 
 
 def report_section(
     *,
-    seed: int,
-    progress: Progress = no_progress,
-    device: str = "cpu",
+    options: RunOptions = DEFAULT_OPTIONS,
     implementations: Sequence[Implementation] | None = None,
-    time_limit_s: float | None = None,
-    roles: Roles = DEFAULT_ROLES,
 ) -> Section:
     """``report_stats``'s section alone."""
-    return report_stats(
-        seed=seed,
-        progress=progress,
-        device=device,
-        implementations=implementations,
-        time_limit_s=time_limit_s,
-        roles=roles,
-    )[0]
+    return report_stats(options=options, implementations=implementations)[0]
 
 
 @dataclass(frozen=True)
@@ -451,35 +426,22 @@ class StatisticalPart:
 
 def statistical_part(
     *,
-    seed: int,
-    device: str,
     implementations: Sequence[Implementation],
-    roles: Roles,
-    time_limit_s: float | None,
-    progress: Progress = no_progress,
+    options: RunOptions,
     power: bool = False,
-    isolate: bool = False,
 ) -> StatisticalPart:
-    """The statistical oracle at the report's defaults on ``implementations``, as every
-    command that states a lossless verdict (``report``, ``compare``, the Python API, the
-    pytest plugin) runs it; ``power`` adds the power curves (the report's figure), and
-    ``isolate`` runs each implementation's decode in the worker process."""
-    progress("statistical oracle ...")
+    """The statistical oracle at the report's defaults on ``implementations`` under
+    ``options``, as every command that states a lossless verdict (``report``,
+    ``compare``, the Python API, the pytest plugin) runs it; ``power`` adds the power
+    curves (the report's figure), and ``options.isolate`` runs each implementation's
+    decode in the worker process."""
+    options.progress("statistical oracle ...")
     started = time.perf_counter()
-    section, oracle = report_stats(
-        seed=seed,
-        progress=progress,
-        device=device,
-        implementations=implementations,
-        time_limit_s=time_limit_s,
-        roles=roles,
-        power=power,
-        isolate=isolate,
-    )
+    section, oracle = report_stats(options=options, implementations=implementations, power=power)
     return StatisticalPart(
         section=section,
         verdicts=statistical_verdicts(oracle),
-        coverage=statistical_coverage(oracle, roles=roles),
+        coverage=statistical_coverage(oracle, roles=options.roles),
         wall_s=time.perf_counter() - started,
     )
 

@@ -24,7 +24,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
+from harness.defaults import FIXED, LEGACY
 from harness.devices import intra_op_threads
+from harness.options import DEFAULT_OPTIONS, Roles, RunOptions
 from harness.oracles.fits import (
     JOINT,
     HeadTables,
@@ -48,12 +50,10 @@ from harness.oracles.problem import (
 )
 from harness.pipeline.coverage import BoundRow
 from harness.pipeline.runner import RaisedError, guarded_call
-from harness.pipeline.verdicts import Roles, Statistical
+from harness.pipeline.verdicts import Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
-from harness.render.progress import Progress, no_progress
 from reference.verifier import CHAIN_VERIFIER, DecodeResult, Verifier
 
-BUGGY = "legacy"  # the built-in buggy side of the default pair
 DEFAULT_ROLES = Roles()
 
 
@@ -126,9 +126,9 @@ class StatsResult:
             m.p_value < self.test_level for m in self.marginals if m.position == position
         )
 
-    def carrier_names(self) -> str:
+    def carrier_names(self) -> tuple[str, ...]:
         """``target/head/group/test`` of each rejection, strongest first."""
-        return ", ".join(where(s) for s in sorted(self.rejections(), key=_by_p))
+        return tuple(where(s) for s in sorted(self.rejections(), key=_by_p))
 
     def statistical(self) -> Statistical:
         """This result as the lossless verdict takes it."""
@@ -290,7 +290,7 @@ def decode_and_fit(
     implementation: Implementation,
     *,
     problems: Sequence[StatsProblem],
-    time_limit_s: float | None = None,
+    time_limit_s: float | None,
     verifier: Verifier = CHAIN_VERIFIER,
 ) -> tuple[StatsResult, Decoded | None]:
     """Decode every target's and head kind's rows with one implementation, verified by
@@ -357,10 +357,13 @@ def run_stats(
     verifier: Verifier = CHAIN_VERIFIER,
 ) -> StatsResult:
     """The oracle's verdict on one implementation at ``config`` (every target, its rows
-    cut as ``config_under`` says), under ``verifier``."""
+    cut as ``config_under`` says), under ``verifier``, without a time limit."""
     if problems is None:
         problems = build_problems(config_under(config, verifier))
-    return decode_and_fit(implementation, problems=problems, verifier=verifier)[0]
+    result, _ = decode_and_fit(
+        implementation, problems=problems, time_limit_s=None, verifier=verifier
+    )
+    return result
 
 
 # -- the expectations -------------------------------------------------------------------------
@@ -391,7 +394,7 @@ def default_verdict(
     problems = build_problems(config)
     results = {
         impl.name: run_stats(impl, problems=problems)
-        for impl in builtin_implementations(("fixed", BUGGY))
+        for impl in builtin_implementations((FIXED, LEGACY))
     }
     return results, problems
 
@@ -430,7 +433,7 @@ class OracleRun:
 def default_implementations(roles: Roles = DEFAULT_ROLES) -> list[Implementation]:
     """``fixed``, and ``legacy`` where a role expects it rejected (the default pair, or
     ``expect_fail``): with another pair, legacy has no role in the oracle."""
-    wanted = ["fixed", *([BUGGY] if expected_rejected(BUGGY, roles) else [])]
+    wanted = [FIXED, *([LEGACY] if expected_rejected(LEGACY, roles) else [])]
     return builtin_implementations(tuple(wanted))
 
 
@@ -438,15 +441,14 @@ def run_oracle(
     config: StatsConfig,
     *,
     implementations: Sequence[Implementation] | None = None,
-    progress: Progress = no_progress,
-    time_limit_s: float | None = None,
+    options: RunOptions = DEFAULT_OPTIONS,
     verifiers: Sequence[Verifier] = (CHAIN_VERIFIER,),
-    isolate: bool = False,
 ) -> OracleRun:
     """Decode and fit every implementation (default: fixed and legacy) at ``config``
-    under every verifier (default: ours alone); ``time_limit_s`` bounds each
+    under every verifier (default: ours alone); ``options.time_limit_s`` bounds each
     implementation's decode (every target and head kind) under one verifier; with
-    ``isolate`` each decodes in its worker."""
+    ``options.isolate`` each decodes in its worker."""
+    progress, time_limit_s = options.progress, options.time_limit_s
     if not verifiers or len({v.name for v in verifiers}) != len(verifiers):
         raise StatsError(f"verifiers must be distinct and not empty, got {list(verifiers)}")
     configs = {verifier.name: config_under(config, verifier) for verifier in verifiers}
@@ -463,7 +465,7 @@ def run_oracle(
                 f"stats: {impl.name} under {verifier.name} ({len(config.targets)} targets x "
                 f"{len(config.head_kinds)} heads{cut}) ..."
             )
-            if isolate:
+            if options.isolate:
                 from harness.pipeline.isolation import isolated_decode_and_fit
 
                 results[impl.name], run = isolated_decode_and_fit(

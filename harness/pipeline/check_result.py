@@ -16,6 +16,7 @@ import torch
 Status = Literal["pass", "fail", "skip"]
 Tier = Literal["lossless", "drop_in"]
 MAX_LISTED = 6  # positions named in a failure message
+OUTSIDE_CONTRACT = "outside this contract"  # a case its calling convention cannot express
 
 CHECK_TIERS: dict[str, Tier] = {
     "ran": "lossless",

@@ -11,6 +11,7 @@ names the rows, steps and values that show it.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ import torch
 from harness.pipeline.case import case_block
 from harness.pipeline.check_result import (
     CHECK_TIERS,
+    OUTSIDE_CONTRACT,
     CheckResult,
     Status,
     Tier,
@@ -80,6 +82,14 @@ def staged_parameters(run: CaseRun, result: ImplResult) -> tuple[torch.Tensor, t
     return temperatures, greedy_mask
 
 
+def contract_logits(result: ImplResult, logits: torch.Tensor) -> torch.Tensor:
+    """The reference's step logits as the implementation's contract defines its draft
+    law: ``-inf`` off the convention's candidates (vLLM's top-K variant), else as is."""
+    if result.candidates is None:
+        return logits
+    return logits.masked_fill(~result.candidates.to(logits.device), -math.inf)
+
+
 def exact_comparison(run: CaseRun) -> bool:
     """Bit-exact where the math is exact: float32 on the case's one device."""
     return run.case.dtype == "float32"
@@ -108,7 +118,10 @@ def check_outputs_written(run: CaseRun, result: ImplResult) -> CheckResult:
         bad_tokens = (result.tokens < 0) | (result.tokens >= run.case.vocab_size)
         problems.append((f"token ids outside [0, {run.case.vocab_size}) or unwritten", bad_tokens))
     if result.corrected is not None:
-        not_finite = ~torch.isfinite(result.corrected).all(dim=-1)
+        not_finite = ~torch.isfinite(result.corrected)
+        if result.candidates is not None:  # -inf off the contract's candidates is written
+            not_finite &= result.candidates | (result.corrected != -math.inf)
+        not_finite = not_finite.any(dim=-1)
         if not_finite.any():
             problems.append(("corrected_out unwritten or not finite", not_finite))
     if result.confidence is not None:
@@ -139,8 +152,9 @@ def check_teacher_forcing(run: CaseRun, result: ImplResult) -> CheckResult:
     if result.corrected is None:
         return failed(name, "folded sampling but corrected_out was not written")
     with torch.inference_mode():
-        rebuilt = teacher_forced_logits(
-            model=run.inputs.model, block=run.block, tokens=result.tokens
+        rebuilt = contract_logits(
+            result,
+            teacher_forced_logits(model=run.inputs.model, block=run.block, tokens=result.tokens),
         ).to(result.corrected.dtype)  # [bs, gamma, V] in the step dtype
     differ = positions_differ(result.corrected, rebuilt, exact=exact_comparison(run))
     if differ.any():
@@ -426,7 +440,7 @@ def check_noise_budget(run: CaseRun, result: ImplResult) -> CheckResult:
     if counter is not None and case.folded_sampling:
         return failed(
             name,
-            f"noise source differs: counter-based Philox noise (key, counter advanced "
+            f"noise source differs: counter-based noise (key, counter advanced "
             f"{counter.advances} per call), no torch random draw; the reference draws {expected}",
         )
     if not budget:
@@ -456,8 +470,9 @@ def check_greedy_consistency(run: CaseRun, result: ImplResult) -> CheckResult:
     if result.tokens is None:
         return skipped(name, "no output")
     with torch.inference_mode():
-        rebuilt = teacher_forced_logits(
-            model=run.inputs.model, block=run.block, tokens=result.tokens
+        rebuilt = contract_logits(
+            result,
+            teacher_forced_logits(model=run.inputs.model, block=run.block, tokens=result.tokens),
         )
     differ = rebuilt.argmax(dim=-1) != result.tokens
     if exact_comparison(run) and not case.fused_path_available:
@@ -521,7 +536,10 @@ def check_single_walk(run: CaseRun, result: ImplResult) -> CheckResult:
 
 
 def self_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
-    """Every self-consistency check of one implementation on one case."""
+    """Every self-consistency check of one implementation on one case (one skip, ``ran``,
+    when the case is outside the implementation's calling convention: nothing ran)."""
+    if result.outside_contract is not None:
+        return [skipped("ran", f"{OUTSIDE_CONTRACT}: {result.outside_contract}")]
     guarded = [check_inputs_unchanged(result), check_state_restored(result)]
     ran = check_ran(result)
     if ran.failed:
@@ -553,7 +571,7 @@ def contract_differences(result: ImplResult, reference: ImplResult) -> list[str]
     differences = []
     if counter_noise(result) is not None and counter_noise(reference) is None:
         differences.append(
-            "noise source: counter-based Philox noise (key, counter) where the reference "
+            "noise source: counter-based noise (key, counter) where the reference "
             "draws torch exponential_ noise"
         )
     mine, theirs = result.corrected, reference.corrected

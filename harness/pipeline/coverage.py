@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness.pipeline.records import CaseFields, CaseRecord
 from harness.render.sections import Section, Table
 
-Record = dict[str, Any]
 FLAGS = ("folded_sampling", "fused_greedy", "confidence")
 Span = tuple[int, int]  # (smallest, largest)
 
@@ -33,7 +33,7 @@ def _span_text(span: Span) -> str:
     return str(low) if low == high else f"{low}..{high}"
 
 
-def calls_per_instance(case: Record) -> int:
+def calls_per_instance(case: CaseFields) -> int:
     """Calls one instance of this case lived: its ``replays`` when it has a life, else
     the runner's default (a second staged call when folded with sampled rows)."""
     replays = int(case.get("replays", 0))
@@ -41,7 +41,7 @@ def calls_per_instance(case: Record) -> int:
     return max(replays, 2 if sampled else 1)
 
 
-def restagings_per_instance(case: Record) -> int:
+def restagings_per_instance(case: CaseFields) -> int:
     """Stagings of new parameters after the first: every later replay of a life; none in
     the runner's default (its second call is staged with the same parameters)."""
     return max(0, int(case.get("replays", 0)) - 1)
@@ -65,7 +65,7 @@ class MatrixCoverage:
     lives: int  # cases whose record carries a life (``replays``)
 
     @classmethod
-    def of_records(cls, records: Sequence[Record]) -> MatrixCoverage:
+    def of_records(cls, records: Sequence[CaseRecord]) -> MatrixCoverage:
         cases = [record["case"] for record in records]
 
         def distinct(key: str) -> tuple[str, ...]:
@@ -199,7 +199,7 @@ def _percent(fraction: float | None) -> str:
 
 
 def coverage_section(
-    records: Sequence[Record], *, statistical: StatisticalCoverage | None
+    records: Sequence[CaseRecord], *, statistical: StatisticalCoverage | None
 ) -> Section:
     """What the verdicts above covered, as one table and its JSON."""
     matrix = MatrixCoverage.of_records(records)

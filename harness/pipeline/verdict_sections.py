@@ -10,55 +10,47 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness.defaults import FIXED, REFERENCE
+from harness.options import Roles
+from harness.pipeline.check_result import OUTSIDE_CONTRACT
 from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage, coverage_section
 from harness.pipeline.ledger import LEDGER_CLASSES
+from harness.pipeline.records import CaseRecord, CheckRecord
 from harness.pipeline.verdicts import (
-    FIXED,
     NOT_RUN,
-    REFERENCE,
-    Roles,
     Statistical,
     Verdict,
     implementation_verdict,
 )
 from harness.render.sections import Block, Section, Table
 
-Record = dict[str, Any]
 Statisticals = Mapping[str, Statistical] | None  # None: the statistical oracle did not run
 
 
-def full_verdict(records: list[Record], name: str, statistical: Statisticals) -> Verdict:
+def full_verdict(records: list[CaseRecord], name: str, statistical: Statisticals) -> Verdict:
     """``name``'s verdicts from its checks with the statistical oracle's part in them."""
     part = NOT_RUN if statistical is None else statistical.get(name, NOT_RUN)
     return implementation_verdict(records, name).with_statistical(part)
 
 
 def _verdict_section(
-    name: str, records: list[Record], *, roles: Roles, title: str, statistical: Statisticals
+    name: str, records: list[CaseRecord], *, roles: Roles, title: str, statistical: Statisticals
 ) -> Section:
     """One implementation's verdicts held against its role, with the failing checks and
     the statistical oracle's part."""
     verdict = full_verdict(records, name, statistical)
     failing = verdict.failures
-    lines = [
-        f"{label}: {check}: {detail}"
-        for label, check, tier, detail in failing
-        if tier == "lossless"
-    ]
-    drop_in_lines = [
-        f"{label}: {check}: {detail}"
-        for label, check, tier, detail in failing
-        if tier != "lossless"
-    ]
+    lines = [f.line() for f in failing if f.lossless]
+    drop_in_lines = [f.line() for f in failing if not f.lossless]
     if drop_in_lines:
         lines += ["", "not drop-in (bit-compatibility with the reference):", *drop_in_lines]
     if verdict.statistical.failed:
         lines += ["", verdict.statistical.describe()]
         if verdict.statistical.carried_by:
-            lines.append(f"every rejected test: {verdict.statistical.carried_by}")
+            lines.append(f"every rejected test: {verdict.statistical.every_carrier()}")
     statistical_line = verdict.statistical_line()
-    lossless_failures = len([f for f in failing if f[2] == "lossless"])
-    failing_cases = len({label for label, _, tier, _ in failing if tier == "lossless"})
+    lossless_failures = len([f for f in failing if f.lossless])
+    failing_cases = len({f.case for f in failing if f.lossless})
     of_cases = f"{verdict.cases}/{verdict.cases} cases"
     data = {"verdict": verdict.to_json()}
     if name in roles.expect_fail:
@@ -107,7 +99,7 @@ def _verdict_section(
     )
 
 
-def _ledger_section(records: list[Record], *, require_coverage: bool, roles: Roles) -> Section:
+def _ledger_section(records: list[CaseRecord], *, require_coverage: bool, roles: Roles) -> Section:
     buggy, fixed = roles.pair
     entries = [(r["label"], r["ledger"]) for r in records if r["ledger"] is not None]
     broken = [(label, e) for label, e in entries if not e["holds"]]
@@ -180,9 +172,17 @@ CHECK_CODES = {
 }
 
 
-def _checks_cell(checks: list[dict[str, Any]]) -> str:
+def _checks_of(record: CaseRecord, name: str) -> list[CheckRecord]:
+    """``name``'s checks on the case (none when it did not run there)."""
+    entry = record["implementations"].get(name)
+    return [] if entry is None else entry["checks"]
+
+
+def _checks_cell(checks: list[CheckRecord]) -> str:
     if not checks:
         return "-"
+    if any(c["name"] == "ran" and c["detail"].startswith(OUTSIDE_CONTRACT) for c in checks):
+        return "not run: outside its contract"
     lossless = [
         CHECK_CODES.get(c["name"], c["name"])
         for c in checks
@@ -200,7 +200,9 @@ def _checks_cell(checks: list[dict[str, Any]]) -> str:
     return "pass"
 
 
-def _checks_table(records: list[Record], names: list[str], *, roles: Roles) -> tuple[Block, ...]:
+def _checks_table(
+    records: list[CaseRecord], names: list[str], *, roles: Roles
+) -> tuple[Block, ...]:
     """The legend (the check codes, and under which implementations a FAIL is expected)
     and the table of each case's failed checks per implementation."""
     legend = "failed checks: " + ", ".join(f"{code}={name}" for name, code in CHECK_CODES.items())
@@ -219,7 +221,7 @@ def _checks_table(records: list[Record], names: list[str], *, roles: Roles) -> t
     rows = [
         [
             record["label"],
-            *(_checks_cell(record["implementations"].get(n, {}).get("checks", [])) for n in names),
+            *(_checks_cell(_checks_of(record, n)) for n in names),
         ]
         for record in records
     ]
@@ -227,7 +229,7 @@ def _checks_table(records: list[Record], names: list[str], *, roles: Roles) -> t
 
 
 def comparison_sections(
-    records: list[Record],
+    records: list[CaseRecord],
     *,
     require_coverage: bool,
     roles: Roles | None = None,
@@ -299,7 +301,7 @@ def _statistical_cell(statistical: Statistical) -> str:
     return "REJECTED" if statistical.rejected else "pass"
 
 
-def _verdicts_table(records: list[Record], *, roles: Roles, statistical: Statisticals) -> Table:
+def _verdicts_table(records: list[CaseRecord], *, roles: Roles, statistical: Statisticals) -> Table:
     """Implementation, role, requirement, the statistical part, the two verdicts, and why
     not drop-in."""
     rows = []
@@ -322,7 +324,7 @@ def _verdicts_table(records: list[Record], *, roles: Roles, statistical: Statist
 
 
 def verdicts_json(
-    records: list[Record],
+    records: list[CaseRecord],
     *,
     roles: Roles,
     statistical: Statisticals = None,

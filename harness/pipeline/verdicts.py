@@ -3,10 +3,8 @@
 Per case, an implementation is ``lossless`` when no lossless-tier check failed and
 ``drop_in`` when, in addition, no drop-in-tier check failed (see
 ``harness.pipeline.check_result``). Over a comparison it is lossless (drop-in) when
-it is so on every case. ``Roles`` says what each implementation is held to: the
-buggy side of the ``pair`` is held to the legacy ledger, an ``expect_fail`` one must
-fail a lossless check, the built-ins ``fixed`` and ``reference`` must be drop-in,
-and every other implementation must meet ``require``.
+it is so on every case. What each implementation is held to is its role
+(``harness.options.Roles``).
 
 The statistical oracle's verdict (``Statistical``) is part of the lossless verdict:
 an implementation it rejects is not lossless, whatever its checks say. Without it
@@ -20,18 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.defaults import DEFAULT_PAIR, FIXED, REFERENCE, REQUIREMENTS, Requirement
-from harness.pipeline.check_result import tier_of
+from harness.defaults import DEFAULT_REQUIREMENT, Requirement
+from harness.pipeline.check_result import Tier, tier_of
+from harness.pipeline.records import CaseRecord, CheckRecord
 
-ALWAYS_DROP_IN = (FIXED, REFERENCE)  # built-ins held to drop-in whatever is required
 MAX_CARRIERS = 4  # rejections named in a verdict line
-Record = dict[str, Any]
 NOT_REPLAYABLE = "not replayable"  # how noise_replay says it skipped (draws not visible / ...)
 CHECKS_ONLY = "checks only; statistical oracle not run"  # a lossless verdict without the oracle
-
-
-class RolesError(ValueError):
-    """Roles that name implementations not in the comparison, or leave nothing to judge."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +36,7 @@ class Statistical:
     ran: bool = False
     rejected: bool | None = None
     p_value: float | None = None
-    carried_by: str = ""
+    carried_by: tuple[str, ...] = ()  # target/head/group/test of each rejection, strongest first
     error: str | None = None
     not_judged: str | None = None  # it ran out of time: no verdict either way
     not_ruled_out: str = ""  # after a pass: the smallest defect it would have seen
@@ -69,16 +62,19 @@ class Statistical:
     def carriers(self) -> str:
         """The first ``MAX_CARRIERS`` of ``carried_by`` (strongest first), and how many
         more."""
-        named = [part for part in self.carried_by.split(", ") if part]
-        more = len(named) - MAX_CARRIERS
-        return ", ".join(named[:MAX_CARRIERS]) + (f" and {more} more" if more > 0 else "")
+        more = len(self.carried_by) - MAX_CARRIERS
+        return ", ".join(self.carried_by[:MAX_CARRIERS]) + (f" and {more} more" if more > 0 else "")
+
+    def every_carrier(self) -> str:
+        """Every rejection, strongest first, as one line."""
+        return ", ".join(self.carried_by)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "ran": self.ran,
             "rejected": self.rejected,
             "p_value": self.p_value,
-            "carried_by": self.carried_by,  # target/head/group/test of each rejection
+            "carried_by": self.every_carrier(),
             "error": self.error,
             "not_judged": self.not_judged,
             "not_ruled_out": self.not_ruled_out,
@@ -88,11 +84,30 @@ class Statistical:
 NOT_RUN = Statistical()
 
 
-def case_verdict(checks: Sequence[Record]) -> tuple[bool, bool]:
+def case_verdict(checks: Sequence[CheckRecord]) -> tuple[bool, bool]:
     """``(lossless, drop_in)`` of one implementation's check records on one case."""
     failed_tiers = {tier_of(c["name"]) for c in checks if c["status"] == "fail"}
     lossless = "lossless" not in failed_tiers
     return lossless, lossless and "drop_in" not in failed_tiers
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed check of one implementation on one case."""
+
+    case: str  # the case's label
+    check: str
+    tier: Tier
+    detail: str
+
+    @property
+    def lossless(self) -> bool:
+        """Whether the failed check is of the lossless tier (else drop-in)."""
+        return self.tier == "lossless"
+
+    def line(self) -> str:
+        """``case: check: detail``."""
+        return f"{self.case}: {self.check}: {self.detail}"
 
 
 @dataclass(frozen=True)
@@ -103,8 +118,8 @@ class Verdict:
     lossless: bool
     drop_in: bool
     cases: int
-    failures: tuple[tuple[str, str, str, str], ...]  # (case label, check, tier, detail)
-    required: Requirement = "drop-in"  # what ``ok`` holds it to
+    failures: tuple[Failure, ...]
+    required: Requirement = DEFAULT_REQUIREMENT  # what ``ok`` holds it to
     statistical: Statistical = field(default=NOT_RUN)
     replayable: bool = True  # False: some case's draws could not be replayed
 
@@ -123,12 +138,12 @@ class Verdict:
     def reason(self) -> str:
         """Why it is not lossless (else not drop-in): the first such failure, or the
         statistical oracle's rejection when no lossless check failed."""
-        wanted = "lossless" if not self.lossless else "drop_in"
-        if wanted == "lossless" and not self.lossless_failures():
+        wanted_lossless = not self.lossless  # why not lossless, else why not drop-in
+        if wanted_lossless and not self.lossless_failures():
             return self.statistical.describe()
-        for label, check, tier, detail in self.failures:
-            if tier == wanted:
-                return f"{check}: {detail} ({label})"
+        for failure in self.failures:
+            if failure.lossless == wanted_lossless:
+                return f"{failure.check}: {failure.detail} ({failure.case})"
         return ""
 
     def meets(self, requirement: Requirement) -> bool:
@@ -141,9 +156,7 @@ class Verdict:
 
     def evidence(self) -> str:
         """One line per failing check: ``case: check [tier]: detail``."""
-        return "\n".join(
-            f"{label}: {check} [{tier}]: {detail}" for label, check, tier, detail in self.failures
-        )
+        return "\n".join(f"{f.case}: {f.check} [{f.tier}]: {f.detail}" for f in self.failures)
 
     def summary(self) -> str:
         """``"lossless and drop-in"``, ``"lossless; not drop-in: <reason>"`` or
@@ -160,7 +173,7 @@ class Verdict:
 
     def lossless_failures(self) -> bool:
         """Whether a lossless check failed on some case."""
-        return any(f[2] == "lossless" for f in self.failures)
+        return any(f.lossless for f in self.failures)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -185,7 +198,7 @@ class Verdict:
         return self.statistical.describe()
 
 
-def implementation_verdict(records: Sequence[Record], name: str) -> Verdict:
+def implementation_verdict(records: Sequence[CaseRecord], name: str) -> Verdict:
     """The verdicts of implementation ``name`` over every record that ran it."""
     failures = []
     lossless = drop_in = replayable = True
@@ -199,7 +212,9 @@ def implementation_verdict(records: Sequence[Record], name: str) -> Verdict:
         lossless &= case_lossless
         drop_in &= case_drop_in
         failures += [
-            (record["label"], c["name"], tier_of(c["name"]), c["detail"])
+            Failure(
+                case=record["label"], check=c["name"], tier=tier_of(c["name"]), detail=c["detail"]
+            )
             for c in entry["checks"]
             if c["status"] == "fail"
         ]
@@ -208,61 +223,3 @@ def implementation_verdict(records: Sequence[Record], name: str) -> Verdict:
             for c in entry["checks"]
         )
     return Verdict(name, lossless, drop_in, cases, tuple(failures), replayable=replayable)
-
-
-@dataclass(frozen=True)
-class Roles:
-    """What each implementation of a comparison is held to."""
-
-    pair: tuple[str, str] = DEFAULT_PAIR
-    expect_fail: tuple[str, ...] = ()
-    require: Requirement = "drop-in"
-
-    def __post_init__(self) -> None:
-        if self.require not in REQUIREMENTS:
-            raise RolesError(f"require must be one of {REQUIREMENTS}, got {self.require!r}")
-        if len(self.pair) != 2 or self.pair[0] == self.pair[1]:
-            raise RolesError(f"the pair needs two different names BUGGY,FIXED, got {self.pair}")
-
-    @property
-    def buggy(self) -> str:
-        return self.pair[0]
-
-    @property
-    def fixed(self) -> str:
-        return self.pair[1]
-
-    def requirement(self, name: str) -> Requirement:
-        """What ``name`` must meet when it is judged by its checks."""
-        return "drop-in" if name in ALWAYS_DROP_IN else self.require
-
-    def judged_by_checks(self, name: str) -> bool:
-        """The pair's buggy side is judged by the ledger (and by ``expect_fail``) only."""
-        return name != self.buggy or name in self.expect_fail
-
-    def validate(self, names: Sequence[str]) -> None:
-        """Refuse roles naming absent implementations, and a comparison with nothing to
-        judge (no implementation judged by its checks, and no complete pair)."""
-        present = set(names)
-        unknown = [n for n in self.expect_fail if n not in present]
-        if unknown:
-            raise RolesError(
-                f"--expect-fail names implementations not in the comparison: {unknown}"
-            )
-        if self.pair != DEFAULT_PAIR:
-            missing = [n for n in self.pair if n not in present]
-            if missing:
-                raise RolesError(f"--pair names implementations not in the comparison: {missing}")
-        has_pair = self.buggy in present and self.fixed in present
-        if not has_pair and not any(self.judged_by_checks(n) for n in names):
-            raise RolesError(
-                f"nothing to judge: implementations {list(names)} "
-                f"(the buggy side {self.buggy!r} needs its pair {self.fixed!r})"
-            )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "pair": list(self.pair),
-            "expect_fail": list(self.expect_fail),
-            "require": self.require,
-        }

@@ -9,7 +9,10 @@ returns, never to a convention's attribute names:
   ``harness.plugins.construct`` (``fused_greedy=`` or the environment switch);
 - ``sglang-0.5.23`` (today's released server, ``harness.upstream.sglang_convention``):
   a ``DraftNoise`` counter the harness owns, ``step_logits[max_bs, gamma, V]``,
-  ``params`` as staged and ``verify_ids``.
+  ``params`` as staged and ``verify_ids``;
+- ``vllm-0.33`` (vLLM's released speculator, ``harness.upstream.vllm_convention``):
+  ``draft_tokens[max_bs, gamma]``, the ``draft_logits`` cache by request slot, per-slot
+  temperatures and seeds, and the sequence positions the harness owns as its counter.
 
 What a call produced is one ``CallOutputs`` value whatever the convention; see
 docs/plugins.md ("Calling conventions").
@@ -43,6 +46,7 @@ class ConventionName(enum.Enum):
     HARNESS = "harness"
     SERVER = "server"  # the PR-era server (the before/after-fix modules)
     SGLANG_0_5_23 = "sglang-0.5.23"
+    VLLM_0_33 = "vllm-0.33"
 
 
 class OutputError(ValueError):
@@ -82,6 +86,10 @@ class CallOutputs:
     noise_counter: NoiseCounter | None  # None: noise from torch's RNG (observed as draws)
     counter_replay: torch.Tensor | None  # [bs, gamma]: tokens the declared stream gives
     verify_ids: torch.Tensor | None = None  # [bs, gamma + 1]: anchor, then the drafts
+    # [bs, gamma, V] bool: the entries the convention's draft law may weigh (vLLM's top-K
+    # variant: the K largest base logits of each position), computed by the harness from
+    # the call's inputs; None: every entry.
+    candidates: torch.Tensor | None = None
 
 
 def plain_tensor(value: object, *, name: str) -> torch.Tensor | None:
@@ -292,6 +300,12 @@ class Convention(ABC):
         (each a finding of that implementation, named in the report)."""
         return ()
 
+    def outside_contract(self, case: Case) -> str | None:
+        """Why the case cannot be expressed in this convention's contract (its samplers
+        then skip it, saying so), or ``None``."""
+        del case
+        return None
+
     @abstractmethod
     def takes_out(self, sampler_class: type[Any]) -> bool:
         """Whether the class's constructor takes a server-owned token buffer (``out=``)."""
@@ -348,11 +362,15 @@ class ConstructorConvention(Convention):
 
 def convention_of(sampler_class: type[Any]) -> Convention:
     """The convention a sampler class speaks: sglang 0.5.23's for the package's own
-    ``DsparkDraftSampler`` and its subclasses, else what its constructor says."""
+    ``DsparkDraftSampler`` and its subclasses, vLLM 0.33's for its ``DSparkSpeculator``
+    and its subclasses, else what its constructor says."""
     from harness.upstream.sglang_convention import SGLANG_0_5_23, speaks_sglang_0_5_23
+    from harness.upstream.vllm_convention import VLLM_0_33, speaks_vllm_0_33
 
     if speaks_sglang_0_5_23(sampler_class):
         return SGLANG_0_5_23
+    if speaks_vllm_0_33(sampler_class):
+        return VLLM_0_33
     return ConstructorConvention(ConventionName(bind_constructor(sampler_class).convention))
 
 

@@ -9,7 +9,10 @@ other sampler joins with ``--impl``:
 - ``NAME=module:function`` or ``NAME=path.py:function``: a block sampler function
   (``harness.plugins.protocol.BlockSamplerFunction``), wrapped into a sampler;
 - ``NAME=sglang``: the installed sglang release's own ``DsparkDraftSampler``, loaded by
-  ``harness.upstream.sglang_loader`` and built in its convention.
+  ``harness.upstream.sglang_loader`` and built in its convention;
+- ``NAME=vllm[:dense|:topk=K]``: the installed vLLM 0.33's own ``DSparkSpeculator``
+  (dense, or its top-``K`` variant), loaded by ``harness.upstream.vllm_loader`` and
+  built in its convention (``harness.upstream.vllm_convention``).
 
 A file or module target may name its server era after ``@`` (``harness.plugins.eras``).
 
@@ -26,7 +29,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.defaults import BUILTIN_NAMES
@@ -43,8 +46,12 @@ from harness.plugins.loading import (
     import_named_module,
     load_source_file,
 )
+from harness.plugins.protocol import DraftSampler
 from harness.upstream.sglang_convention import speaks_sglang_0_5_23
 from harness.upstream.sglang_loader import UpstreamUnavailable, load_sglang
+from harness.upstream.vllm_convention import VLLM_FORM, parse_vllm_variant, speaks_vllm_0_33
+from harness.upstream.vllm_convention import variant_class as vllm_variant_class
+from harness.upstream.vllm_loader import VllmUnavailable
 from legacy import DsparkDraftSampler as LegacySampler
 from reference import ReferenceDraftSampler
 
@@ -61,12 +68,14 @@ __all__ = [
     "select_implementations",
 ]
 
-BUILTIN_IMPLEMENTATIONS: dict[str, type[Any]] = dict(
+BUILTIN_IMPLEMENTATIONS: dict[str, type[DraftSampler]] = dict(
     zip(BUILTIN_NAMES, (ReferenceDraftSampler, FixedSampler, LegacySampler), strict=True)
 )
 DEFAULT_FILE_CLASS = "DsparkDraftSampler"
 UPSTREAM_TARGET = "sglang"  # NAME=sglang: the installed release (harness.upstream)
+VLLM_TARGET = "vllm"  # NAME=vllm[:dense|:topk=K]: the installed vLLM 0.33
 TARGET_FORMS = f"{MODULE_FORM} or {FILE_FORM}"
+ImplementationKind = Literal["class", "function"]  # a sampler class, or a wrapped function
 
 
 @dataclass(frozen=True)
@@ -81,10 +90,10 @@ class Implementation:
     """
 
     name: str
-    sampler_class: type[Any]
+    sampler_class: type[DraftSampler]
     spec: str
     era: Era | None = None
-    kind: str = "class"
+    kind: ImplementationKind = "class"
     convention: str | None = None
     adaptations: tuple[str, ...] | None = None
 
@@ -134,13 +143,14 @@ def builtin_implementations(
     ]
 
 
-def check_sampler_class(sampler_class: object, *, spec: str) -> type[Any]:
+def check_sampler_class(sampler_class: object, *, spec: str) -> type[DraftSampler]:
     """Raise ``ImplementationError`` unless the class can be constructed and called."""
     if not inspect.isclass(sampler_class):
         raise ImplementationError(f"{spec}: {sampler_class!r} is not a class")
-    if not speaks_sglang_0_5_23(sampler_class):  # the package's own convention, not ours
-        bind_constructor(sampler_class, spec=spec)
-    return sampler_class
+    checked = cast(type[DraftSampler], sampler_class)  # its constructor and methods: next
+    if not speaks_sglang_0_5_23(checked) and not speaks_vllm_0_33(checked):
+        bind_constructor(checked, spec=spec)  # a package's own convention is not ours
+    return checked
 
 
 def _bad_form(text: str) -> str:
@@ -184,6 +194,8 @@ def split_impl_spec(text: str) -> tuple[str, str, str, bool]:
         raise ImplementationError(_bad_form(text))
     if target == UPSTREAM_TARGET:
         return name, UPSTREAM_TARGET, "", False
+    if target == VLLM_TARGET or target.startswith(VLLM_TARGET + ":"):
+        return name, VLLM_TARGET, target.partition(":")[2], False
     return (name, *_split_target(text, split_era(target, spec=text)[0]))
 
 
@@ -207,6 +219,9 @@ def parse_impl_spec(text: str) -> Implementation:
     if where == UPSTREAM_TARGET and not attribute:
         with import_world(owner=name):
             return _upstream_implementation(name, text)
+    if where == VLLM_TARGET:
+        with import_world(owner=name):
+            return _vllm_implementation(name, text, attribute)
     era = impl_era(text)
     if not is_file:
         with import_world(owner=name):
@@ -231,6 +246,21 @@ def _upstream_implementation(name: str, text: str) -> Implementation:
     except ImportError as error:  # an import the version's lists do not cover
         raise ImplementationError(f"--impl {text}: loading sglang failed: {error}") from None
     return Implementation(name, package.DsparkDraftSampler, text, Era.SGLANG_0_5_23)
+
+
+def _vllm_implementation(name: str, text: str, variant: str) -> Implementation:
+    """``NAME=vllm[:dense|:topk=K]``: the installed vLLM's own ``DSparkSpeculator``."""
+    try:
+        topk = parse_vllm_variant(variant)
+    except ValueError as error:
+        raise ImplementationError(f"--impl {text}: {error}; expected {VLLM_FORM}") from None
+    try:
+        sampler_class = vllm_variant_class(topk)
+    except VllmUnavailable as error:
+        raise ImplementationError(f"--impl {text}: {error}") from None
+    except ImportError as error:
+        raise ImplementationError(f"--impl {text}: loading vllm failed: {error}") from None
+    return Implementation(name, sampler_class, text)
 
 
 def _implementation(

@@ -18,7 +18,9 @@ variables set before the process starts (``tox run -e vllm`` sets both):
 driver and turns ``triton.jit`` into a no-op) and ``TRITON_INTERPRET=1``. The
 interpreter has no body for ``libdevice.log1p`` (the rejection sampler's residual
 uses it): ``interpreter_log1p()`` gives it one, numpy's ``log1p``, for the duration of
-a call. See docs/upstream.md ("vLLM 0.33").
+a call. Importing vLLM writes defaults of its own into ``os.environ``
+(``TORCHINDUCTOR_COMPILE_THREADS``, ``TRITON_CACHE_AUTOTUNING`` and others); the loader
+puts the environment back as it found it. See docs/upstream.md ("vLLM 0.33").
 """
 
 from __future__ import annotations
@@ -117,9 +119,14 @@ def load_vllm() -> LoadedVllm:
     reason = unavailable_reason()
     if reason is not None:
         raise VllmUnavailable(reason)
-    speculator = importlib.import_module(SPECULATOR_MODULE)
-    gumbel = importlib.import_module(GUMBEL_MODULE)
-    rejection = importlib.import_module(REJECTION_MODULE)
+    environment = dict(os.environ)
+    try:
+        speculator = importlib.import_module(SPECULATOR_MODULE)
+        gumbel = importlib.import_module(GUMBEL_MODULE)
+        rejection = importlib.import_module(REJECTION_MODULE)
+    finally:  # vLLM's import sets defaults of its own in os.environ; the process's stay
+        os.environ.clear()
+        os.environ.update(environment)
     return LoadedVllm(
         version=SUPPORTED_VERSION,
         DSparkSpeculator=speculator.DSparkSpeculator,

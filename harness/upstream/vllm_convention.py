@@ -1,0 +1,482 @@
+"""vLLM 0.33's calling convention: its DSpark speculator driven through its object seam.
+
+``VllmConvention.build`` makes the package's ``DSparkSpeculator`` (or a subclass of it)
+without its ``__init__`` (which needs a whole ``VllmConfig``) and sets the buffers and
+model hooks its draft step reads, as the server's model runner leaves them before
+``_sample_sequential``:
+
+- ``model``: ``VllmDrafter``, vLLM's model hooks over the case's toy drafter (vanilla
+  head only: vLLM's hooks take no hidden state, so the gated and rnn heads are not
+  expressible and those cases are outside this contract);
+- the server's per-request state, indexed by request *slot*: ``temperature`` (0 on a
+  greedy row, vLLM's greedy), ``seeds`` (one per request, derived from the case seed),
+  the ``draft_logits[max_bs, gamma, V]`` cache the verifier reads (folded sampling;
+  ``None`` for a greedy fold, where the speculator takes the argmax); live row ``b``
+  sits in slot ``max_bs - 1 - b``, so a write to a slot no live row holds shows;
+- the sampling rows: ``sample_indices`` (the query rows of each request),
+  ``sample_idx_mapping`` (their slots; -1 on padding rows), ``sample_pos`` (the
+  predicted positions: each request's sequence position plus the step, plus one) and
+  ``input_buffers.input_ids`` (the anchors at ``_anchor_idx``);
+- ``_draft_topk``: ``None`` (dense) or ``K`` (``_sample_sequential_topk``).
+
+Positions are the server's: each call drafts ``gamma`` positions past the request's
+sequence, and the harness moves every sequence ``gamma`` positions on after a call, as
+a server does when it commits the block. vLLM's noise is a counter-based hash of
+(request seed, step, position, token id), so fresh noise on the next call comes from
+those positions; the convention declares them as its noise counter, and the replay
+(the package's own ``gumbel_sample`` on the kept cache rows at the declared seeds and
+positions) shows whether the call used them. Every line of the sampling math in a call
+is the package's; the drafter holds the toy weights. See docs/upstream.md ("vLLM 0.33").
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from harness.pipeline.observe import HeadCounts
+from harness.plugins.conventions import (
+    BuiltSampler,
+    CallOutputs,
+    Convention,
+    ConventionName,
+    NoiseCounter,
+    OutputError,
+    StagedParams,
+    poison,
+    read_tensor,
+)
+from harness.upstream.vllm_loader import LoadedVllm, interpreted, is_speculator_class, load_vllm
+from reference.block import prepare_block
+from reference.draft_model import query_rows_per_request
+from reference.sampling_params import SamplingInfo, stage_sampling_params
+from reference.verifier import DraftBlock
+
+if TYPE_CHECKING:
+    from harness.pipeline.case import Case, CaseInputs
+
+VLLM_FORM = "NAME=vllm, NAME=vllm:dense or NAME=vllm:topk=K (K a positive integer)"
+TOPK_ATTRIBUTE = "harness_draft_topk"  # class attribute: K of the top-k variant, or None
+SEED_BITS = 63
+POSITION_SPACING = 1 << 20  # request b's sequence starts at (b + 1) * this
+
+
+def outside_contract(case: Case) -> str | None:
+    """Why the case cannot be expressed in vLLM 0.33's contract here, or ``None``."""
+    if case.head_kind != "vanilla":
+        return (
+            f"vLLM's Markov hooks (markov_embed, markov_bias) take no hidden state: the "
+            f"{case.head_kind} head is not expressible in its contract"
+        )
+    if case.folded_sampling and case.dtype == "bfloat16" and interpreted():
+        return "Triton's interpreter has no bfloat16: a sampled bfloat16 call cannot run here"
+    return None
+
+
+def request_seeds(case: Case) -> list[int]:
+    """Each live request's seed, from the case seed (63 bits of sha256)."""
+    seeds = []
+    for row in range(case.max_bs):
+        digest = hashlib.sha256(f"vllm-seed:{case.seed}:{row}".encode()).digest()
+        seeds.append(int.from_bytes(digest[:8], "big") >> (64 - SEED_BITS))
+    return seeds
+
+
+class VllmDrafter:
+    """vLLM's DSpark model hooks over the case's toy drafter (vanilla head).
+
+    ``compute_draft_logits`` is the toy lm_head; ``markov_embed`` is ``W1[prev]`` and
+    ``markov_bias`` ``W2 . embed``; ``apply_markov_bias_gathered`` writes base plus bias
+    at the chosen candidates of a ``-inf`` row; ``map_draft_to_target`` is the identity (a
+    full-vocabulary drafter); ``compute_confidence`` is the case's linear probe over
+    ``[hidden | embed]``. The hooks are model math; the walk, the noise and the
+    sampling that use them are vLLM's.
+    """
+
+    def __init__(self, *, model: Any, confidence_fn: Any) -> None:
+        self.toy = model
+        self.head = model.markov_head
+        self.confidence_fn = confidence_fn
+
+    def compute_draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.toy.lm_head(hidden)
+
+    def markov_embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        return self.head.W1(token_ids)
+
+    def markov_bias(self, markov_embed: torch.Tensor) -> torch.Tensor:
+        return self.head.W2(markov_embed)
+
+    def map_draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids
+
+    def apply_markov_bias_gathered(
+        self,
+        markov_embed: torch.Tensor,
+        logits: torch.Tensor,
+        values: torch.Tensor,
+        index: torch.Tensor,
+    ) -> torch.Tensor:
+        # The toy's bias is one [r, V] projection; gathering its entries keeps each sum
+        # the reference's own (a [K, r] product of the gathered rows rounds differently).
+        bias = self.head.W2(markov_embed).gather(1, index)  # [bs, K]
+        return logits.scatter_(1, index, values + bias.to(values.dtype))
+
+    def compute_confidence(self, hidden: torch.Tensor, markov_embed: torch.Tensor) -> torch.Tensor:
+        probe = self.confidence_fn
+        score = hidden.float() @ probe.w_hidden + markov_embed.float() @ probe.w_embedding
+        return torch.sigmoid(score + probe.bias)
+
+
+@dataclass
+class _InputBuffers:
+    """The one field of vLLM's ``InputBuffers`` the draft step reads."""
+
+    input_ids: torch.Tensor
+
+
+class VllmSampler(BuiltSampler):
+    """The package's speculator, its drafter, and the server state the harness owns."""
+
+    convention = ConventionName.VLLM_0_33
+
+    def __init__(self, *, sampler: Any, model: VllmDrafter, case: Case, loaded: LoadedVllm):
+        self.sampler = sampler
+        self.model = model
+        self.loaded = loaded
+        self._gamma = case.gamma
+        self.max_bs = case.max_bs
+        self.rows_per_request = query_rows_per_request(
+            gamma=case.gamma, sample_from_anchor=case.sample_from_anchor
+        )
+        self.sample_from_anchor = case.sample_from_anchor
+        self.sequence_start = torch.arange(1, case.max_bs + 1, dtype=torch.int64) * (
+            POSITION_SPACING
+        )
+        self.offset = 0  # positions drafted so far past each sequence start
+        self._counter_start = 0
+        self._candidates: torch.Tensor | None = None
+        self.bs = 0
+        self.confidence = case.confidence
+
+    @property
+    def gamma(self) -> int:
+        return self._gamma
+
+    def slots(self, rows: int) -> torch.Tensor:
+        """The request slot of each of the first ``rows`` batch rows."""
+        return self.max_bs - 1 - torch.arange(rows, device=self.sampler.seeds.device)
+
+    def seek_noise(self, counter: int) -> None:
+        self.offset = counter
+
+    def stage_sampling_params(self, *, bs: int, sampling_info: SamplingInfo | None) -> None:
+        """What the server hands the draft step: each request's temperature (0 when it is
+        greedy, ``top_k <= 1``) and seed in its slot."""
+        temperatures = torch.ones(bs, dtype=torch.float32)
+        greedy = torch.ones(bs, dtype=torch.bool)
+        stage_sampling_params(
+            bs=bs, sampling_info=sampling_info, temperatures=temperatures, greedy_mask=greedy
+        )
+        if sampling_info is not None:  # vLLM keeps the request's own temperature
+            temperatures = sampling_info.temperatures.float().cpu()
+        slots = self.slots(bs)
+        device = self.sampler.temperature.device
+        self.sampler.temperature[slots] = torch.where(greedy, 0.0, temperatures).to(device)
+        self.bs = bs
+
+    def _positions(self, bs: int, *, offset: int) -> torch.Tensor:
+        """``[bs, gamma]``: the predicted position of each step (``sample_pos``) when the
+        sequences are ``offset`` positions past their start."""
+        steps = torch.arange(self.gamma, dtype=torch.int64)
+        start = self.sequence_start[:bs] + offset
+        return start.unsqueeze(1) + steps.unsqueeze(0) + 1
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        sampler, gamma, q = self.sampler, self.gamma, self.rows_per_request
+        block = prepare_block(
+            model=self.model.toy,
+            gamma=gamma,
+            max_bs=self.max_bs,
+            hidden_states=hidden_states,
+            input_ids=input_ids,
+        )  # the harness's own validation of the server's inputs, and its base logits
+        bs = block.bs
+        self._candidates = self.contract_candidates(block.base_logits)
+        device = hidden_states.device
+        rows = bs * gamma
+        first = 0 if self.sample_from_anchor else 1
+        query = torch.arange(gamma, device=device) + first
+        sampler.sample_indices[:rows] = (
+            torch.arange(bs, device=device).unsqueeze(1) * q + query
+        ).reshape(-1)
+        sampler.sample_idx_mapping.fill_(-1)
+        sampler.sample_idx_mapping[:rows] = self.slots(bs).repeat_interleave(gamma)
+        sampler.sample_pos[:rows] = self._positions(bs, offset=self.offset).reshape(-1).to(device)
+        sampler.input_buffers.input_ids[: bs * q] = input_ids.to(torch.int64)
+        self._counter_start = self.offset
+        sampler._sample_sequential(bs, hidden_states)
+        self.offset += gamma  # the server commits the block: every sequence moves on
+
+    def contract_candidates(self, base_logits: torch.Tensor) -> torch.Tensor | None:
+        """``[bs, gamma, V]`` bool: the top-K variant's candidates, the ``K`` largest base
+        logits of each position (chosen once per block, as the variant does); ``None``
+        for the dense variant."""
+        topk = self.sampler._draft_topk
+        if topk is None:
+            return None
+        chosen = base_logits.topk(topk, dim=-1).indices
+        return torch.zeros_like(base_logits, dtype=torch.bool).scatter_(-1, chosen, True)
+
+    def draft_block(self, rows: int) -> DraftBlock:
+        sampler = self.sampler
+        if sampler.draft_logits is None:
+            raise OutputError("a greedy fold keeps no draft_logits for a verifier to read")
+        slots = self.slots(rows)
+        temperatures = sampler.temperature[slots]
+        return DraftBlock(
+            tokens=sampler.draft_tokens[:rows],
+            step_logits=sampler.draft_logits[slots],
+            temperatures=torch.where(temperatures == 0, 1.0, temperatures),
+            greedy_mask=temperatures == 0,
+        )
+
+    def _buffers(self) -> dict[str, torch.Tensor | None]:
+        return {
+            "draft_tokens": read_tensor(self.sampler, "draft_tokens"),
+            "draft_logits": read_tensor(self.sampler, "draft_logits"),
+            "draft_token_confidence_probs": read_tensor(
+                self.sampler, "draft_token_confidence_probs"
+            ),
+        }
+
+    def poison(self) -> None:
+        for buffer in self._buffers().values():
+            poison(buffer)
+
+    def observe_walks(self) -> AbstractContextManager[HeadCounts]:
+        return observe_speculator_walks(self.sampler, self.model)
+
+    def read(self, case: Case) -> CallOutputs:
+        buffers = self._buffers()
+        tokens = buffers["draft_tokens"]
+        expected = (self.max_bs, case.gamma)
+        if tokens is None or tokens.dtype != torch.int64 or tuple(tokens.shape) != expected:
+            raise OutputError(f"draft_tokens must be int64 {list(expected)}, got {tokens!r}")
+        slots = self.slots(case.bs)
+        temperatures = self.sampler.temperature[slots].clone()
+        greedy = temperatures == 0
+        staged = StagedParams(
+            temperatures=torch.where(greedy, 1.0, temperatures), greedy_mask=greedy
+        )
+        counter = NoiseCounter(key=case.seed, start=self._counter_start, end=self.offset)
+        step_logits = replay = None
+        cache = buffers["draft_logits"]
+        if case.folded_sampling:
+            shape = (self.max_bs, case.gamma, case.vocab_size)
+            if cache is None or tuple(cache.shape) != shape:
+                raise OutputError(f"draft_logits must be {list(shape)} when sampling")
+            step_logits = cache[slots].clone()
+            replay = self.declared_stream_tokens(step_logits, bs=case.bs)
+        confidence = None
+        if case.confidence:
+            probs = buffers["draft_token_confidence_probs"]
+            if probs is None or tuple(probs.shape) != expected:
+                raise OutputError(f"draft_token_confidence_probs must be {list(expected)}")
+            confidence = probs[: case.bs].clone()
+        return CallOutputs(
+            tokens=tokens[: case.bs].clone(),
+            step_logits=step_logits,
+            confidence=confidence,
+            staged=staged,
+            noise_counter=counter,
+            counter_replay=replay,
+            candidates=self._candidates,
+        )
+
+    def declared_stream_tokens(self, step_logits: torch.Tensor, *, bs: int) -> torch.Tensor:
+        """``[bs, gamma]``: the token each kept cache row gives under the declared noise
+        (the request's seed, the step, the declared position, each token id), through the
+        package's own ``gumbel_sample`` at the slots' staged temperatures."""
+        sampler = self.sampler
+        device = step_logits.device
+        slots = self.slots(bs)
+        positions = self._positions(bs, offset=self._counter_start).to(device)
+        scratch = torch.empty_like(sampler.draft_logits)
+        steps = []
+        for step in range(self.gamma):
+            steps.append(
+                self.loaded.gumbel_sample(
+                    step_logits[:, step].contiguous(),
+                    slots,
+                    sampler.temperature,
+                    sampler.seeds,
+                    positions[:, step] - 1,
+                    apply_temperature=True,
+                    is_drafting=True,
+                    logits_cache=scratch,
+                    logits_cache_col=torch.tensor(step, dtype=torch.int32, device=device),
+                    use_fp64=bool(sampler.use_fp64_gumbel),
+                )
+            )
+        return torch.stack(steps, dim=1)
+
+    def outside_writes(self, case: Case) -> dict[str, int]:
+        buffers = self._buffers()
+        live = set(self.slots(case.bs).tolist())
+        written = {}
+        tokens = buffers["draft_tokens"]
+        if tokens is not None and tokens.shape[0] > case.bs:
+            written["draft_tokens"] = int((tokens[case.bs :] != -1).sum())
+        cache = buffers["draft_logits"]
+        if cache is not None:
+            others = [s for s in range(self.max_bs) if s not in live]
+            written["draft_logits"] = int((~torch.isnan(cache[others])).sum())
+        probs = buffers["draft_token_confidence_probs"]
+        if probs is not None and probs.shape[0] > case.bs:
+            written["draft_token_confidence_probs"] = int((~torch.isnan(probs[case.bs :])).sum())
+        return {name: count for name, count in written.items() if count}
+
+
+@contextmanager
+def observe_speculator_walks(sampler: Any, drafter: VllmDrafter) -> Iterator[HeadCounts]:
+    """Count the speculator's walks (a step-0 sample starts one), its Markov steps
+    (``markov_embed`` or the gathered bias) and step samples, keeping each walk's tokens."""
+    counts = HeadCounts()
+    walks: list[list[torch.Tensor]] = []
+    sample_logits = sampler._sample_logits
+    embed = drafter.markov_embed
+
+    def counting_sample_logits(logits: Any, idx_map: Any, sample_pos: Any, step: int) -> Any:
+        counts.sampler_calls += 1
+        if step == 0 or not walks:
+            counts.walks += 1
+            walks.append([])
+        sampled = sample_logits(logits, idx_map, sample_pos, step)
+        walks[-1].append(sampled)
+        return sampled
+
+    def counting_embed(token_ids: torch.Tensor) -> torch.Tensor:
+        counts.head_steps += 1
+        return embed(token_ids)
+
+    sampler._sample_logits = counting_sample_logits
+    drafter.markov_embed = counting_embed  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        del sampler._sample_logits
+        del drafter.markov_embed
+        counts.walk_tokens = [torch.stack(walk, dim=1) for walk in walks if walk]
+
+
+class VllmConvention(Convention):
+    """Builds the package's speculator the way vLLM's model runner leaves it (module doc)."""
+
+    name = ConventionName.VLLM_0_33
+
+    def adaptations(self) -> tuple[str, ...]:
+        return ()
+
+    def takes_out(self, sampler_class: type[Any]) -> bool:
+        return False  # the server reads the speculator's own draft_tokens
+
+    def outside_contract(self, case: Case) -> str | None:
+        return outside_contract(case)
+
+    def build(
+        self,
+        sampler_class: type[Any],
+        *,
+        case: Case,
+        inputs: CaseInputs,
+        model: Any = None,
+        out: torch.Tensor | None = None,
+    ) -> BuiltSampler:
+        loaded = load_vllm()
+        reason = outside_contract(case)
+        if reason is not None:
+            raise OutputError(reason)
+        device = torch.device(case.device)
+        drafter = VllmDrafter(
+            model=inputs.model if model is None else model, confidence_fn=inputs.confidence_fn
+        )
+        gamma, max_bs = case.gamma, case.max_bs
+        q = query_rows_per_request(gamma=gamma, sample_from_anchor=case.sample_from_anchor)
+        dtype = drafter.toy.dtype
+        speculator = object.__new__(sampler_class)  # its __init__ needs a VllmConfig
+        state = {
+            "model": drafter,
+            "device": device,
+            "num_speculative_steps": gamma,
+            "num_query_per_req": q,
+            "max_num_reqs": max_bs,
+            "vocab_size": case.vocab_size,
+            "sample_from_anchor": case.sample_from_anchor,
+            "_draft_topk": getattr(sampler_class, TOPK_ATTRIBUTE, None),
+            "_d2t_scatter_index": None,
+            "_draft_scatter_buf": None,
+            "use_confidence_head": case.confidence,
+            "use_acceptance_estimator": False,
+            "acceptance_estimator": None,
+            "draft_watermarker": None,
+            "use_fp64_gumbel": False,
+            "_step_cols": torch.arange(gamma, dtype=torch.int32, device=device),
+            "_anchor_idx": torch.arange(max_bs, dtype=torch.int64, device=device) * q,
+            "sample_indices": torch.zeros(max_bs * gamma, dtype=torch.int64, device=device),
+            "sample_pos": torch.zeros(max_bs * gamma, dtype=torch.int64, device=device),
+            "sample_idx_mapping": torch.full(
+                (max_bs * gamma,), -1, dtype=torch.int64, device=device
+            ),
+            "temperature": torch.zeros(max_bs, dtype=torch.float32, device=device),
+            "seeds": torch.tensor(request_seeds(case), dtype=torch.int64, device=device),
+            "draft_tokens": torch.zeros(max_bs, gamma, dtype=torch.int64, device=device),
+            "draft_token_confidence_probs": torch.empty(
+                max_bs, gamma, dtype=torch.float32, device=device
+            ),
+            "draft_logits": (
+                torch.full((max_bs, gamma, case.vocab_size), float("-inf"), dtype=dtype).to(device)
+                if case.folded_sampling
+                else None
+            ),
+            "input_buffers": _InputBuffers(
+                input_ids=torch.zeros(max_bs * q, dtype=torch.int64, device=device)
+            ),
+        }
+        for name, value in state.items():
+            setattr(speculator, name, value)
+        return VllmSampler(sampler=speculator, model=drafter, case=case, loaded=loaded)
+
+
+def parse_vllm_variant(text: str) -> int | None:
+    """``""`` or ``"dense"`` -> ``None``; ``"topk=K"`` -> ``K``; ``ValueError`` otherwise."""
+    if text in ("", "dense"):
+        return None
+    key, sep, value = text.partition("=")
+    if key == "topk" and sep and value.isdigit() and int(value) > 0:
+        return int(value)
+    raise ValueError(f"unknown vLLM variant {text!r}")
+
+
+@functools.cache
+def variant_class(topk: int | None) -> type[Any]:
+    """The package's ``DSparkSpeculator`` (dense), or a subclass of it that only names
+    ``K`` for the top-``K`` variant (its ``hf_config.dspark_draft_topk`` upstream)."""
+    base = load_vllm().DSparkSpeculator
+    if topk is None:
+        return base
+    return type(f"DSparkSpeculatorTopK{topk}", (base,), {TOPK_ATTRIBUTE: topk})
+
+
+def speaks_vllm_0_33(sampler_class: type[Any]) -> bool:
+    """Whether the class is vLLM's ``DSparkSpeculator`` or a subclass of it."""
+    return isinstance(sampler_class, type) and is_speculator_class(sampler_class)
+
+
+VLLM_0_33 = VllmConvention()

@@ -1,0 +1,44 @@
+"""Planted defects of our own in the shape of vLLM 0.33's DSpark speculator.
+
+Each is a subclass of the installed package's ``DSparkSpeculator`` that changes one
+thing around the package's own walk (every line of sampling math stays vLLM's):
+
+- ``CacheFromSecondWalk``: the draft tokens come from one walk and the verifier's cache
+  from a second walk on other noise (the double-walk bug in vLLM's shape);
+  ``teacher_forcing`` targets it.
+- ``PositionsNotAdvanced``: every call keys its noise on the positions of the first
+  call, so a later call redraws the same noise; ``fresh_noise`` targets it.
+
+Importing this module needs vLLM 0.33 (``tox run -e vllm``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
+
+
+class CacheFromSecondWalk(DSparkSpeculator):
+    """Tokens of walk 1, ``draft_logits`` of walk 2 (drawn with other request seeds)."""
+
+    def _sample_sequential(self, num_reqs: int, head_hidden: torch.Tensor) -> None:
+        super()._sample_sequential(num_reqs, head_hidden)
+        first_tokens = self.draft_tokens[:num_reqs].clone()
+        seeds = self.seeds.clone()
+        self.seeds += 1  # the second walk draws other noise
+        super()._sample_sequential(num_reqs, head_hidden)
+        self.seeds.copy_(seeds)
+        self.draft_tokens[:num_reqs] = first_tokens
+
+
+class PositionsNotAdvanced(DSparkSpeculator):
+    """Keeps the positions of its first call and keys every later call's noise on them."""
+
+    def _sample_logits(
+        self, logits: torch.Tensor, idx_map: torch.Tensor, sample_pos: torch.Tensor, step: int
+    ) -> Any:
+        kept: dict[int, torch.Tensor] = self.__dict__.setdefault("first_positions", {})
+        stale = kept.setdefault(step, sample_pos.clone())
+        return super()._sample_logits(logits, idx_map, stale[: sample_pos.shape[0]], step)

@@ -1,0 +1,134 @@
+"""vLLM 0.33's DSpark speculator on its own contract: every check means the same.
+
+The package's ``DSparkSpeculator`` (``--impl NAME=vllm``, dense and top-K) is lossless
+on vanilla cases and not drop-in for a named reason; a case its hooks cannot express
+is not run and says so; each planted vLLM-shaped defect fails the check aimed at it.
+The spec parsing tests need no vLLM.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+
+from harness.pipeline.case import Case, make_case
+from harness.pipeline.compare import evaluate_run
+from harness.pipeline.life import MIN_REPLAYS
+from harness.pipeline.runner import ImplResult, run_case
+from harness.plugins.conventions import ConventionName, convention_of
+from harness.plugins.errors import ImplementationError
+from harness.plugins.implementations import Implementation, parse_impl_spec
+from harness.upstream import vllm_loader
+from harness.upstream.vllm_convention import parse_vllm_variant
+
+SHAPE = {"bs": 4, "gamma": 4, "vocab_size": 64, "hidden_size": 16, "markov_rank": 8}
+MIXED = (False, True, False, False)  # one greedy row among sampled ones
+BUCKETED = make_case(**SHAPE, greedy_rows=MIXED, confidence=True, max_bs=6, seed=15)
+LIFE = make_case(**SHAPE, greedy_rows=MIXED, max_bs=6, replays=MIN_REPLAYS, seed=21)
+NO_ANCHOR = make_case(**SHAPE, greedy_rows=MIXED, sample_from_anchor=False, seed=17)
+GREEDY_FOLD = make_case(**SHAPE, greedy_rows=(True,) * 4, folded_sampling=False, seed=13)
+GATED = make_case(**SHAPE, head_kind="gated", seed=11)
+# Drop-in checks a correct vLLM sampler fails for a named reason: its noise is a
+# counter-based hash, not the reference's exponential_ draws.
+NOT_DROP_IN = frozenset({"noise_budget", "matches_reference", "life_drop_in"})
+
+
+def _run(case: Case, implementation: Implementation) -> tuple[ImplResult, dict[str, str]]:
+    run = run_case(case, [implementation])
+    checks = evaluate_run(run, require_observable=False).checks[implementation.name]
+    return run.results[implementation.name], {c.name: c.status for c in checks}
+
+
+@pytest.fixture(scope="module")
+def defects() -> ModuleType:
+    from tests.plugins import vllm_defects  # imports the installed package
+
+    return vllm_defects
+
+
+# -- spec parsing: no vLLM needed ----------------------------------------------------------
+@pytest.mark.parametrize(("text", "topk"), [("", None), ("dense", None), ("topk=8", 8)])
+def test_vllm_variants_parse(text: str, topk: int | None) -> None:
+    assert parse_vllm_variant(text) == topk
+
+
+@pytest.mark.parametrize("spec", ["v=vllm:topk=0", "v=vllm:topk=-1", "v=vllm:sparse"])
+def test_bad_vllm_variant_names_the_forms(spec: str) -> None:
+    with pytest.raises(ImplementationError, match=r"NAME=vllm:topk=K"):
+        parse_impl_spec(spec)
+
+
+def test_missing_vllm_says_why_in_one_line() -> None:
+    reason = vllm_loader.unavailable_reason()
+    if reason is None:
+        pytest.skip("vLLM is installed here")
+    with pytest.raises(ImplementationError, match="vllm") as raised:
+        parse_impl_spec("v=vllm")
+    assert "\n" not in str(raised.value)
+
+
+# -- the package's speculator ----------------------------------------------------------------
+@pytest.mark.vllm
+def test_impl_vllm_is_the_package_speculator_in_its_own_convention() -> None:
+    dense, topk = parse_impl_spec("v=vllm"), parse_impl_spec("k=vllm:topk=8")
+    assert dense.sampler_class.__module__ == vllm_loader.SPECULATOR_MODULE
+    assert topk.sampler_class.__mro__[1] is dense.sampler_class  # only K is ours
+    for implementation in (dense, topk):
+        assert convention_of(implementation.sampler_class).name is ConventionName.VLLM_0_33
+        assert implementation.provenance()["convention"] == "vllm-0.33"
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("spec", ["v=vllm", "k=vllm:topk=8"])
+@pytest.mark.parametrize("case", [BUCKETED, LIFE, NO_ANCHOR, GREEDY_FOLD], ids=lambda c: c.label())
+def test_vllm_is_lossless_and_not_drop_in_for_a_named_reason(spec: str, case: Case) -> None:
+    result, statuses = _run(case, parse_impl_spec(spec))
+    assert result.error is None
+    failed = {name for name, status in statuses.items() if status == "fail"}
+    assert failed <= NOT_DROP_IN, statuses
+    if case.folded_sampling:
+        assert statuses["teacher_forcing"] == "pass"
+        assert statuses["noise_replay"] == "pass"  # the declared positions replay
+        assert statuses["noise_budget"] == "fail"
+    else:
+        assert statuses["greedy_consistency"] == "pass"
+    if case.replays:
+        assert statuses["life_replays"] == statuses["life_fresh_noise"] == "pass"
+    if case.max_bs > case.bs:
+        assert statuses["no_writes_outside_batch"] == "pass"
+
+
+@pytest.mark.vllm
+def test_top_k_keeps_only_its_candidates() -> None:
+    result, _ = _run(BUCKETED, parse_impl_spec("k=vllm:topk=8"))
+    assert result.corrected is not None and result.candidates is not None
+    assert result.candidates.sum(dim=-1).eq(8).all()
+    finite = result.corrected.isfinite()
+    assert (finite == result.candidates).all()
+
+
+@pytest.mark.vllm
+def test_a_head_its_hooks_cannot_express_is_not_run() -> None:
+    result, statuses = _run(GATED, parse_impl_spec("v=vllm"))
+    assert result.outside_contract is not None and "gated" in result.outside_contract
+    assert statuses == {"ran": "skip"}
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize(
+    ("defect", "case", "target"),
+    [
+        ("CacheFromSecondWalk", BUCKETED, "teacher_forcing"),
+        ("PositionsNotAdvanced", BUCKETED, "fresh_noise"),
+        ("PositionsNotAdvanced", LIFE, "life_replays"),
+    ],
+)
+def test_planted_vllm_defect_fails_its_check(
+    defects: ModuleType, defect: str, case: Case, target: str
+) -> None:
+    implementation = Implementation(defect, getattr(defects, defect), f"test:{defect}")
+    assert convention_of(implementation.sampler_class).name is ConventionName.VLLM_0_33
+    _, statuses = _run(case, implementation)
+    assert statuses[target] == "fail", statuses
+    assert statuses["ran"] == "pass"
