@@ -49,10 +49,7 @@ if MISSING is None:
         tl.store(out_ptr + offsets, libdevice.log1p(x), mask=mask)
 
 
-def needs_vllm(test):  # type: ignore[no-untyped-def]
-    """Marked ``vllm`` and skipped, with the loader's one-line reason, without it."""
-    skipped = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
-    return pytest.mark.vllm(skipped(test))
+needs_vllm = pytest.mark.vllm  # skipped without the package, with the loader's one-line reason
 
 
 CPU = torch.device("cpu")

@@ -13,7 +13,9 @@ every ``expect_fail`` name is rejected; every other implementation passes.
 The verifier is a value (``reference.verifier.Verifier``): every run takes a sequence of
 them (default: our chain verifier alone) and holds each implementation to its role
 under every one; the released server's block-wise rejection is the second
-(``harness.upstream.rejection``).
+(``harness.upstream.rejection``), vLLM's ``rejection_sample`` a third
+(``harness.upstream.vllm_rejection``), whose decodes run at fewer rows
+(``config_under``: a verifier that declares ``max_rows``).
 """
 
 from __future__ import annotations
