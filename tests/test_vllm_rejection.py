@@ -22,7 +22,7 @@ from harness.oracles import stats
 from harness.oracles.problem import DEFAULT_CONFIG, FAR, build_problems
 from harness.plugins.implementations import builtin_implementations
 from harness.upstream import vllm_loader
-from harness.upstream.vllm_rejection import ROW_CUT, VLLM_REJECTION
+from harness.upstream.vllm_rejection import ROW_CUT, VLLM_REJECTION, RequestNoise
 from reference.target_model import MarkovTargetModel
 from reference.verifier import (
     CHAIN_VERIFIER,
@@ -301,3 +301,20 @@ def test_stats_takes_vllms_verifier_by_name() -> None:
     from harness.oracles.verifiers import verifiers_named
 
     assert verifiers_named(("chain", "vllm-rejection")) == (CHAIN_VERIFIER, VLLM_REJECTION)
+
+
+def test_each_requests_positions_advance_by_what_it_commits_and_its_seed_stays() -> None:
+    noise = RequestNoise(seed=3, device=CPU)
+    seeds, first = noise.seeds_and_positions(bs=3, gamma=2)
+    assert torch.equal(first, torch.tensor([0, 1, 2] * 3))
+    noise.advance(torch.tensor([1, 3, 2]))
+    again, second = noise.seeds_and_positions(bs=3, gamma=2)
+    assert torch.equal(again, seeds) and len(set(seeds.tolist())) == 3
+    assert torch.equal(second, torch.tensor([1, 2, 3, 3, 4, 5, 2, 3, 4]))
+    # a round's draws sit at the anchor's position and after: never at a used one
+    assert torch.equal(second.view(3, 3)[:, 0], first.view(3, 3)[torch.arange(3), [0, 2, 1]] + 1)
+    assert torch.equal(
+        RequestNoise(seed=3, device=CPU).seeds_and_positions(bs=3, gamma=2)[0], seeds
+    )
+    with pytest.raises(ValueError, match="same 3 rows"):
+        noise.seeds_and_positions(bs=4, gamma=2)
