@@ -269,11 +269,23 @@ def power_text(curves: Sequence[PowerCurve]) -> str:
     )
 
 
+def cut_lines(oracle: OracleRun) -> list[str]:
+    """One line per verifier that ran fewer rows than the config (``config_under``)."""
+    return [
+        f"under {name}: rows per head cut to "
+        + ", ".join(f"{t.name} {ran.target_rows(t)}" for t in ran.targets)
+        + " (a slow verifier); its detection bounds are at those rows"
+        for name, ran in oracle.configs.items()
+        if ran != oracle.config
+    ]
+
+
 def oracle_text(oracle: OracleRun) -> str:
     config = oracle.config
     parts = [
         config.describe(),
         coverage_text(config),
+        *cut_lines(oracle),
         "",
         results_table(oracle.every_result()),
     ]
@@ -293,6 +305,10 @@ def oracle_json(oracle: OracleRun, *, roles: Roles = DEFAULT_ROLES) -> dict[str,
     return json_safe(
         {
             "config": asdict(oracle.config),
+            "rows_per_head_by_verifier": {
+                name: {t.name: ran.target_rows(t) for t in ran.targets}
+                for name, ran in oracle.configs.items()
+            },
             "family_size": family_size(oracle.config),
             "results": {name: r.to_json_dict() for name, r in oracle.results.items()},
             "verifiers": list(oracle.by_verifier),

@@ -13,7 +13,9 @@ every ``expect_fail`` name is rejected; every other implementation passes.
 The verifier is a value (``reference.verifier.Verifier``): every run takes a sequence of
 them (default: our chain verifier alone) and holds each implementation to its role
 under every one; the released server's block-wise rejection is the second
-(``harness.upstream.rejection``).
+(``harness.upstream.rejection``), vLLM's ``rejection_sample`` a third
+(``harness.upstream.vllm_rejection``), whose decodes run at fewer rows
+(``config_under``: a verifier that declares ``max_rows``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from harness.defaults import FIXED, LEGACY
 from harness.devices import intra_op_threads
@@ -55,6 +57,24 @@ from harness.plugins.implementations import Implementation, builtin_implementati
 from reference.verifier import CHAIN_VERIFIER, DecodeResult, Verifier
 
 DEFAULT_ROLES = Roles()
+
+
+@runtime_checkable
+class RowCut(Protocol):
+    """A verifier too slow for the config's rows (vLLM's, interpreted): a decode under
+    it runs at most ``max_rows`` rows per head at every target."""
+
+    @property
+    def max_rows(self) -> int: ...
+
+
+def config_under(config: StatsConfig, verifier: Verifier) -> StatsConfig:
+    """The config a decode under ``verifier`` runs: ``config``, its rows per head cut to
+    the verifier's ``max_rows`` where it has one (``RowCut``); the result's ``rows`` and
+    detection bounds are at the rows it ran."""
+    if not isinstance(verifier, RowCut) or verifier.max_rows >= config.rows:
+        return config
+    return replace(config, rows=verifier.max_rows)
 
 
 @dataclass(frozen=True)
@@ -338,9 +358,10 @@ def run_stats(
     problems: Sequence[StatsProblem] | None = None,
     verifier: Verifier = CHAIN_VERIFIER,
 ) -> StatsResult:
-    """The oracle's verdict on one implementation at ``config`` (every target), under
-    ``verifier``, without a time limit."""
-    problems = problems if problems is not None else build_problems(config)
+    """The oracle's verdict on one implementation at ``config`` (every target, its rows
+    cut as ``config_under`` says), under ``verifier``, without a time limit."""
+    if problems is None:
+        problems = build_problems(config_under(config, verifier))
     result, _ = decode_and_fit(
         implementation, problems=problems, time_limit_s=None, verifier=verifier
     )
@@ -370,14 +391,16 @@ def expectations_hold(results: dict[str, StatsResult], roles: Roles = DEFAULT_RO
 
 @dataclass
 class OracleRun:
-    """Every implementation at one config under every verifier, the first verifier's
+    """Every implementation at one config under every verifier (each at the config it
+    ran, ``config_under``: the rows cut for a slow verifier), the first verifier's
     decoded rows, and the power curves."""
 
     config: StatsConfig
     by_verifier: dict[str, dict[str, StatsResult]]  # verifier, then implementation
     decoded: dict[str, Decoded]  # first verifier's: implementation, target, head kind
-    problems: tuple[StatsProblem, ...]  # one per target, in the config's order
+    problems: tuple[StatsProblem, ...]  # the first verifier's: one per target, in order
     curves: list[PowerCurve] = field(default_factory=list)  # filled by the report, per head
+    configs: dict[str, StatsConfig] = field(default_factory=dict)  # by verifier: what it ran
 
     @property
     def problem(self) -> StatsProblem:
@@ -418,27 +441,36 @@ def run_oracle(
     progress, time_limit_s = options.progress, options.time_limit_s
     if not verifiers or len({v.name for v in verifiers}) != len(verifiers):
         raise StatsError(f"verifiers must be distinct and not empty, got {list(verifiers)}")
-    problems = build_problems(config)
+    configs = {verifier.name: config_under(config, verifier) for verifier in verifiers}
+    built = {c: build_problems(c) for c in dict.fromkeys(configs.values())}
     chosen = list(implementations) if implementations is not None else default_implementations()
     by_verifier: dict[str, dict[str, StatsResult]] = {}
     decoded: dict[str, Decoded] = {}
     for verifier in verifiers:
         results = by_verifier.setdefault(verifier.name, {})
+        ran = configs[verifier.name]
         for impl in chosen:
+            cut = "" if ran == config else f", {ran.rows} rows per head at most"
             progress(
                 f"stats: {impl.name} under {verifier.name} ({len(config.targets)} targets x "
-                f"{len(config.head_kinds)} heads) ..."
+                f"{len(config.head_kinds)} heads{cut}) ..."
             )
             if options.isolate:
                 from harness.pipeline.isolation import isolated_decode_and_fit
 
                 results[impl.name], run = isolated_decode_and_fit(
-                    impl, config=config, time_limit_s=time_limit_s, verifier=verifier
+                    impl, config=ran, time_limit_s=time_limit_s, verifier=verifier
                 )
             else:
                 results[impl.name], run = decode_and_fit(
-                    impl, problems=problems, time_limit_s=time_limit_s, verifier=verifier
+                    impl, problems=built[ran], time_limit_s=time_limit_s, verifier=verifier
                 )
             if run is not None and verifier is verifiers[0]:
                 decoded[impl.name] = run
-    return OracleRun(config=config, by_verifier=by_verifier, decoded=decoded, problems=problems)
+    return OracleRun(
+        config=config,
+        by_verifier=by_verifier,
+        decoded=decoded,
+        problems=built[configs[verifiers[0].name]],
+        configs=configs,
+    )

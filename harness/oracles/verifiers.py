@@ -3,7 +3,9 @@
 A verifier is a plain value (``reference.verifier.Verifier``); this table only maps
 ``--verifiers`` names onto those values: ``chain`` (ours, ``reference.verifier``) and
 ``sglang-blockwise`` (the released server's block-wise rejection, loaded from the
-installed package by ``harness.upstream``).
+installed package by ``harness.upstream``) and ``vllm-rejection`` (vLLM 0.33's
+``rejection_sample``, interpreted on a machine without CUDA: the oracle cuts its rows
+per head, ``harness.oracles.stats.config_under``).
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness.oracles.problem import StatsError
+from harness.oracles.stats import RowCut
+from harness.upstream import sglang_loader, vllm_loader
 from harness.upstream.rejection import BLOCKWISE_REJECTION
-from harness.upstream.sglang_loader import unavailable_reason
+from harness.upstream.vllm_rejection import VLLM_REJECTION
 from reference.verifier import CHAIN_VERIFIER, Verifier
 
 
@@ -23,7 +27,8 @@ def _always() -> str | None:
 # name -> (the verifier, why it cannot run here or None)
 VERIFIERS: dict[str, tuple[Verifier, Callable[[], str | None]]] = {
     CHAIN_VERIFIER.name: (CHAIN_VERIFIER, _always),
-    BLOCKWISE_REJECTION.name: (BLOCKWISE_REJECTION, unavailable_reason),
+    BLOCKWISE_REJECTION.name: (BLOCKWISE_REJECTION, sglang_loader.unavailable_reason),
+    VLLM_REJECTION.name: (VLLM_REJECTION, vllm_loader.unavailable_reason),
 }
 
 
@@ -45,5 +50,12 @@ def verifiers_named(names: tuple[str, ...]) -> tuple[Verifier, ...]:
 
 
 def available_verifiers() -> tuple[Verifier, ...]:
-    """Every verifier that can run here (ours always; the server's with its package)."""
-    return tuple(verifier for verifier, reason in VERIFIERS.values() if reason() is None)
+    """Every verifier that can run here at the config's rows (ours always; sglang's with
+    its package): what the report runs. One that cuts rows (``RowCut``: vLLM's,
+    interpreted, hours at the report's row counts) runs only where ``--verifiers``
+    names it."""
+    return tuple(
+        verifier
+        for verifier, reason in VERIFIERS.values()
+        if reason() is None and not isinstance(verifier, RowCut)
+    )

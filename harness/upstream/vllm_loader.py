@@ -143,19 +143,36 @@ def is_speculator_class(cls: type[Any]) -> bool:
 
 @contextmanager
 def interpreter_log1p() -> Iterator[None]:
-    """Give Triton's interpreter a body for ``libdevice.log1p`` (numpy's) while the
-    block runs; nothing changes where kernels are compiled."""
+    """Give Triton's interpreter a body for ``libdevice.log1p`` while the block runs;
+    nothing changes where kernels are compiled.
+
+    Under ``TRITON_INTERPRET=1`` a kernel runs as Python over numpy arrays: the
+    interpreter swaps its own bodies into ``triton.language`` (and ``tl.math``) for
+    the launch, but ``triton.language.extra.libdevice`` holds only stubs whose bodies
+    are ``...``, so a kernel calling ``libdevice.log1p`` gets ``None`` back. A kernel
+    looks the name up in the module at call time, so setting the module's attribute
+    for the duration of the call is enough. The body takes the interpreter's value (a
+    ``tl.tensor`` over a numpy array) and returns one of the same type:
+    ``np.log1p`` elementwise in the argument's own dtype. Lanes outside the function's
+    domain (``x <= -1``) give ``-inf`` / NaN as the device function does, without
+    numpy's warnings: the kernels mask them out (docs/upstream.md, "vLLM's rejection
+    sampler as a verifier").
+    """
     if not interpreted():
         yield
         return
     import numpy as np
+    import triton.language as tl
     import triton.language.extra.libdevice as libdevice
     from triton.runtime import interpreter
 
     original = libdevice.log1p
 
     def log1p(arg0: Any, _semantic: Any = None) -> Any:
-        return interpreter.TensorHandle(np.log1p(arg0.handle.data), arg0.handle.dtype.scalar)
+        del _semantic  # the interpreter's: nothing is built
+        with np.errstate(invalid="ignore", divide="ignore"):
+            data = np.log1p(arg0.handle.data)
+        return tl.tensor(interpreter.TensorHandle(data, arg0.handle.dtype.scalar), arg0.type)
 
     libdevice.log1p = log1p
     try:

@@ -1,0 +1,152 @@
+"""The released vLLM 0.33's verifier as a further verifier of the statistical oracle.
+
+``VLLM_REJECTION`` is a ``reference.verifier.Verifier`` that verifies every row of a
+round with the installed package's own ``rejection_sample`` (its Triton kernels, run
+by Triton's interpreter on a machine without CUDA, ``libdevice.log1p`` given its body
+by ``interpreter_log1p``), loaded unchanged by ``harness.upstream.vllm_loader``. It
+reads what vLLM's server passes it, laid out as the server lays it out for a round of
+``bs`` requests of ``gamma`` drafts (row ``i`` of the round in request slot ``i``):
+
+- the candidates ``[anchor | drafts]`` of each request, flattened, one logits row per
+  candidate (``cu_num_logits``, ``idx_mapping``, ``expanded_idx_mapping`` and
+  ``expanded_local_pos`` describe that layout);
+- the target's logits of every candidate row with the request's temperature applied
+  in float32, as the server's ``apply_sampling_params`` hands them over (no division
+  on a greedy row);
+- the draft's kept step logits, before temperature, as the ``draft_logits`` cache
+  ``[max_num_reqs, gamma, V]`` indexed by slot, from which it computes
+  ``q = softmax(cache / T)`` itself;
+- one temperature per slot, the request's (0 on a greedy row): vLLM keeps one
+  temperature per request, which its drafter and its verifier both read, so the
+  draft's staged copy is not read here;
+- one seed per slot and one position per logits row, its noise: the seeds derived
+  from the decode's verifier seed, each row's positions starting at 0 and advancing by
+  the tokens it commits, as a request's positions do. The acceptance uniform of a
+  draft is keyed by (seed, position of its row), the residual or bonus draw by (seed,
+  position, token): every draw of a decode is at a position no earlier round used.
+
+Greedy rows are vLLM's own: at temperature 0 ``rejection_sample`` keeps a draft while
+it is the target's argmax and commits the argmax at the first other position (and as
+the bonus), so nothing here routes them elsewhere.
+
+The interpreter runs every kernel program as Python over numpy (several programs per
+round row), so a decode under this verifier is slow: ``max_rows`` cuts the oracle's
+rows per head under it (``harness.oracles.stats.config_under``) and the result states
+the detection bound at the rows it ran. See docs/upstream.md ("vLLM's rejection
+sampler as a verifier").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness.upstream.vllm_loader import interpreter_log1p, load_vllm
+from reference.verifier import VerifyResult, VerifyRound, VerifyStep
+
+ROW_CUT = 600  # rows per head (every target) under this verifier: see docs/upstream.md
+
+
+@dataclass(frozen=True)
+class VllmRejectionVerifier:
+    """vLLM's ``rejection_sample`` on every row, greedy rows included."""
+
+    name: str = "vllm-rejection"
+    max_rows: int = ROW_CUT  # the most rows per head a decode under it runs
+
+    def start(self, *, seed: int, device: torch.device) -> VerifyStep:
+        rejection_sample = load_vllm().rejection_sample
+        noise = RequestNoise(seed=seed, device=device)
+
+        def verify(round_: VerifyRound) -> VerifyResult:
+            draft = round_.draft
+            bs, gamma = draft.tokens.shape
+            layout = RoundLayout.of(bs=bs, gamma=gamma, device=draft.tokens.device)
+            candidates = torch.cat([round_.anchors.unsqueeze(1), draft.tokens], dim=1)
+            greedy = round_.target_greedy
+            temperature = torch.where(greedy, 0.0, round_.target_temperatures).float()  # [bs]
+            target_logits = round_.target.transition_logits[candidates].float()  # [bs, g+1, V]
+            divisor = torch.where(greedy, 1.0, temperature).view(-1, 1, 1)
+            processed = (target_logits / divisor).reshape(bs * (gamma + 1), -1).contiguous()
+            seeds, positions = noise.seeds_and_positions(bs=bs, gamma=gamma)
+            with interpreter_log1p():
+                sampled, num_sampled = rejection_sample(
+                    processed,
+                    draft.step_logits.contiguous(),  # the cache, pre-temperature, by slot
+                    candidates.reshape(-1).to(torch.int32),
+                    layout.cu_num_logits,
+                    positions,
+                    layout.idx_mapping,
+                    layout.expanded_idx_mapping,
+                    layout.expanded_local_pos,
+                    temperature,
+                    seeds,
+                    gamma,
+                )
+            num_committed = num_sampled.long()
+            noise.advance(num_committed)
+            kept = torch.arange(gamma + 1, device=sampled.device) < num_committed.unsqueeze(1)
+            return VerifyResult(
+                committed=torch.where(kept, sampled, -1), num_committed=num_committed
+            )
+
+        return verify
+
+
+@dataclass(frozen=True)
+class RoundLayout:
+    """How the server lays out a round of ``bs`` requests of ``gamma + 1`` logits rows
+    each, request ``i`` in slot ``i``."""
+
+    cu_num_logits: torch.Tensor  # [bs + 1] int32: where each request's rows start
+    idx_mapping: torch.Tensor  # [bs] int32: each request's slot
+    expanded_idx_mapping: torch.Tensor  # [bs * (gamma + 1)] int32: each row's slot
+    expanded_local_pos: torch.Tensor  # [bs * (gamma + 1)] int32: each row's index in its request
+
+    @classmethod
+    def of(cls, *, bs: int, gamma: int, device: torch.device) -> RoundLayout:
+        per_request = gamma + 1
+        slots = torch.arange(bs, dtype=torch.int32, device=device)
+        return cls(
+            cu_num_logits=torch.arange(bs + 1, dtype=torch.int32, device=device) * per_request,
+            idx_mapping=slots,
+            expanded_idx_mapping=slots.repeat_interleave(per_request),
+            expanded_local_pos=torch.arange(per_request, dtype=torch.int32, device=device).repeat(
+                bs
+            ),
+        )
+
+
+class RequestNoise:
+    """The per-request seeds (derived from the decode's verifier seed on the first
+    round, when the rows are known) and each request's position, which advances by the
+    tokens it commits."""
+
+    def __init__(self, *, seed: int, device: torch.device) -> None:
+        self._generator = torch.Generator().manual_seed(seed)
+        self._device = device
+        self._seeds: torch.Tensor | None = None  # [rows] int64
+        self._positions: torch.Tensor | None = None  # [rows] int64: each anchor's position
+
+    def seeds_and_positions(self, *, bs: int, gamma: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[bs]`` int64 seeds and ``[bs * (gamma + 1)]`` int64 positions of this round's
+        logits rows (the anchor's position, then one more per draft)."""
+        if self._seeds is None or self._positions is None:
+            self._seeds = torch.randint(
+                0, 2**62, (bs,), generator=self._generator, dtype=torch.int64
+            ).to(self._device)
+            self._positions = torch.zeros(bs, dtype=torch.int64, device=self._device)
+        if self._seeds.shape[0] != bs:
+            raise ValueError(
+                f"a decode verifies the same {self._seeds.shape[0]} rows every round, got {bs}"
+            )
+        steps = torch.arange(gamma + 1, dtype=torch.int64, device=self._device)
+        return self._seeds, (self._positions.unsqueeze(1) + steps).reshape(-1)
+
+    def advance(self, num_committed: torch.Tensor) -> None:
+        assert self._positions is not None
+        self._positions = self._positions + num_committed.to(self._positions)
+
+
+VLLM_REJECTION = VllmRejectionVerifier()
