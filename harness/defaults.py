@@ -1,16 +1,12 @@
 """Names and defaults the command line offers before any work, defined once and
 importable without torch (so ``python -m harness --help`` answers at once): the
-built-in implementations, the pair's sides, what a plug-in can be required to meet,
-and the per-call time limit."""
+built-in implementations, the pair's sides, the model dtypes and the per-call time
+limit."""
 
 from __future__ import annotations
-
-from typing import Literal
 
 LEGACY, FIXED, REFERENCE = "legacy", "fixed", "reference"
 BUILTIN_NAMES = (REFERENCE, FIXED, LEGACY)  # the order every report lists them in
 DEFAULT_PAIR = (LEGACY, FIXED)
-Requirement = Literal["lossless", "drop-in"]
-REQUIREMENTS: tuple[Requirement, ...] = ("lossless", "drop-in")
 DTYPE_NAMES = ("float32", "bfloat16", "float16")  # the model dtypes a case can take
 DEFAULT_TIME_LIMIT_S = 120.0  # per construction, staging and call of an implementation

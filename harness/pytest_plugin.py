@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from harness.pipeline.check_result import TIER_LABELS, Tier
+
 if TYPE_CHECKING:
     from harness.pipeline.case import Case
     from harness.plugins.implementations import Implementation
@@ -40,8 +42,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--dspark-require",
-        choices=("lossless", "drop-in"),
-        default="drop-in",
+        choices=TIER_LABELS,
+        default=Tier.DROP_IN.label,
         help="what each --dspark-impl must meet (default drop-in)",
     )
     group.addoption(
@@ -100,7 +102,7 @@ class SamplerCheckFailure(Exception):
 class DsparkItem(pytest.Item):
     """One test of one sampler; its failure message is the evidence."""
 
-    def __init__(self, *, implementation: Implementation, require: str, **kwargs: Any) -> None:
+    def __init__(self, *, implementation: Implementation, require: Tier, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.implementation = implementation
         self.require = require
@@ -128,12 +130,11 @@ class DsparkCaseItem(DsparkItem):
 
         run = run_case(self.case, [*builtin_implementations((REFERENCE,)), self.implementation])
         checks = evaluate_run(run, require_observable=False).checks[self.implementation.name]
-        tiers = ("lossless",) if self.require == "lossless" else ("lossless", "drop_in")
-        failing = [c for c in checks if c.failed and c.tier in tiers]
+        failing = [c for c in checks if c.failed and self.require.includes(c.tier)]
         if failing:
             lines = [f"{c.name} [{c.tier}]: {c.detail}" for c in failing]
             raise SamplerCheckFailure(
-                f"{self.implementation.name} is not {self.require} on {self.case.label()}"
+                f"{self.implementation.name} is not {self.require.label} on {self.case.label()}"
                 f"{_checks_only(self.config)}:\n" + "\n".join(lines)
             )
 
@@ -165,7 +166,7 @@ def pytest_collection_modifyitems(
         return
     from harness.pipeline.matrix import standard_matrix
 
-    require = config.getoption("dspark_require")
+    require = Tier.from_label(config.getoption("dspark_require"))
     for implementation in implementations:
         for case in standard_matrix():
             items.append(

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, REQUIREMENTS, Requirement
+from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR
+from harness.pipeline.check_result import TIER_LABELS, Tier
 
 if TYPE_CHECKING:  # the options are offered without importing what runs them (torch)
     from harness.pipeline.case import Case
@@ -134,8 +135,8 @@ def add_role_options(parser: argparse.ArgumentParser, *, require: bool = True) -
         return
     parser.add_argument(
         "--require",
-        choices=REQUIREMENTS,
-        default="drop-in",
+        choices=TIER_LABELS,
+        default=Tier.DROP_IN.label,
         help="what a plug-in must meet for exit 0 (default drop-in; built-in fixed is always "
         "held to drop-in)",
     )
@@ -145,7 +146,7 @@ def roles_from_args(args: argparse.Namespace) -> Roles:
     """The roles the role options describe."""
     from harness.pipeline.verdicts import Roles
 
-    require: Requirement = getattr(args, "require", "drop-in")  # commands without --require
+    require = Tier.from_label(getattr(args, "require", Tier.DROP_IN))  # some have no --require
     return Roles(pair=args.pair, expect_fail=tuple(args.expect_fail), require=require)
 
 

@@ -20,6 +20,7 @@ from harness.pipeline.case import case_block
 from harness.pipeline.check_result import (
     CHECK_TIERS,
     CheckResult,
+    Skip,
     Status,
     Tier,
     failed,
@@ -102,7 +103,7 @@ def check_outputs_written(run: CaseRun, result: ImplResult) -> CheckResult:
     ``verify_ids`` (where the convention has it) the anchor followed by the drafts."""
     name = "outputs_written"
     if result.tokens is None:
-        return skipped(name, "no output")
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
     problems = []
     if not _token_ids_valid(run, result.tokens):
         bad_tokens = (result.tokens < 0) | (result.tokens >= run.case.vocab_size)
@@ -133,9 +134,11 @@ def check_teacher_forcing(run: CaseRun, result: ImplResult) -> CheckResult:
     the logits rebuilt from the emitted tokens, rounded to the sampler's own step dtype."""
     name = "teacher_forcing"
     if not run.case.folded_sampling:
-        return skipped(name, "no corrected logits without folded sampling")
+        return skipped(
+            name, "no corrected logits without folded sampling", code=Skip.NOT_APPLICABLE
+        )
     if result.tokens is None:
-        return skipped(name, "no output")
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
     if result.corrected is None:
         return failed(name, "folded sampling but corrected_out was not written")
     with torch.inference_mode():
@@ -160,9 +163,9 @@ def check_no_writes_outside_batch(run: CaseRun, result: ImplResult) -> CheckResu
     ``confidence_out[bs:]`` and ``verify_ids[bs:]``; their sentinels must survive the call."""
     name = "no_writes_outside_batch"
     if result.tokens is None:
-        return skipped(name, "no output")
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
     if run.case.max_bs == run.case.bs:
-        return skipped(name, "max_bs == bs: no rows past the live batch")
+        return skipped(name, "max_bs == bs: no rows past the live batch", code=Skip.NOT_APPLICABLE)
     if result.outside_writes:
         listed = ", ".join(f"{n}: {count} entries" for n, count in result.outside_writes.items())
         return failed(name, f"wrote past the live batch (bs={run.case.bs}): {listed}")
@@ -205,12 +208,21 @@ def call_draws(result: ImplResult) -> list[RandomDraw]:
 NOT_VISIBLE = "the statistical oracle carries the lossless verdict"
 
 
-def not_visible(described: str) -> str:
-    """How a check that needs visible draws says it skipped."""
-    return f"draws not visible / not replayable ({described}): {NOT_VISIBLE}"
+def not_visible(name: str, described: str) -> CheckResult:
+    """How a check that needs visible draws skips when it cannot see them."""
+    why = f"draws not visible / not replayable ({described}): {NOT_VISIBLE}"
+    return skipped(name, why, code=Skip.NOT_VISIBLE)
 
 
-def replay_noise(run: CaseRun, draws: list[RandomDraw]) -> list[torch.Tensor] | str:
+@dataclass(frozen=True)
+class Unreplayable:
+    """Why recorded draws cannot be replayed."""
+
+    code: Skip  # NOT_VISIBLE, or NOT_RECORDED: the draws were seen, their values not kept
+    draws: str  # the draws, described
+
+
+def replay_noise(run: CaseRun, draws: list[RandomDraw]) -> list[torch.Tensor] | Unreplayable:
     """Per-step noise ``[bs, V]`` the draws would race with, or why they cannot:
     replayable are ``gamma`` ``exponential_`` draws of ``[bs or max_bs, V]`` (draw ``k``
     races step ``k``), or ONE ``exponential_`` draw of ``[bs or max_bs, gamma, V]``
@@ -219,15 +231,15 @@ def replay_noise(run: CaseRun, draws: list[RandomDraw]) -> list[torch.Tensor] | 
     vocab = run.block.base_logits.shape[-1]
     rows = (case.bs, case.max_bs)
     if any(d.op != NOISE_OP for d in draws) or not draws:
-        return f"draws not replayable: {describe_draws(draws)}"
+        return Unreplayable(Skip.NOT_VISIBLE, describe_draws(draws))
     if any(d.values is None for d in draws):
-        return "draws were not recorded"
+        return Unreplayable(Skip.NOT_RECORDED, describe_draws(draws))
     values = [d.values for d in draws if d.values is not None]
     if len(draws) == case.gamma and all(d.shape in {(r, vocab) for r in rows} for d in draws):
         return [v[: case.bs] for v in values]
     if len(draws) == 1 and draws[0].shape in {(r, case.gamma, vocab) for r in rows}:
         return [values[0][: case.bs, k] for k in range(case.gamma)]
-    return f"draws not replayable: {describe_draws(draws)}"
+    return Unreplayable(Skip.NOT_VISIBLE, describe_draws(draws))
 
 
 def race_tokens(run: CaseRun, result: ImplResult, noise: list[torch.Tensor]) -> torch.Tensor:
@@ -255,7 +267,7 @@ class Replay:
     noise: list[torch.Tensor] | None  # the per-step noise that explains the tokens
     contradicted: torch.Tensor | None  # [bs, gamma]: observed draws that do not explain them
     carried: bool  # explained by draws made before the call (double-buffered noise)
-    why_not: str  # why no draws could be replayed
+    why_not: Unreplayable | None  # why no draws could be replayed
 
 
 def replay(run: CaseRun, result: ImplResult) -> Replay:
@@ -263,20 +275,21 @@ def replay(run: CaseRun, result: ImplResult) -> Replay:
     construction or at the end of the previous call)."""
     own = call_draws(result)
     candidates = [(own, False), (result.carried_draws, True)]
-    contradicted, why_not = None, ""
+    contradicted: torch.Tensor | None = None
+    why_not: Unreplayable | None = None
     for draws, carried in candidates:
         if carried and not draws:
             continue
         noise = replay_noise(run, draws)
-        if isinstance(noise, str):
+        if isinstance(noise, Unreplayable):
             why_not = why_not or noise
             continue
         assert result.tokens is not None
         differ = torch.ne(race_tokens(run, result, noise), result.tokens)
         if not differ.any():
-            return Replay(noise, None, carried, "")
+            return Replay(noise, None, carried, None)
         contradicted = differ if contradicted is None else contradicted
-    return Replay(None, contradicted, False, why_not or describe_draws(own))
+    return Replay(None, contradicted, False, why_not)
 
 
 def check_noise_replay(run: CaseRun, result: ImplResult) -> CheckResult:
@@ -288,9 +301,9 @@ def check_noise_replay(run: CaseRun, result: ImplResult) -> CheckResult:
     name = "noise_replay"
     case = run.case
     if not case.folded_sampling:
-        return skipped(name, "greedy fold: no noise to replay")
+        return skipped(name, "greedy fold: no noise to replay", code=Skip.NOT_APPLICABLE)
     if result.tokens is None or result.corrected is None:
-        return skipped(name, "no output")
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
     if result.counter_replay is not None and counter_noise(result) is not None:
         return counter_stream_replay(result)  # declared counter noise: no torch draw to replay
     replayed = replay(run, result)
@@ -301,9 +314,10 @@ def check_noise_replay(run: CaseRun, result: ImplResult) -> CheckResult:
             replayed.contradicted,
         )
     if replayed.noise is None:
-        if replayed.why_not == "draws were not recorded":
-            return skipped(name, replayed.why_not)
-        return skipped(name, not_visible(replayed.why_not.removeprefix("draws not replayable: ")))
+        assert replayed.why_not is not None  # nothing replayed and nothing contradicted
+        if replayed.why_not.code is Skip.NOT_RECORDED:
+            return skipped(name, "draws were not recorded", code=Skip.NOT_RECORDED)
+        return not_visible(name, replayed.why_not.draws)
     return passed(name, "noise drawn before the call (double-buffered)" if replayed.carried else "")
 
 
@@ -377,10 +391,10 @@ def check_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
     self-consistent too (teacher forcing, and replay where replayable)."""
     name = "fresh_noise"
     if not run.case.has_sampled_rows:
-        return skipped(name, "no sampled rows")
+        return skipped(name, "no sampled rows", code=Skip.NOT_APPLICABLE)
     second = result.second_call
     if second is None:
-        return skipped(name, "no second call was made")
+        return skipped(name, "no second call was made", code=Skip.NOT_RUN)
     if second.error is not None:
         return failed(name, f"the second call raised {second.error.summary()}")
     stale_counter = _fresh_counter(result, second)
@@ -398,7 +412,7 @@ def check_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
         elif first_noise is not None and not call_draws(second):
             return failed(name, "the second call drew no noise in staging or the call")
         else:
-            return skipped(name, not_visible(describe_draws(call_draws(second))))
+            return not_visible(name, describe_draws(call_draws(second)))
     if result.mutated_inputs:  # the second call ran on changed inputs: inputs_unchanged says so
         return passed(name, "noise differs; outputs not judged (the first call changed the inputs)")
     for check in (check_teacher_forcing, check_noise_replay):
@@ -452,9 +466,9 @@ def check_greedy_consistency(run: CaseRun, result: ImplResult) -> CheckResult:
     name = "greedy_consistency"
     case = run.case
     if case.folded_sampling:
-        return skipped(name, "folded sampling: covered by noise_replay")
+        return skipped(name, "folded sampling: covered by noise_replay", code=Skip.NOT_APPLICABLE)
     if result.tokens is None:
-        return skipped(name, "no output")
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
     with torch.inference_mode():
         rebuilt = teacher_forced_logits(
             model=run.inputs.model, block=run.block, tokens=result.tokens
@@ -476,9 +490,9 @@ def check_greedy_rows_argmax(run: CaseRun, result: ImplResult) -> CheckResult:
     name = "greedy_rows_argmax"
     case = run.case
     if not case.folded_sampling:
-        return skipped(name, "greedy fold: covered by greedy_consistency")
+        return skipped(name, "greedy fold: covered by greedy_consistency", code=Skip.NOT_APPLICABLE)
     if result.tokens is None or result.corrected is None:
-        return skipped(name, "no output")
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
     _, greedy_mask = staged_parameters(run, result)
     top = result.corrected.amax(dim=-1)  # [bs, gamma]
     picked = result.corrected.gather(-1, result.tokens.unsqueeze(-1)).squeeze(-1)
@@ -492,9 +506,9 @@ def check_support(run: CaseRun, result: ImplResult) -> CheckResult:
     """Every token of a sampled row has non-zero probability under its own ``q``."""
     name = "support"
     if not run.case.folded_sampling:
-        return skipped(name, "no q without folded sampling")
+        return skipped(name, "no q without folded sampling", code=Skip.NOT_APPLICABLE)
     if result.tokens is None or result.corrected is None:
-        return skipped(name, "no output")
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
     temperatures, greedy_mask = staged_parameters(run, result)
     q = draft_distribution(
         result.corrected, temperatures=temperatures, greedy_mask=greedy_mask
@@ -575,7 +589,7 @@ def check_matches_reference(run: CaseRun, result: ImplResult, reference: ImplRes
     if reference.error is not None:
         return failed(name, f"the reference itself raised {reference.error.summary()}")
     if result.tokens is None or reference.tokens is None:
-        return skipped(name, "no output")
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
     exact = exact_comparison(run)
     differences = contract_differences(result, reference)
     named = f" ({'; '.join(differences)})" if differences else ""
@@ -616,7 +630,7 @@ def _without_life(name: str, result: ImplResult) -> CheckResult | None:
     (a result replayed from a CUDA graph), a failure when its construction raised."""
     life = result.life
     if life is None:
-        return skipped(name, "no life was run for this result")
+        return skipped(name, "no life was run for this result", code=Skip.NOT_RUN)
     if life.error is not None:
         return failed(name, f"construction for the life raised {life.error.summary()}")
     return None
@@ -625,7 +639,7 @@ def _without_life(name: str, result: ImplResult) -> CheckResult | None:
 def replay_failures(run: CaseRun, result: ImplResult) -> dict[Tier, list[str]]:
     """Per tier, the first failing per-call check of each replay that has one, named."""
     assert result.life is not None
-    failures: dict[Tier, list[str]] = {"lossless": [], "drop_in": []}
+    failures: dict[Tier, list[str]] = {tier: [] for tier in Tier}
     for replay in result.life.replays:
         first: dict[Tier, str] = {}
         for check in self_checks(replay_run(run, replay), replay.result):
@@ -658,7 +672,7 @@ def check_life_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
         return without
     assert result.life is not None
     if not run.case.folded_sampling:
-        return skipped(name, "greedy fold: no noise")
+        return skipped(name, "greedy fold: no noise", code=Skip.NOT_APPLICABLE)
     seen: list[tuple[str, list[torch.Tensor]]] = []
     counters: list[tuple[str, NoiseCounter]] = []
     hidden = 0
@@ -685,7 +699,7 @@ def check_life_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
         seen.append((replay.step.describe(), noise))
     visible = len(seen) + len(counters)
     if visible < 2:
-        return skipped(name, not_visible(f"visible on {visible} replay(s)"))
+        return not_visible(name, f"visible on {visible} replay(s)")
     compared = f"{len(seen)} replays compared" if seen else ""
     by_counter = f"{len(counters)} replays on fresh noise counters" if counters else ""
     parts = [part for part in (compared, by_counter) if part]
@@ -716,7 +730,7 @@ def check_life_server_buffer(run: CaseRun, result: ImplResult) -> CheckResult:
         return without
     assert result.life is not None
     if not result.life.out_passed:
-        return skipped(name, "the constructor takes no out= buffer")
+        return skipped(name, "the constructor takes no out= buffer", code=Skip.NOT_APPLICABLE)
     for replay in result.life.replays:
         tokens = replay.result.tokens
         if tokens is not None and bool((tokens == TOKEN_SENTINEL).any()):
@@ -738,8 +752,8 @@ def life_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
         return [without]
     failures = replay_failures(run, result)  # once for both tiers: each replay is a full run
     return [
-        _replay_verdict("life_replays", result, failures["lossless"]),
+        _replay_verdict("life_replays", result, failures[Tier.LOSSLESS]),
         check_life_server_buffer(run, result),
         check_life_fresh_noise(run, result),
-        _replay_verdict("life_drop_in", result, failures["drop_in"]),
+        _replay_verdict("life_drop_in", result, failures[Tier.DROP_IN]),
     ]

@@ -165,6 +165,7 @@ def case_record(verdict: CaseVerdict, *, key: str, pair: tuple[str, str] = DEFAU
                 "status": c.status,
                 "detail": c.detail,
                 "positions": [list(p) for p in c.positions],
+                "skip": c.skip,  # why it skipped (a Skip code), else None
             }
             for c in verdict.checks.get(name, [])
         ]

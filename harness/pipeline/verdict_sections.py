@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness.pipeline.check_result import Tier
 from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage, coverage_section
 from harness.pipeline.ledger import LEDGER_CLASSES
 from harness.pipeline.verdicts import (
@@ -43,12 +44,12 @@ def _verdict_section(
     lines = [
         f"{label}: {check}: {detail}"
         for label, check, tier, detail in failing
-        if tier == "lossless"
+        if tier == Tier.LOSSLESS
     ]
     drop_in_lines = [
         f"{label}: {check}: {detail}"
         for label, check, tier, detail in failing
-        if tier != "lossless"
+        if tier != Tier.LOSSLESS
     ]
     if drop_in_lines:
         lines += ["", "not drop-in (bit-compatibility with the reference):", *drop_in_lines]
@@ -57,8 +58,8 @@ def _verdict_section(
         if verdict.statistical.carried_by:
             lines.append(f"every rejected test: {verdict.statistical.carried_by}")
     statistical_line = verdict.statistical_line()
-    lossless_failures = len([f for f in failing if f[2] == "lossless"])
-    failing_cases = len({label for label, _, tier, _ in failing if tier == "lossless"})
+    lossless_failures = len([f for f in failing if f[2] == Tier.LOSSLESS])
+    failing_cases = len({label for label, _, tier, _ in failing if tier == Tier.LOSSLESS})
     of_cases = f"{verdict.cases}/{verdict.cases} cases"
     data = {"verdict": verdict.to_json()}
     if name in roles.expect_fail:
@@ -97,13 +98,13 @@ def _verdict_section(
         line = f"{name}: lossless on {of_cases}; not drop-in: {verdict.reason}"
     line += f"; {statistical_line}"
     if not ok:
-        line += f" [required: {required}]"
+        line += f" [required: {required.label}]"
     return Section(
         title=title,
         ok=ok,
         verdict=line,
         text="\n".join(lines).strip(),
-        data={**data, "required": required},
+        data={**data, "required": required.label},
     )
 
 
@@ -186,12 +187,12 @@ def _checks_cell(checks: list[dict[str, Any]]) -> str:
     lossless = [
         CHECK_CODES.get(c["name"], c["name"])
         for c in checks
-        if c["status"] == "fail" and c["tier"] == "lossless"
+        if c["status"] == "fail" and c["tier"] == Tier.LOSSLESS
     ]
     drop_in = [
         CHECK_CODES.get(c["name"], c["name"])
         for c in checks
-        if c["status"] == "fail" and c["tier"] != "lossless"
+        if c["status"] == "fail" and c["tier"] != Tier.LOSSLESS
     ]
     if lossless:
         return "FAIL " + ",".join(lossless + drop_in)
@@ -285,8 +286,8 @@ def _role(name: str, roles: Roles) -> tuple[str, str]:
     if name == roles.buggy:
         return f"buggy side of the pair with {roles.fixed}", "the divergence ledger"
     if name == roles.fixed:
-        return f"fixed side of the pair with {roles.buggy}", roles.requirement(name)
-    return "judged", roles.requirement(name)
+        return f"fixed side of the pair with {roles.buggy}", roles.requirement(name).label
+    return "judged", roles.requirement(name).label
 
 
 def _statistical_cell(statistical: Statistical) -> str:

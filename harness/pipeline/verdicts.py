@@ -20,13 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.defaults import DEFAULT_PAIR, FIXED, REFERENCE, REQUIREMENTS, Requirement
-from harness.pipeline.check_result import tier_of
+from harness.defaults import DEFAULT_PAIR, FIXED, REFERENCE
+from harness.pipeline.check_result import Skip, Tier, tier_of
 
 ALWAYS_DROP_IN = (FIXED, REFERENCE)  # built-ins held to drop-in whatever is required
 MAX_CARRIERS = 4  # rejections named in a verdict line
 Record = dict[str, Any]
-NOT_REPLAYABLE = "not replayable"  # how noise_replay says it skipped (draws not visible / ...)
 CHECKS_ONLY = "checks only; statistical oracle not run"  # a lossless verdict without the oracle
 
 
@@ -91,8 +90,8 @@ NOT_RUN = Statistical()
 def case_verdict(checks: Sequence[Record]) -> tuple[bool, bool]:
     """``(lossless, drop_in)`` of one implementation's check records on one case."""
     failed_tiers = {tier_of(c["name"]) for c in checks if c["status"] == "fail"}
-    lossless = "lossless" not in failed_tiers
-    return lossless, lossless and "drop_in" not in failed_tiers
+    lossless = Tier.LOSSLESS not in failed_tiers
+    return lossless, lossless and Tier.DROP_IN not in failed_tiers
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,7 @@ class Verdict:
     drop_in: bool
     cases: int
     failures: tuple[tuple[str, str, str, str], ...]  # (case label, check, tier, detail)
-    required: Requirement = "drop-in"  # what ``ok`` holds it to
+    required: Tier = Tier.DROP_IN  # what ``ok`` holds it to
     statistical: Statistical = field(default=NOT_RUN)
     replayable: bool = True  # False: some case's draws could not be replayed
 
@@ -123,16 +122,16 @@ class Verdict:
     def reason(self) -> str:
         """Why it is not lossless (else not drop-in): the first such failure, or the
         statistical oracle's rejection when no lossless check failed."""
-        wanted = "lossless" if not self.lossless else "drop_in"
-        if wanted == "lossless" and not self.lossless_failures():
+        wanted = Tier.LOSSLESS if not self.lossless else Tier.DROP_IN
+        if wanted is Tier.LOSSLESS and not self.lossless_failures():
             return self.statistical.describe()
         for label, check, tier, detail in self.failures:
             if tier == wanted:
                 return f"{check}: {detail} ({label})"
         return ""
 
-    def meets(self, requirement: Requirement) -> bool:
-        return self.drop_in if requirement == "drop-in" else self.lossless
+    def meets(self, requirement: Tier) -> bool:
+        return self.drop_in if requirement is Tier.DROP_IN else self.lossless
 
     @property
     def ok(self) -> bool:
@@ -160,7 +159,7 @@ class Verdict:
 
     def lossless_failures(self) -> bool:
         """Whether a lossless check failed on some case."""
-        return any(f[2] == "lossless" for f in self.failures)
+        return any(f[2] == Tier.LOSSLESS for f in self.failures)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -204,8 +203,7 @@ def implementation_verdict(records: Sequence[Record], name: str) -> Verdict:
             if c["status"] == "fail"
         ]
         replayable &= not any(
-            c["name"] == "noise_replay" and c["status"] == "skip" and NOT_REPLAYABLE in c["detail"]
-            for c in entry["checks"]
+            c["name"] == "noise_replay" and c["skip"] == Skip.NOT_VISIBLE for c in entry["checks"]
         )
     return Verdict(name, lossless, drop_in, cases, tuple(failures), replayable=replayable)
 
@@ -216,11 +214,11 @@ class Roles:
 
     pair: tuple[str, str] = DEFAULT_PAIR
     expect_fail: tuple[str, ...] = ()
-    require: Requirement = "drop-in"
+    require: Tier = Tier.DROP_IN
 
     def __post_init__(self) -> None:
-        if self.require not in REQUIREMENTS:
-            raise RolesError(f"require must be one of {REQUIREMENTS}, got {self.require!r}")
+        if not isinstance(self.require, Tier):
+            raise RolesError(f"require must be a Tier, got {self.require!r}")
         if len(self.pair) != 2 or self.pair[0] == self.pair[1]:
             raise RolesError(f"the pair needs two different names BUGGY,FIXED, got {self.pair}")
 
@@ -232,9 +230,9 @@ class Roles:
     def fixed(self) -> str:
         return self.pair[1]
 
-    def requirement(self, name: str) -> Requirement:
+    def requirement(self, name: str) -> Tier:
         """What ``name`` must meet when it is judged by its checks."""
-        return "drop-in" if name in ALWAYS_DROP_IN else self.require
+        return Tier.DROP_IN if name in ALWAYS_DROP_IN else self.require
 
     def judged_by_checks(self, name: str) -> bool:
         """The pair's buggy side is judged by the ledger (and by ``expect_fail``) only."""
@@ -264,5 +262,5 @@ class Roles:
         return {
             "pair": list(self.pair),
             "expect_fail": list(self.expect_fail),
-            "require": self.require,
+            "require": self.require.label,
         }

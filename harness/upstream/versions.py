@@ -21,6 +21,7 @@ from harness.oracles.problem import DEFAULT_CONFIG
 from harness.oracles.section import combined_statistical
 from harness.oracles.stats import StatsResult, run_oracle
 from harness.pipeline.case import Case, make_case
+from harness.pipeline.check_result import Tier
 from harness.pipeline.runner import run_case
 from harness.pipeline.support_scan import (
     PointResult,
@@ -157,7 +158,7 @@ def collect_versions(
     for name, impl in implementations.items():
         progress(f"versions: {name}: standard matrix, work, timing, scan ...")
         statistical = combined_statistical(oracle.results_of(impl.name))
-        verdict = check_sampler(impl.spec, require="lossless").with_statistical(statistical)
+        verdict = check_sampler(impl.spec, require=Tier.LOSSLESS).with_statistical(statistical)
         scan = tuple(scan_point(impl, point) for point in plan.points())
         rules = nonfinite_behaviour(impl)
         findings = scan_findings(scan)
