@@ -124,15 +124,17 @@ class DsparkCaseItem(DsparkItem):
         self.case = case
 
     def runtest(self) -> None:
-        from harness.pipeline.compare import REFERENCE, evaluate_run
+        from harness.defaults import REFERENCE
+        from harness.pipeline.checks import tier_of
+        from harness.pipeline.compare import evaluate_run
         from harness.pipeline.runner import run_case
         from harness.plugins.implementations import builtin_implementations
 
         run = run_case(self.case, [*builtin_implementations((REFERENCE,)), self.implementation])
         checks = evaluate_run(run, require_observable=False).checks[self.implementation.name]
-        failing = [c for c in checks if c.failed and self.require.includes(c.tier)]
+        failing = [c for c in checks if c.failed and self.require.includes(tier_of(c.name))]
         if failing:
-            lines = [f"{c.name} [{c.tier}]: {c.detail}" for c in failing]
+            lines = [f"{c.name} [{tier_of(c.name)}]: {c.detail}" for c in failing]
             raise SamplerCheckFailure(
                 f"{self.implementation.name} is not {self.require.label} on {self.case.label()}"
                 f"{_checks_only(self.config)}:\n" + "\n".join(lines)

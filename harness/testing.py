@@ -68,7 +68,8 @@ def check_sampler(
     and, unless ``stats=False``, through the statistical oracle (the report's defaults,
     on the cases' device); its verdicts, with ``ok`` saying whether it meets ``require``
     (a ``Tier``, or its label: ``"lossless"`` or ``"drop-in"``)."""
-    from harness.pipeline.compare import REFERENCE, compare
+    from harness.defaults import REFERENCE
+    from harness.pipeline.compare import compare
     from harness.pipeline.matrix import standard_matrix
     from harness.pipeline.verdicts import implementation_verdict
     from harness.plugins.implementations import builtin_implementations

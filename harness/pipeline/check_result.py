@@ -12,7 +12,7 @@ judge reads the code, never the detail's words. Importable without torch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
@@ -22,7 +22,18 @@ Status = Literal["pass", "fail", "skip"]
 MAX_LISTED = 6  # positions named in a failure message
 
 
-class Tier(StrEnum):
+class Word(str, Enum):
+    """A closed set of words: each member is its word (equal to it, formatted as it,
+    written as it in JSON)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Tier(Word):
     """What a check's failure costs, and what an implementation can be held to. The
     value is the word records use (``"drop_in"``); ``label`` the one people read and
     type (``drop-in``)."""
@@ -51,7 +62,7 @@ class Tier(StrEnum):
 TIER_LABELS = tuple(tier.label for tier in Tier)  # the words --require takes
 
 
-class Skip(StrEnum):
+class Skip(Word):
     """Why a check skipped, as its record's ``skip`` field says it."""
 
     NOT_APPLICABLE = "not_applicable"  # the case gives it nothing to judge
@@ -59,33 +70,6 @@ class Skip(StrEnum):
     NOT_VISIBLE = "not_visible"  # draws not visible or not replayable: the oracle decides
     NOT_RECORDED = "not_recorded"  # draws were seen but their values not recorded
     NOT_RUN = "not_run"  # what it judges did not happen (no second call, no life)
-
-
-CHECK_TIERS: dict[str, Tier] = {
-    "ran": Tier.LOSSLESS,
-    "outputs_written": Tier.LOSSLESS,
-    "no_writes_outside_batch": Tier.LOSSLESS,
-    "inputs_unchanged": Tier.LOSSLESS,
-    "state_restored": Tier.LOSSLESS,
-    "teacher_forcing": Tier.LOSSLESS,
-    "noise_replay": Tier.LOSSLESS,
-    "greedy_consistency": Tier.LOSSLESS,
-    "greedy_rows_argmax": Tier.LOSSLESS,
-    "support": Tier.LOSSLESS,
-    "fresh_noise": Tier.LOSSLESS,
-    "life_replays": Tier.LOSSLESS,
-    "life_server_buffer": Tier.LOSSLESS,
-    "life_fresh_noise": Tier.LOSSLESS,
-    "life_drop_in": Tier.DROP_IN,
-    "noise_budget": Tier.DROP_IN,
-    "single_walk": Tier.DROP_IN,
-    "matches_reference": Tier.DROP_IN,
-}
-
-
-def tier_of(check_name: str) -> Tier:
-    """The tier of a check; a check this table does not know is held as lossless."""
-    return CHECK_TIERS.get(check_name, Tier.LOSSLESS)
 
 
 @dataclass(frozen=True)
@@ -101,10 +85,6 @@ class CheckResult:
     @property
     def failed(self) -> bool:
         return self.status == "fail"
-
-    @property
-    def tier(self) -> Tier:
-        return tier_of(self.name)
 
 
 def passed(name: str, detail: str = "") -> CheckResult:

@@ -21,13 +21,13 @@ import torch
 from harness.io.fingerprint import run_fingerprint
 from harness.io.journal import Journal, canonical
 from harness.pipeline.case import Case
-from harness.pipeline.checks import CheckResult, check_matches_reference, self_checks
+from harness.pipeline.checks import CheckResult, Subject, judge, tier_of
 from harness.pipeline.ledger import LedgerEntry, observe_divergence
 from harness.pipeline.memory import check_cases_fit
 from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S, CaseRun, ImplResult, run_case
 from harness.pipeline.verdict_sections import comparison_sections as comparison_sections
 from harness.pipeline.verdict_sections import verdicts_json as verdicts_json
-from harness.pipeline.verdicts import DEFAULT_PAIR, REFERENCE, case_verdict
+from harness.pipeline.verdicts import DEFAULT_PAIR, case_verdict
 from harness.plugins.implementations import Implementation
 from harness.render.progress import Progress
 
@@ -62,12 +62,7 @@ def evaluate_run(
     run: CaseRun, *, require_observable: bool, pair: tuple[str, str] = DEFAULT_PAIR
 ) -> CaseVerdict:
     """Checks per implementation and, when both sides of the pair ran, the ledger."""
-    checks: dict[str, list[CheckResult]] = {}
-    reference = run.results.get(REFERENCE)
-    for name, result in run.results.items():
-        checks[name] = self_checks(run, result)
-        if reference is not None and name != REFERENCE and result.ok:
-            checks[name].append(check_matches_reference(run, result, reference))
+    checks = {name: judge(Subject(run, result)) for name, result in run.results.items()}
     ledger = None
     buggy, fixed = pair
     if buggy in run.results and fixed in run.results:
@@ -161,7 +156,7 @@ def case_record(verdict: CaseVerdict, *, key: str, pair: tuple[str, str] = DEFAU
         checks = [
             {
                 "name": c.name,
-                "tier": c.tier,
+                "tier": tier_of(c.name),
                 "status": c.status,
                 "detail": c.detail,
                 "positions": [list(p) for p in c.positions],

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.defaults import REFERENCE
 from harness.io.files import write_atomically
 from harness.pipeline.case import Case, CaseError
-from harness.pipeline.compare import REFERENCE, evaluate_run, tensor_digest
+from harness.pipeline.compare import evaluate_run, tensor_digest
 from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S, run_case
 from harness.plugins.implementations import (
     BUILTIN_IMPLEMENTATIONS,

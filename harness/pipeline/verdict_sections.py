@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.pipeline.check_result import Tier
+from harness.pipeline.checks import CHECK_CODES
 from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage, coverage_section
 from harness.pipeline.ledger import LEDGER_CLASSES
 from harness.pipeline.verdicts import (
@@ -163,22 +164,6 @@ def _ledger_section(records: list[Record], *, require_coverage: bool, roles: Rol
 
 
 PROSE_WIDTH = 88  # where a table's prose cell wraps on the terminal (whole in Markdown)
-
-CHECK_CODES = {
-    "ran": "RAN",
-    "outputs_written": "OUT",
-    "no_writes_outside_batch": "OOB",
-    "inputs_unchanged": "IN",
-    "teacher_forcing": "TF",
-    "noise_replay": "NR",
-    "greedy_consistency": "GC",
-    "greedy_rows_argmax": "GA",
-    "support": "SUP",
-    "fresh_noise": "FN",
-    "noise_budget": "NB",
-    "single_walk": "SW",
-    "matches_reference": "REF",
-}
 
 
 def _checks_cell(checks: list[dict[str, Any]]) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.defaults import DEFAULT_PAIR, FIXED, REFERENCE
-from harness.pipeline.check_result import Skip, Tier, tier_of
+from harness.pipeline.check_result import Skip, Tier
 
 ALWAYS_DROP_IN = (FIXED, REFERENCE)  # built-ins held to drop-in whatever is required
 MAX_CARRIERS = 4  # rejections named in a verdict line
@@ -89,7 +89,7 @@ NOT_RUN = Statistical()
 
 def case_verdict(checks: Sequence[Record]) -> tuple[bool, bool]:
     """``(lossless, drop_in)`` of one implementation's check records on one case."""
-    failed_tiers = {tier_of(c["name"]) for c in checks if c["status"] == "fail"}
+    failed_tiers = {Tier(c["tier"]) for c in checks if c["status"] == "fail"}
     lossless = Tier.LOSSLESS not in failed_tiers
     return lossless, lossless and Tier.DROP_IN not in failed_tiers
 
@@ -198,7 +198,7 @@ def implementation_verdict(records: Sequence[Record], name: str) -> Verdict:
         lossless &= case_lossless
         drop_in &= case_drop_in
         failures += [
-            (record["label"], c["name"], tier_of(c["name"]), c["detail"])
+            (record["label"], c["name"], Tier(c["tier"]), c["detail"])
             for c in entry["checks"]
             if c["status"] == "fail"
         ]
