@@ -23,9 +23,9 @@ from typing import Any
 from harness.cli.emit import UsageError, usage_error
 from harness.cli.exit_codes import ExitCode
 from harness.defaults import DEFAULT_TIME_LIMIT_S
+from harness.interrupts import StopRequested, stop_on_signals
 from harness.io.files import JournalError, OutputWriteError
 from harness.io.lock import OutDirBusy, claim_out_dir
-from harness.pipeline.interrupts import StopRequested, stop_on_signals
 
 # name -> (module under harness.cli, help, whether its implementation calls honour --time-limit)
 COMMAND_TABLE: dict[str, tuple[str, str, bool]] = {

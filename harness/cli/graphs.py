@@ -11,7 +11,8 @@ from harness.cli.emit import emit, usage_error
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import add_selection_options
 from harness.gpu.shapes import DEFAULT_REPLAYS
-from harness.render.progress import Progress, progress_printer
+from harness.progress import Progress
+from harness.render.progress import progress_printer
 
 if TYPE_CHECKING:  # the options are offered without importing the capture (torch)
     from harness.plugins.implementations import Implementation

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # the options are offered without importing what runs them (t
     from harness.pipeline.case import Case
     from harness.pipeline.verdicts import Roles
     from harness.plugins.implementations import Implementation
-    from harness.render.progress import Progress
+    from harness.progress import Progress
     from harness.render.sections import Section
 
 T = TypeVar("T", int, float)

@@ -27,8 +27,9 @@ from harness.cli.options import (
 )
 from harness.defaults import BUILTIN_NAMES
 from harness.io.files import write_atomically
+from harness.progress import Progress
 from harness.render.figures import PLOT_EXTRA_HINT
-from harness.render.progress import Progress, progress_printer
+from harness.render.progress import progress_printer
 from harness.render.sections import Figure, Section
 
 POWER_CAPTION = "power of the statistical oracle per head kind: measured and predicted"

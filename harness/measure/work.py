@@ -35,7 +35,7 @@ from harness.pipeline.case import Case, make_case
 from harness.pipeline.isolation import isolated_cost
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
-from harness.render.progress import Progress, no_progress
+from harness.progress import Progress, no_progress
 
 PASS1_VIEW_OP = "aten.view"  # legacy's hidden_states.view(bs, gamma, -1) before pass 1
 

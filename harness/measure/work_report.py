@@ -42,7 +42,7 @@ from harness.measure.work import (
 from harness.pipeline.case import Case
 from harness.pipeline.runner import WorkCounts
 from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS, Implementation
-from harness.render.progress import Progress, no_progress
+from harness.progress import Progress, no_progress
 from harness.render.sections import Block, Section, Table, right_aligned
 from harness.render.tables import Alignment
 

@@ -28,8 +28,8 @@ from harness.oracles.stats import (
 from harness.pipeline.coverage import StatisticalCoverage
 from harness.pipeline.verdicts import MAX_CARRIERS, Roles, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
+from harness.progress import Progress, no_progress
 from harness.render.figures import render_png
-from harness.render.progress import Progress, no_progress
 from harness.render.sections import Section
 from harness.render.tables import Alignment, TableFormat, table
 from reference.verifier import CHAIN_VERIFIER, Verifier

@@ -50,7 +50,7 @@ from harness.pipeline.coverage import BoundRow
 from harness.pipeline.runner import RaisedError, guarded_call
 from harness.pipeline.verdicts import Roles, Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
-from harness.render.progress import Progress, no_progress
+from harness.progress import Progress, no_progress
 from reference.verifier import CHAIN_VERIFIER, DecodeResult, Verifier
 
 BUGGY = "legacy"  # the built-in buggy side of the default pair

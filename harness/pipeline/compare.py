@@ -29,7 +29,7 @@ from harness.pipeline.verdict_sections import comparison_sections as comparison_
 from harness.pipeline.verdict_sections import verdicts_json as verdicts_json
 from harness.pipeline.verdicts import DEFAULT_PAIR, case_verdict
 from harness.plugins.implementations import Implementation
-from harness.render.progress import Progress
+from harness.progress import Progress
 
 CASE_RECORD_SCHEMA = "dspark-harness/case-record"
 Record = dict[str, Any]

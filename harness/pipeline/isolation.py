@@ -40,8 +40,8 @@ from typing import Any
 
 import torch
 
+from harness.interrupts import stop_on_signals
 from harness.pipeline.case import Case, CaseInputs, build_inputs
-from harness.pipeline.interrupts import stop_on_signals
 from harness.pipeline.life import GreedyMix, Life, LifeReplay, LifeStep
 from harness.pipeline.observe import RandomDraw
 from harness.pipeline.runner import (

@@ -26,7 +26,7 @@ from harness.plugins.implementations import (
     builtin_implementations,
     parse_impl_spec,
 )
-from harness.render.progress import Progress
+from harness.progress import Progress
 
 REPRO_SCHEMA = "dspark-harness/repro"
 REPRO_SCHEMA_VERSION = 1

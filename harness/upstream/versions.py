@@ -34,7 +34,7 @@ from harness.plugins.implementations import (
     builtin_implementations,
     parse_impl_spec,
 )
-from harness.render.progress import Progress, no_progress
+from harness.progress import Progress, no_progress
 from harness.render.sections import Section
 from harness.render.tables import table
 from harness.testing import check_sampler
