@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import replace
 
-from harness.cli.emit import emit
+from harness.cli.emit import UsageError, emit
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import (
     add_impl_option,
@@ -27,11 +27,13 @@ from harness.cli.options import (
     comma_separated,
     roles_from_args,
 )
+from harness.cli.validate import check_seed
 from harness.io.files import write_atomically
 from harness.oracles.problem import DEFAULT_CONFIG, StatsError
 from harness.oracles.section import power_curves_png, stats_section
 from harness.oracles.stats import default_implementations
 from harness.oracles.verifiers import VERIFIERS, verifiers_named
+from harness.pipeline import memory
 from harness.pipeline.verdicts import RolesError
 from harness.plugins.implementations import ImplementationError, select_implementations
 from harness.render.progress import progress_printer
@@ -96,6 +98,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME[,NAME...]",
         help=f"verify under each of these ({', '.join(VERIFIERS)}; default chain)",
     )
+
+
+def validate(args: argparse.Namespace) -> None:
+    """``--model-seed``, ``--vocab`` and the memory estimate of the oracle run, before it
+    runs."""
+    if args.model_seed is not None:
+        check_seed(args.model_seed, option="--model-seed")
+    if args.vocab < 2:
+        raise UsageError(
+            f"stats --vocab must be >= 2 (a 1-token vocabulary has no test), got {args.vocab}"
+        )
+    estimate = memory.stats_run_bytes(
+        rows=max(args.rows, 1),
+        gamma=max(args.gamma, 1),
+        vocab=args.vocab,
+        m=max(args.m, 1),
+        hidden=DEFAULT_CONFIG.hidden_size,
+        rank=DEFAULT_CONFIG.markov_rank,
+    )
+    memory.check_fits(estimate, what="the statistical oracle run", device=args.device)
 
 
 def command(args: argparse.Namespace) -> int:
