@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 
 from harness.cli import COMMANDS
-from harness.pipeline.compare import compare, comparison_sections
+from harness.pipeline.compare import compare
 from harness.pipeline.matrix import standard_matrix
-from harness.pipeline.verdict_sections import full_verdict
-from harness.pipeline.verdicts import Roles
+from harness.pipeline.verdicts import Roles, full_verdict
 from harness.plugins.implementations import builtin_implementations
 from harness.render.report import emit_report
 from harness.render.sections import Section, Table
+from harness.render.verdicts import comparison_sections
 from tests.helpers import REPO_ROOT, subprocess_env
 
 # Commands whose option defaults (the oracle's configuration, its head kinds) are still

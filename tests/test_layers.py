@@ -21,8 +21,6 @@ PRESENTATION_IN_LOGIC = {
     ("measure/timing.py", "render"),
     ("measure/work_report.py", "render"),
     ("oracles/section.py", "render"),
-    ("pipeline/coverage.py", "render"),
-    ("pipeline/verdict_sections.py", "render"),
     ("upstream/versions.py", "render"),
 }
 # What plugins/ still reads from pipeline/: the import guard, the worker, head counts, cases.

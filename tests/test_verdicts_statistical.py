@@ -20,11 +20,12 @@ from harness.cli import main
 from harness.cli.exit_codes import ExitCode
 from harness.oracles import section as stats_section
 from harness.pipeline.check_result import Tier
-from harness.pipeline.compare import compare, comparison_sections, verdicts_json
+from harness.pipeline.compare import compare
 from harness.pipeline.matrix import standard_matrix
 from harness.pipeline.verdicts import Roles, Statistical, implementation_verdict
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.sections import Section, Table
+from harness.render.verdicts import comparison_sections, verdicts_json
 from tests.plugins import alternative_samplers
 from tests.plugins.stats_defects import ReusedNoiseSampler
 

@@ -203,7 +203,7 @@ def judged_sections(
     lossless verdict (unless ``--no-stats``), as ``report`` and ``compare`` state them;
     under ``--isolate`` the oracle runs implementations in the worker too."""
     from harness.oracles.section import statistical_part
-    from harness.pipeline.compare import comparison_sections, verdicts_json
+    from harness.render.verdicts import comparison_sections, verdicts_json
 
     part = None
     if not args.no_stats:

@@ -45,7 +45,7 @@ import torch
 from harness.devices import synchronize
 from harness.gpu.shapes import DEFAULT_REPLAYS
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
-from harness.pipeline.compare import CaseVerdict, case_record, comparison_sections, evaluate_run
+from harness.pipeline.compare import CaseVerdict, case_record, evaluate_run
 from harness.pipeline.observe import DispatchObserver, HeadCounts
 from harness.pipeline.runner import (
     CaseRun,
@@ -62,6 +62,7 @@ from harness.plugins.implementations import (
     Implementation,
 )
 from harness.render.sections import Section, Table
+from harness.render.verdicts import comparison_sections
 
 WARMUP_CALLS = 3  # side-stream calls before capture: compile Triton kernels, settle the allocator
 

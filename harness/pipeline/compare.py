@@ -3,9 +3,8 @@
 ``evaluate_run`` turns a case run into a ``CaseVerdict`` (checks per implementation,
 the ledger entry); ``case_record`` makes it a plain JSON record; ``compare`` runs a
 list of cases into records, appending each finished one to a journal so that an
-interrupted comparison resumes where it stopped; ``comparison_sections`` (from
-``harness.pipeline.verdict_sections``, re-exported here) formats records into
-report sections.
+interrupted comparison resumes where it stopped. ``harness.render.verdicts`` formats
+the records into report sections.
 """
 
 from __future__ import annotations
@@ -25,8 +24,6 @@ from harness.pipeline.checks import CheckResult, Subject, judge, tier_of
 from harness.pipeline.ledger import LedgerEntry, observe_divergence
 from harness.pipeline.memory import check_cases_fit
 from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S, CaseRun, ImplResult, run_case
-from harness.pipeline.verdict_sections import comparison_sections as comparison_sections
-from harness.pipeline.verdict_sections import verdicts_json as verdicts_json
 from harness.pipeline.verdicts import DEFAULT_PAIR, case_verdict
 from harness.plugins.implementations import Implementation
 from harness.progress import Progress

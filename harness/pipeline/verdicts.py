@@ -16,7 +16,7 @@ says so (``CHECKS_ONLY``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -206,6 +206,15 @@ def implementation_verdict(records: Sequence[Record], name: str) -> Verdict:
             c["name"] == "noise_replay" and c["skip"] == Skip.NOT_VISIBLE for c in entry["checks"]
         )
     return Verdict(name, lossless, drop_in, cases, tuple(failures), replayable=replayable)
+
+
+Statisticals = Mapping[str, Statistical] | None  # None: the statistical oracle did not run
+
+
+def full_verdict(records: Sequence[Record], name: str, statistical: Statisticals) -> Verdict:
+    """``name``'s verdicts from its checks with the statistical oracle's part in them."""
+    part = NOT_RUN if statistical is None else statistical.get(name, NOT_RUN)
+    return implementation_verdict(records, name).with_statistical(part)
 
 
 @dataclass(frozen=True)

@@ -1,38 +1,30 @@
-"""How a comparison's records read: one verdict section per implementation, held to
-its role (``harness.pipeline.verdicts``) with the statistical oracle's part inside its
-lossless verdict when that ran; the divergence ledger between the pair; and the
-verdicts and checks tables, as ``Table`` blocks so they are aligned in the terminal
-and Markdown tables in a report; and the report's ``"verdicts"`` JSON.
+"""The comparison's sections: how its records read. One verdict section per
+implementation, held to its role (``harness.pipeline.verdicts``) with the statistical
+oracle's part inside its lossless verdict when that ran; the divergence ledger between
+the pair; and the verdicts and checks tables, as ``Table`` blocks so they are aligned in
+the terminal and Markdown tables in a report; and the report's ``"verdicts"`` JSON.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from harness.pipeline.check_result import Tier
 from harness.pipeline.checks import CHECK_CODES
-from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage, coverage_section
+from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage
 from harness.pipeline.ledger import LEDGER_CLASSES
 from harness.pipeline.verdicts import (
     FIXED,
-    NOT_RUN,
     REFERENCE,
     Roles,
     Statistical,
-    Verdict,
-    implementation_verdict,
+    Statisticals,
+    full_verdict,
 )
+from harness.render.coverage import coverage_section
 from harness.render.sections import Block, Section, Table
 
 Record = dict[str, Any]
-Statisticals = Mapping[str, Statistical] | None  # None: the statistical oracle did not run
-
-
-def full_verdict(records: list[Record], name: str, statistical: Statisticals) -> Verdict:
-    """``name``'s verdicts from its checks with the statistical oracle's part in them."""
-    part = NOT_RUN if statistical is None else statistical.get(name, NOT_RUN)
-    return implementation_verdict(records, name).with_statistical(part)
 
 
 def _verdict_section(
