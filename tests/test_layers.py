@@ -19,7 +19,6 @@ PRESENTATION_IN_LOGIC = {
     ("measure/callgrind.py", "render"),
     ("measure/sweep.py", "render"),
     ("measure/timing.py", "render"),
-    ("measure/work_report.py", "render"),
     ("oracles/section.py", "render"),
     ("upstream/versions.py", "render"),
 }

@@ -19,11 +19,12 @@ import torch
 
 from harness.cli import build_parser
 from harness.cli import work as work_command
-from harness.measure import callgrind, counters, model, timing, work, work_report
+from harness.measure import callgrind, counters, model, timing, work
 from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.control_flow import legacy_pass1_error
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import builtin_implementations
+from harness.render import work as work_sections
 from harness.render.sections import render_blocks
 
 EXHAUSTIVE = work.work_cases(seed=0, exhaustive=True)
@@ -123,9 +124,9 @@ def test_measuring_leaves_the_global_rng_untouched() -> None:
     assert torch.equal(torch.get_rng_state(), before)
 
 
-def test_report_section_is_ok_and_shows_the_comparison() -> None:
+def test_the_work_section_is_ok_and_shows_the_comparison() -> None:
     messages: list[str] = []
-    section = work_report.report_section(seed=0, progress=messages.append)
+    section = work_sections.work_section(work.collect_work(seed=0, progress=messages.append))
     assert section.ok, section.text
     assert section.title == "Eliminated work"
     assert "exactly one extra Markov walk" in section.verdict

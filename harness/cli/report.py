@@ -77,21 +77,19 @@ def command(args: argparse.Namespace) -> ExitCode:
     if judged.stats_s is not None:
         timing["stats_s"] = judged.stats_s
     if not args.no_work:
-        from harness.measure import work_report
+        from harness.measure import work
+        from harness.render.work import work_section
 
         progress("eliminated work ...")
         started = time.perf_counter()
-        sections.insert(
-            -1,
-            work_report.report_section(
-                seed=args.seed,
-                progress=progress,
-                implementations=implementations,
-                pair=roles.pair,
-                isolate=args.isolate,
-                expect_fail=frozenset(roles.expect_fail),
-            ),
+        works = work.collect_work(  # small shapes: a few seconds
+            seed=args.seed,
+            progress=progress,
+            implementations=implementations,
+            pair=roles.pair,
+            isolate=args.isolate,
         )
+        sections.insert(-1, work_section(works, expect_fail=frozenset(roles.expect_fail)))
         timing["work_s"] = round(time.perf_counter() - started, 3)
     heading = (
         f"DSpark draft-sampler harness: standard matrix ({len(cases)} cases, "

@@ -51,9 +51,10 @@ def command(args: argparse.Namespace) -> ExitCode:
     """``OK`` when the counts match the model and legacy's surplus is exactly one walk
     (and, with ``--timing``, the walk-only ratio is in ``WALK_RATIO_RANGE``)."""
     from harness.measure.model import IMPLEMENTATIONS
+    from harness.measure.time_ratio import time_ratio
     from harness.measure.timing import PRODUCTION_HIDDEN
     from harness.measure.work import collect_work
-    from harness.measure.work_report import timing_section, work_section
+    from harness.render.work import timing_section, work_section
 
     if args.repeats < 1:
         return usage_error(f"--repeats must be >= 1, got {args.repeats}")
@@ -75,17 +76,16 @@ def command(args: argparse.Namespace) -> ExitCode:
     )
     sections = [work_section(works)]
     if args.timing:
-        sections.append(
-            timing_section(
-                seed=args.seed,
-                device=args.device,
-                repeats=args.repeats,
-                hidden_size=args.hidden_size or PRODUCTION_HIDDEN,
-                callgrind=not args.no_callgrind,
-                progress=progress,
-                pair=pair,
-                isolate=args.isolate,
-            )
+        timed = time_ratio(
+            seed=args.seed,
+            device=args.device,
+            repeats=args.repeats,
+            hidden_size=args.hidden_size or PRODUCTION_HIDDEN,
+            callgrind=not args.no_callgrind,
+            progress=progress,
+            pair=pair,
+            isolate=args.isolate,
         )
+        sections.append(timing_section(timed))
     heading = f"DSpark draft-sampler harness: eliminated work (seed {args.seed}, {args.device})"
     return emit(args, command="work", heading=heading, sections=sections)

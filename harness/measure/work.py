@@ -18,7 +18,7 @@ A plug-in (``--impl``) has no model: its work is counted only, and a plug-in tha
 raises on a case is a recorded result of that case.
 
 The cases covering every ledger kind (``work_cases``) live here too; the tables and
-the report section are in ``harness.measure.work_report``. See ``docs/design.md``
+the report section are in ``harness.render.work``. See ``docs/design.md``
 ("The work model").
 """
 
