@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.cli import build_parser
+from harness.cli import build_parser, main
 from harness.cli import work as work_command
 from harness.measure import callgrind, counters, model, timing, work
 from harness.pipeline.case import Case, build_inputs, make_case
@@ -152,8 +152,8 @@ def test_work_command_prints_json_and_exits_zero(
 
 
 def test_work_command_rejects_bad_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert work_command.command(_work_args(tmp_path, "--repeats", "0", "--quiet")) == 2
-    assert "--repeats" in capsys.readouterr().err
+    assert main(["work", "--repeats", "0", "--quiet", "--out-dir", str(tmp_path)]) == 2
+    assert "--repeats must be >= 1, got 0" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # nothing written on bad usage
 
 

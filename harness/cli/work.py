@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.cli.emit import emit, usage_error
+from harness.cli.emit import UsageError, emit
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import (
     add_impl_option,
@@ -47,6 +47,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def validate(args: argparse.Namespace) -> None:
+    """``--repeats``, ``--hidden-size`` and the pair's names, before any work."""
+    if args.repeats < 1:
+        raise UsageError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.hidden_size is not None and args.hidden_size < 1:
+        raise UsageError(f"--hidden-size must be >= 1, got {args.hidden_size}")
+    reserved = {"op", "diff", "ratio", "one_walk"} & set(args.pair)
+    if reserved:
+        raise UsageError(f"--pair names {sorted(reserved)} are reserved words of the work JSON")
+
+
 def command(args: argparse.Namespace) -> ExitCode:
     """``OK`` when the counts match the model and legacy's surplus is exactly one walk
     (and, with ``--timing``, the walk-only ratio is in ``WALK_RATIO_RANGE``)."""
@@ -56,13 +67,6 @@ def command(args: argparse.Namespace) -> ExitCode:
     from harness.measure.work import collect_work
     from harness.render.work import timing_section, work_section
 
-    if args.repeats < 1:
-        return usage_error(f"--repeats must be >= 1, got {args.repeats}")
-    if args.hidden_size is not None and args.hidden_size < 1:
-        return usage_error(f"--hidden-size must be >= 1, got {args.hidden_size}")
-    reserved = {"op", "diff", "ratio", "one_walk"} & set(args.pair)
-    if reserved:
-        return usage_error(f"--pair names {sorted(reserved)} are reserved words of the work JSON")
     implementations = selected_implementations(args, IMPLEMENTATIONS)
     pair = pair_implementations(implementations, args.pair)
     progress = progress_printer(quiet=args.quiet)
