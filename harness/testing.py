@@ -94,7 +94,7 @@ def check_sampler(
 def oracle_verdict(implementation: Implementation, *, device: str = "cpu") -> Statistical:
     """The statistical oracle's verdict on one implementation, at the report's defaults
     (its seed, its time limit) on ``device``."""
-    from harness.oracles.section import statistical_part
+    from harness.oracles.part import statistical_part
     from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S
     from harness.pipeline.verdicts import Roles
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.oracles import section, stats
+from harness.oracles import part, stats
 from harness.oracles.fits import CountTable, position_name
 from harness.oracles.gof import pearson_fit
 from harness.oracles.power import TARGET_POWER, detection_fraction
@@ -118,7 +118,7 @@ def oracle() -> stats.OracleRun:
 
 
 def test_the_oracle_coverage_is_computed_from_its_run(oracle: stats.OracleRun) -> None:
-    coverage = section.statistical_coverage(oracle)
+    coverage = part.statistical_coverage(oracle)
     assert coverage is not None and coverage.implementation == "fixed"
     problem = oracle.problem
     rounds = oracle.decoded["fixed"]["far"]["vanilla"].rounds
@@ -137,7 +137,7 @@ def test_the_oracle_coverage_is_computed_from_its_run(oracle: stats.OracleRun) -
     one_staging = stats.run_oracle(
         replace(SMALL, restage=False), implementations=builtin_implementations(("fixed",))
     )
-    flat = section.statistical_coverage(one_staging)
+    flat = part.statistical_coverage(one_staging)
     assert flat is not None
     assert flat.calls_per_instance == flat.rounds and flat.restagings_per_instance == 0
 
@@ -163,7 +163,7 @@ def test_the_coverage_is_in_the_text_markdown_and_json_verdicts(oracle: stats.Or
     records = compare(
         cases, builtin_implementations(("reference", "fixed")), require_observable=False
     )
-    coverage = section.statistical_coverage(oracle)
+    coverage = part.statistical_coverage(oracle)
     roles = Roles(pair=("reference", "fixed"))
     sections = comparison_sections(
         records, require_coverage=False, roles=roles, statistical_coverage=coverage

@@ -19,7 +19,6 @@ PRESENTATION_IN_LOGIC = {
     ("measure/callgrind.py", "render"),
     ("measure/sweep.py", "render"),
     ("measure/timing.py", "render"),
-    ("oracles/section.py", "render"),
     ("upstream/versions.py", "render"),
 }
 # What plugins/ still reads from pipeline/: the import guard, the worker, head counts, cases.

@@ -202,7 +202,8 @@ def judged_sections(
     """The verdict sections of ``records`` with the statistical oracle's part in every
     lossless verdict (unless ``--no-stats``), as ``report`` and ``compare`` state them;
     under ``--isolate`` the oracle runs implementations in the worker too."""
-    from harness.oracles.section import statistical_part
+    from harness.oracles.part import statistical_part
+    from harness.render.statistics import stats_section
     from harness.render.verdicts import comparison_sections, verdicts_json
 
     part = None
@@ -227,7 +228,7 @@ def judged_sections(
         statistical_coverage=coverage,
     )
     if part is not None:
-        sections.insert(-1, part.section)  # before the checks table
+        sections.insert(-1, stats_section(part.oracle, roles=roles))  # before the checks table
     return JudgedSections(
         sections=sections,
         verdicts=verdicts_json(

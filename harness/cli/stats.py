@@ -29,14 +29,15 @@ from harness.cli.options import (
 )
 from harness.cli.validate import check_seed
 from harness.io.files import write_atomically
+from harness.oracles.part import run_statistics
 from harness.oracles.problem import DEFAULT_CONFIG, StatsError
-from harness.oracles.section import power_curves_png, stats_section
 from harness.oracles.stats import default_implementations
 from harness.oracles.verifiers import VERIFIERS, verifiers_named
 from harness.pipeline import memory
 from harness.pipeline.verdicts import RolesError
 from harness.plugins.implementations import ImplementationError, select_implementations
 from harness.render.progress import progress_printer
+from harness.render.statistics import power_curves_png, stats_section
 from reference import HEAD_KINDS
 
 POWER_PNG = "stats-power.png"
@@ -151,16 +152,16 @@ def command(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return ExitCode.USAGE
     started = time.perf_counter()
-    section, oracle = stats_section(
+    oracle = run_statistics(
         config,
         implementations=implementations,
         power=args.power,
         progress=progress,
         time_limit_s=args.time_limit,
-        roles=roles,
         verifiers=verifiers,
         isolate=args.isolate,
     )
+    section = stats_section(oracle, roles=roles)
     if oracle.curves:
         png = power_curves_png([curve.to_json_dict() for curve in oracle.curves])
         if png is None:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from harness.measure.timing import ab_timing
+from harness.oracles.part import combined_statistical
 from harness.oracles.problem import DEFAULT_CONFIG
-from harness.oracles.section import combined_statistical
 from harness.oracles.stats import StatsResult, run_oracle
 from harness.pipeline.case import Case, make_case
 from harness.pipeline.check_result import Tier
