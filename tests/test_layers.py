@@ -13,7 +13,6 @@ LOGIC = {"pipeline", "plugins", "upstream", "oracles", "measure", "gpu", "io"}
 # Section builders still in logic packages: each imports render/ until it moves there.
 PRESENTATION_IN_LOGIC = {
     ("gpu/figures.py", "render"),
-    ("gpu/graphs.py", "render"),
     ("gpu/host_sync.py", "render"),
     ("gpu/kernel_bandwidth.py", "render"),
     ("measure/callgrind.py", "render"),
