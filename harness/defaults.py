@@ -8,5 +8,8 @@ from __future__ import annotations
 LEGACY, FIXED, REFERENCE = "legacy", "fixed", "reference"
 BUILTIN_NAMES = (REFERENCE, FIXED, LEGACY)  # the order every report lists them in
 DEFAULT_PAIR = (LEGACY, FIXED)
+# The two slots of a pair (its buggy side, its fixed side), named after the built-ins that
+# fill them by default; timing and sweep tables key their columns by slot.
+PAIR_SIDES = (BUGGY_SIDE, FIXED_SIDE) = (LEGACY, FIXED)
 DTYPE_NAMES = ("float32", "bfloat16", "float16")  # the model dtypes a case can take
 DEFAULT_TIME_LIMIT_S = 120.0  # per construction, staging and call of an implementation

@@ -19,6 +19,7 @@ import torch
 
 from harness.cli import build_parser, main
 from harness.cli import work as work_command
+from harness.defaults import BUILTIN_NAMES, PAIR_SIDES
 from harness.measure import callgrind, counters, model, timing, work
 from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.control_flow import legacy_pass1_error
@@ -44,7 +45,7 @@ def measured(case: Case) -> work.CaseWork:
 @pytest.mark.parametrize("case", ALL_CASES, ids=_id)
 def test_counted_work_equals_the_model_for_every_implementation(case: Case) -> None:
     result = measured(case)
-    for name in model.IMPLEMENTATIONS:
+    for name in BUILTIN_NAMES:
         predicted, got = result.predicted[name], result.measured[name]
         assert got.error_type == predicted.raises, (name, got.error)
         if predicted.raises:
@@ -172,7 +173,7 @@ SMALL = make_case(bs=2, gamma=3, vocab_size=64, hidden_size=8, markov_rank=4, se
 def test_walk_only_calls_produce_the_same_outputs_as_whole_calls() -> None:
     inputs = build_inputs(SMALL)
     samplers = timing.make_samplers(SMALL, inputs=inputs)
-    for name in timing.SAMPLERS:
+    for name in PAIR_SIDES:
         outs = []
         for mode in timing.MODES:
             sampler = samplers[mode, name]

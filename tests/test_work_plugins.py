@@ -25,9 +25,10 @@ import torch
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.cli import build_parser, main
 from harness.cli import work as work_command
+from harness.defaults import BUILTIN_NAMES, PAIR_SIDES
 from harness.io import fingerprint
 from harness.io.fingerprint import code_fingerprint
-from harness.measure import model, sweep, time_ratio, timing, work
+from harness.measure import sweep, time_ratio, timing, work
 from harness.pipeline.case import build_inputs, make_case
 from harness.plugins.implementations import Implementation, select_implementations
 from harness.render import work as work_sections
@@ -46,7 +47,7 @@ STRUCTURAL += ("noise_elements", "gemm_flops")
 
 @cache
 def implementations() -> tuple[Implementation, ...]:
-    return tuple(select_implementations(model.IMPLEMENTATIONS, [GUMBEL, BEFORE, AFTER, RAISING]))
+    return tuple(select_implementations(BUILTIN_NAMES, [GUMBEL, BEFORE, AFTER, RAISING]))
 
 
 @cache
@@ -69,7 +70,7 @@ def test_a_plugin_is_counted_with_its_own_random_draws_and_no_model() -> None:
         expected = {"uniform_": [case.gamma, case.gamma * case.bs * case.vocab_size]}
         assert gumbel.counts.rng.get("call", {}) == (expected if case.folded_sampling else {})
         assert gumbel.counts.noise_calls == 0  # no exponential_ at all
-        for name in model.IMPLEMENTATIONS:  # the built-ins are still held to the model
+        for name in BUILTIN_NAMES:  # the built-ins are still held to the model
             assert case_work.model_status(name) == "agrees"
     section = work_sections.work_section(list(upstream_works()), expect_fail=frozenset({"raising"}))
     assert section.ok, section.text
@@ -217,7 +218,7 @@ def test_the_timing_times_the_pair_and_stages_before_every_call() -> None:
 def test_walk_only_and_whole_call_agree_for_the_upstream_pair() -> None:
     inputs = build_inputs(SMALL)
     samplers = timing.make_samplers(SMALL, inputs=inputs, pair=_pair(*UPSTREAM_PAIR))
-    for slot in timing.SAMPLERS:
+    for slot in PAIR_SIDES:
         outs = []
         for mode in timing.MODES:
             sampler = samplers[mode, slot]
@@ -317,7 +318,7 @@ def test_the_reports_work_section_gets_the_plugins_and_the_pair(
     (kwargs,) = calls
     assert kwargs["pair"] == UPSTREAM_PAIR
     names = [i.name for i in kwargs["implementations"]]
-    assert names == [*model.IMPLEMENTATIONS, "before", "after"]
+    assert names == [*BUILTIN_NAMES, "before", "after"]
 
 
 def test_the_fingerprint_of_a_function_plugin_covers_the_functions_file(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from harness.cli.emit import UsageError
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import add_impl_option, selected_implementations
-from harness.defaults import BUILTIN_NAMES
+from harness.defaults import BUILTIN_NAMES, LEGACY
 from harness.render.progress import progress_printer
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         raise UsageError(f"--check must be one of {sorted(CHECK_TIERS)}, got {args.check!r}")
     progress = progress_printer(quiet=args.quiet)
     implementations = selected_implementations(args, [])
-    target = args.target or (implementations[0].name if len(implementations) == 1 else "legacy")
+    target = args.target or (implementations[0].name if len(implementations) == 1 else LEGACY)
     chosen = [i for i in implementations if i.name == target]
     if not chosen:
         if target not in BUILTIN_NAMES:

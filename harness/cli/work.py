@@ -15,6 +15,7 @@ from harness.cli.options import (
     pair_implementations,
     selected_implementations,
 )
+from harness.defaults import BUILTIN_NAMES
 from harness.render.progress import progress_printer
 
 
@@ -61,13 +62,12 @@ def validate(args: argparse.Namespace) -> None:
 def command(args: argparse.Namespace) -> ExitCode:
     """``OK`` when the counts match the model and legacy's surplus is exactly one walk
     (and, with ``--timing``, the walk-only ratio is in ``WALK_RATIO_RANGE``)."""
-    from harness.measure.model import IMPLEMENTATIONS
     from harness.measure.time_ratio import time_ratio
     from harness.measure.timing import PRODUCTION_HIDDEN
     from harness.measure.work import collect_work
     from harness.render.work import timing_section, work_section
 
-    implementations = selected_implementations(args, IMPLEMENTATIONS)
+    implementations = selected_implementations(args, BUILTIN_NAMES)
     pair = pair_implementations(implementations, args.pair)
     progress = progress_printer(quiet=args.quiet)
     works = collect_work(

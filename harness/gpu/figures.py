@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from harness.defaults import BUGGY_SIDE, FIXED_SIDE, PAIR_SIDES
 from harness.gpu.clocks import CLOCK_LABELS, Clock, cuda_event_ms
 from harness.gpu.graphs import RunnerFactory, cuda_graph_runner
 from harness.gpu.kernel_bandwidth import (
@@ -42,7 +43,7 @@ from harness.gpu.shapes import (
     FIGURE_HIDDEN,
     KERNEL_VOCAB,
 )
-from harness.measure.timing import MODE_LABELS, MODES, SAMPLERS, PairedTimes, make_samplers
+from harness.measure.timing import MODE_LABELS, MODES, PairedTimes, make_samplers
 from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.runner import same_rng_start
 from harness.progress import Progress, no_progress
@@ -146,7 +147,7 @@ def sampler_times(
         for key in calls:
             ms[key] = []
         for rep in range(repeats):
-            order = SAMPLERS if rep % 2 == 0 else SAMPLERS[::-1]
+            order = PAIR_SIDES if rep % 2 == 0 else PAIR_SIDES[::-1]
             for execution in EXECUTIONS:
                 for mode in MODES:
                     for name in order:
@@ -154,8 +155,10 @@ def sampler_times(
             progress(
                 f"[gpu timing {rep + 1}/{repeats}] "
                 + ", ".join(
-                    f"{execution} {mode}: legacy {ms[execution, mode, 'legacy'][-1]:.3f} ms, "
-                    f"fixed {ms[execution, mode, 'fixed'][-1]:.3f} ms"
+                    f"{execution} {mode}: "
+                    + ", ".join(
+                        f"{side} {ms[execution, mode, side][-1]:.3f} ms" for side in PAIR_SIDES
+                    )
                     for execution in EXECUTIONS
                     for mode in MODES
                 )
@@ -163,8 +166,8 @@ def sampler_times(
     times = {
         execution: {
             mode: PairedTimes(
-                tuple(t / 1e3 for t in ms[execution, mode, "legacy"]),
-                tuple(t / 1e3 for t in ms[execution, mode, "fixed"]),
+                tuple(t / 1e3 for t in ms[execution, mode, BUGGY_SIDE]),
+                tuple(t / 1e3 for t in ms[execution, mode, FIXED_SIDE]),
             )
             for mode in MODES
         }

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import torch
 
+from harness.defaults import LEGACY
 from harness.devices import synchronize
 from harness.gpu.graphs import require_cuda
 from harness.pipeline.case import Case, build_inputs
@@ -18,7 +19,6 @@ from harness.plugins.implementations import Implementation
 from harness.render.sections import Section, Table
 
 SYNC_ERROR_TEXT = "synchronizing CUDA operation"  # what set_sync_debug_mode("error") raises
-LEGACY = "legacy"  # the one implementation allowed to sync (it is not the subject)
 SyncStatus = Literal["sync-free", "syncs", "raised"]
 
 

@@ -16,7 +16,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-BUILT_IN_PACKAGES = ("harness", "reference", "legacy", "fixed")
+from harness.defaults import FIXED, LEGACY, REFERENCE
+
+BUILT_IN_PACKAGES = ("harness", REFERENCE, LEGACY, FIXED)  # each built-in lives in its namesake
 FUNCTION_WRAPPER_MODULE = "harness.plugins.functional"  # where block sampler functions are wrapped
 
 

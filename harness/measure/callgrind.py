@@ -21,8 +21,9 @@ from typing import Any
 
 import torch
 
+from harness.defaults import BUGGY_SIDE, PAIR_SIDES
 from harness.devices import intra_op_threads
-from harness.measure.timing import MODE_LABELS, MODES, PRODUCTION_HIDDEN, SAMPLERS, make_calls
+from harness.measure.timing import MODE_LABELS, MODES, PRODUCTION_HIDDEN, make_calls
 from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.runner import same_rng_start
 from harness.progress import Progress, no_progress
@@ -65,7 +66,7 @@ class CallgrindCounts:
         }
 
 
-CALLGRIND_ORDER = tuple(f"{mode}/{name}" for mode in MODES for name in SAMPLERS)
+CALLGRIND_ORDER = tuple(f"{mode}/{name}" for mode in MODES for name in PAIR_SIDES)
 _CHILD = "\n".join(
     (
         "import sys",
@@ -86,7 +87,7 @@ def callgrind_child(case_path: str, number: int) -> None:
         same_rng_start(torch.device(case.device), case.seed),
         torch.inference_mode(),
     ):
-        calls["whole_call", "legacy"]()
+        calls["whole_call", BUGGY_SIDE]()
         for key in CALLGRIND_ORDER:
             mode, name = key.split("/")
             torch._C._valgrind_toggle()
@@ -172,6 +173,6 @@ def callgrind_blocks(counts: CallgrindCounts) -> tuple[str, Table]:
         for mode in MODES
     ]
     table = Table.of(
-        ["mode", "legacy", "fixed", "ratio"], rows, align=["left", "right", "right", "right"]
+        ["mode", *PAIR_SIDES, "ratio"], rows, align=["left", "right", "right", "right"]
     )
     return f"callgrind, {counts.case.label()}, 1 thread, instructions per call:", table

@@ -18,6 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from harness.defaults import FIXED
 from harness.devices import synchronize
 from harness.pipeline.case import Case, CaseInputs, case_block
 from harness.pipeline.observe import DispatchObserver
@@ -150,7 +151,7 @@ def measure_one_walk(case: Case, *, inputs: CaseInputs) -> CallCost:
     block = case_block(case, inputs)
     with torch.inference_mode():
         step_sampler = build_sampler(
-            BUILTIN_IMPLEMENTATIONS["fixed"], case=case, inputs=inputs
+            BUILTIN_IMPLEMENTATIONS[FIXED], case=case, inputs=inputs
         ).sampler.step_sampler(block.bs)
         ops = DispatchObserver(record_noise=False)  # the runner's operator counter
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.defaults import BUILTIN_NAMES
 from harness.pipeline.case import Case, make_case
-from harness.pipeline.control_flow import MODELLED, control_flow
+from harness.pipeline.control_flow import control_flow
 
-IMPLEMENTATIONS = MODELLED
 INDEX_BYTES = 8  # int64 token ids
 NOISE_BYTES = 4  # the noise buffer is float32 whatever the model dtype
 MODEL_COUNTERS = (
@@ -136,8 +136,8 @@ def predict_work(case: Case, implementation: str) -> PredictedWork:
     control flow; each folded head step draws one ``[bs, V]`` noise tensor; GEMM FLOPs
     are the lm_head's plus each head step's plus each fused walk's.
     """
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(f"no work model for {implementation!r}; expected one of {IMPLEMENTATIONS}")
+    if implementation not in BUILTIN_NAMES:
+        raise ValueError(f"no work model for {implementation!r}; expected one of {BUILTIN_NAMES}")
     flow = control_flow(case, implementation)
     walk = walk_cost(case, folded=case.folded_sampling, collect_corrected=case.folded_sampling)
     lm_head = lm_head_cost(case)

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.defaults import DEFAULT_PAIR
+from harness.defaults import BUGGY_SIDE, DEFAULT_PAIR, FIXED_SIDE, PAIR_SIDES
 from harness.io.files import JournalError, write_atomically
 from harness.io.fingerprint import code_fingerprint, run_fingerprint
 from harness.io.journal import Journal
@@ -278,7 +278,7 @@ class SweepSummary:
 
     @property
     def fixed_exponent(self) -> float:
-        return self.exponents[self.clock]["walk_only"]["fixed"]
+        return self.exponents[self.clock]["walk_only"][FIXED_SIDE]
 
     @property
     def ok(self) -> bool:
@@ -292,7 +292,7 @@ def summarise(records: list[dict[str, Any]], *, clock: str, checked: bool) -> Sw
         c: {
             mode: {
                 name: fit_exponent(work, [r[mode][c][f"{name}_median_s"] for r in records])
-                for name in ("legacy", "fixed")
+                for name in PAIR_SIDES
             }
             for mode in MODES
         }
@@ -382,13 +382,13 @@ def _draw_sweep(
     pair: tuple[str, str],
 ) -> None:
     clock = summary.clock
-    names = dict(zip(("legacy", "fixed"), pair, strict=True))  # slot -> the pair's name
+    names = dict(zip(PAIR_SIDES, pair, strict=True))  # slot -> the pair's name
     work = np.array([r["work"] for r in records], dtype=float)
     order = np.argsort(work)
     styles = {"walk_only": "o", "whole_call": "s"}
-    colours = {"legacy": "tab:red", "fixed": "tab:blue"}
+    colours = {BUGGY_SIDE: "tab:red", FIXED_SIDE: "tab:blue"}
     for mode in MODES:
-        for name in ("legacy", "fixed"):
+        for name in PAIR_SIDES:
             ms = np.array([r[mode][clock][f"{name}_median_s"] * 1e3 for r in records])
             exponent = summary.exponents[clock][mode][name]
             times_ax.loglog(
@@ -432,8 +432,8 @@ def sweep_section(summary: SweepSummary, *, config: SweepConfig, paths: list[Pat
                 [
                     mode.replace("_", "-"),
                     clock,
-                    f"{e['legacy']:.3f}",
-                    f"{e['fixed']:.3f}",
+                    f"{e[BUGGY_SIDE]:.3f}",
+                    f"{e[FIXED_SIDE]:.3f}",
                     f"{summary.ratio_median[clock][mode]:.3f}",
                 ]
             )

@@ -2,7 +2,7 @@
 
 The pair is any two implementations (``--pair BUGGY,FIXED``); in the data the buggy
 side's times sit in the ``legacy`` slot and the fixed side's in the ``fixed`` slot
-(``SAMPLERS``), and ``pair`` says whose they are.
+(``harness.defaults.PAIR_SIDES``), and ``pair`` says whose they are.
 
 Wall-clock ratios come from **alternating** calls in one process (legacy, fixed,
 then fixed, legacy, ...), so drift of a shared, noisy machine hits both samplers
@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from harness.defaults import DEFAULT_PAIR
+from harness.defaults import BUGGY_SIDE, DEFAULT_PAIR, FIXED_SIDE, PAIR_SIDES
 from harness.devices import intra_op_threads, synchronize
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block, make_case
 from harness.pipeline.runner import build_sampler, guarded_call, same_rng_start
@@ -49,7 +49,6 @@ PRODUCTION_HIDDEN = 256  # small on purpose: the lm_head must not swamp the walk
 WALK_RATIO_RANGE = (1.9, 2.1)
 MODES = ("walk_only", "whole_call")
 MODE_LABELS = {"walk_only": "walk-only (lm_head precomputed)", "whole_call": "whole call"}
-SAMPLERS = ("legacy", "fixed")  # the slots of the pair: buggy side, fixed side
 Pair = tuple[Implementation, Implementation]
 
 
@@ -83,7 +82,7 @@ def production_like_case(
 def make_samplers(
     case: Case, *, inputs: CaseInputs, pair: Pair | None = None
 ) -> dict[tuple[str, str], Any]:
-    """One sampler per (mode, slot of ``SAMPLERS``), each with its own buffers; the slots
+    """One sampler per (mode, slot of ``PAIR_SIDES``), each with its own buffers; the slots
     hold the pair (default legacy, fixed); walk-only samplers drive the
     ``PrecomputedBaseLogits`` drafter."""
     block = case_block(case, inputs)
@@ -92,7 +91,7 @@ def make_samplers(
         "walk_only": PrecomputedBaseLogits(inputs.model, base_logits=base),
         "whole_call": inputs.model,
     }
-    implementations = dict(zip(SAMPLERS, pair or default_pair(), strict=True))
+    implementations = dict(zip(PAIR_SIDES, pair or default_pair(), strict=True))
     samplers: dict[tuple[str, str], Any] = {}
     for mode in MODES:
         for name, implementation in implementations.items():
@@ -117,7 +116,7 @@ def make_calls(
 ) -> dict[tuple[str, str], Callable[[], None]]:
     """One zero-argument call per (mode, slot)."""
     samplers = make_samplers(case, inputs=inputs, pair=pair)
-    names = {slot: i.name for slot, i in zip(SAMPLERS, pair or default_pair(), strict=True)}
+    names = {slot: i.name for slot, i in zip(PAIR_SIDES, pair or default_pair(), strict=True)}
     return {key: _bind(sampler, inputs, name=names[key[1]]) for key, sampler in samplers.items()}
 
 
@@ -226,7 +225,7 @@ def ab_timing(
     device = torch.device(case.device)
     inputs = inputs if inputs is not None else build_inputs(case)
     pair = pair or default_pair()
-    names = dict(zip(SAMPLERS, (i.name for i in pair), strict=True))
+    names = dict(zip(PAIR_SIDES, (i.name for i in pair), strict=True))
     calls = make_calls(case, inputs=inputs, pair=pair)
     seconds: dict[tuple[str, str, str], list[float]] = {
         (mode, name, clock): [] for mode, name in calls for clock in CLOCKS
@@ -240,7 +239,7 @@ def ab_timing(
             for key in calls:
                 calls[key]()
         for rep in range(repeats):
-            order = SAMPLERS if rep % 2 == 0 else SAMPLERS[::-1]
+            order = PAIR_SIDES if rep % 2 == 0 else PAIR_SIDES[::-1]
             for mode in modes:
                 for name in order:
                     wall, cpu = timed(calls[mode, name], device=device)
@@ -249,21 +248,25 @@ def ab_timing(
             progress(
                 f"[timing {rep + 1}/{repeats}] "
                 + ", ".join(
-                    f"{mode}: {names['legacy']} {seconds[mode, 'legacy', 'wall'][-1] * 1e3:.1f} "
-                    f"ms, {names['fixed']} {seconds[mode, 'fixed', 'wall'][-1] * 1e3:.1f} ms"
+                    f"{mode}: "
+                    + ", ".join(
+                        f"{names[side]} {seconds[mode, side, 'wall'][-1] * 1e3:.1f} ms"
+                        for side in PAIR_SIDES
+                    )
                     for mode in modes
                 )
             )
     times = {
         mode: {
             clock: PairedTimes(
-                tuple(seconds[mode, "legacy", clock]), tuple(seconds[mode, "fixed", clock])
+                tuple(seconds[mode, BUGGY_SIDE, clock]), tuple(seconds[mode, FIXED_SIDE, clock])
             )
             for clock in CLOCKS
         }
         for mode in modes
     }
-    return ABTiming(case, repeats, warmup, used_threads, times, (names["legacy"], names["fixed"]))
+    whose = (names[BUGGY_SIDE], names[FIXED_SIDE])
+    return ABTiming(case, repeats, warmup, used_threads, times, whose)
 
 
 # -- report ---------------------------------------------------------------------------------

@@ -28,9 +28,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.defaults import DEFAULT_PAIR
+from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, FIXED, LEGACY
 from harness.measure.counters import CallCost, MeasuredWork, cost_of_call, measure_one_walk
-from harness.measure.model import IMPLEMENTATIONS, MODEL_COUNTERS, PredictedWork, predict_work
+from harness.measure.model import MODEL_COUNTERS, PredictedWork, predict_work
 from harness.pipeline.case import Case, make_case
 from harness.pipeline.isolation import isolated_cost
 from harness.pipeline.runner import run_case
@@ -187,14 +187,14 @@ def measure_work(
     chosen = (
         list(implementations)
         if implementations is not None
-        else builtin_implementations(IMPLEMENTATIONS)
+        else builtin_implementations(BUILTIN_NAMES)
     )
     run = run_case(case, chosen, record_noise=False, isolate=isolate)
     measured: dict[str, MeasuredWork] = {}
     for impl in chosen:
         result = run.results[impl.name]
         # A plug-in's failure is already recorded; calling it again could only hang.
-        rerun = result.error is None or impl.name in IMPLEMENTATIONS
+        rerun = result.error is None or impl.name in BUILTIN_NAMES
         cost = (
             isolated_cost(impl, case=case)
             if rerun and isolate
@@ -209,7 +209,7 @@ def measure_work(
             counts=result.work,
             cost=cost,
         )
-    modelled = [i.name for i in chosen if i.name in IMPLEMENTATIONS]
+    modelled = [i.name for i in chosen if i.name in BUILTIN_NAMES]
     predicted = {name: predict_work(case, name) for name in modelled}
     one_walk = measure_one_walk(case, inputs=run.inputs)
     problems = _model_problems(case, measured, predicted, one_walk)
@@ -217,7 +217,7 @@ def measure_work(
     buggy, fixed = (measured.get(name) for name in pair)
     if buggy is not None and fixed is not None and not buggy.error and not fixed.error:
         # The bug's shape (one more walk, over the view pass 1 takes) is legacy's model.
-        pass1_views = predict_work(case, "legacy").pass1_views
+        pass1_views = predict_work(case, LEGACY).pass1_views
         comparison = WorkComparison.of(
             buggy, fixed, one_walk=one_walk, pass1_views=pass1_views, pair=pair
         )
@@ -249,7 +249,7 @@ def _model_problems(
                 problems.append(
                     f"{name}: {key} counted {got.counter(key)}, model {model.counter(key)}"
                 )
-    walk_model = predicted["fixed"].walk if "fixed" in predicted else None
+    walk_model = predicted[FIXED].walk if FIXED in predicted else None
     if walk_model is not None and one_walk.gemm_flops != walk_model.gemm_flops:
         problems.append(
             f"one walk: GEMM FLOPs counted {one_walk.gemm_flops}, model {walk_model.gemm_flops}"
@@ -261,7 +261,7 @@ def surplus_held_exactly(pair: tuple[str, str]) -> bool:
     """Whether the pair's operator and byte surplus is held to the separately measured
     walk: only between modelled built-ins, since that walk runs the built-in step
     sampler and a plug-in's step sampler is its own (its slices, its casts)."""
-    return all(name in IMPLEMENTATIONS for name in pair)
+    return all(name in BUILTIN_NAMES for name in pair)
 
 
 def _surplus_problems(case: Case, comparison: WorkComparison, *, one_walk: CallCost) -> list[str]:

@@ -11,10 +11,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from harness.defaults import LEGACY
 from harness.oracles.power import TARGET_POWER, run_power_curves
 from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, group_label, life_batches
 from harness.oracles.stats import (
-    BUGGY,
     DEFAULT_ROLES,
     OracleRun,
     StatsResult,
@@ -117,13 +117,13 @@ def run_statistics(
         verifiers=verifiers,
         isolate=isolate,
     )
-    legacy = oracle.results.get(BUGGY)
+    legacy = oracle.results.get(LEGACY)
     if power and legacy is not None and legacy.error is None and legacy.not_judged is None:
         oracle.curves = run_power_curves(
-            builtin_implementations((BUGGY,))[0],
+            builtin_implementations((LEGACY,))[0],
             problem=oracle.problem,
             level=legacy.test_level,
-            decoded=oracle.decoded.get(BUGGY, {}).get(oracle.problem.target.name),
+            decoded=oracle.decoded.get(LEGACY, {}).get(oracle.problem.target.name),
             progress=progress,
         )
     return oracle

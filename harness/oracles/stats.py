@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from harness.defaults import FIXED, LEGACY
 from harness.devices import intra_op_threads
 from harness.oracles.fits import (
     JOINT,
@@ -53,7 +54,6 @@ from harness.plugins.implementations import Implementation, builtin_implementati
 from harness.progress import Progress, no_progress
 from reference.verifier import CHAIN_VERIFIER, DecodeResult, Verifier
 
-BUGGY = "legacy"  # the built-in buggy side of the default pair
 DEFAULT_ROLES = Roles()
 
 
@@ -372,7 +372,7 @@ def default_verdict(
     problems = build_problems(config)
     results = {
         impl.name: run_stats(impl, problems=problems)
-        for impl in builtin_implementations(("fixed", BUGGY))
+        for impl in builtin_implementations((FIXED, LEGACY))
     }
     return results, problems
 
@@ -409,7 +409,7 @@ class OracleRun:
 def default_implementations(roles: Roles = DEFAULT_ROLES) -> list[Implementation]:
     """``fixed``, and ``legacy`` where a role expects it rejected (the default pair, or
     ``expect_fail``): with another pair, legacy has no role in the oracle."""
-    wanted = ["fixed", *([BUGGY] if expected_rejected(BUGGY, roles) else [])]
+    wanted = [FIXED, *([LEGACY] if expected_rejected(LEGACY, roles) else [])]
     return builtin_implementations(tuple(wanted))
 
 

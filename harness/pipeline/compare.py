@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from harness.defaults import DEFAULT_PAIR
 from harness.io.fingerprint import run_fingerprint
 from harness.io.journal import Journal, canonical
 from harness.pipeline.case import Case
@@ -24,7 +25,7 @@ from harness.pipeline.checks import CheckResult, Subject, judge, tier_of
 from harness.pipeline.ledger import LedgerEntry, observe_divergence
 from harness.pipeline.memory import check_cases_fit
 from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S, CaseRun, ImplResult, run_case
-from harness.pipeline.verdicts import DEFAULT_PAIR, case_verdict
+from harness.pipeline.verdicts import case_verdict
 from harness.plugins.implementations import Implementation
 from harness.progress import Progress
 

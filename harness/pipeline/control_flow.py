@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.defaults import BUILTIN_NAMES, FIXED, LEGACY
 from harness.pipeline.case import Case
-
-MODELLED = ("reference", "fixed", "legacy")
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ def legacy_pass1_error(case: Case) -> str | None:
 
 
 def control_flow(case: Case, implementation: str) -> ControlFlow:
-    """The modelled call of ``implementation`` (one of ``MODELLED``) on ``case``.
+    """The modelled call of ``implementation`` (one of ``BUILTIN_NAMES``) on ``case``.
 
     - The fused greedy path produces tokens when sampling is not folded, the flag is on
       and the head has one (vanilla); other heads return ``None`` without work.
@@ -72,11 +71,11 @@ def control_flow(case: Case, implementation: str) -> ControlFlow:
       unconditionally: ``out`` comes from the last walk, ``corrected_out`` from pass 1.
     - ``reference`` runs its own step loop: no ``sample_block`` walk, ``gamma`` steps.
     """
-    if implementation not in MODELLED:
-        raise ValueError(f"no control-flow model for {implementation!r}; expected {MODELLED}")
+    if implementation not in BUILTIN_NAMES:
+        raise ValueError(f"no control-flow model for {implementation!r}; expected {BUILTIN_NAMES}")
     fused, folded = case.fused_path_available, case.folded_sampling
     gamma = case.gamma
-    if implementation == "legacy":
+    if implementation == LEGACY:
         error = legacy_pass1_error(case)
         if error is not None:
             return ControlFlow(implementation, raises=error, gamma=gamma, folded=folded)
@@ -92,7 +91,7 @@ def control_flow(case: Case, implementation: str) -> ControlFlow:
             gamma=gamma,
             folded=folded,
         )
-    if implementation == "fixed":
+    if implementation == FIXED:
         return ControlFlow(
             implementation,
             raises=None,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.defaults import FIXED, LEGACY
 from harness.pipeline.case import Case
 from harness.pipeline.check_result import MAX_LISTED
 from harness.pipeline.checks import Subject, check_teacher_forcing, near_tie_mask
@@ -48,7 +49,7 @@ LEDGER_CLASSES: dict[str, str] = {
 def expected_classes(case: Case) -> set[str]:
     """The divergence classes the bug predicts for the case kind, read off the modelled
     control flow of legacy and fixed (``harness.pipeline.control_flow``)."""
-    legacy, fixed = control_flow(case, "legacy"), control_flow(case, "fixed")
+    legacy, fixed = control_flow(case, LEGACY), control_flow(case, FIXED)
     if legacy.raises is not None:
         return {"legacy_raises"}
     expected = set()

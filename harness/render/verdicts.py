@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.defaults import FIXED, REFERENCE
 from harness.pipeline.check_result import Tier
 from harness.pipeline.checks import CHECK_CODES
 from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage
 from harness.pipeline.ledger import LEDGER_CLASSES
 from harness.pipeline.verdicts import (
-    FIXED,
-    REFERENCE,
     Roles,
     Statistical,
     Statisticals,
