@@ -23,10 +23,12 @@ import pytest
 from harness.pipeline.check_result import TIER_LABELS, Tier
 
 if TYPE_CHECKING:
+    from harness.options import RunOptions
     from harness.pipeline.case import Case
     from harness.plugins.implementations import Implementation
 
 IMPLEMENTATIONS = pytest.StashKey[list["Implementation"]]()
+OPTIONS: pytest.StashKey[RunOptions] = pytest.StashKey()  # built once from --dspark-* options
 ORACLE_ITEM = "statistical-oracle"  # the oracle's test: dspark[NAME][statistical-oracle]
 
 
@@ -54,10 +56,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Load every ``--dspark-impl`` target now, on the controller and each worker alike."""
+    """Load every ``--dspark-impl`` target now, on the controller and each worker alike,
+    and gather the ``--dspark-*`` options into the run's options."""
     specs = config.getoption("dspark_impl")
     if not specs:
         return
+    from harness import options
+
+    config.stash[OPTIONS] = options.RunOptions(
+        roles=options.Roles(require=Tier.from_label(config.getoption("dspark_require"))),
+        stats=not config.getoption("dspark_no_stats"),
+    )
     from harness.plugins.implementations import ImplementationError, parse_impl_spec
 
     implementations = []
@@ -73,25 +82,23 @@ def _checks_only(config: pytest.Config) -> str:
     """What a line must add when the oracle is left out."""
     from harness.pipeline.verdicts import CHECKS_ONLY
 
-    return f" ({CHECKS_ONLY})" if config.getoption("dspark_no_stats") else ""
+    return "" if config.stash[OPTIONS].stats else f" ({CHECKS_ONLY})"
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     implementations = config.stash.get(IMPLEMENTATIONS, [])
     if not implementations:
         return []
+    options = config.stash[OPTIONS]
     names = ", ".join(i.name for i in implementations)
     tests = "one test per standard case"
-    if not config.getoption("dspark_no_stats"):
+    if options.stats:
         tests += " and one for the statistical oracle"
-    return [
-        f"dspark: {names} held to {config.getoption('dspark_require')}: {tests}"
-        f"{_checks_only(config)}"
-    ]
+    return [f"dspark: {names} held to {options.roles.require.label}: {tests}{_checks_only(config)}"]
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    if config.stash.get(IMPLEMENTATIONS, []) and config.getoption("dspark_no_stats"):
+    if config.stash.get(IMPLEMENTATIONS, []) and not config.stash[OPTIONS].stats:
         terminalreporter.write_line(f"dspark:{_checks_only(config)}")
 
 
@@ -102,10 +109,10 @@ class SamplerCheckFailure(Exception):
 class DsparkItem(pytest.Item):
     """One test of one sampler; its failure message is the evidence."""
 
-    def __init__(self, *, implementation: Implementation, require: Tier, **kwargs: Any) -> None:
+    def __init__(self, *, implementation: Implementation, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.implementation = implementation
-        self.require = require
+        self.options = self.config.stash[OPTIONS]
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, SamplerCheckFailure):
@@ -130,13 +137,17 @@ class DsparkCaseItem(DsparkItem):
         from harness.pipeline.runner import run_case
         from harness.plugins.implementations import builtin_implementations
 
-        run = run_case(self.case, [*builtin_implementations((REFERENCE,)), self.implementation])
-        checks = evaluate_run(run, require_observable=False).checks[self.implementation.name]
-        failing = [c for c in checks if c.failed and self.require.includes(tier_of(c.name))]
+        options = self.options
+        require = options.roles.require
+        implementations = [*builtin_implementations((REFERENCE,)), self.implementation]
+        run = run_case(self.case, implementations, options=options)
+        verdict = evaluate_run(run, require_observable=options.require_observable)
+        checks = verdict.checks[self.implementation.name]
+        failing = [c for c in checks if c.failed and require.includes(tier_of(c.name))]
         if failing:
             lines = [f"{c.name} [{tier_of(c.name)}]: {c.detail}" for c in failing]
             raise SamplerCheckFailure(
-                f"{self.implementation.name} is not {self.require.label} on {self.case.label()}"
+                f"{self.implementation.name} is not {require.label} on {self.case.label()}"
                 f"{_checks_only(self.config)}:\n" + "\n".join(lines)
             )
 
@@ -152,7 +163,7 @@ class DsparkOracleItem(DsparkItem):
             raise SamplerCheckFailure(
                 f"{self.implementation.name} is NOT lossless: {statistical.describe()}"
                 + (
-                    f"\nevery rejected test: {statistical.carried_by}"
+                    f"\nevery rejected test: {statistical.every_carrier()}"
                     if statistical.carried_by
                     else ""
                 )
@@ -168,7 +179,6 @@ def pytest_collection_modifyitems(
         return
     from harness.pipeline.matrix import standard_matrix
 
-    require = Tier.from_label(config.getoption("dspark_require"))
     for implementation in implementations:
         for case in standard_matrix():
             items.append(
@@ -177,15 +187,13 @@ def pytest_collection_modifyitems(
                     name=f"dspark[{implementation.name}][{case.label()}]",
                     implementation=implementation,
                     case=case,
-                    require=require,
                 )
             )
-        if not config.getoption("dspark_no_stats"):
+        if config.stash[OPTIONS].stats:
             items.append(
                 DsparkOracleItem.from_parent(
                     session,
                     name=f"dspark[{implementation.name}][{ORACLE_ITEM}]",
                     implementation=implementation,
-                    require=require,
                 )
             )

@@ -18,6 +18,7 @@ import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from harness.options import Roles, RunOptions
 from harness.pipeline.case import Case
 from harness.pipeline.check_result import Tier
 from harness.pipeline.verdicts import Statistical, Verdict
@@ -80,9 +81,7 @@ def check_sampler(
         implementation = dataclasses.replace(implementation, name=f"{REFERENCE}-under-test")
     chosen = list(standard_matrix() if cases is None else cases)
     records = compare(
-        chosen,
-        [*builtin_implementations((REFERENCE,)), implementation],
-        require_observable=False,
+        chosen, [*builtin_implementations((REFERENCE,)), implementation], options=RunOptions()
     )
     verdict = implementation_verdict(records, implementation.name)
     if stats:
@@ -95,16 +94,9 @@ def oracle_verdict(implementation: Implementation, *, device: str = "cpu") -> St
     """The statistical oracle's verdict on one implementation, at the report's defaults
     (its seed, its time limit) on ``device``."""
     from harness.oracles.part import statistical_part
-    from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S
-    from harness.pipeline.verdicts import Roles
 
-    part = statistical_part(
-        seed=0,
-        device=device,
-        implementations=[implementation],
-        roles=Roles(require=Tier.LOSSLESS),
-        time_limit_s=DEFAULT_TIME_LIMIT_S,
-    )
+    options = RunOptions(device=device, roles=Roles(require=Tier.LOSSLESS))
+    part = statistical_part(implementations=[implementation], options=options)
     return part.verdicts[implementation.name]
 
 

@@ -467,12 +467,7 @@ def test_max_memory_raises_the_limit_and_the_estimate_is_in_the_message() -> Non
 
     huge = Case.from_json_dict(_huge_case_json())
     estimate = memory.case_bytes(huge)
-    try:
-        memory.set_limit(estimate - 1)
-        with pytest.raises(memory.MemoryLimitError, match=r"needs an estimated 410\.\d GiB"):
-            memory.check_cases_fit([huge])
-        memory.set_limit(estimate)  # what --max-memory sets
-        memory.check_cases_fit([huge])
-    finally:
-        memory.set_limit(None)
+    with pytest.raises(memory.MemoryLimitError, match=r"needs an estimated 410\.\d GiB"):
+        memory.check_cases_fit([huge], max_memory_bytes=estimate - 1)
+    memory.check_cases_fit([huge], max_memory_bytes=estimate)  # what --max-memory sets
     assert memory.parse_size("64G") == 64 << 30 and memory.parse_size("1.5M") == 3 << 19

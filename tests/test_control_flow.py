@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from harness.pipeline.case import Case, make_case
-from harness.pipeline.control_flow import control_flow, legacy_pass1_error
+from harness.pipeline.control_flow import Pass, control_flow, legacy_pass1_error
 from harness.pipeline.ledger import LEDGER_CLASSES, expected_classes
 
 SHAPE = {"bs": 2, "gamma": 4, "vocab_size": 32, "markov_rank": 4}
@@ -28,20 +28,25 @@ KINDS = [
     # case, legacy (raises, walks, fused, corrected from, tokens from), fixed walks, classes
     (
         _case(),
-        (None, 2, 0, "walk 1", "walk 2"),
+        (None, 2, 0, Pass.WALK_1, Pass.WALK_2),
         1,
         {"double_walk", "noise_doubled", "sampled_tokens_diverge", "teacher_forcing_fails"},
     ),
-    (_case(greedy=GREEDY), (None, 2, 0, "walk 1", "walk 2"), 1, {"double_walk", "noise_doubled"}),
+    (
+        _case(greedy=GREEDY),
+        (None, 2, 0, Pass.WALK_1, Pass.WALK_2),
+        1,
+        {"double_walk", "noise_doubled"},
+    ),
     (
         _case(greedy=GREEDY, folded_sampling=False),
-        (None, 2, 0, None, "walk 2"),
+        (None, 2, 0, None, Pass.WALK_2),
         1,
         {"double_walk"},
     ),
     (
         _case(greedy=GREEDY, folded_sampling=False, fused_greedy=True),
-        (None, 1, 1, None, "walk 1"),
+        (None, 1, 1, None, Pass.WALK_1),
         0,
         {"double_walk", "fused_discarded"},
     ),
@@ -50,7 +55,7 @@ KINDS = [
     (_case(hidden=18, sample_from_anchor=False), ("RuntimeError",), 1, {"legacy_raises"}),
     (
         _case(sample_from_anchor=False),
-        (None, 2, 0, "walk 1", "walk 2"),
+        (None, 2, 0, Pass.WALK_1, Pass.WALK_2),
         1,
         {"double_walk", "noise_doubled", "sampled_tokens_diverge", "teacher_forcing_fails"},
     ),
@@ -83,7 +88,7 @@ def test_the_reference_runs_its_own_loop() -> None:
     fused = control_flow(
         _case(greedy=GREEDY, folded_sampling=False, fused_greedy=True), "reference"
     )
-    assert (fused.fused_calls, fused.head_steps, fused.tokens_from) == (1, 0, "fused")
+    assert (fused.fused_calls, fused.head_steps, fused.tokens_from) == (1, 0, Pass.FUSED)
 
 
 def test_only_the_three_built_ins_are_modelled() -> None:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from harness.options import Roles, RunOptions
 from harness.oracles import part, stats
 from harness.oracles.fits import CountTable, position_name
 from harness.oracles.gof import pearson_fit
@@ -21,7 +22,6 @@ from harness.oracles.problem import DEFAULT_CONFIG, life_batches
 from harness.pipeline.compare import compare
 from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage
 from harness.pipeline.matrix import standard_matrix
-from harness.pipeline.verdicts import Roles
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.coverage import matrix_rows
 from harness.render.verdicts import comparison_sections, verdicts_json
@@ -160,9 +160,7 @@ def test_a_defect_below_the_bound_is_not_ruled_out_never_shown_absent() -> None:
 
 def test_the_coverage_is_in_the_text_markdown_and_json_verdicts(oracle: stats.OracleRun) -> None:
     cases = standard_matrix()[:2]
-    records = compare(
-        cases, builtin_implementations(("reference", "fixed")), require_observable=False
-    )
+    records = compare(cases, builtin_implementations(("reference", "fixed")), options=RunOptions())
     coverage = part.statistical_coverage(oracle)
     roles = Roles(pair=("reference", "fixed"))
     sections = comparison_sections(

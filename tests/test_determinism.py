@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 
+from harness.options import RunOptions
 from harness.pipeline.case import Case, make_case
 from harness.pipeline.compare import compare
 from harness.pipeline.matrix import standard_matrix
@@ -52,7 +53,9 @@ def _matrix_cases() -> list[Case]:
 
 
 def _verdicts_text(cases: list[Case]) -> str:
-    verdicts = compare(cases, builtin_implementations(), require_observable=True)
+    verdicts = compare(
+        cases, builtin_implementations(), options=RunOptions(require_observable=True)
+    )
     return json.dumps(verdicts, sort_keys=True)
 
 

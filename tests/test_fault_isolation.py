@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from harness.cli import main
+from harness.options import RunOptions
 from harness.pipeline.case import make_case
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.isolation import worker_for
@@ -55,7 +56,9 @@ def test_broken_implementation_is_flagged_and_the_others_still_run(
 def test_hanging_implementation_is_stopped_by_the_time_limit() -> None:
     run_case(CASE, builtin_implementations())  # warm up, so only the hang meets the limit
     hanging = Implementation("hanging", broken_samplers.HangingSampler, "tests")
-    run = run_case(CASE, [hanging, *builtin_implementations()], time_limit_s=2.0)
+    run = run_case(
+        CASE, [hanging, *builtin_implementations()], options=RunOptions(time_limit_s=2.0)
+    )
     error = run.results["hanging"].error
     assert error is not None and error.type == "CallTimeout"
     assert "time limit of 2 s" in error.message
@@ -95,11 +98,13 @@ def test_under_isolate_a_sampler_that_swallows_every_timeout_is_killed_and_recor
     run in their own worker under the default limit, so a loaded machine cannot time them
     out too."""
     unstoppable = Implementation("unstoppable", untrusted_samplers.UnstoppableSampler, "tests")
-    killed = worker_for(unstoppable).run(unstoppable, case=CASE, time_limit_s=1.0)
+    killed = worker_for(unstoppable).run(
+        unstoppable, case=CASE, options=RunOptions(time_limit_s=1.0)
+    )
     error = killed.error
     assert error is not None and error.type == "CallTimeout"
     assert "the worker process was killed" in error.message
-    run = run_case(CASE, builtin_implementations(), isolate=True)
+    run = run_case(CASE, builtin_implementations(), options=RunOptions(isolate=True))
     run.results = {"unstoppable": killed, **run.results}
     verdict = evaluate_run(run, require_observable=False)
     assert verdict.failed_checks("unstoppable")
@@ -111,7 +116,7 @@ def test_under_isolate_a_sampler_that_swallows_every_timeout_is_killed_and_recor
 def test_isolated_results_equal_in_process_results() -> None:
     implementations = builtin_implementations()
     here = run_case(CASE, implementations)
-    there = run_case(CASE, implementations, isolate=True)
+    there = run_case(CASE, implementations, options=RunOptions(isolate=True))
     for name in here.results:
         mine, theirs = here.results[name], there.results[name]
         for field in ("tokens", "corrected", "confidence"):

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 from harness.cli import COMMANDS
+from harness.options import Roles, RunOptions
 from harness.pipeline.compare import compare
 from harness.pipeline.matrix import standard_matrix
-from harness.pipeline.verdicts import Roles, full_verdict
+from harness.pipeline.verdicts import full_verdict
 from harness.plugins.implementations import builtin_implementations
-from harness.render.report import emit_report
+from harness.render.report import Report, emit_report
 from harness.render.sections import Section, Table
 from harness.render.verdicts import comparison_sections
 from tests.helpers import REPO_ROOT, subprocess_env
@@ -92,17 +93,8 @@ def test_the_verdict_is_the_first_and_the_last_line_on_the_screen(
         Section("fixed", ok=True, verdict="fixed: clean", text="evidence"),
         Section("legacy", ok=ok, verdict="legacy: as documented", text="more\nevidence"),
     ]
-    holds = emit_report(
-        out_dir=tmp_path,
-        as_json=False,
-        command="report",
-        seed=0,
-        device="cpu",
-        heading="heading",
-        sections=sections,
-        cases=[],
-        timing={},
-    )
+    report = Report(command="report", seed=0, device="cpu", heading="heading", sections=sections)
+    holds = emit_report(report, out_dir=tmp_path, as_json=False)
     lines = capsys.readouterr().out.splitlines()
     verdict = f"VERDICT: {'PASS' if ok else 'FAIL'}"
     assert holds is ok
@@ -116,7 +108,7 @@ def small_comparison() -> list[dict[str, Any]]:
     """Records of a sampled case (long evidence lists) and a case legacy raises on."""
     cases = [c for c in standard_matrix(seed=0) if c.name in SMALL_CASES]
     assert len(cases) == len(SMALL_CASES)
-    return compare(cases, builtin_implementations(), require_observable=False)
+    return compare(cases, builtin_implementations(), options=RunOptions())
 
 
 def _tables(sections: list[Section], title: str) -> list[Table]:

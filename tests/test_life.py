@@ -16,14 +16,16 @@ import pytest
 import torch
 
 from harness.cli import main
+from harness.options import RunOptions
 from harness.pipeline.case import Case, make_case
 from harness.pipeline.checks import Tier, tier_of
 from harness.pipeline.compare import compare, evaluate_run
 from harness.pipeline.life import MIN_REPLAYS, GreedyMix, life_schedule
 from harness.pipeline.matrix import standard_matrix, thorough_matrix
 from harness.pipeline.memory import check_cases_fit
+from harness.pipeline.records import CaseRecord
 from harness.pipeline.runner import run_case
-from harness.pipeline.verdicts import Record, implementation_verdict
+from harness.pipeline.verdicts import implementation_verdict
 from harness.plugins.implementations import Implementation, builtin_implementations
 from tests.plugins import life_defects
 
@@ -68,11 +70,11 @@ def _implementation(name: str) -> Implementation:
 
 
 @pytest.fixture(scope="module")
-def matrix_records() -> list[Record]:
+def matrix_records() -> list[CaseRecord]:
     """The standard matrix for every sampler of the module, judged by their own checks."""
     names = [d.sampler for d in LIFE_DEFECTS] + list(CORRECT_DESIGNS)
     implementations = [_implementation(name) for name in names]
-    return compare(standard_matrix(), implementations, require_observable=False)
+    return compare(standard_matrix(), implementations, options=RunOptions())
 
 
 # -- what the life and the matrix cover ------------------------------------------------------
@@ -122,7 +124,7 @@ def test_the_thorough_matrix_adds_production_shapes_within_the_memory_guard() ->
     assert {"bfloat16", "float16"} <= {c.dtype for c in extra}
     assert {1, 256} <= {c.bs for c in extra}
     assert len({c.seed for c in thorough}) == len(thorough)
-    check_cases_fit(thorough)
+    check_cases_fit(thorough, max_memory_bytes=None)
 
 
 # -- the built-ins live it cleanly -----------------------------------------------------------
@@ -158,12 +160,12 @@ def test_the_life_reads_the_servers_out_buffer_and_every_replay_is_recorded() ->
 # -- defects only a life or a production shape shows -------------------------------------------
 @pytest.mark.parametrize("defect", LIFE_DEFECTS, ids=lambda d: d.sampler)
 def test_each_life_defect_is_not_lossless_by_the_check_it_targets(
-    defect: LifeDefect, matrix_records: list[Record]
+    defect: LifeDefect, matrix_records: list[CaseRecord]
 ) -> None:
     verdict = implementation_verdict(matrix_records, defect.sampler)
     assert not verdict.lossless, verdict.summary()
     assert verdict.summary().startswith("NOT lossless: ")
-    failing = {check for _, check, tier, _ in verdict.failures if tier == "lossless"}
+    failing = {f.check for f in verdict.failures if f.lossless}
     assert defect.check in failing, verdict.evidence()
 
 
@@ -180,7 +182,7 @@ def test_each_life_defect_passes_one_call_on_a_small_case(defect: LifeDefect) ->
 
 @pytest.mark.parametrize("name", CORRECT_DESIGNS)
 def test_designs_with_unseen_or_carried_draws_are_lossless_not_drop_in(
-    name: str, matrix_records: list[Record]
+    name: str, matrix_records: list[CaseRecord]
 ) -> None:
     verdict = implementation_verdict(matrix_records, name)
     assert verdict.lossless, verdict.evidence()
@@ -271,7 +273,9 @@ def test_the_thorough_shapes_pass_fixed_and_hold_the_ledger(case: Case) -> None:
 def test_a_life_crosses_the_isolation_boundary_unchanged() -> None:
     implementations = builtin_implementations(("fixed",))
     here = run_case(LIFE_CASE, implementations).results["fixed"].life
-    there = run_case(LIFE_CASE, implementations, isolate=True).results["fixed"].life
+    there = (
+        run_case(LIFE_CASE, implementations, options=RunOptions(isolate=True)).results["fixed"].life
+    )
     assert here is not None and there is not None
     assert [r.step for r in there.replays] == [r.step for r in here.replays]
     for mine, theirs in zip(here.replays, there.replays, strict=True):

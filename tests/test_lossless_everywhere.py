@@ -61,7 +61,8 @@ def test_assert_lossless_rejects_what_only_the_oracle_sees(spec: str) -> None:
     verdict = check_sampler(spec, cases=CASES, require="lossless")
     assert verdict.statistical.ran and verdict.statistical.rejected is True
     assert (verdict.lossless, verdict.drop_in, verdict.ok) == (False, False, False)
-    assert "/pos 1" in verdict.statistical.carried_by  # the second token is where it shows
+    # the second token is where it shows
+    assert any("/pos 1" in carrier for carrier in verdict.statistical.carried_by)
 
 
 def test_a_sampler_correct_only_when_observed_is_drop_in_by_its_checks_alone() -> None:

@@ -26,7 +26,7 @@ def test_a_failed_check_and_the_ledger_name_the_same_number_of_positions() -> No
 
 def test_the_verdict_and_the_oracle_name_the_same_number_of_carriers() -> None:
     names = [f"vanilla/T=1/pos{j}" for j in range(MAX_CARRIERS + 3)]
-    statistical = Statistical(ran=True, rejected=True, p_value=0.0, carried_by=", ".join(names))
+    statistical = Statistical(ran=True, rejected=True, p_value=0.0, carried_by=tuple(names))
     rejections = [
         SimpleNamespace(target="far", head="vanilla", group="T=1", test=f"pos{j}", p_value=j * 1e-9)
         for j in range(len(names))

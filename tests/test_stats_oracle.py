@@ -22,6 +22,7 @@ import torch
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.cli import stats as stats_cli
 from harness.cli.exit_codes import ExitCode
+from harness.options import RunOptions
 from harness.oracles import part as oracle_part
 from harness.oracles import stats
 from harness.oracles.fits import REPEAT, family_size, position_name
@@ -150,7 +151,7 @@ def test_the_repeat_test_does_not_fire_on_fresh_noise(
 @pytest.fixture(scope="module")
 def report() -> tuple[Section, list[str]]:
     lines: list[str] = []
-    return stats_section(oracle_part.report_stats(seed=0, progress=lines.append)), lines
+    return stats_section(oracle_part.report_stats(options=RunOptions(progress=lines.append))), lines
 
 
 def test_report_section_shows_the_verdict_coverage_and_the_power_curves(
@@ -178,7 +179,8 @@ def test_report_section_shows_the_verdict_coverage_and_the_power_curves(
 
 def test_report_section_holds_plugins_to_passing() -> None:
     oracle = oracle_part.report_stats(
-        seed=0, implementations=[FIXED, LEGACY, REUSED_NOISE], progress=lambda _: None
+        options=RunOptions(progress=lambda _: None),
+        implementations=[FIXED, LEGACY, REUSED_NOISE],
     )
     held = stats_section(oracle)
     assert not held.ok and held.data["expectations"] == {
@@ -197,6 +199,7 @@ def stats_args(tmp_path: Path, *argv: str) -> argparse.Namespace:
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--out-dir", type=Path, default=tmp_path)
     parser.add_argument("--time-limit", type=float, default=120.0)
+    parser.add_argument("--max-memory")
     stats_cli.add_arguments(parser)
     return parser.parse_args(["--quiet", *argv])
 

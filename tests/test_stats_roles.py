@@ -17,8 +17,8 @@ import pytest
 
 from harness.cli import main
 from harness.cli.exit_codes import ExitCode
+from harness.options import Roles
 from harness.oracles import stats
-from harness.pipeline.verdicts import Roles
 from harness.plugins.implementations import Implementation, builtin_implementations
 from tests.plugins.stats_defects import ReusedNoiseSampler
 

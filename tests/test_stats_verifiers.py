@@ -82,7 +82,7 @@ def test_one_verdict_from_several_verifiers_fails_when_any_rejects() -> None:
     assert list(oracle.by_verifier) == ["chain", "accepts-every-draft"]
     assert oracle.results["fixed"].passed  # the first verifier's
     verdict = combined_statistical(oracle.results_of("fixed"))
-    assert verdict.failed and verdict.carried_by.startswith("accepts-every-draft:")
+    assert verdict.failed and verdict.carried_by[0].startswith("accepts-every-draft:")
     passing = combined_statistical(oracle.results_of("fixed")[:1])
     assert not passing.failed and passing.p_value == oracle.results["fixed"].p_value
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness.interrupts import stop_on_signals
+from harness.options import DEFAULT_OPTIONS, RunOptions
 from harness.pipeline.case import make_case
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case
@@ -15,13 +16,11 @@ from tests.plugins import untrusted_samplers
 CASE = make_case(bs=2, gamma=3, vocab_size=40, hidden_size=8, markov_rank=4, seed=11)
 
 
-def _run_planted(
-    sampler_class: type, *, time_limit_s: float = 120.0, isolate: bool = False
-) -> dict[str, str]:
+def _run_planted(sampler_class: type, *, options: RunOptions = DEFAULT_OPTIONS) -> dict[str, str]:
     planted = Implementation("planted", sampler_class, "tests")
     implementations = [planted, *builtin_implementations()]
     with stop_on_signals():
-        run = run_case(CASE, implementations, time_limit_s=time_limit_s, isolate=isolate)
+        run = run_case(CASE, implementations, options=options)
     verdict = evaluate_run(run, require_observable=False)
     assert not verdict.failed_checks("fixed") and not verdict.failed_checks("reference")
     return {c.name: c.detail for c in verdict.failed_checks("planted")}
@@ -38,7 +37,9 @@ def _run_planted(
 def test_an_implementation_that_exits_or_interrupts_itself_is_a_recorded_failure(
     sampler_class: type, reason: str, isolate: bool
 ) -> None:
-    assert _run_planted(sampler_class, isolate=isolate)["ran"].startswith(reason)
+    assert _run_planted(sampler_class, options=RunOptions(isolate=isolate))["ran"].startswith(
+        reason
+    )
 
 
 @pytest.mark.parametrize(
@@ -56,5 +57,5 @@ def test_the_time_limit_covers_construction_staging_and_a_swallowed_timeout(
     sampler_class: type, reason: str
 ) -> None:
     run_case(CASE, builtin_implementations())  # warm up, so only the planted one meets the limit
-    failed = _run_planted(sampler_class, time_limit_s=1.0)
+    failed = _run_planted(sampler_class, options=RunOptions(time_limit_s=1.0))
     assert failed["ran"].startswith("raised CallTimeout") and reason in failed["ran"]

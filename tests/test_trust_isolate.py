@@ -17,6 +17,7 @@ import torch
 
 from harness.cli import main
 from harness.io.journal import key_path
+from harness.options import RunOptions
 from harness.pipeline import isolation
 from harness.pipeline.case import make_case
 from harness.pipeline.compare import evaluate_run
@@ -96,7 +97,9 @@ def test_in_process_the_report_says_plugin_code_shares_the_judge(
 @pytest.mark.parametrize("isolate", [False, True])
 def test_tensor_subclass_outputs_are_refused_with_or_without_isolate(isolate: bool) -> None:
     subclass = Implementation("subclass", untrusted_samplers.TensorSubclassSampler, "tests")
-    run = run_case(CASE, [*builtin_implementations(), subclass], isolate=isolate)
+    run = run_case(
+        CASE, [*builtin_implementations(), subclass], options=RunOptions(isolate=isolate)
+    )
     error = run.results["subclass"].error
     assert error is not None and error.type == "OutputError"
     assert "plain torch.Tensor" in error.message

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.options import DEFAULT_OPTIONS, RunOptions
 from harness.pipeline.case import make_case
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.guard import current_umask
@@ -42,17 +43,19 @@ PLUGINS = REPO_ROOT / "tests" / "plugins"
 STOP_ATTEMPTS, STOP_WAIT_S = 20, 5.0
 
 
-def _failed(sampler_class: type | None, *, case=CASE, **options: object) -> dict[str, dict]:
+def _failed(
+    sampler_class: type | None, *, case=CASE, options: RunOptions = DEFAULT_OPTIONS
+) -> dict[str, dict]:
     """Failed checks by implementation, with the planted one (if any) run first."""
     planted = [] if sampler_class is None else [Implementation("planted", sampler_class, "tests")]
-    run = run_case(case, [*planted, *builtin_implementations()], **options)  # type: ignore[arg-type]
+    run = run_case(case, [*planted, *builtin_implementations()], options=options)
     verdict = evaluate_run(run, require_observable=False)
     return {n: {c.name: c.detail for c in verdict.failed_checks(n)} for n in verdict.checks}
 
 
-def _errors(sampler_class: type, **options: object) -> dict[str, str | None]:
+def _errors(sampler_class: type, *, options: RunOptions) -> dict[str, str | None]:
     planted = Implementation("planted", sampler_class, "tests")
-    run = run_case(CASE, [planted, *builtin_implementations()], **options)  # type: ignore[arg-type]
+    run = run_case(CASE, [planted, *builtin_implementations()], options=options)
     return {n: (r.error.type if r.error else None) for n, r in run.results.items()}
 
 
@@ -76,7 +79,7 @@ def test_a_changed_umask_or_signal_handler_is_blamed_and_restored(
 def test_an_interval_timer_left_armed_is_blamed_and_disarmed() -> None:
     # without a time limit: the limit's own timer would disarm it at the end of the call
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    failed = _failed(untrusted_samplers.TimerArmingSampler, time_limit_s=None)
+    failed = _failed(untrusted_samplers.TimerArmingSampler, options=RunOptions(time_limit_s=None))
     blamed = failed["planted"]["state_restored"]
     assert blamed.startswith("changed global state: interval timer armed False -> True")
     assert failed["reference"] == failed["fixed"] == {}
@@ -141,7 +144,7 @@ def test_a_lowered_address_space_limit_is_the_plugins_failure_not_fixeds() -> No
 def test_a_plugin_that_ignores_sigalrm_still_meets_the_time_limit() -> None:
     handler = signal.getsignal(signal.SIGALRM)
     started = time.monotonic()
-    errors = _errors(untrusted_samplers.AlarmIgnoringSampler, time_limit_s=0.5)
+    errors = _errors(untrusted_samplers.AlarmIgnoringSampler, options=RunOptions(time_limit_s=0.5))
     assert time.monotonic() - started < untrusted_samplers.HANG_BOUND_S  # stopped, not done
     assert errors["planted"] == "CallTimeout"
     assert errors["reference"] is errors["fixed"] is None

@@ -21,6 +21,7 @@ from harness.cli import build_parser, main
 from harness.cli import work as work_command
 from harness.defaults import BUILTIN_NAMES, PAIR_SIDES
 from harness.measure import callgrind, counters, model, timing, work
+from harness.options import RunOptions
 from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.control_flow import legacy_pass1_error
 from harness.pipeline.runner import run_case
@@ -224,5 +225,7 @@ def test_callgrind_counts_twice_the_walk_instructions() -> None:
 def test_runner_counts_feed_the_model_unchanged() -> None:
     # The counters come from the shared runner, not from a private re-count.
     case = EXHAUSTIVE[0]
-    run = run_case(case, builtin_implementations(("fixed",)), record_noise=False)
+    run = run_case(
+        case, builtin_implementations(("fixed",)), options=RunOptions(record_noise=False)
+    )
     assert run.results["fixed"].work == measured(case).measured["fixed"].counts

@@ -24,10 +24,10 @@ from typing import Any
 
 from harness.cli.emit import UsageError, usage_error
 from harness.cli.exit_codes import ExitCode
-from harness.defaults import DEFAULT_TIME_LIMIT_S
 from harness.interrupts import StopRequested, stop_on_signals
 from harness.io.files import JournalError, OutputWriteError
 from harness.io.lock import OutDirBusy, claim_out_dir
+from harness.options import DEFAULT_OPTIONS
 
 # name -> (module under harness.cli, help, whether its implementation calls honour --time-limit)
 COMMAND_TABLE: dict[str, tuple[str, str, bool]] = {
@@ -62,9 +62,16 @@ def _common_options(*, time_limit: bool) -> argparse.ArgumentParser:
     """Options every command takes; ``--time-limit`` only where implementations' calls
     run under the per-call limit."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--seed", type=int, default=0, help="base seed of every case (default 0)")
     common.add_argument(
-        "--device", default="cpu", help="device the cases run on: cpu or cuda[:N] (default cpu)"
+        "--seed",
+        type=int,
+        default=DEFAULT_OPTIONS.seed,
+        help=f"base seed of every case (default {DEFAULT_OPTIONS.seed})",
+    )
+    common.add_argument(
+        "--device",
+        default=DEFAULT_OPTIONS.device,
+        help=f"device the cases run on: cpu or cuda[:N] (default {DEFAULT_OPTIONS.device})",
     )
     common.add_argument("--json", action="store_true", help="print JSON instead of text")
     common.add_argument(
@@ -84,10 +91,10 @@ def _common_options(*, time_limit: bool) -> argparse.ArgumentParser:
     common.add_argument(
         "--time-limit",
         type=float,
-        default=DEFAULT_TIME_LIMIT_S,
+        default=DEFAULT_OPTIONS.time_limit_s,
         metavar="SECONDS",
         help=f"limit on each implementation's construction, staging and each call "
-        f"(default {DEFAULT_TIME_LIMIT_S:g})",
+        f"(default {DEFAULT_OPTIONS.time_limit_s:g})",
     )
     return common
 
@@ -154,9 +161,9 @@ def _run(args: argparse.Namespace) -> int:
 def _bad_input() -> tuple[type[Exception], ...]:
     """The errors that mean bad usage or bad input (exit 2): imported only once a
     command runs, since most of them live beside torch."""
+    from harness.options import RolesError
     from harness.pipeline.case import CaseError
     from harness.pipeline.memory import MemoryLimitError
-    from harness.pipeline.verdicts import RolesError
     from harness.plugins.implementations import ImplementationError
 
     return (

@@ -24,8 +24,8 @@ from harness.cli.options import (
     judged_implementations,
     judged_sections,
     matrix_cases,
+    run_options,
 )
-from harness.render.progress import progress_printer
 from harness.render.sections import Section
 from harness.render.tables import table
 
@@ -47,35 +47,23 @@ def command(args: argparse.Namespace) -> ExitCode:
     from harness.pipeline.compare import compare
     from harness.plugins.implementations import parse_names
 
-    implementations, roles = judged_implementations(args, parse_names(args.only))
+    options = run_options(args, require_observable=not args.case)
+    implementations = judged_implementations(args, parse_names(args.only), roles=options.roles)
     if args.case:
         cases = [Case.load(path) for path in args.case]
         if args.device != "cpu":
             cases = [c.with_changes(device=args.device) for c in cases]
     else:
         cases = matrix_cases(args)
-    progress = progress_printer(quiet=args.quiet)
     started = time.perf_counter()
     records = compare(
         cases,
         implementations,
-        require_observable=not args.case,
-        progress=progress,
-        time_limit_s=args.time_limit,
+        options=options,
         journal=journal_path(args.out_dir, command="compare"),
-        resume=args.resume,
-        isolate=args.isolate,
-        pair=roles.pair,
     )
     timing = {"compare_s": round(time.perf_counter() - started, 3)}
-    judged = judged_sections(
-        args,
-        records,
-        implementations=implementations,
-        roles=roles,
-        require_coverage=not args.case,
-        progress=progress,
-    )
+    judged = judged_sections(records, implementations=implementations, options=options)
     if judged.stats_s is not None:
         timing["stats_s"] = judged.stats_s
     judged.sections.append(provenance_section(implementations))

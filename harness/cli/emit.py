@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.cli.exit_codes import ExitCode
-from harness.render.report import emit_report
+from harness.render.report import Report, emit_report
 from harness.render.sections import Section
 
 IN_PROCESS_NOTE = "in-process: plug-in code shares the judge; --isolate keeps it out"
@@ -32,7 +32,7 @@ def emit(
     command: str,
     heading: str,
     sections: list[Section],
-    cases: Sequence[dict[str, Any]] = (),
+    cases: Sequence[Mapping[str, Any]] = (),
     timing: dict[str, float] | None = None,
     verdicts: dict[str, Any] | None = None,
 ) -> ExitCode:
@@ -46,16 +46,15 @@ def emit(
     shutdown_workers()
     if getattr(args, "impl", None) and not getattr(args, "isolate", False):
         heading += f" ({IN_PROCESS_NOTE})"
-    ok = emit_report(
-        out_dir=Path(args.out_dir),
-        as_json=bool(args.json),
+    report = Report(
         command=command,
         seed=int(args.seed),
         device=str(args.device),
         heading=heading,
         sections=sections,
-        cases=list(cases),
+        cases=cases,
         timing=timing or {},
         verdicts=verdicts,
     )
+    ok = emit_report(report, out_dir=Path(args.out_dir), as_json=bool(args.json))
     return ExitCode.OK if ok else ExitCode.FAIL

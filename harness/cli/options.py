@@ -8,14 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR
+from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, DEFAULT_TIME_LIMIT_S
+from harness.options import Roles, RolesError, RunOptions
 from harness.pipeline.check_result import TIER_LABELS, Tier
+from harness.render.progress import progress_printer
 
 if TYPE_CHECKING:  # the options are offered without importing what runs them (torch)
     from harness.pipeline.case import Case
-    from harness.pipeline.verdicts import Roles
+    from harness.pipeline.records import CaseRecord
     from harness.plugins.implementations import Implementation
-    from harness.progress import Progress
     from harness.render.sections import Section
 
 T = TypeVar("T", int, float)
@@ -144,8 +145,6 @@ def add_role_options(parser: argparse.ArgumentParser, *, require: bool = True) -
 
 def roles_from_args(args: argparse.Namespace) -> Roles:
     """The roles the role options describe."""
-    from harness.pipeline.verdicts import Roles
-
     require = Tier.from_label(getattr(args, "require", Tier.DROP_IN))  # some have no --require
     return Roles(pair=args.pair, expect_fail=tuple(args.expect_fail), require=require)
 
@@ -189,40 +188,50 @@ class JudgedSections:
     stats_s: float | None
 
 
+def run_options(args: argparse.Namespace, *, require_observable: bool = False) -> RunOptions:
+    """The run's options, built once from the command line (an option a command does not
+    offer keeps its default); ``require_observable`` when the cases are the standard
+    matrix."""
+    from harness.cli.validate import check_max_memory
+
+    return RunOptions(
+        seed=args.seed,
+        device=args.device,
+        time_limit_s=getattr(args, "time_limit", DEFAULT_TIME_LIMIT_S),
+        isolate=bool(getattr(args, "isolate", False)),
+        roles=roles_from_args(args) if hasattr(args, "expect_fail") else Roles(),
+        require_observable=require_observable,
+        max_memory_bytes=check_max_memory(args.max_memory),
+        stats=not getattr(args, "no_stats", False),
+        resume=bool(getattr(args, "resume", False)),
+        progress=progress_printer(quiet=args.quiet),
+    )
+
+
 def judged_sections(
-    args: argparse.Namespace,
-    records: list[dict[str, Any]],
+    records: list[CaseRecord],
     *,
     implementations: Sequence[Implementation],
-    roles: Roles,
-    require_coverage: bool,
-    progress: Progress,
+    options: RunOptions,
     power: bool = False,
 ) -> JudgedSections:
     """The verdict sections of ``records`` with the statistical oracle's part in every
     lossless verdict (unless ``--no-stats``), as ``report`` and ``compare`` state them;
-    under ``--isolate`` the oracle runs implementations in the worker too."""
+    under ``--isolate`` the oracle runs implementations in the worker too. On the
+    standard matrix (``options.require_observable``) the ledger must show every class."""
     from harness.oracles.part import statistical_part
     from harness.render.statistics import stats_section
     from harness.render.verdicts import comparison_sections, verdicts_json
 
     part = None
-    if not args.no_stats:
-        part = statistical_part(
-            seed=args.seed,
-            device=args.device,
-            implementations=implementations,
-            roles=roles,
-            time_limit_s=args.time_limit,
-            progress=progress,
-            power=power,
-            isolate=args.isolate,
-        )
+    if options.stats:
+        part = statistical_part(implementations=implementations, options=options, power=power)
     statistical = None if part is None else part.verdicts
     coverage = None if part is None else part.coverage
+    roles = options.roles
     sections = comparison_sections(
         records,
-        require_coverage=require_coverage,
+        require_coverage=options.require_observable,
         roles=roles,
         statistical=statistical,
         statistical_coverage=coverage,
@@ -258,8 +267,6 @@ def pair_implementations(
 ) -> tuple[Implementation, Implementation]:
     """The two implementations ``--pair`` names, in its order; a name that is neither a
     built-in nor an ``--impl`` is bad usage (``RolesError``)."""
-    from harness.pipeline.verdicts import RolesError
-
     by_name = {i.name: i for i in implementations}
     missing = [name for name in pair if name not in by_name]
     if missing:
@@ -268,10 +275,10 @@ def pair_implementations(
 
 
 def judged_implementations(
-    args: argparse.Namespace, names: Sequence[str]
-) -> tuple[list[Implementation], Roles]:
-    """The implementations and the roles they are held to; nothing to judge is bad usage."""
+    args: argparse.Namespace, names: Sequence[str], *, roles: Roles
+) -> list[Implementation]:
+    """The implementations, checked against the roles they are held to; nothing to judge
+    is bad usage."""
     implementations = selected_implementations(args, names)
-    roles = roles_from_args(args)
     roles.validate([i.name for i in implementations])
-    return implementations, roles
+    return implementations

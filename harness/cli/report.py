@@ -24,12 +24,12 @@ from harness.cli.options import (
     judged_implementations,
     judged_sections,
     matrix_cases,
+    run_options,
 )
 from harness.defaults import BUILTIN_NAMES
 from harness.io.files import write_atomically
 from harness.progress import Progress
 from harness.render.figures import PLOT_EXTRA_HINT
-from harness.render.progress import progress_printer
 from harness.render.sections import Figure, Section
 
 POWER_CAPTION = "power of the statistical oracle per head kind: measured and predicted"
@@ -48,31 +48,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def command(args: argparse.Namespace) -> ExitCode:
     from harness.pipeline.compare import compare
 
-    progress = progress_printer(quiet=args.quiet)
+    options = run_options(args, require_observable=True)
+    progress = options.progress
     started = time.perf_counter()
     cases = matrix_cases(args)
-    implementations, roles = judged_implementations(args, list(BUILTIN_NAMES))
+    implementations = judged_implementations(args, list(BUILTIN_NAMES), roles=options.roles)
     records = compare(
         cases,
         implementations,
-        require_observable=True,
-        pair=roles.pair,
-        progress=progress,
-        time_limit_s=args.time_limit,
+        options=options,
         journal=journal_path(args.out_dir, command="report"),
-        resume=args.resume,
-        isolate=args.isolate,
     )
     timing = {"matrix_s": round(time.perf_counter() - started, 3)}
-    judged = judged_sections(
-        args,
-        records,
-        implementations=implementations,
-        roles=roles,
-        require_coverage=True,
-        progress=progress,
-        power=True,
-    )
+    judged = judged_sections(records, implementations=implementations, options=options, power=True)
     sections = judged.sections
     if judged.stats_s is not None:
         timing["stats_s"] = judged.stats_s
@@ -83,13 +71,13 @@ def command(args: argparse.Namespace) -> ExitCode:
         progress("eliminated work ...")
         started = time.perf_counter()
         works = work.collect_work(  # small shapes: a few seconds
-            seed=args.seed,
+            seed=options.seed,
             progress=progress,
             implementations=implementations,
-            pair=roles.pair,
-            isolate=args.isolate,
+            pair=options.roles.pair,
+            isolate=options.isolate,
         )
-        sections.insert(-1, work_section(works, expect_fail=frozenset(roles.expect_fail)))
+        sections.insert(-1, work_section(works, expect_fail=frozenset(options.roles.expect_fail)))
         timing["work_s"] = round(time.perf_counter() - started, 3)
     heading = (
         f"DSpark draft-sampler harness: standard matrix ({len(cases)} cases, "

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING
 
 from harness.cli.emit import UsageError
 from harness.cli.exit_codes import ExitCode
-from harness.cli.options import add_impl_option, selected_implementations
+from harness.cli.options import add_impl_option, run_options, selected_implementations
 from harness.defaults import BUILTIN_NAMES, LEGACY
-from harness.render.progress import progress_printer
 
 if TYPE_CHECKING:
     from harness.pipeline.support_scan import ScanRepro
@@ -62,7 +61,7 @@ def _replay(args: argparse.Namespace) -> ExitCode:
     case = recorded.case
     if args.device != "cpu":
         case = case.with_changes(device=args.device)
-    now = repro.outcome_of(case, implementation, time_limit_s=args.time_limit)
+    now = repro.outcome_of(case, implementation, options=run_options(args))
     identical = now == recorded.outcome
     passes = not now.fails(recorded.check)
     result = {
@@ -80,8 +79,8 @@ def _replay(args: argparse.Namespace) -> ExitCode:
         print(f"replayed {spec} on {case.label()}")
         same = "IDENTICAL to the recorded one" if identical else "DIFFERS from the recorded one"
         print(f"result: {same}")
-        for name, detail, _ in now.failures:
-            print(f"  FAIL {name}: {detail}")
+        for failure in now.failures:
+            print(f"  FAIL {failure.name}: {failure.detail}")
         if passes:
             what = f"the {recorded.check} check" if recorded.check else "every check"
             print(f"  the implementation passes {what} on this case now")
@@ -135,7 +134,6 @@ def command(args: argparse.Namespace) -> ExitCode:
         raise UsageError("repro needs a FILE to replay or --out FILE to write one")
     if args.check is not None and args.check not in CHECK_TIERS:
         raise UsageError(f"--check must be one of {sorted(CHECK_TIERS)}, got {args.check!r}")
-    progress = progress_printer(quiet=args.quiet)
     implementations = selected_implementations(args, [])
     target = args.target or (implementations[0].name if len(implementations) == 1 else LEGACY)
     chosen = [i for i in implementations if i.name == target]
@@ -147,8 +145,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         standard_matrix(seed=args.seed, device=args.device),
         chosen[0],
         check=args.check,
-        progress=progress,
-        time_limit_s=args.time_limit,
+        options=run_options(args),
     )
     if found is None:
         what = f"fails {args.check}" if args.check else "fails"
@@ -167,7 +164,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         )
     else:
         print(f"{target} fails on {case.label()}")
-        for name, detail, _ in outcome.failures:
-            print(f"  FAIL {name}: {detail}")
+        for failure in outcome.failures:
+            print(f"  FAIL {failure.name}: {failure.detail}")
         print(f"written: {args.out} (replay with: python -m harness repro {args.out})")
     return ExitCode.FAIL

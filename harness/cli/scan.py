@@ -259,7 +259,7 @@ def run_scan(
 def command(args: argparse.Namespace) -> ExitCode:
     from harness.pipeline.case import CaseError
     from harness.plugins.implementations import parse_names, select_implementations
-    from harness.render.report import emit_report
+    from harness.render.report import Report, emit_report
 
     if args.device != "cpu":
         raise UsageError(f"scan runs the samplers' CPU paths only; got --device {args.device}")
@@ -280,15 +280,13 @@ def command(args: argparse.Namespace) -> ExitCode:
         expect_fail=set(args.expect_fail),
         quiet=args.quiet,
     )
-    ok = emit_report(
-        out_dir=args.out_dir,
-        as_json=args.json,
+    report = Report(
         command="scan",
         seed=args.seed,
         device=args.device,
         heading=f"DSpark draft-sampler harness: support scan (seed {args.seed}, {args.device})",
         sections=[section],
-        cases=[],
         timing={"scan_s": round(time.perf_counter() - started, 3)},
     )
+    ok = emit_report(report, out_dir=args.out_dir, as_json=args.json)
     return ExitCode.OK if ok else ExitCode.FAIL

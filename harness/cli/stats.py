@@ -25,18 +25,17 @@ from harness.cli.options import (
     add_isolate_option,
     add_role_options,
     comma_separated,
-    roles_from_args,
+    run_options,
 )
-from harness.cli.validate import check_seed
+from harness.cli.validate import check_max_memory, check_seed
 from harness.io.files import write_atomically
+from harness.options import RolesError
 from harness.oracles.part import run_statistics
 from harness.oracles.problem import DEFAULT_CONFIG, StatsError
 from harness.oracles.stats import default_implementations
 from harness.oracles.verifiers import VERIFIERS, verifiers_named
 from harness.pipeline import memory
-from harness.pipeline.verdicts import RolesError
 from harness.plugins.implementations import ImplementationError, select_implementations
-from harness.render.progress import progress_printer
 from harness.render.statistics import power_curves_png, stats_section
 from reference import HEAD_KINDS
 
@@ -118,16 +117,21 @@ def validate(args: argparse.Namespace) -> None:
         hidden=DEFAULT_CONFIG.hidden_size,
         rank=DEFAULT_CONFIG.markov_rank,
     )
-    memory.check_fits(estimate, what="the statistical oracle run", device=args.device)
+    memory.check_fits(
+        estimate,
+        what="the statistical oracle run",
+        device=args.device,
+        max_memory_bytes=check_max_memory(args.max_memory),
+    )
 
 
 def command(args: argparse.Namespace) -> int:
     """Run the oracle; print text or JSON; write ``stats.{json,md,txt}`` (and the power
     figure) under ``--out-dir``."""
-    progress = progress_printer(quiet=args.quiet)
     try:
-        extras = select_implementations([], args.impl, isolate=args.isolate)
-        roles = roles_from_args(args)
+        options = run_options(args)
+        progress, roles = options.progress, options.roles
+        extras = select_implementations([], args.impl, isolate=options.isolate)
         implementations = [*default_implementations(roles), *extras]
         names = [impl.name for impl in implementations]
         if len(set(names)) != len(names):
@@ -156,10 +160,8 @@ def command(args: argparse.Namespace) -> int:
         config,
         implementations=implementations,
         power=args.power,
-        progress=progress,
-        time_limit_s=args.time_limit,
+        options=options,
         verifiers=verifiers,
-        isolate=args.isolate,
     )
     section = stats_section(oracle, roles=roles)
     if oracle.curves:

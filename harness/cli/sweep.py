@@ -89,6 +89,7 @@ def validate(args: argparse.Namespace) -> None:
     """The grid, and the memory estimate of its largest points, before any point runs."""
     import torch
 
+    from harness.cli.validate import check_max_memory
     from harness.measure.sweep import SweepError
     from harness.pipeline import memory
 
@@ -96,6 +97,7 @@ def validate(args: argparse.Namespace) -> None:
         config, _ = config_from_args(args)
     except SweepError as error:
         raise UsageError(str(error)) from None
+    max_memory_bytes = check_max_memory(args.max_memory)
     for bs, gamma, vocab in config.points():
         estimate = memory.sampler_call_bytes(
             bs=bs,
@@ -107,7 +109,10 @@ def validate(args: argparse.Namespace) -> None:
             dtype_bytes=torch.float32.itemsize,
         )
         memory.check_fits(
-            estimate, what=f"sweep point bs={bs} gamma={gamma} V={vocab}", device=args.device
+            estimate,
+            what=f"sweep point bs={bs} gamma={gamma} V={vocab}",
+            device=args.device,
+            max_memory_bytes=max_memory_bytes,
         )
 
 

@@ -69,7 +69,7 @@ def validate_global_options(args: argparse.Namespace) -> None:
     check_seed(args.seed)
     if getattr(args, "time_limit", None) is not None:  # only where calls are time-limited
         check_time_limit(args.time_limit)
-    memory.set_limit(check_max_memory(args.max_memory))
+    check_max_memory(args.max_memory)  # refused before any work; the run's options keep it
     check_out_dir(args.out_dir)
     # before any plug-in loads: one that changes the directory must not move the output
     args.out_dir = args.out_dir.absolute()

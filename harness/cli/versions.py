@@ -15,7 +15,7 @@ import time
 from harness.cli.emit import UsageError
 from harness.cli.exit_codes import ExitCode
 from harness.render.progress import progress_printer
-from harness.render.report import emit_report
+from harness.render.report import Report, emit_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,15 +51,13 @@ def command(args: argparse.Namespace) -> ExitCode:
         repeats=args.repeats,
         progress=progress_printer(quiet=args.quiet),
     )
-    ok = emit_report(
-        out_dir=args.out_dir,
-        as_json=args.json,
+    report = Report(
         command="versions",
         seed=args.seed,
         device=args.device,
         heading=f"DSpark draft-sampler harness: versions (seed {args.seed}, {args.device})",
         sections=[versions_section(rows)],
-        cases=[],
         timing={"versions_s": round(time.perf_counter() - started, 3)},
     )
+    ok = emit_report(report, out_dir=args.out_dir, as_json=args.json)
     return ExitCode.OK if ok else ExitCode.FAIL

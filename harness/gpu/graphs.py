@@ -48,6 +48,7 @@ from harness.gpu.shapes import DEFAULT_REPLAYS
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.compare import CaseVerdict, case_record, evaluate_run
 from harness.pipeline.observe import DispatchObserver, HeadCounts
+from harness.pipeline.records import CaseRecord
 from harness.pipeline.runner import (
     CaseRun,
     ImplResult,
@@ -361,7 +362,7 @@ class GraphCaseResult:
         }
 
 
-def replay_records(replays: list[CaseVerdict]) -> list[dict[str, Any]]:
+def replay_records(replays: list[CaseVerdict]) -> list[CaseRecord]:
     """The replays' verdicts as report records, keyed by their replay label."""
     return [case_record(verdict, key=verdict.case.label()) for verdict in replays]
 

@@ -18,12 +18,13 @@ import hmac
 import json
 import os
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from harness.io.files import append_record, load_records, write_atomically
 
-Record = dict[str, Any]
+Record = dict[str, Any]  # any JSON record (a comparison's case, a sweep's point)
 FINGERPRINT = "fingerprint"
 DIGEST = "digest"
 KEY_BYTES = 32
@@ -54,7 +55,7 @@ def record_digest(record: Record, *, key: bytes) -> str:
     return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
 
 
-def canonical(record: Record) -> Record:
+def canonical(record: Mapping[str, Any]) -> Record:
     """The record as it reads back from a journal: keys sorted at every level."""
     loaded: Record = json.loads(json.dumps(record, sort_keys=True))
     return loaded
@@ -107,7 +108,7 @@ class Journal:
             )
         return reusable, notes
 
-    def append(self, record: Record) -> Record:
+    def append(self, record: Mapping[str, Any]) -> Record:
         """Write ``record`` durably with this run's fingerprint; return it canonical."""
         stamped = {**record, FINGERPRINT: self.fingerprint}
         stamped[DIGEST] = record_digest(stamped, key=self._key)

@@ -24,6 +24,7 @@ from harness.pipeline.case import Case, CaseInputs, case_block
 from harness.pipeline.observe import DispatchObserver
 from harness.pipeline.runner import WorkCounts, build_sampler, guarded_call, same_rng_start
 from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
+from harness.plugins.protocol import DraftSampler
 
 
 class AllocationCounter(TorchDispatchMode):
@@ -126,7 +127,7 @@ class MeasuredWork:
         return int(getattr(self.counts, key))
 
 
-def cost_of_call(sampler_class: type[Any], *, case: Case, inputs: CaseInputs) -> CallCost:
+def cost_of_call(sampler_class: type[DraftSampler], *, case: Case, inputs: CaseInputs) -> CallCost:
     """FLOPs and bytes of one more call, from the same RNG start as the runner's; a
     sampler that cannot be built costs nothing and records why."""
     device = torch.device(case.device)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, FIXED, LEGACY
 from harness.measure.counters import CallCost, MeasuredWork, cost_of_call, measure_one_walk
 from harness.measure.model import MODEL_COUNTERS, PredictedWork, predict_work
+from harness.options import RunOptions
 from harness.pipeline.case import Case, make_case
 from harness.pipeline.isolation import isolated_cost
 from harness.pipeline.runner import run_case
@@ -189,7 +190,7 @@ def measure_work(
         if implementations is not None
         else builtin_implementations(BUILTIN_NAMES)
     )
-    run = run_case(case, chosen, record_noise=False, isolate=isolate)
+    run = run_case(case, chosen, options=RunOptions(record_noise=False, isolate=isolate))
     measured: dict[str, MeasuredWork] = {}
     for impl in chosen:
         result = run.results[impl.name]

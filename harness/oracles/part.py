@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from harness.defaults import LEGACY
+from harness.options import DEFAULT_OPTIONS, Roles, RunOptions
 from harness.oracles.power import TARGET_POWER, run_power_curves
 from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, group_label, life_batches
 from harness.oracles.stats import (
@@ -22,9 +23,8 @@ from harness.oracles.stats import (
     run_oracle,
 )
 from harness.pipeline.coverage import StatisticalCoverage
-from harness.pipeline.verdicts import Roles, Statistical
+from harness.pipeline.verdicts import Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
-from harness.progress import Progress, no_progress
 from reference.verifier import CHAIN_VERIFIER, Verifier
 
 
@@ -85,7 +85,7 @@ def combined_statistical(results: Sequence[StatsResult]) -> Statistical:
         if not verdict.failed:
             continue
         if several and verdict.carried_by:
-            named = ", ".join(f"{result.verifier}:{c}" for c in verdict.carried_by.split(", "))
+            named = tuple(f"{result.verifier}:{c}" for c in verdict.carried_by)
             return replace(verdict, carried_by=named)
         if several and verdict.error is not None:
             return replace(verdict, error=f"under {result.verifier}: {verdict.error}")
@@ -101,21 +101,14 @@ def run_statistics(
     *,
     implementations: Sequence[Implementation] | None = None,
     power: bool,
-    progress: Progress = no_progress,
-    time_limit_s: float | None = None,
+    options: RunOptions = DEFAULT_OPTIONS,
     verifiers: Sequence[Verifier] = (CHAIN_VERIFIER,),
-    isolate: bool = False,
 ) -> OracleRun:
     """Run the oracle on ``implementations`` (default: fixed and legacy) under every
-    verifier (with ``isolate``, each in its worker), with ``power`` also legacy's power
-    curve per head kind (first verifier)."""
+    verifier (with ``options.isolate``, each in its worker), with ``power`` also legacy's
+    power curve per head kind (first verifier)."""
     oracle = run_oracle(
-        config,
-        implementations=implementations,
-        progress=progress,
-        time_limit_s=time_limit_s,
-        verifiers=verifiers,
-        isolate=isolate,
+        config, implementations=implementations, options=options, verifiers=verifiers
     )
     legacy = oracle.results.get(LEGACY)
     if power and legacy is not None and legacy.error is None and legacy.not_judged is None:
@@ -124,36 +117,31 @@ def run_statistics(
             problem=oracle.problem,
             level=legacy.test_level,
             decoded=oracle.decoded.get(LEGACY, {}).get(oracle.problem.target.name),
-            progress=progress,
+            progress=options.progress,
         )
     return oracle
 
 
 def report_stats(
     *,
-    seed: int,
-    progress: Progress = no_progress,
-    device: str = "cpu",
+    options: RunOptions = DEFAULT_OPTIONS,
     implementations: Sequence[Implementation] | None = None,
-    time_limit_s: float | None = None,
     power: bool = True,
-    isolate: bool = False,
 ) -> OracleRun:
     """The statistical part of the main report: ``implementations`` (default: the
-    built-ins; plug-ins given with ``--impl`` belong here too) at the default config
-    under every available verifier, and (with ``power``) legacy's power curve per head
-    kind; its verdicts enter each implementation's lossless verdict."""
+    built-ins; plug-ins given with ``--impl`` belong here too) at the default config on
+    ``options``' seed and device under every available verifier, and (with ``power``)
+    legacy's power curve per head kind; its verdicts enter each implementation's
+    lossless verdict."""
     chosen = list(implementations) if implementations is not None else builtin_implementations()
     from harness.oracles.verifiers import available_verifiers
 
-    config = replace(DEFAULT_CONFIG, seed=seed, device=device)
+    config = replace(DEFAULT_CONFIG, seed=options.seed, device=options.device)
     return run_statistics(
         config,
         implementations=chosen,
         power=power,
-        progress=progress,
-        time_limit_s=time_limit_s,
-        isolate=isolate,
+        options=options,
         verifiers=available_verifiers(),
     )
 
@@ -172,33 +160,21 @@ class StatisticalPart:
 
 def statistical_part(
     *,
-    seed: int,
-    device: str,
     implementations: Sequence[Implementation],
-    roles: Roles,
-    time_limit_s: float | None,
-    progress: Progress = no_progress,
+    options: RunOptions,
     power: bool = False,
-    isolate: bool = False,
 ) -> StatisticalPart:
-    """The statistical oracle at the report's defaults on ``implementations``, as every
-    command that states a lossless verdict (``report``, ``compare``, the Python API, the
-    pytest plugin) runs it; ``power`` adds the power curves (the report's figure), and
-    ``isolate`` runs each implementation's decode in the worker process."""
-    progress("statistical oracle ...")
+    """The statistical oracle at the report's defaults on ``implementations`` under
+    ``options``, as every command that states a lossless verdict (``report``,
+    ``compare``, the Python API, the pytest plugin) runs it; ``power`` adds the power
+    curves (the report's figure), and ``options.isolate`` runs each implementation's
+    decode in the worker process."""
+    options.progress("statistical oracle ...")
     started = time.perf_counter()
-    oracle = report_stats(
-        seed=seed,
-        progress=progress,
-        device=device,
-        implementations=implementations,
-        time_limit_s=time_limit_s,
-        power=power,
-        isolate=isolate,
-    )
+    oracle = report_stats(options=options, implementations=implementations, power=power)
     return StatisticalPart(
         oracle=oracle,
         verdicts=statistical_verdicts(oracle),
-        coverage=statistical_coverage(oracle, roles=roles),
+        coverage=statistical_coverage(oracle, roles=options.roles),
         wall_s=time.perf_counter() - started,
     )

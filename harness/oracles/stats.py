@@ -26,6 +26,7 @@ from typing import Any
 
 from harness.defaults import FIXED, LEGACY
 from harness.devices import intra_op_threads
+from harness.options import DEFAULT_OPTIONS, Roles, RunOptions
 from harness.oracles.fits import (
     JOINT,
     HeadTables,
@@ -49,9 +50,8 @@ from harness.oracles.problem import (
 )
 from harness.pipeline.coverage import BoundRow
 from harness.pipeline.runner import RaisedError, guarded_call
-from harness.pipeline.verdicts import Roles, Statistical
+from harness.pipeline.verdicts import Statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
-from harness.progress import Progress, no_progress
 from reference.verifier import CHAIN_VERIFIER, DecodeResult, Verifier
 
 DEFAULT_ROLES = Roles()
@@ -108,9 +108,9 @@ class StatsResult:
             m.p_value < self.test_level for m in self.marginals if m.position == position
         )
 
-    def carrier_names(self) -> str:
+    def carrier_names(self) -> tuple[str, ...]:
         """``target/head/group/test`` of each rejection, strongest first."""
-        return ", ".join(where(s) for s in sorted(self.rejections(), key=_by_p))
+        return tuple(where(s) for s in sorted(self.rejections(), key=_by_p))
 
     def statistical(self) -> Statistical:
         """This result as the lossless verdict takes it."""
@@ -272,7 +272,7 @@ def decode_and_fit(
     implementation: Implementation,
     *,
     problems: Sequence[StatsProblem],
-    time_limit_s: float | None = None,
+    time_limit_s: float | None,
     verifier: Verifier = CHAIN_VERIFIER,
 ) -> tuple[StatsResult, Decoded | None]:
     """Decode every target's and head kind's rows with one implementation, verified by
@@ -339,9 +339,12 @@ def run_stats(
     verifier: Verifier = CHAIN_VERIFIER,
 ) -> StatsResult:
     """The oracle's verdict on one implementation at ``config`` (every target), under
-    ``verifier``."""
+    ``verifier``, without a time limit."""
     problems = problems if problems is not None else build_problems(config)
-    return decode_and_fit(implementation, problems=problems, verifier=verifier)[0]
+    result, _ = decode_and_fit(
+        implementation, problems=problems, time_limit_s=None, verifier=verifier
+    )
+    return result
 
 
 # -- the expectations -------------------------------------------------------------------------
@@ -417,15 +420,14 @@ def run_oracle(
     config: StatsConfig,
     *,
     implementations: Sequence[Implementation] | None = None,
-    progress: Progress = no_progress,
-    time_limit_s: float | None = None,
+    options: RunOptions = DEFAULT_OPTIONS,
     verifiers: Sequence[Verifier] = (CHAIN_VERIFIER,),
-    isolate: bool = False,
 ) -> OracleRun:
     """Decode and fit every implementation (default: fixed and legacy) at ``config``
-    under every verifier (default: ours alone); ``time_limit_s`` bounds each
+    under every verifier (default: ours alone); ``options.time_limit_s`` bounds each
     implementation's decode (every target and head kind) under one verifier; with
-    ``isolate`` each decodes in its worker."""
+    ``options.isolate`` each decodes in its worker."""
+    progress, time_limit_s = options.progress, options.time_limit_s
     if not verifiers or len({v.name for v in verifiers}) != len(verifiers):
         raise StatsError(f"verifiers must be distinct and not empty, got {list(verifiers)}")
     problems = build_problems(config)
@@ -439,7 +441,7 @@ def run_oracle(
                 f"stats: {impl.name} under {verifier.name} ({len(config.targets)} targets x "
                 f"{len(config.head_kinds)} heads) ..."
             )
-            if isolate:
+            if options.isolate:
                 from harness.pipeline.isolation import isolated_decode_and_fit
 
                 results[impl.name], run = isolated_decode_and_fit(

@@ -13,24 +13,31 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import torch
 
 from harness.defaults import DEFAULT_PAIR
 from harness.io.fingerprint import run_fingerprint
 from harness.io.journal import Journal, canonical
+from harness.options import RunOptions
 from harness.pipeline.case import Case
 from harness.pipeline.checks import CheckResult, Subject, judge, tier_of
 from harness.pipeline.ledger import LedgerEntry, observe_divergence
 from harness.pipeline.memory import check_cases_fit
-from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S, CaseRun, ImplResult, run_case
+from harness.pipeline.records import (
+    CaseRecord,
+    CheckRecord,
+    ErrorRecord,
+    ImplementationRecord,
+    LedgerRecord,
+    WorkRecord,
+)
+from harness.pipeline.runner import CaseRun, ImplResult, run_case
 from harness.pipeline.verdicts import case_verdict
 from harness.plugins.implementations import Implementation
-from harness.progress import Progress
 
 CASE_RECORD_SCHEMA = "dspark-harness/case-record"
-Record = dict[str, Any]
 
 
 @dataclass
@@ -95,115 +102,115 @@ def compare(
     cases: list[Case],
     implementations: list[Implementation],
     *,
-    require_observable: bool,
-    progress: Progress | None = None,
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    options: RunOptions,
     journal: Path | None = None,
-    resume: bool = False,
-    pair: tuple[str, str] = DEFAULT_PAIR,
-    isolate: bool = False,
-) -> list[Record]:
-    """Run and evaluate every case into a record, reporting progress per case.
+) -> list[CaseRecord]:
+    """Run and evaluate every case into a record under ``options`` (the time limit,
+    isolation, the ledger's pair and strictness, the memory limit), reporting progress
+    per case.
 
     With a ``journal``, each finished record is appended to it as one durable JSON
     line stamped with the run's fingerprint (code and outcome-changing options); with
-    ``resume``, records already there with the same fingerprint are taken instead of
+    ``options.resume``, records already there with the same fingerprint are taken instead of
     rerun (a torn last line is dropped), otherwise the journal starts over.
     """
-    check_cases_fit(cases)  # before anything is allocated or any journal touched
-    finished: dict[str, Record] = {}
+    check_cases_fit(cases, max_memory_bytes=options.max_memory_bytes)  # before any allocation
+    progress, pair = options.progress, options.roles.pair
+    require_observable = options.require_observable
+    finished: dict[str, CaseRecord] = {}
     log: Journal | None = None
     if journal is not None:
         fingerprint = run_fingerprint(
             implementations={impl.name: impl.sampler_class for impl in implementations},
             options={
-                "time_limit_s": time_limit_s,
+                "time_limit_s": options.time_limit_s,
                 "require_observable": require_observable,
-                "isolate": isolate,
+                "isolate": options.isolate,
             },
         )
         log = Journal(
             journal, schema=CASE_RECORD_SCHEMA, fingerprint=fingerprint, what="case record"
         )
-        finished, notes = log.finished(resume=resume)
+        stored, notes = log.finished(resume=options.resume)
+        finished = cast(dict[str, CaseRecord], stored)  # records this function wrote
         for note in notes:
-            if progress is not None:
-                progress(note)
-    records = []
+            progress(note)
+    records: list[CaseRecord] = []
     for index, case in enumerate(cases, start=1):
         key = record_key(case, implementations, require_observable=require_observable, pair=pair)
         if key in finished:
-            if progress is not None:
-                progress(f"[{index}/{len(cases)}] {case.label()} (finished earlier)")
+            progress(f"[{index}/{len(cases)}] {case.label()} (finished earlier)")
             records.append(finished[key])
             continue
-        if progress is not None:
-            progress(f"[{index}/{len(cases)}] {case.label()}")
-        run = run_case(case, implementations, time_limit_s=time_limit_s, isolate=isolate)
+        progress(f"[{index}/{len(cases)}] {case.label()}")
+        run = run_case(case, implementations, options=options)
         verdict = evaluate_run(run, require_observable=require_observable, pair=pair)
         record = case_record(verdict, key=key, pair=pair)
-        records.append(canonical(record) if log is None else log.append(record))
+        written = canonical(record) if log is None else log.append(record)
+        records.append(cast(CaseRecord, written))  # the same record, its keys sorted
     return records
 
 
 # -- records -------------------------------------------------------------------------------
-def case_record(verdict: CaseVerdict, *, key: str, pair: tuple[str, str] = DEFAULT_PAIR) -> Record:
+def case_record(
+    verdict: CaseVerdict, *, key: str, pair: tuple[str, str] = DEFAULT_PAIR
+) -> CaseRecord:
     """The per-case evidence as a plain JSON record (deterministic: no timings)."""
-    implementations = {}
+    implementations: dict[str, ImplementationRecord] = {}
     for name, result in verdict.results.items():
         checks = [
-            {
-                "name": c.name,
-                "tier": tier_of(c.name),
-                "status": c.status,
-                "detail": c.detail,
-                "positions": [list(p) for p in c.positions],
-                "skip": c.skip,  # why it skipped (a Skip code), else None
-            }
+            CheckRecord(
+                name=c.name,
+                tier=tier_of(c.name),
+                status=c.status,
+                detail=c.detail,
+                positions=[list(p) for p in c.positions],
+                skip=c.skip,  # why it skipped (a Skip code), else None
+            )
             for c in verdict.checks.get(name, [])
         ]
         lossless, drop_in = case_verdict(checks)
-        implementations[name] = {
-            "lossless": lossless,
-            "drop_in": drop_in,
-            "error": None
+        implementations[name] = ImplementationRecord(
+            lossless=lossless,
+            drop_in=drop_in,
+            error=None
             if result.error is None
-            else {"type": result.error.type, "message": result.error.message},
-            "tokens_sha256": tensor_digest(result.tokens),
-            "corrected_sha256": tensor_digest(result.corrected),
-            "confidence_sha256": tensor_digest(result.confidence),
-            "work": {
-                "walks": result.work.walks,
-                "fused_calls": result.work.fused_calls,
-                "head_steps": result.work.head_steps,
-                "sampler_calls": result.work.sampler_calls,
-                "noise_calls": result.work.noise_calls,
-                "noise_elements": result.work.noise_elements,
-                "aten_ops": result.work.total_ops,
-                "rng": result.work.rng,
+            else ErrorRecord(type=result.error.type, message=result.error.message),
+            tokens_sha256=tensor_digest(result.tokens),
+            corrected_sha256=tensor_digest(result.corrected),
+            confidence_sha256=tensor_digest(result.confidence),
+            work=WorkRecord(
+                walks=result.work.walks,
+                fused_calls=result.work.fused_calls,
+                head_steps=result.work.head_steps,
+                sampler_calls=result.work.sampler_calls,
+                noise_calls=result.work.noise_calls,
+                noise_elements=result.work.noise_elements,
+                aten_ops=result.work.total_ops,
+                rng=result.work.rng,
                 # Counter-based noise (sglang 0.5.23): how far the call moved the counter.
-                "noise_counter_advances": None
+                noise_counter_advances=None
                 if result.noise_counter is None
                 else result.noise_counter.advances,
-            },
-            "checks": checks,
-        }
+            ),
+            checks=checks,
+        )
     ledger = None
     if verdict.ledger is not None:
-        ledger = {
-            "pair": list(pair),
-            "expected": sorted(verdict.ledger.expected),
-            "observed": sorted(verdict.ledger.observed),
-            "latent": sorted(verdict.ledger.latent),
-            "holds": verdict.ledger.holds,
-            "problems": list(verdict.ledger.problems),
-            "evidence": dict(sorted(verdict.ledger.evidence.items())),
-        }
-    return {
-        "schema": CASE_RECORD_SCHEMA,
-        "key": key,
-        "label": verdict.case.label(),
-        "case": verdict.case.to_json_dict()["case"],
-        "implementations": implementations,
-        "ledger": ledger,
-    }
+        ledger = LedgerRecord(
+            pair=list(pair),
+            expected=sorted(verdict.ledger.expected),
+            observed=sorted(verdict.ledger.observed),
+            latent=sorted(verdict.ledger.latent),
+            holds=verdict.ledger.holds,
+            problems=list(verdict.ledger.problems),
+            evidence=dict(sorted(verdict.ledger.evidence.items())),
+        )
+    return CaseRecord(
+        schema=CASE_RECORD_SCHEMA,
+        key=key,
+        label=verdict.case.label(),
+        case=verdict.case.to_json_dict()["case"],
+        implementations=implementations,
+        ledger=ledger,
+    )

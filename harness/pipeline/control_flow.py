@@ -9,10 +9,20 @@ read this one description, so they cannot drift apart. See ``docs/design.md``
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from harness.defaults import BUILTIN_NAMES, FIXED, LEGACY
 from harness.pipeline.case import Case
+
+
+class Pass(enum.Enum):
+    """The pass of a call that wrote an output."""
+
+    FUSED = "fused"  # the fused greedy walk
+    WALK_1 = "walk 1"  # the first sample_block walk
+    WALK_2 = "walk 2"  # legacy's second walk
+    OWN_LOOP = "own loop"  # the reference's own step loop
 
 
 @dataclass(frozen=True)
@@ -27,8 +37,8 @@ class ControlFlow:
     walks: int = 0  # sample_block calls
     own_steps: int = 0  # head steps of an implementation's own loop (the reference)
     pass1_views: int = 0  # legacy: the hidden_states.view(bs, gamma, -1) of pass 1
-    tokens_from: str = ""  # which pass wrote ``out``: "fused", "walk 1", "walk 2", "own loop"
-    corrected_from: str | None = None  # which pass wrote ``corrected_out`` (folded only)
+    tokens_from: Pass | None = None  # which pass wrote ``out`` (None: the call raises)
+    corrected_from: Pass | None = None  # which pass wrote ``corrected_out`` (folded only)
 
     @property
     def sampler_calls(self) -> int:
@@ -86,8 +96,8 @@ def control_flow(case: Case, implementation: str) -> ControlFlow:
             fused_calls=int(fused),
             walks=walks,
             pass1_views=int(not fused),
-            tokens_from=f"walk {walks}",
-            corrected_from="walk 1" if folded else None,
+            tokens_from=Pass.WALK_1 if walks == 1 else Pass.WALK_2,
+            corrected_from=Pass.WALK_1 if folded else None,
             gamma=gamma,
             folded=folded,
         )
@@ -97,8 +107,8 @@ def control_flow(case: Case, implementation: str) -> ControlFlow:
             raises=None,
             fused_calls=int(fused),
             walks=0 if fused else 1,
-            tokens_from="fused" if fused else "walk 1",
-            corrected_from="walk 1" if folded else None,
+            tokens_from=Pass.FUSED if fused else Pass.WALK_1,
+            corrected_from=Pass.WALK_1 if folded else None,
             gamma=gamma,
             folded=folded,
         )
@@ -107,8 +117,8 @@ def control_flow(case: Case, implementation: str) -> ControlFlow:
         raises=None,
         fused_calls=int(fused),
         own_steps=0 if fused else gamma,
-        tokens_from="fused" if fused else "own loop",
-        corrected_from="own loop" if folded else None,
+        tokens_from=Pass.FUSED if fused else Pass.OWN_LOOP,
+        corrected_from=Pass.OWN_LOOP if folded else None,
         gamma=gamma,
         folded=folded,
     )

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-Record = dict[str, Any]
+from harness.pipeline.records import CaseFields, CaseRecord
+
 FLAGS = ("folded_sampling", "fused_greedy", "confidence")
 Span = tuple[int, int]  # (smallest, largest)
 
@@ -26,7 +27,7 @@ def _span(values: Sequence[int]) -> Span:
     return (min(values), max(values)) if values else (0, 0)
 
 
-def calls_per_instance(case: Record) -> int:
+def calls_per_instance(case: CaseFields) -> int:
     """Calls one instance of this case lived: its ``replays`` when it has a life, else
     the runner's default (a second staged call when folded with sampled rows)."""
     replays = int(case.get("replays", 0))
@@ -34,7 +35,7 @@ def calls_per_instance(case: Record) -> int:
     return max(replays, 2 if sampled else 1)
 
 
-def restagings_per_instance(case: Record) -> int:
+def restagings_per_instance(case: CaseFields) -> int:
     """Stagings of new parameters after the first: every later replay of a life; none in
     the runner's default (its second call is staged with the same parameters)."""
     return max(0, int(case.get("replays", 0)) - 1)
@@ -58,7 +59,7 @@ class MatrixCoverage:
     lives: int  # cases whose record carries a life (``replays``)
 
     @classmethod
-    def of_records(cls, records: Sequence[Record]) -> MatrixCoverage:
+    def of_records(cls, records: Sequence[CaseRecord]) -> MatrixCoverage:
         cases = [record["case"] for record in records]
 
         def distinct(key: str) -> tuple[str, ...]:

@@ -40,12 +40,13 @@ from typing import Any
 
 import torch
 
+from harness.defaults import DEFAULT_TIME_LIMIT_S
 from harness.interrupts import stop_on_signals
+from harness.options import RunOptions
 from harness.pipeline.case import Case, CaseInputs, build_inputs
 from harness.pipeline.life import GreedyMix, Life, LifeReplay, LifeStep
 from harness.pipeline.observe import RandomDraw
 from harness.pipeline.runner import (
-    DEFAULT_TIME_LIMIT_S,
     ImplResult,
     RaisedError,
     WorkCounts,
@@ -56,11 +57,13 @@ from harness.plugins.errors import ImplementationError
 from harness.plugins.implementations import (
     BUILTIN_IMPLEMENTATIONS,
     Implementation,
+    ImplementationKind,
     WorkerOnlySampler,
     check_impl_name,
     parse_impl_spec,
     split_impl_spec,
 )
+from harness.progress import no_progress
 
 ANSWER_GRACE_S = 10.0  # beyond the in-worker limit: clean-up, the answer, a busy machine
 START_LIMIT_S = 600.0  # a worker's start and the inputs of one case
@@ -202,7 +205,7 @@ def _receive_answer(connection: Connection) -> Any:
 class PluginDescription:
     """What the worker found when it loaded a plug-in (or why it could not)."""
 
-    kind: str = "class"
+    kind: ImplementationKind = "class"
     era: str | None = None  # the Era's value: only plain data crosses the wire
     convention: str = "harness"
     adaptations: tuple[str, ...] = ()
@@ -321,13 +324,9 @@ class _Worker:
             self.cached = (case, build_inputs(case))
         return self.cached[1]
 
-    def run_case(self, reference: Any, case: Case, record_noise: bool, limit: float | None) -> Any:
+    def run_case(self, reference: Any, case: Case, options: RunOptions) -> Any:
         result = run_guarded(
-            self.implementation(reference),
-            case=case,
-            inputs=self.inputs(case),
-            record_noise=record_noise,
-            time_limit_s=limit,
+            self.implementation(reference), case=case, inputs=self.inputs(case), options=options
         )
         if result.mutated_inputs:  # the next implementation gets rebuilt inputs
             self.cached = None
@@ -500,18 +499,17 @@ class WorkerPool:
         implementation: Implementation,
         *,
         case: Case,
-        record_noise: bool = True,
-        time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+        options: RunOptions,
     ) -> ImplResult:
-        """``run_guarded`` of one implementation in the worker; a crash or hang of the
-        worker, or an answer that is not a result, is the implementation's failure."""
+        """``run_guarded`` of one implementation in the worker under ``options`` (sent
+        without the judge's progress sink); a crash or hang of the worker, or an answer
+        that is not a result, is the implementation's failure."""
         answer = self.request(
             "case",
             _reference(implementation),
             case,
-            record_noise,
-            time_limit_s,
-            time_limit_s=time_limit_s,
+            dataclasses.replace(options, progress=no_progress),
+            time_limit_s=options.time_limit_s,
         )
         if isinstance(answer, WorkerFailure):
             return ImplResult(name=implementation.name, error=answer.raised())

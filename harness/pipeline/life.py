@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from harness.options import RunOptions
 from harness.pipeline.case import SEED_LIMIT, TOP_K_ALL, Case, CaseInputs
 from harness.pipeline.observe import DispatchObserver, RandomDraw
 from harness.pipeline.runner import (
@@ -164,8 +165,7 @@ def run_life(
     *,
     case: Case,
     inputs: CaseInputs,
-    record_noise: bool,
-    time_limit_s: float | None,
+    options: RunOptions,
 ) -> Life:
     """Build one instance (with the server's ``out=`` where its constructor takes it),
     then stage, call and read it once per step of ``life_schedule``. Runs inside the
@@ -180,6 +180,7 @@ def run_life(
         else None
     )  # [max_bs*gamma], owned by the server
     life = Life(planned=len(steps), out_passed=takes_out)
+    record_noise, time_limit_s = options.record_noise, options.time_limit_s
     construction = DispatchObserver(record_noise=record_noise)
 
     def construct() -> BuiltSampler:

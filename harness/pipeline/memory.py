@@ -4,7 +4,8 @@ A case, a statistical-oracle run and a sweep point each get an upper estimate of
 bytes they hold at their peak, from their shapes alone. An estimate above the limit
 is refused (``MemoryLimitError``, exit status 2) with the estimate in the message.
 The default limit is ``DEFAULT_FRACTION`` of the memory free now (the host's, or the
-CUDA device's for CUDA runs); ``--max-memory`` sets another.
+CUDA device's for CUDA runs); ``--max-memory`` (``RunOptions.max_memory_bytes``)
+sets another.
 """
 
 from __future__ import annotations
@@ -27,9 +28,6 @@ class MemoryLimitError(ValueError):
     """A run whose memory estimate is above the limit."""
 
 
-_limit_bytes: int | None = None  # set by --max-memory; None: the default fraction
-
-
 def parse_size(text: str) -> int:
     """``"8G"``, ``"512M"``, ``"1.5G"``, ``"1000000"`` -> bytes (binary units)."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)i?B?\s*", text.upper())
@@ -49,12 +47,6 @@ def format_size(size: float) -> str:
     return f"{int(size)} B"
 
 
-def set_limit(limit_bytes: int | None) -> None:
-    """The limit every later check uses (``None``: the default fraction of free memory)."""
-    global _limit_bytes
-    _limit_bytes = limit_bytes
-
-
 def free_bytes(device: str) -> int:
     """Memory free now on the device (CUDA) or the host (``MemAvailable``)."""
     if device.startswith("cuda") and torch.cuda.is_available():
@@ -70,18 +62,19 @@ def free_bytes(device: str) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def limit_bytes(device: str) -> tuple[int, str]:
-    """The limit in force and where it comes from."""
-    if _limit_bytes is not None:
-        return _limit_bytes, "--max-memory"
+def limit_in_force(device: str, *, max_memory_bytes: int | None) -> tuple[int, str]:
+    """The limit in force and where it comes from (``max_memory_bytes``, else the default
+    fraction of the free memory)."""
+    if max_memory_bytes is not None:
+        return max_memory_bytes, "--max-memory"
     free = free_bytes(device)
     where = "the device" if device.startswith("cuda") else "the machine"
     return int(free * DEFAULT_FRACTION), f"{DEFAULT_FRACTION:.0%} of {where}'s free memory"
 
 
-def check_fits(estimate: int, *, what: str, device: str) -> None:
+def check_fits(estimate: int, *, what: str, device: str, max_memory_bytes: int | None) -> None:
     """Refuse ``what`` if its estimate is above the limit."""
-    limit, source = limit_bytes(device)
+    limit, source = limit_in_force(device, max_memory_bytes=max_memory_bytes)
     if estimate > limit:
         raise MemoryLimitError(
             f"{what} needs an estimated {format_size(estimate)}, above the limit of "
@@ -127,7 +120,12 @@ def case_bytes(case: Case) -> int:
     )
 
 
-def check_cases_fit(cases: list[Case]) -> None:
+def check_cases_fit(cases: list[Case], *, max_memory_bytes: int | None) -> None:
     """Refuse the first case whose estimate is above the limit, before any case runs."""
     for case in cases:
-        check_fits(case_bytes(case), what=f"case {case.label()}", device=case.device)
+        check_fits(
+            case_bytes(case),
+            what=f"case {case.label()}",
+            device=case.device,
+            max_memory_bytes=max_memory_bytes,
+        )

@@ -17,16 +17,17 @@ from typing import Any
 
 from harness.defaults import REFERENCE
 from harness.io.files import write_atomically
+from harness.options import DEFAULT_OPTIONS, RunOptions
 from harness.pipeline.case import Case, CaseError
+from harness.pipeline.check_result import CheckResult
 from harness.pipeline.compare import evaluate_run, tensor_digest
-from harness.pipeline.runner import DEFAULT_TIME_LIMIT_S, run_case
+from harness.pipeline.runner import run_case
 from harness.plugins.implementations import (
     BUILTIN_IMPLEMENTATIONS,
     Implementation,
     builtin_implementations,
     parse_impl_spec,
 )
-from harness.progress import Progress
 
 REPRO_SCHEMA = "dspark-harness/repro"
 REPRO_SCHEMA_VERSION = 1
@@ -36,7 +37,7 @@ REPRO_SCHEMA_VERSION = 1
 class Outcome:
     """The observable result of one implementation on one case."""
 
-    failures: tuple[tuple[str, str, tuple[tuple[int, int], ...]], ...]  # (check, detail, where)
+    failures: tuple[CheckResult, ...]  # the failed checks, in the order they ran
     tokens_sha256: str | None
     corrected_sha256: str | None
 
@@ -47,17 +48,17 @@ class Outcome:
     @property
     def signature(self) -> str:
         """What shrinking preserves by default: the first failing check."""
-        return self.failures[0][0] if self.failures else ""
+        return self.failures[0].name if self.failures else ""
 
     def fails(self, check: str | None) -> bool:
         """Whether it fails ``check`` (any check when ``None``)."""
-        return any(name == check for name, _, _ in self.failures) if check else self.failing
+        return any(f.name == check for f in self.failures) if check else self.failing
 
     def to_json(self) -> dict[str, Any]:
         return {
             "failures": [
-                {"check": name, "detail": detail, "positions": [list(p) for p in where]}
-                for name, detail, where in self.failures
+                {"check": f.name, "detail": f.detail, "positions": [list(p) for p in f.positions]}
+                for f in self.failures
             ],
             "tokens_sha256": self.tokens_sha256,
             "corrected_sha256": self.corrected_sha256,
@@ -66,7 +67,12 @@ class Outcome:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Outcome:
         failures = tuple(
-            (f["check"], f["detail"], tuple(tuple(p) for p in f["positions"]))
+            CheckResult(
+                name=f["check"],
+                status="fail",
+                detail=f["detail"],
+                positions=tuple((int(row), int(step)) for row, step in f["positions"]),
+            )
             for f in data["failures"]
         )
         return cls(failures, data["tokens_sha256"], data["corrected_sha256"])
@@ -76,18 +82,17 @@ def outcome_of(
     case: Case,
     implementation: Implementation,
     *,
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    options: RunOptions = DEFAULT_OPTIONS,
 ) -> Outcome:
-    """Run the reference and the implementation on the case; collect its failures."""
+    """Run the reference and the implementation on the case under ``options``; collect
+    its failures."""
     implementations = builtin_implementations((REFERENCE,))
     if implementation.name != REFERENCE:
         implementations.append(implementation)
-    run = run_case(case, implementations, time_limit_s=time_limit_s)
+    run = run_case(case, implementations, options=options)
     verdict = evaluate_run(run, require_observable=False)
     result = verdict.results[implementation.name]
-    failures = tuple(
-        (c.name, c.detail, c.positions) for c in verdict.checks[implementation.name] if c.failed
-    )
+    failures = tuple(c for c in verdict.checks[implementation.name] if c.failed)
     return Outcome(failures, tensor_digest(result.tokens), tensor_digest(result.corrected))
 
 
@@ -151,12 +156,11 @@ def shrink(
     implementation: Implementation,
     *,
     check: str | None = None,
-    progress: Progress | None = None,
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    options: RunOptions = DEFAULT_OPTIONS,
 ) -> tuple[Case, Outcome]:
     """Greedy shrinking: take any smaller case that still fails ``check`` (default: with
     the same first failing check)."""
-    outcome = outcome_of(case, implementation, time_limit_s=time_limit_s)
+    outcome = outcome_of(case, implementation, options=options)
     if not outcome.fails(check):
         raise ValueError(
             f"{implementation.name} does not fail {check or 'a check'} on {case.label()}"
@@ -166,12 +170,11 @@ def shrink(
     while improved:
         improved = False
         for candidate in _smaller(case):
-            candidate_outcome = outcome_of(candidate, implementation, time_limit_s=time_limit_s)
+            candidate_outcome = outcome_of(candidate, implementation, options=options)
             still = candidate_outcome.fails(check) if check else candidate_outcome.signature == kept
             if candidate_outcome.failing and still:
                 case, outcome, improved = candidate, candidate_outcome, True
-                if progress is not None:
-                    progress(f"shrunk to {case.label()}")
+                options.progress(f"shrunk to {case.label()}")
                 break
     return case, outcome
 
@@ -181,23 +184,19 @@ def find_smallest_failure(
     implementation: Implementation,
     *,
     check: str | None = None,
-    progress: Progress | None = None,
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    options: RunOptions = DEFAULT_OPTIONS,
 ) -> tuple[Case, Outcome] | None:
     """The smallest case among ``cases`` failing ``check`` (any check when ``None``),
     shrunk further; None if none does."""
     failing = []
     for case in cases:
-        if progress is not None:
-            progress(f"trying {case.label()}")
-        if outcome_of(case, implementation, time_limit_s=time_limit_s).fails(check):
+        options.progress(f"trying {case.label()}")
+        if outcome_of(case, implementation, options=options).fails(check):
             failing.append(case)
     if not failing:
         return None
     smallest = min(failing, key=_size)
-    return shrink(
-        smallest, implementation, check=check, progress=progress, time_limit_s=time_limit_s
-    )
+    return shrink(smallest, implementation, check=check, options=options)
 
 
 def implementation_spec(implementation: Implementation) -> str:

@@ -32,12 +32,12 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import torch
 
-from harness.defaults import DEFAULT_TIME_LIMIT_S
 from harness.interrupts import reraise_stop_request
+from harness.options import DEFAULT_OPTIONS, RunOptions
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.guard import (
     TIME_LIMIT_MARK,
@@ -62,6 +62,7 @@ from harness.plugins.conventions import (
     build_for_case,
 )
 from harness.plugins.implementations import Implementation
+from harness.plugins.protocol import DraftSampler
 from reference import BlockInputs
 
 if TYPE_CHECKING:
@@ -292,7 +293,7 @@ def record_outputs(outputs: CallOutputs, result: ImplResult) -> None:
 
 
 def build_sampler(
-    sampler_class: type[Any],
+    sampler_class: type[DraftSampler],
     *,
     case: Case,
     inputs: CaseInputs,
@@ -337,12 +338,13 @@ def run_implementation(
     *,
     case: Case,
     inputs: CaseInputs,
-    record_noise: bool = True,
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    options: RunOptions = DEFAULT_OPTIONS,
 ) -> ImplResult:
     """Construction, staging and one call of one implementation on the case, observed
-    and time-limited; with sampled rows, a second staged call in ``second_call``."""
+    and under ``options.time_limit_s``; with sampled rows, a second staged call in
+    ``second_call``."""
     result = ImplResult(name=implementation.name)
+    record_noise, time_limit_s = options.record_noise, options.time_limit_s
     device = torch.device(case.device)
 
     def construct_and_call() -> None:
@@ -379,13 +381,7 @@ def run_implementation(
             if case.replays:
                 from harness.pipeline.life import run_life  # the life builds on these helpers
 
-                result.life = run_life(
-                    implementation,
-                    case=case,
-                    inputs=inputs,
-                    record_noise=record_noise,
-                    time_limit_s=time_limit_s,
-                )
+                result.life = run_life(implementation, case=case, inputs=inputs, options=options)
 
     result.error = guarded_call(construct_and_call).error
     return result
@@ -416,21 +412,14 @@ def run_guarded(
     *,
     case: Case,
     inputs: CaseInputs,
-    record_noise: bool = True,
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    options: RunOptions = DEFAULT_OPTIONS,
 ) -> ImplResult:
     """``run_implementation`` between two guards: the shared inputs are digested before
     and after (changes land in ``mutated_inputs``), and the global state is restored
     afterwards (changes land in ``leaked_state``)."""
     before_inputs = input_digests(inputs)
     with implementation_world(owner=implementation.name) as world:
-        result = run_implementation(
-            implementation,
-            case=case,
-            inputs=inputs,
-            record_noise=record_noise,
-            time_limit_s=time_limit_s,
-        )
+        result = run_implementation(implementation, case=case, inputs=inputs, options=options)
     leaks = [*result.leaked_state, *world.lines]
     result.leaked_state = list(dict.fromkeys(leaks))  # once each, in order
     result.mutated_inputs = changed_inputs(before_inputs, input_digests(inputs))
@@ -441,29 +430,24 @@ def run_case(
     case: Case,
     implementations: list[Implementation],
     *,
-    record_noise: bool = True,
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
-    isolate: bool = False,
+    options: RunOptions = DEFAULT_OPTIONS,
 ) -> CaseRun:
     """Run every implementation on the case from the same RNG start, each on pristine
-    inputs and global state; the run holds pristine inputs for the checks.
+    inputs and global state, under ``options`` (the time limit, noise recording,
+    isolation); the run holds pristine inputs for the checks.
 
-    With ``isolate`` each implementation runs in its trust domain's worker process
+    With ``options.isolate`` each implementation runs in its trust domain's worker process
     (``harness.pipeline.isolation``), so even a crash of the process is its result.
     """
     inputs = build_inputs(case)
     results = {}
     for impl in implementations:
-        if isolate:
+        if options.isolate:
             from harness.pipeline.isolation import worker_for
 
-            results[impl.name] = worker_for(impl).run(
-                impl, case=case, record_noise=record_noise, time_limit_s=time_limit_s
-            )
+            results[impl.name] = worker_for(impl).run(impl, case=case, options=options)
             continue
-        result = run_guarded(
-            impl, case=case, inputs=inputs, record_noise=record_noise, time_limit_s=time_limit_s
-        )
+        result = run_guarded(impl, case=case, inputs=inputs, options=options)
         if result.mutated_inputs:  # generated from the seed on the CPU: rebuilding is exact
             inputs = build_inputs(case)
         results[impl.name] = result

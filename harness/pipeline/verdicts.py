@@ -3,10 +3,8 @@
 Per case, an implementation is ``lossless`` when no lossless-tier check failed and
 ``drop_in`` when, in addition, no drop-in-tier check failed (see
 ``harness.pipeline.check_result``). Over a comparison it is lossless (drop-in) when
-it is so on every case. ``Roles`` says what each implementation is held to: the
-buggy side of the ``pair`` is held to the legacy ledger, an ``expect_fail`` one must
-fail a lossless check, the built-ins ``fixed`` and ``reference`` must be drop-in,
-and every other implementation must meet ``require``.
+it is so on every case. What each implementation is held to is its role
+(``harness.options.Roles``).
 
 The statistical oracle's verdict (``Statistical``) is part of the lossless verdict:
 an implementation it rejects is not lossless, whatever its checks say. Without it
@@ -20,17 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.defaults import DEFAULT_PAIR, FIXED, REFERENCE
 from harness.pipeline.check_result import Skip, Tier
+from harness.pipeline.records import CaseRecord, CheckRecord
 
-ALWAYS_DROP_IN = (FIXED, REFERENCE)  # built-ins held to drop-in whatever is required
 MAX_CARRIERS = 4  # rejections named in a verdict line
-Record = dict[str, Any]
 CHECKS_ONLY = "checks only; statistical oracle not run"  # a lossless verdict without the oracle
-
-
-class RolesError(ValueError):
-    """Roles that name implementations not in the comparison, or leave nothing to judge."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +34,7 @@ class Statistical:
     ran: bool = False
     rejected: bool | None = None
     p_value: float | None = None
-    carried_by: str = ""
+    carried_by: tuple[str, ...] = ()  # target/head/group/test of each rejection, strongest first
     error: str | None = None
     not_judged: str | None = None  # it ran out of time: no verdict either way
     not_ruled_out: str = ""  # after a pass: the smallest defect it would have seen
@@ -68,16 +60,19 @@ class Statistical:
     def carriers(self) -> str:
         """The first ``MAX_CARRIERS`` of ``carried_by`` (strongest first), and how many
         more."""
-        named = [part for part in self.carried_by.split(", ") if part]
-        more = len(named) - MAX_CARRIERS
-        return ", ".join(named[:MAX_CARRIERS]) + (f" and {more} more" if more > 0 else "")
+        more = len(self.carried_by) - MAX_CARRIERS
+        return ", ".join(self.carried_by[:MAX_CARRIERS]) + (f" and {more} more" if more > 0 else "")
+
+    def every_carrier(self) -> str:
+        """Every rejection, strongest first, as one line."""
+        return ", ".join(self.carried_by)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "ran": self.ran,
             "rejected": self.rejected,
             "p_value": self.p_value,
-            "carried_by": self.carried_by,  # target/head/group/test of each rejection
+            "carried_by": self.every_carrier(),
             "error": self.error,
             "not_judged": self.not_judged,
             "not_ruled_out": self.not_ruled_out,
@@ -87,11 +82,30 @@ class Statistical:
 NOT_RUN = Statistical()
 
 
-def case_verdict(checks: Sequence[Record]) -> tuple[bool, bool]:
+def case_verdict(checks: Sequence[CheckRecord]) -> tuple[bool, bool]:
     """``(lossless, drop_in)`` of one implementation's check records on one case."""
     failed_tiers = {Tier(c["tier"]) for c in checks if c["status"] == "fail"}
     lossless = Tier.LOSSLESS not in failed_tiers
     return lossless, lossless and Tier.DROP_IN not in failed_tiers
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed check of one implementation on one case."""
+
+    case: str  # the case's label
+    check: str
+    tier: Tier
+    detail: str
+
+    @property
+    def lossless(self) -> bool:
+        """Whether the failed check is of the lossless tier (else drop-in)."""
+        return self.tier is Tier.LOSSLESS
+
+    def line(self) -> str:
+        """``case: check: detail``."""
+        return f"{self.case}: {self.check}: {self.detail}"
 
 
 @dataclass(frozen=True)
@@ -102,7 +116,7 @@ class Verdict:
     lossless: bool
     drop_in: bool
     cases: int
-    failures: tuple[tuple[str, str, str, str], ...]  # (case label, check, tier, detail)
+    failures: tuple[Failure, ...]
     required: Tier = Tier.DROP_IN  # what ``ok`` holds it to
     statistical: Statistical = field(default=NOT_RUN)
     replayable: bool = True  # False: some case's draws could not be replayed
@@ -122,12 +136,12 @@ class Verdict:
     def reason(self) -> str:
         """Why it is not lossless (else not drop-in): the first such failure, or the
         statistical oracle's rejection when no lossless check failed."""
-        wanted = Tier.LOSSLESS if not self.lossless else Tier.DROP_IN
-        if wanted is Tier.LOSSLESS and not self.lossless_failures():
+        wanted_lossless = not self.lossless  # why not lossless, else why not drop-in
+        if wanted_lossless and not self.lossless_failures():
             return self.statistical.describe()
-        for label, check, tier, detail in self.failures:
-            if tier == wanted:
-                return f"{check}: {detail} ({label})"
+        for failure in self.failures:
+            if failure.lossless == wanted_lossless:
+                return f"{failure.check}: {failure.detail} ({failure.case})"
         return ""
 
     def meets(self, requirement: Tier) -> bool:
@@ -140,9 +154,7 @@ class Verdict:
 
     def evidence(self) -> str:
         """One line per failing check: ``case: check [tier]: detail``."""
-        return "\n".join(
-            f"{label}: {check} [{tier}]: {detail}" for label, check, tier, detail in self.failures
-        )
+        return "\n".join(f"{f.case}: {f.check} [{f.tier}]: {f.detail}" for f in self.failures)
 
     def summary(self) -> str:
         """``"lossless and drop-in"``, ``"lossless; not drop-in: <reason>"`` or
@@ -159,7 +171,7 @@ class Verdict:
 
     def lossless_failures(self) -> bool:
         """Whether a lossless check failed on some case."""
-        return any(f[2] == Tier.LOSSLESS for f in self.failures)
+        return any(f.lossless for f in self.failures)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -184,7 +196,7 @@ class Verdict:
         return self.statistical.describe()
 
 
-def implementation_verdict(records: Sequence[Record], name: str) -> Verdict:
+def implementation_verdict(records: Sequence[CaseRecord], name: str) -> Verdict:
     """The verdicts of implementation ``name`` over every record that ran it."""
     failures = []
     lossless = drop_in = replayable = True
@@ -198,7 +210,7 @@ def implementation_verdict(records: Sequence[Record], name: str) -> Verdict:
         lossless &= case_lossless
         drop_in &= case_drop_in
         failures += [
-            (record["label"], c["name"], Tier(c["tier"]), c["detail"])
+            Failure(case=record["label"], check=c["name"], tier=Tier(c["tier"]), detail=c["detail"])
             for c in entry["checks"]
             if c["status"] == "fail"
         ]
@@ -211,65 +223,7 @@ def implementation_verdict(records: Sequence[Record], name: str) -> Verdict:
 Statisticals = Mapping[str, Statistical] | None  # None: the statistical oracle did not run
 
 
-def full_verdict(records: Sequence[Record], name: str, statistical: Statisticals) -> Verdict:
+def full_verdict(records: Sequence[CaseRecord], name: str, statistical: Statisticals) -> Verdict:
     """``name``'s verdicts from its checks with the statistical oracle's part in them."""
     part = NOT_RUN if statistical is None else statistical.get(name, NOT_RUN)
     return implementation_verdict(records, name).with_statistical(part)
-
-
-@dataclass(frozen=True)
-class Roles:
-    """What each implementation of a comparison is held to."""
-
-    pair: tuple[str, str] = DEFAULT_PAIR
-    expect_fail: tuple[str, ...] = ()
-    require: Tier = Tier.DROP_IN
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.require, Tier):
-            raise RolesError(f"require must be a Tier, got {self.require!r}")
-        if len(self.pair) != 2 or self.pair[0] == self.pair[1]:
-            raise RolesError(f"the pair needs two different names BUGGY,FIXED, got {self.pair}")
-
-    @property
-    def buggy(self) -> str:
-        return self.pair[0]
-
-    @property
-    def fixed(self) -> str:
-        return self.pair[1]
-
-    def requirement(self, name: str) -> Tier:
-        """What ``name`` must meet when it is judged by its checks."""
-        return Tier.DROP_IN if name in ALWAYS_DROP_IN else self.require
-
-    def judged_by_checks(self, name: str) -> bool:
-        """The pair's buggy side is judged by the ledger (and by ``expect_fail``) only."""
-        return name != self.buggy or name in self.expect_fail
-
-    def validate(self, names: Sequence[str]) -> None:
-        """Refuse roles naming absent implementations, and a comparison with nothing to
-        judge (no implementation judged by its checks, and no complete pair)."""
-        present = set(names)
-        unknown = [n for n in self.expect_fail if n not in present]
-        if unknown:
-            raise RolesError(
-                f"--expect-fail names implementations not in the comparison: {unknown}"
-            )
-        if self.pair != DEFAULT_PAIR:
-            missing = [n for n in self.pair if n not in present]
-            if missing:
-                raise RolesError(f"--pair names implementations not in the comparison: {missing}")
-        has_pair = self.buggy in present and self.fixed in present
-        if not has_pair and not any(self.judged_by_checks(n) for n in names):
-            raise RolesError(
-                f"nothing to judge: implementations {list(names)} "
-                f"(the buggy side {self.buggy!r} needs its pair {self.fixed!r})"
-            )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "pair": list(self.pair),
-            "expect_fail": list(self.expect_fail),
-            "require": self.require.label,
-        }

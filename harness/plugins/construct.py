@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import torch
 
 from harness.plugins.errors import ImplementationError
+from harness.plugins.protocol import DraftSampler
 
 FUSED_GREEDY_ENV = "SGLANG_DSPARK_OPT_FUSED_GREEDY_MARKOV"
 REQUIRED_KEYWORDS = ("model", "gamma", "max_bs", "device")
@@ -50,7 +51,7 @@ class IdentityTpSync:
 class ConstructorBinding:
     """Which of the harness's keywords a sampler class takes, decided once."""
 
-    sampler_class: type[Any]
+    sampler_class: type[DraftSampler]
     keywords: tuple[str, ...]  # the keywords passed by name
     fused_greedy_from_env: bool  # the class reads the fused switch from the environment
 
@@ -79,7 +80,7 @@ def _takes_keywords(parameters: dict[str, inspect.Parameter], names: tuple[str, 
     return all(n in parameters and parameters[n].kind in keyword_kinds for n in names)
 
 
-def _method_mismatches(sampler_class: type[Any]) -> list[str]:
+def _method_mismatches(sampler_class: type[DraftSampler]) -> list[str]:
     """What is wrong with ``stage_sampling_params`` and ``__call__``, if anything."""
     mismatches = []
     stage = getattr(sampler_class, "stage_sampling_params", None)
@@ -136,7 +137,7 @@ def _constructor_mismatches(
 _BINDINGS: dict[type[Any], ConstructorBinding] = {}  # one reading of each class's signature
 
 
-def bind_constructor(sampler_class: type[Any], *, spec: str = "") -> ConstructorBinding:
+def bind_constructor(sampler_class: type[DraftSampler], *, spec: str = "") -> ConstructorBinding:
     """Read the class's constructor once; raise one ``ImplementationError`` listing every
     mismatch, or return what to pass it."""
     if sampler_class in _BINDINGS:
@@ -193,7 +194,7 @@ def construct_sampler(
     folded_sampling: bool = True,
     fused_greedy: bool = False,
     out: torch.Tensor | None = None,
-) -> Any:
+) -> DraftSampler:
     """A sampler built from the harness's arguments, in the class's own convention."""
     offered: dict[str, Any] = {
         "model": model,

@@ -11,12 +11,11 @@ which logits it drew them from.
 from __future__ import annotations
 
 import inspect
-from typing import Any
 
 import torch
 
 from harness.plugins.errors import ImplementationError
-from harness.plugins.protocol import BlockSamplerFunction
+from harness.plugins.protocol import BlockSamplerFunction, DraftSampler
 from reference.sampler_base import DraftSamplerBase
 
 FUNCTION_KEYWORDS = (
@@ -89,7 +88,7 @@ def _checked_output(
     return tokens, corrected
 
 
-def functional_sampler_class(function: object, *, spec: str) -> type[Any]:
+def functional_sampler_class(function: object, *, spec: str) -> type[DraftSampler]:
     """A ``DsparkDraftSampler``-shaped class that calls ``function`` once per proposal."""
     block_sampler = check_block_sampler_function(function, spec=spec)
 

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.defaults import BUILTIN_NAMES
@@ -43,6 +43,7 @@ from harness.plugins.loading import (
     import_named_module,
     load_source_file,
 )
+from harness.plugins.protocol import DraftSampler
 from harness.upstream.sglang_convention import speaks_sglang_0_5_23
 from harness.upstream.sglang_loader import UpstreamUnavailable, load_sglang
 from legacy import DsparkDraftSampler as LegacySampler
@@ -61,12 +62,13 @@ __all__ = [
     "select_implementations",
 ]
 
-BUILTIN_IMPLEMENTATIONS: dict[str, type[Any]] = dict(
+BUILTIN_IMPLEMENTATIONS: dict[str, type[DraftSampler]] = dict(
     zip(BUILTIN_NAMES, (ReferenceDraftSampler, FixedSampler, LegacySampler), strict=True)
 )
 DEFAULT_FILE_CLASS = "DsparkDraftSampler"
 UPSTREAM_TARGET = "sglang"  # NAME=sglang: the installed release (harness.upstream)
 TARGET_FORMS = f"{MODULE_FORM} or {FILE_FORM}"
+ImplementationKind = Literal["class", "function"]  # a sampler class, or a wrapped function
 
 
 @dataclass(frozen=True)
@@ -81,10 +83,10 @@ class Implementation:
     """
 
     name: str
-    sampler_class: type[Any]
+    sampler_class: type[DraftSampler]
     spec: str
     era: Era | None = None
-    kind: str = "class"
+    kind: ImplementationKind = "class"
     convention: str | None = None
     adaptations: tuple[str, ...] | None = None
 
@@ -134,13 +136,14 @@ def builtin_implementations(
     ]
 
 
-def check_sampler_class(sampler_class: object, *, spec: str) -> type[Any]:
+def check_sampler_class(sampler_class: object, *, spec: str) -> type[DraftSampler]:
     """Raise ``ImplementationError`` unless the class can be constructed and called."""
     if not inspect.isclass(sampler_class):
         raise ImplementationError(f"{spec}: {sampler_class!r} is not a class")
-    if not speaks_sglang_0_5_23(sampler_class):  # the package's own convention, not ours
-        bind_constructor(sampler_class, spec=spec)
-    return sampler_class
+    checked = cast(type[DraftSampler], sampler_class)  # its constructor and methods: next
+    if not speaks_sglang_0_5_23(checked):  # the package's own convention, not ours
+        bind_constructor(checked, spec=spec)
+    return checked
 
 
 def _bad_form(text: str) -> str:

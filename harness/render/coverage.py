@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.pipeline.coverage import MatrixCoverage, Record, Span, StatisticalCoverage
+from harness.pipeline.coverage import MatrixCoverage, Span, StatisticalCoverage
+from harness.pipeline.records import CaseRecord
 from harness.render.sections import Section, Table
 
 
@@ -94,7 +95,7 @@ def _percent(fraction: float | None) -> str:
 
 
 def coverage_section(
-    records: Sequence[Record], *, statistical: StatisticalCoverage | None
+    records: Sequence[CaseRecord], *, statistical: StatisticalCoverage | None
 ) -> Section:
     """What the verdicts above covered, as one table and its JSON."""
     matrix = MatrixCoverage.of_records(records)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import platform
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,22 @@ from harness.render.sections import Section
 
 REPORT_SCHEMA = "dspark-harness/report"
 REPORT_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Report:
+    """What one command reports, whatever the output (terminal, Markdown, JSON): its
+    sections, the per-case records, the wall times and, when it judged implementations,
+    the verdicts (per implementation: lossless, drop-in, what its role requires)."""
+
+    command: str
+    seed: int
+    device: str
+    heading: str
+    sections: list[Section]
+    cases: Sequence[Mapping[str, Any]] = ()
+    timing: dict[str, float] = field(default_factory=dict)
+    verdicts: dict[str, Any] | None = None
 
 
 def overall_ok(sections: list[Section]) -> bool:
@@ -78,26 +95,17 @@ def environment() -> dict[str, Any]:
     }
 
 
-def report_json(
-    *,
-    command: str,
-    seed: int,
-    device: str,
-    sections: list[Section],
-    cases: list[dict[str, Any]],
-    timing: dict[str, float],
-    verdicts: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The machine-readable report; ``verdicts`` (per implementation: lossless, drop-in,
-    what its role requires) when the command judged implementations."""
-    extra = {} if verdicts is None else {"verdicts": verdicts}
+def report_json(report: Report) -> dict[str, Any]:
+    """The machine-readable report (``"verdicts"`` only when the command judged
+    implementations)."""
+    extra = {} if report.verdicts is None else {"verdicts": report.verdicts}
     return {
         "schema": REPORT_SCHEMA,
         "schema_version": REPORT_SCHEMA_VERSION,
-        "command": command,
-        "seed": seed,
-        "device": device,
-        "ok": overall_ok(sections),
+        "command": report.command,
+        "seed": report.seed,
+        "device": report.device,
+        "ok": overall_ok(report.sections),
         **extra,
         "environment": environment(),
         "sections": [
@@ -108,10 +116,10 @@ def report_json(
                 "text": s.text,
                 "data": s.data,
             }
-            for s in sections
+            for s in report.sections
         ],
-        "cases": cases,
-        "timing": timing,
+        "cases": list(report.cases),
+        "timing": report.timing,
     }
 
 
@@ -126,33 +134,14 @@ def write_report(
     return paths
 
 
-def emit_report(
-    *,
-    out_dir: Path,
-    as_json: bool,
-    command: str,
-    seed: int,
-    device: str,
-    heading: str,
-    sections: list[Section],
-    cases: list[dict[str, Any]],
-    timing: dict[str, float],
-    verdicts: dict[str, Any] | None = None,
-) -> bool:
+def emit_report(report: Report, *, out_dir: Path, as_json: bool) -> bool:
     """Write ``COMMAND.{json,md,txt}`` under ``out_dir``, print the text (or the JSON),
     and say whether every section holds."""
-    data = report_json(
-        command=command,
-        seed=seed,
-        device=device,
-        sections=sections,
-        cases=cases,
-        timing=timing,
-        verdicts=verdicts,
-    )
+    data = report_json(report)
+    heading, sections = report.heading, report.sections
     text = render_text(heading=heading, sections=sections)
     markdown = render_markdown(heading=heading, sections=sections)
-    paths = write_report(out_dir, stem=command, data=data, text=text, markdown=markdown)
+    paths = write_report(out_dir, stem=report.command, data=data, text=text, markdown=markdown)
     if as_json:
         print(json.dumps(data, indent=2))
     else:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from harness.options import Roles
 from harness.oracles.fits import JOINT, REPEAT, family_size, position_name
 from harness.oracles.power import PowerCurve
 from harness.oracles.problem import StatsConfig, group_label
@@ -21,7 +22,7 @@ from harness.oracles.stats import (
     meets_expectation,
     where,
 )
-from harness.pipeline.verdicts import MAX_CARRIERS, Roles
+from harness.pipeline.verdicts import MAX_CARRIERS
 from harness.render.figures import render_png
 from harness.render.sections import Section
 from harness.render.tables import Alignment, TableFormat, table

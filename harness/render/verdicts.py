@@ -10,12 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from harness.defaults import FIXED, REFERENCE
+from harness.options import Roles
 from harness.pipeline.check_result import Tier
 from harness.pipeline.checks import CHECK_CODES
 from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage
 from harness.pipeline.ledger import LEDGER_CLASSES
+from harness.pipeline.records import CaseRecord, CheckRecord
 from harness.pipeline.verdicts import (
-    Roles,
     Statistical,
     Statisticals,
     full_verdict,
@@ -23,35 +24,25 @@ from harness.pipeline.verdicts import (
 from harness.render.coverage import coverage_section
 from harness.render.sections import Block, Section, Table
 
-Record = dict[str, Any]
-
 
 def _verdict_section(
-    name: str, records: list[Record], *, roles: Roles, title: str, statistical: Statisticals
+    name: str, records: list[CaseRecord], *, roles: Roles, title: str, statistical: Statisticals
 ) -> Section:
     """One implementation's verdicts held against its role, with the failing checks and
     the statistical oracle's part."""
     verdict = full_verdict(records, name, statistical)
     failing = verdict.failures
-    lines = [
-        f"{label}: {check}: {detail}"
-        for label, check, tier, detail in failing
-        if tier == Tier.LOSSLESS
-    ]
-    drop_in_lines = [
-        f"{label}: {check}: {detail}"
-        for label, check, tier, detail in failing
-        if tier != Tier.LOSSLESS
-    ]
+    lines = [f.line() for f in failing if f.lossless]
+    drop_in_lines = [f.line() for f in failing if not f.lossless]
     if drop_in_lines:
         lines += ["", "not drop-in (bit-compatibility with the reference):", *drop_in_lines]
     if verdict.statistical.failed:
         lines += ["", verdict.statistical.describe()]
         if verdict.statistical.carried_by:
-            lines.append(f"every rejected test: {verdict.statistical.carried_by}")
+            lines.append(f"every rejected test: {verdict.statistical.every_carrier()}")
     statistical_line = verdict.statistical_line()
-    lossless_failures = len([f for f in failing if f[2] == Tier.LOSSLESS])
-    failing_cases = len({label for label, _, tier, _ in failing if tier == Tier.LOSSLESS})
+    lossless_failures = len([f for f in failing if f.lossless])
+    failing_cases = len({f.case for f in failing if f.lossless})
     of_cases = f"{verdict.cases}/{verdict.cases} cases"
     data = {"verdict": verdict.to_json()}
     if name in roles.expect_fail:
@@ -100,7 +91,7 @@ def _verdict_section(
     )
 
 
-def _ledger_section(records: list[Record], *, require_coverage: bool, roles: Roles) -> Section:
+def _ledger_section(records: list[CaseRecord], *, require_coverage: bool, roles: Roles) -> Section:
     buggy, fixed = roles.pair
     entries = [(r["label"], r["ledger"]) for r in records if r["ledger"] is not None]
     broken = [(label, e) for label, e in entries if not e["holds"]]
@@ -157,7 +148,13 @@ def _ledger_section(records: list[Record], *, require_coverage: bool, roles: Rol
 PROSE_WIDTH = 88  # where a table's prose cell wraps on the terminal (whole in Markdown)
 
 
-def _checks_cell(checks: list[dict[str, Any]]) -> str:
+def _checks_of(record: CaseRecord, name: str) -> list[CheckRecord]:
+    """``name``'s checks on the case (none when it did not run there)."""
+    entry = record["implementations"].get(name)
+    return [] if entry is None else entry["checks"]
+
+
+def _checks_cell(checks: list[CheckRecord]) -> str:
     if not checks:
         return "-"
     lossless = [
@@ -177,7 +174,9 @@ def _checks_cell(checks: list[dict[str, Any]]) -> str:
     return "pass"
 
 
-def _checks_table(records: list[Record], names: list[str], *, roles: Roles) -> tuple[Block, ...]:
+def _checks_table(
+    records: list[CaseRecord], names: list[str], *, roles: Roles
+) -> tuple[Block, ...]:
     """The legend (the check codes, and under which implementations a FAIL is expected)
     and the table of each case's failed checks per implementation."""
     legend = "failed checks: " + ", ".join(f"{code}={name}" for name, code in CHECK_CODES.items())
@@ -196,7 +195,7 @@ def _checks_table(records: list[Record], names: list[str], *, roles: Roles) -> t
     rows = [
         [
             record["label"],
-            *(_checks_cell(record["implementations"].get(n, {}).get("checks", [])) for n in names),
+            *(_checks_cell(_checks_of(record, n)) for n in names),
         ]
         for record in records
     ]
@@ -204,7 +203,7 @@ def _checks_table(records: list[Record], names: list[str], *, roles: Roles) -> t
 
 
 def comparison_sections(
-    records: list[Record],
+    records: list[CaseRecord],
     *,
     require_coverage: bool,
     roles: Roles | None = None,
@@ -276,7 +275,7 @@ def _statistical_cell(statistical: Statistical) -> str:
     return "REJECTED" if statistical.rejected else "pass"
 
 
-def _verdicts_table(records: list[Record], *, roles: Roles, statistical: Statisticals) -> Table:
+def _verdicts_table(records: list[CaseRecord], *, roles: Roles, statistical: Statisticals) -> Table:
     """Implementation, role, requirement, the statistical part, the two verdicts, and why
     not drop-in."""
     rows = []
@@ -299,7 +298,7 @@ def _verdicts_table(records: list[Record], *, roles: Roles, statistical: Statist
 
 
 def verdicts_json(
-    records: list[Record],
+    records: list[CaseRecord],
     *,
     roles: Roles,
     statistical: Statisticals = None,

@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from harness.defaults import FIXED
 from harness.measure.timing import ab_timing
+from harness.options import RunOptions
 from harness.oracles.part import combined_statistical
 from harness.oracles.problem import DEFAULT_CONFIG
 from harness.oracles.stats import StatsResult, run_oracle
@@ -111,7 +113,7 @@ def call_work(implementation: Implementation, *, seed: int) -> CallWork | None:
 
 
 def time_ratio(implementation: Implementation, *, seed: int, repeats: int) -> float:
-    fixed = builtin_implementations(("fixed",))[0]
+    fixed = builtin_implementations((FIXED,))[0]
     timing = ab_timing(
         timing_case(seed=seed),
         repeats=repeats,
@@ -151,7 +153,7 @@ def collect_versions(
         replace(DEFAULT_CONFIG, seed=seed),
         implementations=list(implementations.values()),
         verifiers=(CHAIN_VERIFIER, BLOCKWISE_REJECTION),
-        progress=progress,
+        options=RunOptions(progress=progress, time_limit_s=None),
     )
     plan = full_plan(triples_per_point=scan_triples_per_point, seed=seed)
     rows = []

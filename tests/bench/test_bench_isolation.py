@@ -19,6 +19,7 @@ import time
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from harness.options import RunOptions
 from harness.pipeline.case import Case, make_case
 from harness.pipeline.isolation import WorkerPool, shutdown_workers
 from harness.pipeline.runner import run_case
@@ -37,7 +38,7 @@ ROUNDS = 5
 def test_bench_case_run(benchmark: BenchmarkFixture, shape: str, isolate: bool) -> None:
     case = SHAPES[shape]
     implementations = builtin_implementations()
-    run_case(case, implementations, isolate=isolate)  # warm: the worker is up
+    run_case(case, implementations, options=RunOptions(isolate=isolate))  # warm: the worker is up
     benchmark.group = f"case run: {shape}"
     run = benchmark.pedantic(
         run_case,
@@ -58,7 +59,7 @@ def test_bench_worker_start(benchmark: BenchmarkFixture) -> None:
     def first_case_on_a_fresh_worker() -> float:
         pool = WorkerPool()
         started = time.perf_counter()
-        result = pool.run(implementations[0], case=case)
+        result = pool.run(implementations[0], case=case, options=RunOptions())
         pool.shutdown()
         assert result.ok
         return time.perf_counter() - started

@@ -22,6 +22,7 @@ import torch
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from harness.measure.model import predict_work
+from harness.options import RunOptions
 from harness.pipeline.case import Case, CaseInputs, build_inputs, make_case
 from harness.pipeline.runner import run_implementation, same_rng_start
 from harness.plugins.implementations import builtin_implementations
@@ -71,7 +72,9 @@ def _synchronize() -> None:
 def counters(case: Case, inputs: CaseInputs, implementation: str) -> dict[str, Any]:
     """Exact work of one call (counted) and the model's GEMM FLOPs, for ``extra_info``."""
     (impl,) = builtin_implementations((implementation,))
-    result = run_implementation(impl, case=case, inputs=inputs, record_noise=False)
+    result = run_implementation(
+        impl, case=case, inputs=inputs, options=RunOptions(record_noise=False)
+    )
     assert result.error is None, result.error
     counts = result.work
     predicted = predict_work(case, implementation)

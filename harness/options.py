@@ -1,0 +1,113 @@
+"""What a run is asked to do, gathered once: ``RunOptions`` (the seed and device, the
+per-call time limit, isolation, the roles, the ledger's strictness, noise recording,
+the memory limit, the oracle, resuming and the progress sink) and ``Roles`` (what each
+implementation is held to).
+
+The command line builds one ``RunOptions`` from its arguments (``harness.cli.options``),
+the Python API and the pytest plugin from theirs, and every stage takes the one value;
+each option has its one default here. Importable without torch, so the command line
+offers its defaults before any work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.defaults import DEFAULT_PAIR, DEFAULT_TIME_LIMIT_S, FIXED, REFERENCE
+from harness.pipeline.check_result import Tier
+from harness.progress import Progress, no_progress
+
+ALWAYS_DROP_IN = (FIXED, REFERENCE)  # built-ins held to drop-in whatever is required
+
+
+class RolesError(ValueError):
+    """Roles that name implementations not in the comparison, or leave nothing to judge."""
+
+
+@dataclass(frozen=True)
+class Roles:
+    """What each implementation of a comparison is held to: the buggy side of the
+    ``pair`` is held to the legacy ledger, an ``expect_fail`` one must fail a lossless
+    check, the built-ins ``fixed`` and ``reference`` must be drop-in, and every other
+    implementation must meet ``require``."""
+
+    pair: tuple[str, str] = DEFAULT_PAIR
+    expect_fail: tuple[str, ...] = ()
+    require: Tier = Tier.DROP_IN
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.require, Tier):
+            raise RolesError(f"require must be a Tier, got {self.require!r}")
+        if len(self.pair) != 2 or self.pair[0] == self.pair[1]:
+            raise RolesError(f"the pair needs two different names BUGGY,FIXED, got {self.pair}")
+
+    @property
+    def buggy(self) -> str:
+        return self.pair[0]
+
+    @property
+    def fixed(self) -> str:
+        return self.pair[1]
+
+    def requirement(self, name: str) -> Tier:
+        """What ``name`` must meet when it is judged by its checks."""
+        return Tier.DROP_IN if name in ALWAYS_DROP_IN else self.require
+
+    def judged_by_checks(self, name: str) -> bool:
+        """The pair's buggy side is judged by the ledger (and by ``expect_fail``) only."""
+        return name != self.buggy or name in self.expect_fail
+
+    def validate(self, names: Sequence[str]) -> None:
+        """Refuse roles naming absent implementations, and a comparison with nothing to
+        judge (no implementation judged by its checks, and no complete pair)."""
+        present = set(names)
+        unknown = [n for n in self.expect_fail if n not in present]
+        if unknown:
+            raise RolesError(
+                f"--expect-fail names implementations not in the comparison: {unknown}"
+            )
+        if self.pair != DEFAULT_PAIR:
+            missing = [n for n in self.pair if n not in present]
+            if missing:
+                raise RolesError(f"--pair names implementations not in the comparison: {missing}")
+        has_pair = self.buggy in present and self.fixed in present
+        if not has_pair and not any(self.judged_by_checks(n) for n in names):
+            raise RolesError(
+                f"nothing to judge: implementations {list(names)} "
+                f"(the buggy side {self.buggy!r} needs its pair {self.fixed!r})"
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pair": list(self.pair),
+            "expect_fail": list(self.expect_fail),
+            "require": self.require.label,
+        }
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The options of one run, each with its one default.
+
+    ``require_observable``: the cases are the standard matrix, so the ledger must show
+    every class it predicts on each case and every class over the matrix (a chosen case
+    may show fewer). ``max_memory_bytes``: the memory limit (``None``: half the memory
+    free now, ``harness.pipeline.memory``). ``stats``: whether the statistical oracle
+    runs (without it every lossless verdict says it rests on the checks alone)."""
+
+    seed: int = 0
+    device: str = "cpu"
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S  # None: no limit
+    isolate: bool = False  # each implementation in its trust domain's worker process
+    roles: Roles = Roles()
+    require_observable: bool = False
+    record_noise: bool = True  # keep every noise tensor drawn (the checks replay them)
+    max_memory_bytes: int | None = None
+    stats: bool = True
+    resume: bool = False  # reuse the records an interrupted run left in its journal
+    progress: Progress = field(default=no_progress, compare=False)
+
+
+DEFAULT_OPTIONS = RunOptions()
