@@ -1,11 +1,9 @@
 """Names and defaults the command line offers before any work, defined once and
 importable without torch (so ``python -m harness --help`` answers at once): the
-built-in implementations, the pair's sides, what a plug-in can be required to meet,
-and the per-call time limit."""
+built-in implementations, the pair's sides, the model dtypes and the per-call time
+limit."""
 
 from __future__ import annotations
-
-from typing import Literal
 
 LEGACY, FIXED, REFERENCE = "legacy", "fixed", "reference"
 BUILTIN_NAMES = (REFERENCE, FIXED, LEGACY)  # the order every report lists them in
@@ -13,8 +11,5 @@ DEFAULT_PAIR = (LEGACY, FIXED)
 # The two slots of a pair (its buggy side, its fixed side), named after the built-ins that
 # fill them by default; timing and sweep tables key their columns by slot.
 PAIR_SIDES = (BUGGY_SIDE, FIXED_SIDE) = (LEGACY, FIXED)
-Requirement = Literal["lossless", "drop-in"]
-REQUIREMENTS: tuple[Requirement, ...] = ("lossless", "drop-in")
-DEFAULT_REQUIREMENT: Requirement = "drop-in"  # what a plug-in is held to unless told otherwise
 DTYPE_NAMES = ("float32", "bfloat16", "float16")  # the model dtypes a case can take
 DEFAULT_TIME_LIMIT_S = 120.0  # per construction, staging and call of an implementation

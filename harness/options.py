@@ -15,16 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.defaults import (
-    DEFAULT_PAIR,
-    DEFAULT_REQUIREMENT,
-    DEFAULT_TIME_LIMIT_S,
-    FIXED,
-    REFERENCE,
-    REQUIREMENTS,
-    Requirement,
-)
-from harness.render.progress import Progress, no_progress
+from harness.defaults import DEFAULT_PAIR, DEFAULT_TIME_LIMIT_S, FIXED, REFERENCE
+from harness.pipeline.check_result import Tier
+from harness.progress import Progress, no_progress
 
 ALWAYS_DROP_IN = (FIXED, REFERENCE)  # built-ins held to drop-in whatever is required
 
@@ -42,11 +35,11 @@ class Roles:
 
     pair: tuple[str, str] = DEFAULT_PAIR
     expect_fail: tuple[str, ...] = ()
-    require: Requirement = DEFAULT_REQUIREMENT
+    require: Tier = Tier.DROP_IN
 
     def __post_init__(self) -> None:
-        if self.require not in REQUIREMENTS:
-            raise RolesError(f"require must be one of {REQUIREMENTS}, got {self.require!r}")
+        if not isinstance(self.require, Tier):
+            raise RolesError(f"require must be a Tier, got {self.require!r}")
         if len(self.pair) != 2 or self.pair[0] == self.pair[1]:
             raise RolesError(f"the pair needs two different names BUGGY,FIXED, got {self.pair}")
 
@@ -58,9 +51,9 @@ class Roles:
     def fixed(self) -> str:
         return self.pair[1]
 
-    def requirement(self, name: str) -> Requirement:
+    def requirement(self, name: str) -> Tier:
         """What ``name`` must meet when it is judged by its checks."""
-        return "drop-in" if name in ALWAYS_DROP_IN else self.require
+        return Tier.DROP_IN if name in ALWAYS_DROP_IN else self.require
 
     def judged_by_checks(self, name: str) -> bool:
         """The pair's buggy side is judged by the ledger (and by ``expect_fail``) only."""
@@ -90,7 +83,7 @@ class Roles:
         return {
             "pair": list(self.pair),
             "expect_fail": list(self.expect_fail),
-            "require": self.require,
+            "require": self.require.label,
         }
 
 

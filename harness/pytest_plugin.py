@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from harness.pipeline.check_result import TIER_LABELS, Tier
+
 if TYPE_CHECKING:
     from harness.options import RunOptions
     from harness.pipeline.case import Case
@@ -31,8 +33,6 @@ ORACLE_ITEM = "statistical-oracle"  # the oracle's test: dspark[NAME][statistica
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from harness.defaults import DEFAULT_REQUIREMENT, REQUIREMENTS
-
     group = parser.getgroup("dspark", "DSpark draft-sampler verdicts")
     group.addoption(
         "--dspark-impl",
@@ -44,8 +44,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--dspark-require",
-        choices=REQUIREMENTS,
-        default=DEFAULT_REQUIREMENT,
+        choices=TIER_LABELS,
+        default=Tier.DROP_IN.label,
         help="what each --dspark-impl must meet (default drop-in)",
     )
     group.addoption(
@@ -64,7 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from harness import options
 
     config.stash[OPTIONS] = options.RunOptions(
-        roles=options.Roles(require=config.getoption("dspark_require")),
+        roles=options.Roles(require=Tier.from_label(config.getoption("dspark_require"))),
         stats=not config.getoption("dspark_no_stats"),
     )
     from harness.plugins.implementations import ImplementationError, parse_impl_spec
@@ -94,7 +94,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     tests = "one test per standard case"
     if options.stats:
         tests += " and one for the statistical oracle"
-    return [f"dspark: {names} held to {options.roles.require}: {tests}{_checks_only(config)}"]
+    return [f"dspark: {names} held to {options.roles.require.label}: {tests}{_checks_only(config)}"]
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -132,21 +132,22 @@ class DsparkCaseItem(DsparkItem):
 
     def runtest(self) -> None:
         from harness.defaults import REFERENCE
+        from harness.pipeline.checks import tier_of
         from harness.pipeline.compare import evaluate_run
         from harness.pipeline.runner import run_case
         from harness.plugins.implementations import builtin_implementations
 
-        options, require = self.options, self.options.roles.require
+        options = self.options
+        require = options.roles.require
         implementations = [*builtin_implementations((REFERENCE,)), self.implementation]
         run = run_case(self.case, implementations, options=options)
         verdict = evaluate_run(run, require_observable=options.require_observable)
         checks = verdict.checks[self.implementation.name]
-        tiers = ("lossless",) if require == "lossless" else ("lossless", "drop_in")
-        failing = [c for c in checks if c.failed and c.tier in tiers]
+        failing = [c for c in checks if c.failed and require.includes(tier_of(c.name))]
         if failing:
-            lines = [f"{c.name} [{c.tier}]: {c.detail}" for c in failing]
+            lines = [f"{c.name} [{tier_of(c.name)}]: {c.detail}" for c in failing]
             raise SamplerCheckFailure(
-                f"{self.implementation.name} is not {require} on {self.case.label()}"
+                f"{self.implementation.name} is not {require.label} on {self.case.label()}"
                 f"{_checks_only(self.config)}:\n" + "\n".join(lines)
             )
 

@@ -18,10 +18,10 @@ import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from harness.defaults import DEFAULT_REQUIREMENT
 from harness.options import Roles, RunOptions
 from harness.pipeline.case import Case
-from harness.pipeline.verdicts import Requirement, Statistical, Verdict
+from harness.pipeline.check_result import Tier
+from harness.pipeline.verdicts import Statistical, Verdict
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -62,20 +62,20 @@ def check_sampler(
     spec_or_class: str | type[Any],
     *,
     cases: Sequence[Case] | None = None,
-    require: Requirement = DEFAULT_REQUIREMENT,
+    require: Tier | str = Tier.DROP_IN,
     stats: bool = True,
 ) -> Verdict:
     """Run the sampler next to the reference on ``cases`` (default: the standard matrix)
     and, unless ``stats=False``, through the statistical oracle (the report's defaults,
-    on the cases' device); its verdicts, with ``ok`` saying whether it meets ``require``."""
-    from harness.defaults import REFERENCE, REQUIREMENTS
+    on the cases' device); its verdicts, with ``ok`` saying whether it meets ``require``
+    (a ``Tier``, or its label: ``"lossless"`` or ``"drop-in"``)."""
+    from harness.defaults import REFERENCE
     from harness.pipeline.compare import compare
     from harness.pipeline.matrix import standard_matrix
     from harness.pipeline.verdicts import implementation_verdict
     from harness.plugins.implementations import builtin_implementations
 
-    if require not in REQUIREMENTS:
-        raise ValueError(f"require must be one of {REQUIREMENTS}, got {require!r}")
+    required = Tier.from_label(require)  # ValueError naming the expected words
     implementation = implementation_of(spec_or_class)
     if implementation.name == REFERENCE:
         implementation = dataclasses.replace(implementation, name=f"{REFERENCE}-under-test")
@@ -87,15 +87,15 @@ def check_sampler(
     if stats:
         device = chosen[0].device if chosen else "cpu"
         verdict = verdict.with_statistical(oracle_verdict(implementation, device=device))
-    return dataclasses.replace(verdict, required=require)
+    return dataclasses.replace(verdict, required=required)
 
 
 def oracle_verdict(implementation: Implementation, *, device: str = "cpu") -> Statistical:
     """The statistical oracle's verdict on one implementation, at the report's defaults
     (its seed, its time limit) on ``device``."""
-    from harness.oracles.section import statistical_part
+    from harness.oracles.part import statistical_part
 
-    options = RunOptions(device=device, roles=Roles(require="lossless"))
+    options = RunOptions(device=device, roles=Roles(require=Tier.LOSSLESS))
     part = statistical_part(implementations=[implementation], options=options)
     return part.verdicts[implementation.name]
 
@@ -104,7 +104,7 @@ def _assert(
     spec_or_class: str | type[Any],
     *,
     cases: Sequence[Case] | None,
-    require: Requirement,
+    require: Tier,
     stats: bool,
 ) -> Verdict:
     verdict = check_sampler(spec_or_class, cases=cases, require=require, stats=stats)
@@ -119,14 +119,14 @@ def assert_lossless(
 ) -> Verdict:
     """Raise ``AssertionError`` (every failing check listed, and the oracle's verdict)
     unless the sampler is lossless: its checks and the statistical oracle."""
-    return _assert(spec_or_class, cases=cases, require="lossless", stats=stats)
+    return _assert(spec_or_class, cases=cases, require=Tier.LOSSLESS, stats=stats)
 
 
 def assert_drop_in(
     spec_or_class: str | type[Any], *, cases: Sequence[Case] | None = None, stats: bool = True
 ) -> Verdict:
     """Raise ``AssertionError`` unless the sampler is lossless and drop-in."""
-    return _assert(spec_or_class, cases=cases, require="drop-in", stats=stats)
+    return _assert(spec_or_class, cases=cases, require=Tier.DROP_IN, stats=stats)
 
 
 def case_strategy(

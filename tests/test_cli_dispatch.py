@@ -4,10 +4,12 @@ and ``command``, ends with an ``ExitCode``, and a mistyped command is named as s
 from __future__ import annotations
 
 import argparse
+import ast
+import inspect
 
 import pytest
 
-from harness.cli import COMMANDS, command_module, main
+from harness.cli import COMMAND_TABLE, COMMANDS, command_module, main, validate
 from harness.cli.exit_codes import ExitCode
 
 
@@ -33,6 +35,15 @@ def test_each_sub_command_module_owns_its_options_and_command(name: str) -> None
     module.add_arguments(parser)
     assert callable(module.command)
     assert (module.__doc__ or "").strip(), f"{module.__name__} says what it owns"
+
+
+def test_the_shared_checks_name_no_command() -> None:
+    # a command's own options are refused by its module's validate(args), not here
+    tree = ast.parse(inspect.getsource(validate))
+    attributes = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert "command" not in attributes
+    assert not imported & {f"harness.cli.{module}" for module, _, _ in COMMAND_TABLE.values()}
 
 
 @pytest.mark.parametrize("name", ["work", "sweep", "graphs", "gpu-figures"])

@@ -14,15 +14,17 @@ import pytest
 import torch
 
 from harness.options import Roles, RunOptions
-from harness.oracles import section, stats
+from harness.oracles import part, stats
 from harness.oracles.fits import CountTable, position_name
 from harness.oracles.gof import pearson_fit
 from harness.oracles.power import TARGET_POWER, detection_fraction
 from harness.oracles.problem import DEFAULT_CONFIG, life_batches
-from harness.pipeline.compare import compare, comparison_sections, verdicts_json
+from harness.pipeline.compare import compare
 from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage
 from harness.pipeline.matrix import standard_matrix
 from harness.plugins.implementations import Implementation, builtin_implementations
+from harness.render.coverage import matrix_rows
+from harness.render.verdicts import comparison_sections, verdicts_json
 from tests.plugins.stats_defects import RareArgmaxLastTokenSampler
 
 SMALL = replace(DEFAULT_CONFIG, rows=1_000, head_kinds=("vanilla",))
@@ -50,7 +52,10 @@ def test_matrix_coverage_is_read_from_the_cases_that_ran() -> None:
     assert coverage.calls_per_instance == (min(calls), max(calls))
     assert coverage.restagings_per_instance == (0, max(c.replays for c in lived) - 1)
     assert coverage.lives == len(lived) > 0
-    assert f"{len(lived)} of {len(cases)} cases live" in dict(coverage.rows())["calls per instance"]
+    assert (
+        f"{len(lived)} of {len(cases)} cases live"
+        in dict(matrix_rows(coverage))["calls per instance"]
+    )
 
 
 def test_without_a_life_the_coverage_says_one_call_and_a_second_when_sampled() -> None:
@@ -60,7 +65,7 @@ def test_without_a_life_the_coverage_says_one_call_and_a_second_when_sampled() -
     coverage = MatrixCoverage.of_records(records)
     assert coverage.calls_per_instance == (1, 2) and coverage.restagings_per_instance == (0, 0)
     assert coverage.lives == 0
-    assert "no case lives a server's life" in dict(coverage.rows())["calls per instance"]
+    assert "no case lives a server's life" in dict(matrix_rows(coverage))["calls per instance"]
 
 
 def test_a_recorded_life_is_what_the_coverage_reports() -> None:
@@ -70,7 +75,7 @@ def test_a_recorded_life_is_what_the_coverage_reports() -> None:
     assert coverage.calls_per_instance == (2, 12)
     assert coverage.restagings_per_instance == (0, 11)
     assert coverage.lives == 1
-    assert "1 of 3 cases live a server's life" in dict(coverage.rows())["calls per instance"]
+    assert "1 of 3 cases live a server's life" in dict(matrix_rows(coverage))["calls per instance"]
 
 
 # -- the detection bound --------------------------------------------------------------------------
@@ -113,7 +118,7 @@ def oracle() -> stats.OracleRun:
 
 
 def test_the_oracle_coverage_is_computed_from_its_run(oracle: stats.OracleRun) -> None:
-    coverage = section.statistical_coverage(oracle)
+    coverage = part.statistical_coverage(oracle)
     assert coverage is not None and coverage.implementation == "fixed"
     problem = oracle.problem
     rounds = oracle.decoded["fixed"]["far"]["vanilla"].rounds
@@ -132,7 +137,7 @@ def test_the_oracle_coverage_is_computed_from_its_run(oracle: stats.OracleRun) -
     one_staging = stats.run_oracle(
         replace(SMALL, restage=False), implementations=builtin_implementations(("fixed",))
     )
-    flat = section.statistical_coverage(one_staging)
+    flat = part.statistical_coverage(one_staging)
     assert flat is not None
     assert flat.calls_per_instance == flat.rounds and flat.restagings_per_instance == 0
 
@@ -156,7 +161,7 @@ def test_a_defect_below_the_bound_is_not_ruled_out_never_shown_absent() -> None:
 def test_the_coverage_is_in_the_text_markdown_and_json_verdicts(oracle: stats.OracleRun) -> None:
     cases = standard_matrix()[:2]
     records = compare(cases, builtin_implementations(("reference", "fixed")), options=RunOptions())
-    coverage = section.statistical_coverage(oracle)
+    coverage = part.statistical_coverage(oracle)
     roles = Roles(pair=("reference", "fixed"))
     sections = comparison_sections(
         records, require_coverage=False, roles=roles, statistical_coverage=coverage

@@ -13,12 +13,13 @@ import pytest
 
 from harness.cli import COMMANDS
 from harness.options import Roles, RunOptions
-from harness.pipeline.compare import compare, comparison_sections
+from harness.pipeline.compare import compare
 from harness.pipeline.matrix import standard_matrix
-from harness.pipeline.verdict_sections import full_verdict
+from harness.pipeline.verdicts import full_verdict
 from harness.plugins.implementations import builtin_implementations
 from harness.render.report import Report, emit_report
 from harness.render.sections import Section, Table
+from harness.render.verdicts import comparison_sections
 from tests.helpers import run_harness
 
 SMALL_CASES = ("folded-sampled/vanilla", "no-anchor/gated/folded")

@@ -18,13 +18,15 @@ import torch
 
 import reference.triton_race as triton_race
 from fixed import DsparkDraftSampler as FixedSampler
-from harness.gpu.graphs import capture_and_replay, graph_sections
+from harness.gpu.graphs import capture_and_replay
 from harness.gpu.host_sync import no_host_sync
 from harness.pipeline.case import Case, build_inputs
-from harness.pipeline.compare import case_record, comparison_sections, evaluate_run
+from harness.pipeline.compare import case_record, evaluate_run
 from harness.pipeline.matrix import standard_matrix
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
+from harness.render.graphs import graph_sections
+from harness.render.verdicts import comparison_sections
 from reference.step_samplers import exponential_race, exponential_race_torch
 from tests.helpers import REPO_ROOT, subprocess_env
 

@@ -30,12 +30,12 @@ from harness.gpu.graphs import (
     EagerReplay,
     GraphRunner,
     capture_and_replay,
-    graph_sections,
     replay_inputs,
 )
 from harness.pipeline.case import Case, build_inputs
 from harness.pipeline.matrix import standard_matrix
 from harness.plugins.implementations import Implementation, builtin_implementations
+from harness.render.graphs import graph_sections, redraw_section
 from harness.render.sections import render_blocks
 from tests.helpers import REPO_ROOT, subprocess_env
 from tests.plugins.broken_samplers import HalfWritingSampler, StaleCorrectedSampler
@@ -200,7 +200,7 @@ def test_a_graph_that_does_not_redraw_its_noise_fails_the_redraw_section() -> No
         _matrix_case("folded-sampled/vanilla"), ALL, replays=1, runner_factory=reseeding
     )
     assert all(r.noise_redrawn is False and not r.ok for r in result.redraws)
-    section = graphs.redraw_section([result])
+    section = redraw_section([result])
     assert not section.ok and "do NOT redraw" in section.verdict
 
 

@@ -9,10 +9,10 @@ from typing import Any, cast
 
 import torch
 
-from harness.oracles import section
 from harness.pipeline import ledger
 from harness.pipeline.check_result import MAX_LISTED, failed
 from harness.pipeline.verdicts import MAX_CARRIERS, Statistical
+from harness.render import statistics as section
 
 
 def test_a_failed_check_and_the_ledger_name_the_same_number_of_positions() -> None:

@@ -10,6 +10,7 @@ from harness.cli import build_parser
 from harness.cli.emit import UsageError
 from harness.cli.options import run_options
 from harness.options import DEFAULT_OPTIONS, Roles, RunOptions
+from harness.pipeline.check_result import Tier
 
 
 def _options(*argv: str, command: str = "compare") -> RunOptions:
@@ -38,7 +39,7 @@ def test_every_run_option_on_the_command_line_lands_in_the_one_value() -> None:
         seed=7,
         time_limit_s=5.0,
         isolate=True,
-        roles=Roles(pair=("old", "new"), expect_fail=("old",), require="lossless"),
+        roles=Roles(pair=("old", "new"), expect_fail=("old",), require=Tier.LOSSLESS),
         max_memory_bytes=1 << 30,
         stats=False,
         resume=True,

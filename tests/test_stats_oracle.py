@@ -23,10 +23,13 @@ from fixed import DsparkDraftSampler as FixedSampler
 from harness.cli import stats as stats_cli
 from harness.cli.exit_codes import ExitCode
 from harness.options import RunOptions
-from harness.oracles import section, stats
+from harness.oracles import part as oracle_part
+from harness.oracles import stats
 from harness.oracles.fits import REPEAT, family_size, position_name
 from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, StatsError
 from harness.plugins.implementations import Implementation, builtin_implementations
+from harness.render.sections import Section
+from harness.render.statistics import stats_section
 from reference import HEAD_KINDS
 from tests.helpers import default_stats_verdict
 from tests.plugins.stats_defects import ReusedNoiseSampler
@@ -147,13 +150,13 @@ def test_the_repeat_test_does_not_fire_on_fresh_noise(
 
 # -- report section and command -------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def report() -> tuple[section.Section, list[str]]:
+def report() -> tuple[Section, list[str]]:
     lines: list[str] = []
-    return section.report_section(options=RunOptions(progress=lines.append)), lines
+    return stats_section(oracle_part.report_stats(options=RunOptions(progress=lines.append))), lines
 
 
 def test_report_section_shows_the_verdict_coverage_and_the_power_curves(
-    report: tuple[section.Section, list[str]],
+    report: tuple[Section, list[str]],
 ) -> None:
     part, lines = report
     assert part.ok
@@ -176,8 +179,12 @@ def test_report_section_shows_the_verdict_coverage_and_the_power_curves(
 
 
 def test_report_section_holds_plugins_to_passing() -> None:
-    part = section.report_section(implementations=[FIXED, LEGACY, REUSED_NOISE])
-    assert not part.ok and part.data["expectations"] == {
+    oracle = oracle_part.report_stats(
+        options=RunOptions(progress=lambda _: None),
+        implementations=[FIXED, LEGACY, REUSED_NOISE],
+    )
+    held = stats_section(oracle)
+    assert not held.ok and held.data["expectations"] == {
         "fixed": True,
         "legacy": True,
         "reused-noise": False,

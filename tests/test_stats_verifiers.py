@@ -18,8 +18,8 @@ import torch
 from harness.cli import main
 from harness.oracles import stats
 from harness.oracles.fits import JOINT, REPEAT, family_size, position_name
+from harness.oracles.part import combined_statistical
 from harness.oracles.problem import DEFAULT_CONFIG, StatsProblem, build_problems, group_label
-from harness.oracles.section import combined_statistical
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.upstream.rejection import BLOCKWISE_REJECTION, committed_block
 from reference.verifier import CHAIN_VERIFIER, VerifyResult, VerifyRound, VerifyStep

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from harness.pipeline.case import Case, build_inputs, make_case
-from harness.pipeline.check_result import tier_of
+from harness.pipeline.checks import tier_of
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.life import MIN_REPLAYS
 from harness.pipeline.runner import ImplResult, run_case

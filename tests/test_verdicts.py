@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from harness.pipeline.case import Case
-from harness.pipeline.check_result import CHECK_TIERS
+from harness.pipeline.check_result import Skip
+from harness.pipeline.checks import CHECK_TIERS, tier_of
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.matrix import standard_matrix
 from harness.pipeline.runner import run_case
@@ -25,7 +26,7 @@ def _plugin(module: object, name: str) -> Implementation:
 def _failed(case: Case, implementation: Implementation) -> dict[str, str]:
     run = run_case(case, [*builtin_implementations(("reference",)), implementation])
     verdict = evaluate_run(run, require_observable=False)
-    return {c.name: c.tier for c in verdict.checks[implementation.name] if c.failed}
+    return {c.name: tier_of(c.name) for c in verdict.checks[implementation.name] if c.failed}
 
 
 def _lossless_failures(case: Case, implementation: Implementation) -> set[str]:
@@ -82,7 +83,7 @@ def test_non_replayable_draws_skip_noise_replay_and_say_who_decides() -> None:
     run = run_case(SAMPLED, [_plugin(alternative_samplers, "UniformGumbelSampler")])
     checks = evaluate_run(run, require_observable=False).checks["UniformGumbelSampler"]
     replay = next(c for c in checks if c.name == "noise_replay")
-    assert replay.status == "skip"
+    assert replay.status == "skip" and replay.skip is Skip.NOT_VISIBLE
     assert replay.detail.startswith("draws not visible / not replayable (4 x uniform_ ")
     assert "the statistical oracle carries the lossless verdict" in replay.detail
 

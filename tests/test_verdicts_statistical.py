@@ -19,12 +19,14 @@ import pytest
 from harness.cli import main
 from harness.cli.exit_codes import ExitCode
 from harness.options import Roles, RunOptions
-from harness.oracles import section as stats_section
-from harness.pipeline.compare import compare, comparison_sections, verdicts_json
+from harness.oracles import part as stats_part
+from harness.pipeline.check_result import Tier
+from harness.pipeline.compare import compare
 from harness.pipeline.matrix import standard_matrix
 from harness.pipeline.verdicts import Statistical, implementation_verdict
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.sections import Section, Table
+from harness.render.verdicts import comparison_sections, verdicts_json
 from tests.plugins import alternative_samplers
 from tests.plugins.stats_defects import ReusedNoiseSampler
 
@@ -51,14 +53,14 @@ def judged() -> tuple[list[dict], dict[str, Statistical]]:
     records = compare(
         standard_matrix(seed=0), implementations, options=RunOptions(require_observable=True)
     )
-    _, oracle = stats_section.report_stats(
-        options=RunOptions(roles=Roles(require="lossless")), implementations=implementations
+    oracle = stats_part.report_stats(
+        options=RunOptions(roles=Roles(require=Tier.LOSSLESS)), implementations=implementations
     )
-    return records, stats_section.statistical_verdicts(oracle)
+    return records, stats_part.statistical_verdicts(oracle)
 
 
 def _sections(records: list[dict], statistical: dict[str, Statistical] | None) -> dict:
-    roles = Roles(require="lossless")
+    roles = Roles(require=Tier.LOSSLESS)
     sections = comparison_sections(
         records, require_coverage=False, roles=roles, statistical=statistical
     )
@@ -83,7 +85,7 @@ def test_a_defect_only_the_oracle_sees_is_not_lossless(judged) -> None:
     assert f"carried by {', '.join(first[:4])} and {len(first) - 4} more)" in section.verdict
     assert all(name.count("/") == 3 for name in first)  # target/head/group/test
     assert "/pos " in first[0]  # the strongest carrier is a position
-    body = verdicts_json(records, roles=Roles(require="lossless"), statistical=statistical)
+    body = verdicts_json(records, roles=Roles(require=Tier.LOSSLESS), statistical=statistical)
     entry = body["implementations"]["reused"]
     assert (entry["lossless"], entry["drop_in"]) == (False, False)
     assert entry["statistical"]["rejected"] is True
@@ -96,7 +98,7 @@ def test_alternative_designs_stay_lossless_not_drop_in_with_the_statistical_part
 ) -> None:
     records, statistical = judged
     sections = _sections(records, statistical)
-    body = verdicts_json(records, roles=Roles(require="lossless"), statistical=statistical)
+    body = verdicts_json(records, roles=Roles(require=Tier.LOSSLESS), statistical=statistical)
     for name in ALTERNATIVES:
         entry = body["implementations"][name]
         assert (entry["lossless"], entry["drop_in"]) == (True, False), entry["summary"]
@@ -119,7 +121,7 @@ def test_without_the_oracle_the_verdict_says_its_statistical_part_was_not_run(ju
     sections = _sections(records, None)
     assert sections["Fixed sampler"].verdict.endswith("checks only; statistical oracle not run")
     assert sections["Implementation reused"].ok  # the checks alone cannot see the defect
-    body = verdicts_json(records, roles=Roles(require="lossless"))
+    body = verdicts_json(records, roles=Roles(require=Tier.LOSSLESS))
     for entry in body["implementations"].values():
         assert entry["statistical"] == {
             "ran": False,

@@ -17,15 +17,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.cli import build_parser
+from harness.cli import build_parser, main
 from harness.cli import work as work_command
 from harness.defaults import BUILTIN_NAMES, PAIR_SIDES
-from harness.measure import callgrind, counters, model, timing, work, work_report
+from harness.measure import callgrind, counters, model, timing, work
 from harness.options import RunOptions
 from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.control_flow import legacy_pass1_error
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import builtin_implementations
+from harness.render import work as work_sections
 from harness.render.sections import render_blocks
 
 EXHAUSTIVE = work.work_cases(seed=0, exhaustive=True)
@@ -125,9 +126,9 @@ def test_measuring_leaves_the_global_rng_untouched() -> None:
     assert torch.equal(torch.get_rng_state(), before)
 
 
-def test_report_section_is_ok_and_shows_the_comparison() -> None:
+def test_the_work_section_is_ok_and_shows_the_comparison() -> None:
     messages: list[str] = []
-    section = work_report.report_section(options=RunOptions(progress=messages.append))
+    section = work_sections.work_section(work.collect_work(seed=0, progress=messages.append))
     assert section.ok, section.text
     assert section.title == "Eliminated work"
     assert "exactly one extra Markov walk" in section.verdict
@@ -153,8 +154,8 @@ def test_work_command_prints_json_and_exits_zero(
 
 
 def test_work_command_rejects_bad_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert work_command.command(_work_args(tmp_path, "--repeats", "0", "--quiet")) == 2
-    assert "--repeats" in capsys.readouterr().err
+    assert main(["work", "--repeats", "0", "--quiet", "--out-dir", str(tmp_path)]) == 2
+    assert "--repeats must be >= 1, got 0" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # nothing written on bad usage
 
 

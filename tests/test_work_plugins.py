@@ -28,9 +28,10 @@ from harness.cli import work as work_command
 from harness.defaults import BUILTIN_NAMES, PAIR_SIDES
 from harness.io import fingerprint
 from harness.io.fingerprint import code_fingerprint
-from harness.measure import sweep, timing, work, work_report
+from harness.measure import sweep, time_ratio, timing, work
 from harness.pipeline.case import build_inputs, make_case
 from harness.plugins.implementations import Implementation, select_implementations
+from harness.render import work as work_sections
 from harness.render.sections import render_blocks
 
 UPSTREAM = "tests/plugins/upstream"
@@ -71,7 +72,7 @@ def test_a_plugin_is_counted_with_its_own_random_draws_and_no_model() -> None:
         assert gumbel.counts.noise_calls == 0  # no exponential_ at all
         for name in BUILTIN_NAMES:  # the built-ins are still held to the model
             assert case_work.model_status(name) == "agrees"
-    section = work_report.work_section(list(upstream_works()), expect_fail=frozenset({"raising"}))
+    section = work_sections.work_section(list(upstream_works()), expect_fail=frozenset({"raising"}))
     assert section.ok, section.text
     assert "uniform_ 4x 4,096" in section.text
     assert f"gumbel, before, after, raising: {work.NO_MODEL}" in section.verdict
@@ -86,14 +87,14 @@ def test_a_plugin_that_raises_is_a_recorded_result() -> None:
         assert raising.error == "RuntimeError: planted failure"
         assert raising.counts.walks == 0
         assert case_work.model_status("raising") == work.NO_MODEL
-    section = work_report.work_section(list(upstream_works()))
+    section = work_sections.work_section(list(upstream_works()))
     rows = [r for r in section.data["counted_work"] if r["implementation"] == "raising"]
     assert {r["error"] for r in rows} == {"RuntimeError: planted failure"}
     assert "raises RuntimeError" in section.text
     kinds = len(upstream_works())  # a raise is no measurement: the section fails unless expected
     assert not section.ok
     assert f"NOT measured: raising raised on {kinds}/{kinds} case kinds" in section.verdict
-    assert work_report.work_section(list(upstream_works()), expect_fail=frozenset({"raising"})).ok
+    assert work_sections.work_section(list(upstream_works()), expect_fail=frozenset({"raising"})).ok
 
 
 def test_the_upstream_pair_shows_exactly_legacys_surplus() -> None:
@@ -115,7 +116,7 @@ def test_the_upstream_pair_shows_exactly_legacys_surplus() -> None:
         for key in STRUCTURAL:  # before vs after == legacy vs fixed, counter by counter
             assert (ours[key].legacy, ours[key].fixed) == (builtin[key].legacy, builtin[key].fixed)
     assert compared == sum(w.comparison is not None for w in default_works()) >= 8
-    section = work_report.work_section(list(upstream_works()))
+    section = work_sections.work_section(list(upstream_works()))
     assert "before does exactly one extra Markov walk" in section.verdict
     assert "case kind (before | after)" in section.text
     headline = section.data["cases"][0]["before_vs_after"]
@@ -131,7 +132,7 @@ def test_a_pair_without_the_bug_fails_the_surplus_check() -> None:
     result = work.measure_work(HEADLINE, implementations=implementations(), pair=("after", "fixed"))
     assert "after - fixed walks = 0, expected 1" in result.problems
     assert "folded: noise elements drawn are not exactly 2:1" in result.problems
-    section = work_report.work_section([result])
+    section = work_sections.work_section([result])
     assert not section.ok
 
 
@@ -151,7 +152,7 @@ def _work_args(out_dir: Path, *argv: str) -> argparse.Namespace:
 def test_the_default_work_output_is_unchanged(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    section = work_report.work_section(list(default_works()))
+    section = work_sections.work_section(list(default_works()))
     assert set(section.data) == {"cases"}
     assert all("legacy_vs_fixed" in c for c in section.data["cases"])
     assert "counted work per call" not in section.text
@@ -234,10 +235,11 @@ def test_a_raising_plugin_fails_the_timing_section_instead_of_crashing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(timing, "production_like_case", lambda **_: SMALL)
-    monkeypatch.setattr(work_report, "production_like_case", lambda **_: SMALL)
-    section = work_report.timing_section(
+    monkeypatch.setattr(time_ratio, "production_like_case", lambda **_: SMALL)
+    timed = time_ratio.time_ratio(
         seed=0, device="cpu", repeats=1, callgrind=False, pair=_pair("legacy", "raising")
     )
+    section = work_sections.timing_section(timed)
     assert not section.ok
     assert section.verdict == "timing failed: raising: RuntimeError: planted failure"
 
@@ -300,17 +302,16 @@ def test_the_reports_work_section_gets_the_plugins_and_the_pair(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from harness.pipeline import matrix as matrix_module
-    from harness.render.sections import Section
 
     calls: list[dict[str, Any]] = []
 
-    def recorded(**kwargs: Any) -> Section:
+    def recorded(**kwargs: Any) -> list[work.CaseWork]:
         calls.append(kwargs)
-        return Section(title=work_report.WORK_TITLE, ok=True, verdict="recorded", blocks=())
+        return []
 
     matrix = matrix_module.standard_matrix
     monkeypatch.setattr(matrix_module, "standard_matrix", lambda **kw: matrix(**kw)[:1])  # one
-    monkeypatch.setattr(work_report, "report_section", recorded)
+    monkeypatch.setattr(work, "collect_work", recorded)
     argv = ["report", "--quiet", "--no-stats", "--out-dir", str(tmp_path)]
     main([*argv, "--impl", BEFORE, "--impl", AFTER, "--pair", "before,after"])
     capsys.readouterr()

@@ -1,7 +1,9 @@
 """Command line: ``python -m harness [COMMAND] [options]``.
 
-Commands, each in its own module of this package with ``add_arguments(parser)`` and
-``command(args) -> ExitCode``: ``report`` (the default: the standard matrix, the
+Commands, each in its own module of this package with ``add_arguments(parser)``,
+``command(args) -> ExitCode`` and, where it has options of its own to refuse before any
+work, ``validate(args)`` (run after the shared options' checks of
+``harness.cli.validate``): ``report`` (the default: the standard matrix, the
 statistical oracle and the eliminated work), ``compare``, ``repro``, ``stats``,
 ``scan``, ``versions``, ``work``, ``sweep``, ``graphs``, ``gpu-figures``. Every command ends through
 ``harness.cli.emit`` and returns an ``ExitCode`` (``harness.cli.exit_codes``): 0 when
@@ -22,10 +24,10 @@ from typing import Any
 
 from harness.cli.emit import UsageError, usage_error
 from harness.cli.exit_codes import ExitCode
+from harness.interrupts import StopRequested, stop_on_signals
 from harness.io.files import JournalError, OutputWriteError
 from harness.io.lock import OutDirBusy, claim_out_dir
 from harness.options import DEFAULT_OPTIONS
-from harness.pipeline.interrupts import StopRequested, stop_on_signals
 
 # name -> (module under harness.cli, help, whether its implementation calls honour --time-limit)
 COMMAND_TABLE: dict[str, tuple[str, str, bool]] = {
@@ -139,9 +141,12 @@ def _run(args: argparse.Namespace) -> int:
     try:
         with stop_on_signals():
             try:
+                module = command_module(args.command)
                 validate_global_options(args)
+                if hasattr(module, "validate"):
+                    module.validate(args)
                 with claim_out_dir(args.out_dir):
-                    return int(command_module(args.command).command(args))
+                    return int(module.command(args))
             finally:
                 shutdown_workers()
     except _bad_input() as error:

@@ -11,7 +11,8 @@ from harness.cli.emit import emit, usage_error
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import add_selection_options
 from harness.gpu.shapes import DEFAULT_REPLAYS
-from harness.render.progress import Progress, progress_printer
+from harness.progress import Progress
+from harness.render.progress import progress_printer
 
 if TYPE_CHECKING:  # the options are offered without importing the capture (torch)
     from harness.plugins.implementations import Implementation
@@ -49,11 +50,12 @@ def command(args: argparse.Namespace) -> ExitCode:
     """``python -m harness graphs``: 0 when fixed is clean on every replay, the ledger holds,
     every graph redraws its noise and no implementation but legacy syncs; 1 otherwise;
     2 on bad usage, including a device that is not CUDA."""
-    from harness.gpu.graphs import capture_and_replay, graph_sections, require_cuda
+    from harness.gpu.graphs import capture_and_replay, require_cuda
     from harness.gpu.host_sync import no_host_sync, sync_section
     from harness.pipeline.case import Case, CaseError
     from harness.pipeline.matrix import standard_matrix
     from harness.plugins.implementations import ImplementationError
+    from harness.render.graphs import graph_sections
 
     device = str(args.device)
     try:

@@ -8,15 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from harness.defaults import (
-    BUILTIN_NAMES,
-    DEFAULT_PAIR,
-    DEFAULT_REQUIREMENT,
-    DEFAULT_TIME_LIMIT_S,
-    REQUIREMENTS,
-    Requirement,
-)
+from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, DEFAULT_TIME_LIMIT_S
 from harness.options import Roles, RolesError, RunOptions
+from harness.pipeline.check_result import TIER_LABELS, Tier
 from harness.render.progress import progress_printer
 
 if TYPE_CHECKING:  # the options are offered without importing what runs them (torch)
@@ -142,8 +136,8 @@ def add_role_options(parser: argparse.ArgumentParser, *, require: bool = True) -
         return
     parser.add_argument(
         "--require",
-        choices=REQUIREMENTS,
-        default=DEFAULT_REQUIREMENT,
+        choices=TIER_LABELS,
+        default=Tier.DROP_IN.label,
         help="what a plug-in must meet for exit 0 (default drop-in; built-in fixed is always "
         "held to drop-in)",
     )
@@ -151,9 +145,7 @@ def add_role_options(parser: argparse.ArgumentParser, *, require: bool = True) -
 
 def roles_from_args(args: argparse.Namespace) -> Roles:
     """The roles the role options describe."""
-    require: Requirement = getattr(
-        args, "require", DEFAULT_REQUIREMENT
-    )  # commands without --require
+    require = Tier.from_label(getattr(args, "require", Tier.DROP_IN))  # some have no --require
     return Roles(pair=args.pair, expect_fail=tuple(args.expect_fail), require=require)
 
 
@@ -227,8 +219,9 @@ def judged_sections(
     lossless verdict (unless ``--no-stats``), as ``report`` and ``compare`` state them;
     under ``--isolate`` the oracle runs implementations in the worker too. On the
     standard matrix (``options.require_observable``) the ledger must show every class."""
-    from harness.oracles.section import statistical_part
-    from harness.pipeline.compare import comparison_sections, verdicts_json
+    from harness.oracles.part import statistical_part
+    from harness.render.statistics import stats_section
+    from harness.render.verdicts import comparison_sections, verdicts_json
 
     part = None
     if options.stats:
@@ -244,7 +237,7 @@ def judged_sections(
         statistical_coverage=coverage,
     )
     if part is not None:
-        sections.insert(-1, part.section)  # before the checks table
+        sections.insert(-1, stats_section(part.oracle, roles=roles))  # before the checks table
     return JudgedSections(
         sections=sections,
         verdicts=verdicts_json(

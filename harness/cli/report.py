@@ -28,8 +28,8 @@ from harness.cli.options import (
 )
 from harness.defaults import BUILTIN_NAMES
 from harness.io.files import write_atomically
+from harness.progress import Progress
 from harness.render.figures import PLOT_EXTRA_HINT
-from harness.render.progress import Progress
 from harness.render.sections import Figure, Section
 
 POWER_CAPTION = "power of the statistical oracle per head kind: measured and predicted"
@@ -65,14 +65,19 @@ def command(args: argparse.Namespace) -> ExitCode:
     if judged.stats_s is not None:
         timing["stats_s"] = judged.stats_s
     if not args.no_work:
-        from harness.measure import work_report
+        from harness.measure import work
+        from harness.render.work import work_section
 
         progress("eliminated work ...")
         started = time.perf_counter()
-        sections.insert(
-            -1,
-            work_report.report_section(options=options, implementations=implementations),
+        works = work.collect_work(  # small shapes: a few seconds
+            seed=options.seed,
+            progress=progress,
+            implementations=implementations,
+            pair=options.roles.pair,
+            isolate=options.isolate,
         )
+        sections.insert(-1, work_section(works, expect_fail=frozenset(options.roles.expect_fail)))
         timing["work_s"] = round(time.perf_counter() - started, 3)
     heading = (
         f"DSpark draft-sampler harness: standard matrix ({len(cases)} cases, "
@@ -97,7 +102,7 @@ def write_power_plot(out_dir: Path, sections: list[Section], *, progress: Progre
     section = next((s for s in sections if s.data.get("power_curves")), None)
     if section is None:
         return
-    from harness.oracles.section import power_curves_png
+    from harness.render.statistics import power_curves_png
 
     path = out_dir / "report-power.png"
     png = power_curves_png(section.data["power_curves"])

@@ -124,7 +124,7 @@ def _replay_scan(args: argparse.Namespace, recorded: ScanRepro) -> ExitCode:
 
 def command(args: argparse.Namespace) -> ExitCode:
     from harness.pipeline import repro
-    from harness.pipeline.check_result import CHECK_TIERS
+    from harness.pipeline.checks import CHECK_TIERS
     from harness.pipeline.matrix import standard_matrix
     from harness.plugins.implementations import builtin_implementations
 

@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import replace
 
-from harness.cli.emit import emit
+from harness.cli.emit import UsageError, emit
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import (
     add_impl_option,
@@ -27,6 +27,7 @@ from harness.cli.options import (
     comma_separated,
     run_options,
 )
+from harness.cli.validate import check_max_memory, check_seed
 from harness.io.files import write_atomically
 from harness.oracles import defaults
 
@@ -105,15 +106,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def validate(args: argparse.Namespace) -> None:
+    """``--model-seed``, ``--vocab`` and the memory estimate of the oracle run, before it
+    runs."""
+    from harness.oracles.problem import DEFAULT_CONFIG
+    from harness.pipeline import memory
+
+    if args.model_seed is not None:
+        check_seed(args.model_seed, option="--model-seed")
+    if args.vocab < 2:
+        raise UsageError(
+            f"stats --vocab must be >= 2 (a 1-token vocabulary has no test), got {args.vocab}"
+        )
+    estimate = memory.stats_run_bytes(
+        rows=max(args.rows, 1),
+        gamma=max(args.gamma, 1),
+        vocab=args.vocab,
+        m=max(args.m, 1),
+        hidden=DEFAULT_CONFIG.hidden_size,
+        rank=DEFAULT_CONFIG.markov_rank,
+    )
+    memory.check_fits(
+        estimate,
+        what="the statistical oracle run",
+        device=args.device,
+        max_memory_bytes=check_max_memory(args.max_memory),
+    )
+
+
 def command(args: argparse.Namespace) -> int:
     """Run the oracle; print text or JSON; write ``stats.{json,md,txt}`` (and the power
     figure) under ``--out-dir``."""
     from harness.options import RolesError
+    from harness.oracles.part import run_statistics
     from harness.oracles.problem import DEFAULT_CONFIG, StatsError
-    from harness.oracles.section import power_curves_png, stats_section
     from harness.oracles.stats import default_implementations
     from harness.oracles.verifiers import verifiers_named
     from harness.plugins.implementations import ImplementationError, select_implementations
+    from harness.render.statistics import power_curves_png, stats_section
 
     try:
         options = run_options(args)
@@ -143,13 +173,14 @@ def command(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return ExitCode.USAGE
     started = time.perf_counter()
-    section, oracle = stats_section(
+    oracle = run_statistics(
         config,
         implementations=implementations,
         power=args.power,
         options=options,
         verifiers=verifiers,
     )
+    section = stats_section(oracle, roles=roles)
     if oracle.curves:
         png = power_curves_png([curve.to_json_dict() for curve in oracle.curves])
         if png is None:

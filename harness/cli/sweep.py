@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.cli.emit import emit, usage_error
+from harness.cli.emit import UsageError, emit, usage_error
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import add_impl_option, add_pair_option, comma_separated
 from harness.render.progress import progress_printer
@@ -83,6 +83,37 @@ def config_from_args(args: argparse.Namespace) -> tuple[SweepConfig, bool]:
         changes[k] is None for k in ("bs", "gamma", "vocab", "hidden_size", "markov_rank")
     )
     return config, default_grid
+
+
+def validate(args: argparse.Namespace) -> None:
+    """The grid, and the memory estimate of its largest points, before any point runs."""
+    import torch
+
+    from harness.cli.validate import check_max_memory
+    from harness.measure.sweep import SweepError
+    from harness.pipeline import memory
+
+    try:
+        config, _ = config_from_args(args)
+    except SweepError as error:
+        raise UsageError(str(error)) from None
+    max_memory_bytes = check_max_memory(args.max_memory)
+    for bs, gamma, vocab in config.points():
+        estimate = memory.sampler_call_bytes(
+            bs=bs,
+            max_bs=bs,
+            gamma=gamma,
+            vocab=vocab,
+            hidden=config.hidden_size,
+            rank=config.markov_rank,
+            dtype_bytes=torch.float32.itemsize,
+        )
+        memory.check_fits(
+            estimate,
+            what=f"sweep point bs={bs} gamma={gamma} V={vocab}",
+            device=args.device,
+            max_memory_bytes=max_memory_bytes,
+        )
 
 
 def command(args: argparse.Namespace) -> ExitCode:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.cli.emit import emit, usage_error
+from harness.cli.emit import UsageError, emit
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import (
     add_impl_option,
@@ -48,20 +48,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def validate(args: argparse.Namespace) -> None:
+    """``--repeats``, ``--hidden-size`` and the pair's names, before any work."""
+    if args.repeats < 1:
+        raise UsageError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.hidden_size is not None and args.hidden_size < 1:
+        raise UsageError(f"--hidden-size must be >= 1, got {args.hidden_size}")
+    reserved = {"op", "diff", "ratio", "one_walk"} & set(args.pair)
+    if reserved:
+        raise UsageError(f"--pair names {sorted(reserved)} are reserved words of the work JSON")
+
+
 def command(args: argparse.Namespace) -> ExitCode:
     """``OK`` when the counts match the model and legacy's surplus is exactly one walk
     (and, with ``--timing``, the walk-only ratio is in ``WALK_RATIO_RANGE``)."""
+    from harness.measure.time_ratio import time_ratio
     from harness.measure.timing import PRODUCTION_HIDDEN
     from harness.measure.work import collect_work
-    from harness.measure.work_report import timing_section, work_section
+    from harness.render.work import timing_section, work_section
 
-    if args.repeats < 1:
-        return usage_error(f"--repeats must be >= 1, got {args.repeats}")
-    if args.hidden_size is not None and args.hidden_size < 1:
-        return usage_error(f"--hidden-size must be >= 1, got {args.hidden_size}")
-    reserved = {"op", "diff", "ratio", "one_walk"} & set(args.pair)
-    if reserved:
-        return usage_error(f"--pair names {sorted(reserved)} are reserved words of the work JSON")
     implementations = selected_implementations(args, BUILTIN_NAMES)
     pair = pair_implementations(implementations, args.pair)
     progress = progress_printer(quiet=args.quiet)
@@ -75,17 +80,16 @@ def command(args: argparse.Namespace) -> ExitCode:
     )
     sections = [work_section(works)]
     if args.timing:
-        sections.append(
-            timing_section(
-                seed=args.seed,
-                device=args.device,
-                repeats=args.repeats,
-                hidden_size=args.hidden_size or PRODUCTION_HIDDEN,
-                callgrind=not args.no_callgrind,
-                progress=progress,
-                pair=pair,
-                isolate=args.isolate,
-            )
+        timed = time_ratio(
+            seed=args.seed,
+            device=args.device,
+            repeats=args.repeats,
+            hidden_size=args.hidden_size or PRODUCTION_HIDDEN,
+            callgrind=not args.no_callgrind,
+            progress=progress,
+            pair=pair,
+            isolate=args.isolate,
         )
+        sections.append(timing_section(timed))
     heading = f"DSpark draft-sampler harness: eliminated work (seed {args.seed}, {args.device})"
     return emit(args, command="work", heading=heading, sections=sections)

@@ -46,7 +46,7 @@ from harness.gpu.shapes import (
 from harness.measure.timing import MODE_LABELS, MODES, PairedTimes, make_samplers
 from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.runner import same_rng_start
-from harness.render.progress import Progress, no_progress
+from harness.progress import Progress, no_progress
 from harness.render.sections import Block, Section, Table
 
 FIGURE_VOCAB = KERNEL_VOCAB

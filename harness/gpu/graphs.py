@@ -13,7 +13,8 @@ runs the implementations exactly that way and holds every replay to the harness:
   ``CaseRun`` evaluated by ``harness.pipeline.compare.evaluate_run`` (self-checks, equality with
   the reference, the ledger). Two more replays on identical inputs, without reseeding,
   show that the graph redraws its noise.
-- ``graph_sections``: the comparison sections over every replay and the redraw section.
+- ``harness.render.graphs`` presents the results: the comparison sections over every
+  replay and the redraw section.
 
 The host-synchronisation check is ``harness.gpu.host_sync``; the command is
 ``harness.cli.graphs``.
@@ -45,7 +46,7 @@ import torch
 from harness.devices import synchronize
 from harness.gpu.shapes import DEFAULT_REPLAYS
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
-from harness.pipeline.compare import CaseVerdict, case_record, comparison_sections, evaluate_run
+from harness.pipeline.compare import CaseVerdict, case_record, evaluate_run
 from harness.pipeline.observe import DispatchObserver, HeadCounts
 from harness.pipeline.records import CaseRecord
 from harness.pipeline.runner import (
@@ -62,7 +63,6 @@ from harness.plugins.conventions import BuiltSampler
 from harness.plugins.implementations import (
     Implementation,
 )
-from harness.render.sections import Section, Table
 
 WARMUP_CALLS = 3  # side-stream calls before capture: compile Triton kernels, settle the allocator
 
@@ -430,54 +430,3 @@ def capture_and_replay(
                     redraw_check(g, case=case, inputs=inputs, static=static, device=device)
                 )
     return GraphCaseResult(case, verdicts, redraws)
-
-
-# -- report ------------------------------------------------------------------------------------
-GRAPH_TITLE = "CUDA graph replays"
-
-
-def redraw_section(results: list[GraphCaseResult]) -> Section:
-    """Every graph redraws its noise: on identical inputs two replays differ on sampled
-    rows (and in the noise buffer) and agree on greedy rows."""
-    checks = [(r.case.label(), check) for r in results for check in r.redraws]
-    bad = [(label, c) for label, c in checks if not c.ok]
-    sampled = sum(1 for _, c in checks if c.sampled_tokens_differ is not None)
-    table = Table.of(
-        ["case", "implementation", "two replays, identical inputs"],
-        [
-            [label, c.implementation, f"{'ok  ' if c.ok else 'FAIL'} {c.describe()}"]
-            for label, c in checks
-        ],
-    )
-    if bad:
-        verdict = f"graph replays do NOT redraw their noise as they must in {len(bad)} graph(s)"
-    else:
-        verdict = (
-            f"graph replays redraw their noise: sampled rows differ between two replays on "
-            f"identical inputs in {sampled}/{sampled} graphs with sampled rows; greedy rows "
-            f"identical in every graph"
-        )
-    return Section(
-        title=f"{GRAPH_TITLE}: noise redrawn on every replay",
-        ok=not bad and bool(checks),
-        verdict=verdict,
-        blocks=(table,),
-        data={"redraws": [{"case": label, **c.to_json()} for label, c in checks]},
-    )
-
-
-def graph_sections(results: list[GraphCaseResult], *, require_coverage: bool) -> list[Section]:
-    """The comparison sections over every replay, then the redraw section."""
-    records = [record for result in results for record in replay_records(result.replays)]
-    sections = comparison_sections(records, require_coverage=require_coverage)
-    for section in sections:
-        section.title = f"{GRAPH_TITLE}: {section.title}"
-    note = (
-        "each replay is checked as an eager run is (replay r: inputs and generator seed = "
-        "case seed + r);\nwork and noise draws are those of the captured call, the noise "
-        "read back through clones captured into the graph"
-    )
-    if sections:
-        sections[-1].prepend(note)
-    sections.insert(max(len(sections) - 1, 0), redraw_section(results))
-    return sections

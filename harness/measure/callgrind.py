@@ -26,7 +26,7 @@ from harness.devices import intra_op_threads
 from harness.measure.timing import MODE_LABELS, MODES, PRODUCTION_HIDDEN, make_calls
 from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.runner import same_rng_start
-from harness.render.progress import Progress, no_progress
+from harness.progress import Progress, no_progress
 from harness.render.sections import Table
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the child imports this checkout

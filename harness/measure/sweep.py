@@ -42,8 +42,8 @@ from harness.io.journal import Journal
 from harness.measure.timing import CLOCKS, MODES, Pair, ab_timing, times_json
 from harness.pipeline.case import make_case
 from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS, select_implementations
+from harness.progress import Progress, no_progress
 from harness.render.figures import PLOT_EXTRA_HINT, render_png
-from harness.render.progress import Progress, no_progress
 from harness.render.sections import Section, Table
 
 POINT_SCHEMA = "dspark-harness/sweep-point"

@@ -41,7 +41,7 @@ from harness.devices import intra_op_threads, synchronize
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block, make_case
 from harness.pipeline.runner import build_sampler, guarded_call, same_rng_start
 from harness.plugins.implementations import Implementation, builtin_implementations
-from harness.render.progress import Progress, no_progress
+from harness.progress import Progress, no_progress
 from harness.render.sections import Table, right_aligned
 from reference import PrecomputedBaseLogits
 

@@ -18,7 +18,7 @@ A plug-in (``--impl``) has no model: its work is counted only, and a plug-in tha
 raises on a case is a recorded result of that case.
 
 The cases covering every ledger kind (``work_cases``) live here too; the tables and
-the report section are in ``harness.measure.work_report``. See ``docs/design.md``
+the report section are in ``harness.render.work``. See ``docs/design.md``
 ("The work model").
 """
 
@@ -36,7 +36,7 @@ from harness.pipeline.case import Case, make_case
 from harness.pipeline.isolation import isolated_cost
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
-from harness.render.progress import Progress, no_progress
+from harness.progress import Progress, no_progress
 
 PASS1_VIEW_OP = "aten.view"  # legacy's hidden_states.view(bs, gamma, -1) before pass 1
 

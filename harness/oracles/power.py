@@ -36,7 +36,7 @@ from harness.oracles.gof import (
 )
 from harness.oracles.problem import StatsProblem, cpu_threads, decode_rows, group_label
 from harness.plugins.implementations import Implementation
-from harness.render.progress import Progress, no_progress
+from harness.progress import Progress, no_progress
 from reference.verifier import DecodeResult
 
 TARGET_POWER = 0.99

@@ -7,28 +7,27 @@ wherever they are replayable, greedy rows are the argmax, support, fresh noise o
 every call. Drop-in tier: the reference's noise budget, one walk, and (the
 differential check) equality with the single-pass reference. Every failing check
 names the rows, steps and values that show it.
+
+Each check is declared once, in ``CHECKS`` at the end: its function, its tier, what
+it needs before it judges, its code in the checks table and the planted defect that
+makes exactly it fail. The order of ``CHECKS`` is the order checks run and are
+listed in; ``CHECK_TIERS`` and ``judge`` are built from it.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
+from functools import cached_property
 
 import torch
 
+from harness.defaults import REFERENCE
 from harness.pipeline.case import case_block
-from harness.pipeline.check_result import (
-    CHECK_TIERS,
-    OUTSIDE_CONTRACT,
-    CheckResult,
-    Status,
-    Tier,
-    failed,
-    passed,
-    skipped,
-    tier_of,
-)
+from harness.pipeline.check_result import CheckResult, Skip, Status, Tier, failed, passed, skipped
 from harness.pipeline.life import LifeReplay, replay_inputs
 from harness.pipeline.observe import NOISE_OP, RandomDraw
 from harness.pipeline.runner import CaseRun, ImplResult
@@ -37,7 +36,35 @@ from reference import exponential_race_torch, teacher_forced_logits
 from reference.sampling_params import stage_sampling_params
 from reference.verifier import draft_distribution
 
-__all__ = ["CHECK_TIERS", "CheckResult", "Status", "Tier", "tier_of"]
+__all__ = [
+    "CHECKS",
+    "CHECK_CODES",
+    "CHECK_TIERS",
+    "Check",
+    "CheckResult",
+    "Needs",
+    "PlantedDefect",
+    "Status",
+    "Subject",
+    "Tier",
+    "judge",
+    "tier_of",
+]
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What a check judges: one implementation's result on a case run (the run holds
+    the other implementations' results, the reference's among them)."""
+
+    run: CaseRun
+    result: ImplResult
+
+    @cached_property
+    def replay_failures(self) -> dict[Tier, list[str]]:
+        """Per tier, the first failing per-call check of each replay of the life that has
+        one, named: judged once for both life verdicts, each replay being a full run."""
+        return replay_failures(self.run, self.result)
 
 
 def tolerances(dtype: torch.dtype) -> tuple[float, float]:
@@ -96,7 +123,8 @@ def exact_comparison(run: CaseRun) -> bool:
 
 
 # -- self-consistency ----------------------------------------------------------------------
-def check_ran(result: ImplResult) -> CheckResult:
+def check_ran(subject: Subject) -> CheckResult:
+    result = subject.result
     if result.error is not None:
         return CheckResult("ran", "fail", f"raised {result.error.summary()}")
     return passed("ran")
@@ -106,13 +134,14 @@ def _token_ids_valid(run: CaseRun, tokens: torch.Tensor) -> bool:
     return bool(((tokens >= 0) & (tokens < run.case.vocab_size)).all())
 
 
-def check_outputs_written(run: CaseRun, result: ImplResult) -> CheckResult:
+def check_outputs_written(subject: Subject) -> CheckResult:
     """Every output entry was written with a valid value: token ids in ``[0, V)``,
     finite corrected logits (the inputs are finite), confidence in ``[0, 1]``, and
     ``verify_ids`` (where the convention has it) the anchor followed by the drafts."""
+    run, result = subject.run, subject.result
     name = "outputs_written"
     if result.tokens is None:
-        return skipped(name, "no output")
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
     problems = []
     if not _token_ids_valid(run, result.tokens):
         bad_tokens = (result.tokens < 0) | (result.tokens >= run.case.vocab_size)
@@ -141,14 +170,17 @@ def check_outputs_written(run: CaseRun, result: ImplResult) -> CheckResult:
     return passed(name)
 
 
-def check_teacher_forcing(run: CaseRun, result: ImplResult) -> CheckResult:
+def check_teacher_forcing(subject: Subject) -> CheckResult:
     """The kept step logits (``corrected_out``; sglang 0.5.23's ``step_logits``) must equal
     the logits rebuilt from the emitted tokens, rounded to the sampler's own step dtype."""
+    run, result = subject.run, subject.result
     name = "teacher_forcing"
     if not run.case.folded_sampling:
-        return skipped(name, "no corrected logits without folded sampling")
+        return skipped(
+            name, "no corrected logits without folded sampling", code=Skip.NOT_APPLICABLE
+        )
     if result.tokens is None:
-        return skipped(name, "no output")
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
     if result.corrected is None:
         return failed(name, "folded sampling but corrected_out was not written")
     with torch.inference_mode():
@@ -168,31 +200,34 @@ def check_teacher_forcing(run: CaseRun, result: ImplResult) -> CheckResult:
     return passed(name)
 
 
-def check_no_writes_outside_batch(run: CaseRun, result: ImplResult) -> CheckResult:
+def check_no_writes_outside_batch(subject: Subject) -> CheckResult:
     """Rows past the live batch of every output buffer belong to other graph buckets:
     ``out[bs*gamma:]``, ``corrected_out[bs*gamma:]`` (sglang 0.5.23: ``step_logits[bs:]``),
     ``confidence_out[bs:]`` and ``verify_ids[bs:]``; their sentinels must survive the call."""
+    run, result = subject.run, subject.result
     name = "no_writes_outside_batch"
     if result.tokens is None:
-        return skipped(name, "no output")
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
     if run.case.max_bs == run.case.bs:
-        return skipped(name, "max_bs == bs: no rows past the live batch")
+        return skipped(name, "max_bs == bs: no rows past the live batch", code=Skip.NOT_APPLICABLE)
     if result.outside_writes:
         listed = ", ".join(f"{n}: {count} entries" for n, count in result.outside_writes.items())
         return failed(name, f"wrote past the live batch (bs={run.case.bs}): {listed}")
     return passed(name)
 
 
-def check_inputs_unchanged(result: ImplResult) -> CheckResult:
+def check_inputs_unchanged(subject: Subject) -> CheckResult:
     """The shared inputs (hidden states, ids, model, sampling parameters) are as given."""
+    result = subject.result
     name = "inputs_unchanged"
     if result.mutated_inputs:
         return failed(name, "mutated its inputs: " + ", ".join(result.mutated_inputs))
     return passed(name)
 
 
-def check_state_restored(result: ImplResult) -> CheckResult:
+def check_state_restored(subject: Subject) -> CheckResult:
     """Global state (default dtype and device, environment, threads, flags) is as found."""
+    result = subject.result
     name = "state_restored"
     if result.leaked_state:
         return failed(name, "changed global state: " + "; ".join(result.leaked_state))
@@ -219,12 +254,21 @@ def call_draws(result: ImplResult) -> list[RandomDraw]:
 NOT_VISIBLE = "the statistical oracle carries the lossless verdict"
 
 
-def not_visible(described: str) -> str:
-    """How a check that needs visible draws says it skipped."""
-    return f"draws not visible / not replayable ({described}): {NOT_VISIBLE}"
+def not_visible(name: str, described: str) -> CheckResult:
+    """How a check that needs visible draws skips when it cannot see them."""
+    why = f"draws not visible / not replayable ({described}): {NOT_VISIBLE}"
+    return skipped(name, why, code=Skip.NOT_VISIBLE)
 
 
-def replay_noise(run: CaseRun, draws: list[RandomDraw]) -> list[torch.Tensor] | str:
+@dataclass(frozen=True)
+class Unreplayable:
+    """Why recorded draws cannot be replayed."""
+
+    code: Skip  # NOT_VISIBLE, or NOT_RECORDED: the draws were seen, their values not kept
+    draws: str  # the draws, described
+
+
+def replay_noise(run: CaseRun, draws: list[RandomDraw]) -> list[torch.Tensor] | Unreplayable:
     """Per-step noise ``[bs, V]`` the draws would race with, or why they cannot:
     replayable are ``gamma`` ``exponential_`` draws of ``[bs or max_bs, V]`` (draw ``k``
     races step ``k``), or ONE ``exponential_`` draw of ``[bs or max_bs, gamma, V]``
@@ -233,15 +277,15 @@ def replay_noise(run: CaseRun, draws: list[RandomDraw]) -> list[torch.Tensor] | 
     vocab = run.block.base_logits.shape[-1]
     rows = (case.bs, case.max_bs)
     if any(d.op != NOISE_OP for d in draws) or not draws:
-        return f"draws not replayable: {describe_draws(draws)}"
+        return Unreplayable(Skip.NOT_VISIBLE, describe_draws(draws))
     if any(d.values is None for d in draws):
-        return "draws were not recorded"
+        return Unreplayable(Skip.NOT_RECORDED, describe_draws(draws))
     values = [d.values for d in draws if d.values is not None]
     if len(draws) == case.gamma and all(d.shape in {(r, vocab) for r in rows} for d in draws):
         return [v[: case.bs] for v in values]
     if len(draws) == 1 and draws[0].shape in {(r, case.gamma, vocab) for r in rows}:
         return [values[0][: case.bs, k] for k in range(case.gamma)]
-    return f"draws not replayable: {describe_draws(draws)}"
+    return Unreplayable(Skip.NOT_VISIBLE, describe_draws(draws))
 
 
 def race_tokens(run: CaseRun, result: ImplResult, noise: list[torch.Tensor]) -> torch.Tensor:
@@ -269,7 +313,7 @@ class Replay:
     noise: list[torch.Tensor] | None  # the per-step noise that explains the tokens
     contradicted: torch.Tensor | None  # [bs, gamma]: observed draws that do not explain them
     carried: bool  # explained by draws made before the call (double-buffered noise)
-    why_not: str  # why no draws could be replayed
+    why_not: Unreplayable | None  # why no draws could be replayed
 
 
 def replay(run: CaseRun, result: ImplResult) -> Replay:
@@ -277,34 +321,36 @@ def replay(run: CaseRun, result: ImplResult) -> Replay:
     construction or at the end of the previous call)."""
     own = call_draws(result)
     candidates = [(own, False), (result.carried_draws, True)]
-    contradicted, why_not = None, ""
+    contradicted: torch.Tensor | None = None
+    why_not: Unreplayable | None = None
     for draws, carried in candidates:
         if carried and not draws:
             continue
         noise = replay_noise(run, draws)
-        if isinstance(noise, str):
+        if isinstance(noise, Unreplayable):
             why_not = why_not or noise
             continue
         assert result.tokens is not None
         differ = torch.ne(race_tokens(run, result, noise), result.tokens)
         if not differ.any():
-            return Replay(noise, None, carried, "")
+            return Replay(noise, None, carried, None)
         contradicted = differ if contradicted is None else contradicted
-    return Replay(None, contradicted, False, why_not or describe_draws(own))
+    return Replay(None, contradicted, False, why_not)
 
 
-def check_noise_replay(run: CaseRun, result: ImplResult) -> CheckResult:
+def check_noise_replay(subject: Subject) -> CheckResult:
     """Where the draws are replayable, draw ``k`` with ``corrected_out[:, k]`` and the row
     temperature reproduces ``out[:, k]`` (greedy rows: the argmax); draws made before the
     call (double-buffered noise) may explain it too; a convention's declared noise
     counter is replayed from its stream. Draws that cannot be replayed are a skip: the
     statistical oracle carries the lossless verdict."""
+    run, result = subject.run, subject.result
     name = "noise_replay"
     case = run.case
     if not case.folded_sampling:
-        return skipped(name, "greedy fold: no noise to replay")
+        return skipped(name, "greedy fold: no noise to replay", code=Skip.NOT_APPLICABLE)
     if result.tokens is None or result.corrected is None:
-        return skipped(name, "no output")
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
     if result.counter_replay is not None and counter_noise(result) is not None:
         return counter_stream_replay(result)  # declared counter noise: no torch draw to replay
     replayed = replay(run, result)
@@ -315,9 +361,10 @@ def check_noise_replay(run: CaseRun, result: ImplResult) -> CheckResult:
             replayed.contradicted,
         )
     if replayed.noise is None:
-        if replayed.why_not == "draws were not recorded":
-            return skipped(name, replayed.why_not)
-        return skipped(name, not_visible(replayed.why_not.removeprefix("draws not replayable: ")))
+        assert replayed.why_not is not None  # nothing replayed and nothing contradicted
+        if replayed.why_not.code is Skip.NOT_RECORDED:
+            return skipped(name, "draws were not recorded", code=Skip.NOT_RECORDED)
+        return not_visible(name, replayed.why_not.draws)
     return passed(name, "noise drawn before the call (double-buffered)" if replayed.carried else "")
 
 
@@ -385,16 +432,17 @@ def _fresh_counter(result: ImplResult, second: ImplResult) -> str | None:
     return None
 
 
-def check_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
+def check_fresh_noise(subject: Subject) -> CheckResult:
     """A second staged call on the same inputs draws different noise (torch draws that
     differ, or a noise counter the first call advanced), and its outputs are
     self-consistent too (teacher forcing, and replay where replayable)."""
+    run, result = subject.run, subject.result
     name = "fresh_noise"
     if not run.case.has_sampled_rows:
-        return skipped(name, "no sampled rows")
+        return skipped(name, "no sampled rows", code=Skip.NOT_APPLICABLE)
     second = result.second_call
     if second is None:
-        return skipped(name, "no second call was made")
+        return skipped(name, "no second call was made", code=Skip.NOT_RUN)
     if second.error is not None:
         return failed(name, f"the second call raised {second.error.summary()}")
     stale_counter = _fresh_counter(result, second)
@@ -412,19 +460,20 @@ def check_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
         elif first_noise is not None and not call_draws(second):
             return failed(name, "the second call drew no noise in staging or the call")
         else:
-            return skipped(name, not_visible(describe_draws(call_draws(second))))
+            return not_visible(name, describe_draws(call_draws(second)))
     if result.mutated_inputs:  # the second call ran on changed inputs: inputs_unchanged says so
         return passed(name, "noise differs; outputs not judged (the first call changed the inputs)")
     for check in (check_teacher_forcing, check_noise_replay):
-        outcome = check(run, second)
-        if outcome.failed and not check(run, result).failed:  # else the first call's check says it
+        outcome = check(Subject(run, second))
+        if outcome.failed and not check(subject).failed:  # else the first call's check says it
             return failed(name, f"second call: {outcome.name}: {outcome.detail}")
     return passed(name)
 
 
-def check_noise_budget(run: CaseRun, result: ImplResult) -> CheckResult:
+def check_noise_budget(subject: Subject) -> CheckResult:
     """Drop-in: exactly ``gamma`` ``exponential_`` draws of ``[bs, V]`` per folded call
     and nothing else (a greedy fold draws nothing), as the reference does."""
+    run, result = subject.run, subject.result
     name = "noise_budget"
     case = run.case
     draws = result.random_draws or call_draws(result)
@@ -457,18 +506,19 @@ def near_tie_mask(step_logits: torch.Tensor, chosen: torch.Tensor) -> torch.Tens
     return (top - picked) <= atol + rtol * top.abs()
 
 
-def check_greedy_consistency(run: CaseRun, result: ImplResult) -> CheckResult:
+def check_greedy_consistency(subject: Subject) -> CheckResult:
     """Greedy folds: token ``k`` is the argmax of its own teacher-forced step logits.
 
     In float32 through the step loop this is exact. The fused path (fp32 accumulate)
     and reduced precision may pick another token only at a near-tie.
     """
+    run, result = subject.run, subject.result
     name = "greedy_consistency"
     case = run.case
     if case.folded_sampling:
-        return skipped(name, "folded sampling: covered by noise_replay")
+        return skipped(name, "folded sampling: covered by noise_replay", code=Skip.NOT_APPLICABLE)
     if result.tokens is None:
-        return skipped(name, "no output")
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
     with torch.inference_mode():
         rebuilt = contract_logits(
             result,
@@ -486,14 +536,15 @@ def check_greedy_consistency(run: CaseRun, result: ImplResult) -> CheckResult:
     return passed(name, f"{ties} near-tie(s) resolved differently" if ties else "")
 
 
-def check_greedy_rows_argmax(run: CaseRun, result: ImplResult) -> CheckResult:
+def check_greedy_rows_argmax(subject: Subject) -> CheckResult:
     """Folded sampling: a greedy row's token is a maximum of its own corrected logits."""
+    run, result = subject.run, subject.result
     name = "greedy_rows_argmax"
     case = run.case
     if not case.folded_sampling:
-        return skipped(name, "greedy fold: covered by greedy_consistency")
+        return skipped(name, "greedy fold: covered by greedy_consistency", code=Skip.NOT_APPLICABLE)
     if result.tokens is None or result.corrected is None:
-        return skipped(name, "no output")
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
     _, greedy_mask = staged_parameters(run, result)
     top = result.corrected.amax(dim=-1)  # [bs, gamma]
     picked = result.corrected.gather(-1, result.tokens.unsqueeze(-1)).squeeze(-1)
@@ -503,13 +554,14 @@ def check_greedy_rows_argmax(run: CaseRun, result: ImplResult) -> CheckResult:
     return passed(name)
 
 
-def check_support(run: CaseRun, result: ImplResult) -> CheckResult:
+def check_support(subject: Subject) -> CheckResult:
     """Every token of a sampled row has non-zero probability under its own ``q``."""
+    run, result = subject.run, subject.result
     name = "support"
     if not run.case.folded_sampling:
-        return skipped(name, "no q without folded sampling")
+        return skipped(name, "no q without folded sampling", code=Skip.NOT_APPLICABLE)
     if result.tokens is None or result.corrected is None:
-        return skipped(name, "no output")
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
     temperatures, greedy_mask = staged_parameters(run, result)
     q = draft_distribution(
         result.corrected, temperatures=temperatures, greedy_mask=greedy_mask
@@ -521,9 +573,10 @@ def check_support(run: CaseRun, result: ImplResult) -> CheckResult:
     return passed(name)
 
 
-def check_single_walk(run: CaseRun, result: ImplResult) -> CheckResult:
+def check_single_walk(subject: Subject) -> CheckResult:
     """One proposal, one walk: at most one ``sample_block`` or fused call, and at most
     ``gamma`` Markov head steps (an implementation with its own loop counts by steps)."""
+    run, result = subject.run, subject.result
     name = "single_walk"
     work, gamma = result.work, run.case.gamma
     if work.walks + work.fused_calls > 1 or work.head_steps > gamma:
@@ -533,35 +586,6 @@ def check_single_walk(run: CaseRun, result: ImplResult) -> CheckResult:
             f"head steps for one proposal of gamma={gamma}",
         )
     return passed(name)
-
-
-def self_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
-    """Every self-consistency check of one implementation on one case (one skip, ``ran``,
-    when the case is outside the implementation's calling convention: nothing ran)."""
-    if result.outside_contract is not None:
-        return [skipped("ran", f"{OUTSIDE_CONTRACT}: {result.outside_contract}")]
-    guarded = [check_inputs_unchanged(result), check_state_restored(result)]
-    ran = check_ran(result)
-    if ran.failed:
-        return [ran, *guarded]
-    written = check_outputs_written(run, result)
-    if written.failed and result.tokens is not None and not _token_ids_valid(run, result.tokens):
-        return [ran, written, *guarded]  # the remaining checks index by token id
-    return [
-        ran,
-        written,
-        check_no_writes_outside_batch(run, result),
-        check_teacher_forcing(run, result),
-        check_noise_replay(run, result),
-        check_greedy_consistency(run, result),
-        check_greedy_rows_argmax(run, result),
-        check_support(run, result),
-        check_fresh_noise(run, result),
-        check_noise_budget(run, result),
-        check_single_walk(run, result),
-        *guarded,
-        *life_checks(run, result),
-    ]
 
 
 # -- differential --------------------------------------------------------------------------
@@ -587,13 +611,15 @@ def contract_differences(result: ImplResult, reference: ImplResult) -> list[str]
     return differences
 
 
-def check_matches_reference(run: CaseRun, result: ImplResult, reference: ImplResult) -> CheckResult:
+def check_matches_reference(subject: Subject) -> CheckResult:
     """Same tokens, corrected logits and confidence as the single-pass reference."""
+    run, result = subject.run, subject.result
+    reference = run.results[REFERENCE]
     name = "matches_reference"
     if reference.error is not None:
         return failed(name, f"the reference itself raised {reference.error.summary()}")
     if result.tokens is None or reference.tokens is None:
-        return skipped(name, "no output")
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
     exact = exact_comparison(run)
     differences = contract_differences(result, reference)
     named = f" ({'; '.join(differences)})" if differences else ""
@@ -634,7 +660,7 @@ def _without_life(name: str, result: ImplResult) -> CheckResult | None:
     (a result replayed from a CUDA graph), a failure when its construction raised."""
     life = result.life
     if life is None:
-        return skipped(name, "no life was run for this result")
+        return skipped(name, "no life was run for this result", code=Skip.NOT_RUN)
     if life.error is not None:
         return failed(name, f"construction for the life raised {life.error.summary()}")
     return None
@@ -643,21 +669,21 @@ def _without_life(name: str, result: ImplResult) -> CheckResult | None:
 def replay_failures(run: CaseRun, result: ImplResult) -> dict[Tier, list[str]]:
     """Per tier, the first failing per-call check of each replay that has one, named."""
     assert result.life is not None
-    failures: dict[Tier, list[str]] = {"lossless": [], "drop_in": []}
+    failures: dict[Tier, list[str]] = {tier: [] for tier in Tier}
     for replay in result.life.replays:
         first: dict[Tier, str] = {}
-        for check in self_checks(replay_run(run, replay), replay.result):
-            if check.failed and check.tier not in first:
-                first[check.tier] = f"{replay.step.describe()}: {check.name}: {check.detail}"
+        for check in judge(Subject(replay_run(run, replay), replay.result)):
+            tier = tier_of(check.name)
+            if check.failed and tier not in first:
+                first[tier] = f"{replay.step.describe()}: {check.name}: {check.detail}"
         for tier, failure in first.items():
             failures[tier].append(failure)
     return failures
 
 
 def _replay_verdict(name: str, result: ImplResult, failures: list[str]) -> CheckResult:
-    """``life_replays`` (lossless tier) or ``life_drop_in``: every replay held to every
-    per-call check of the tier for its own inputs and restaged parameters, its outputs
-    read from the buffers the server reads."""
+    """Every replay held to every per-call check of a tier for its own inputs and
+    restaged parameters, its outputs read from the buffers the server reads."""
     assert result.life is not None
     ran = f"{len(result.life.replays)} of {result.life.planned} replays"
     if failures:
@@ -666,17 +692,29 @@ def _replay_verdict(name: str, result: ImplResult, failures: list[str]) -> Check
     return passed(name, ran)
 
 
-def check_life_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
+def check_life_replays(subject: Subject) -> CheckResult:
+    """Every replay passes every lossless per-call check (or says why there is no life)."""
+    name = "life_replays"
+    without = _without_life(name, subject.result)
+    if without is not None:
+        return without
+    return _replay_verdict(name, subject.result, subject.replay_failures[Tier.LOSSLESS])
+
+
+def check_life_drop_in(subject: Subject) -> CheckResult:
+    """Every replay keeps the noise budget and the single walk."""
+    return _replay_verdict("life_drop_in", subject.result, subject.replay_failures[Tier.DROP_IN])
+
+
+def check_life_fresh_noise(subject: Subject) -> CheckResult:
     """No replay with sampled rows uses the noise of any earlier one of the instance (on
     the rows both drew), wherever the noise is visible; with a declared noise counter
     (sglang 0.5.23), each replay advances it and draws at counters no earlier one used."""
+    run, result = subject.run, subject.result
     name = "life_fresh_noise"
-    without = _without_life(name, result)
-    if without is not None:
-        return without
-    assert result.life is not None
+    assert result.life is not None  # Needs.A_LIVED_LIFE
     if not run.case.folded_sampling:
-        return skipped(name, "greedy fold: no noise")
+        return skipped(name, "greedy fold: no noise", code=Skip.NOT_APPLICABLE)
     seen: list[tuple[str, list[torch.Tensor]]] = []
     counters: list[tuple[str, NoiseCounter]] = []
     hidden = 0
@@ -703,7 +741,7 @@ def check_life_fresh_noise(run: CaseRun, result: ImplResult) -> CheckResult:
         seen.append((replay.step.describe(), noise))
     visible = len(seen) + len(counters)
     if visible < 2:
-        return skipped(name, not_visible(f"visible on {visible} replay(s)"))
+        return not_visible(name, f"visible on {visible} replay(s)")
     compared = f"{len(seen)} replays compared" if seen else ""
     by_counter = f"{len(counters)} replays on fresh noise counters" if counters else ""
     parts = [part for part in (compared, by_counter) if part]
@@ -725,16 +763,14 @@ def _stale_counter(
     return None
 
 
-def check_life_server_buffer(run: CaseRun, result: ImplResult) -> CheckResult:
+def check_life_server_buffer(subject: Subject) -> CheckResult:
     """The token buffer the server passed at construction (``out=``) holds every replay's
     tokens: that is the buffer the verifier reads."""
+    result = subject.result
     name = "life_server_buffer"
-    without = _without_life(name, result)
-    if without is not None:
-        return without
-    assert result.life is not None
+    assert result.life is not None  # Needs.A_LIVED_LIFE
     if not result.life.out_passed:
-        return skipped(name, "the constructor takes no out= buffer")
+        return skipped(name, "the constructor takes no out= buffer", code=Skip.NOT_APPLICABLE)
     for replay in result.life.replays:
         tokens = replay.result.tokens
         if tokens is not None and bool((tokens == TOKEN_SENTINEL).any()):
@@ -747,17 +783,247 @@ def check_life_server_buffer(run: CaseRun, result: ImplResult) -> CheckResult:
     return passed(name)
 
 
-def life_checks(run: CaseRun, result: ImplResult) -> list[CheckResult]:
-    """The checks of the case's life, if it has one (none otherwise)."""
-    if not run.case.replays or not result.ok:
-        return []
-    without = _without_life("life_replays", result)
-    if without is not None:
-        return [without]
-    failures = replay_failures(run, result)  # once for both tiers: each replay is a full run
-    return [
-        _replay_verdict("life_replays", result, failures["lossless"]),
-        check_life_server_buffer(run, result),
-        check_life_fresh_noise(run, result),
-        _replay_verdict("life_drop_in", result, failures["drop_in"]),
-    ]
+# -- the registry ---------------------------------------------------------------------------
+class Needs(Enum):
+    """What a check needs of its subject before it judges; a subject without it does not
+    list the check (``ran`` and ``life_replays`` say why there is nothing to judge)."""
+
+    NOTHING = "nothing"  # every call: whether it ran, and what the harness guards
+    A_RETURN = "a return"  # the call returned
+    TOKEN_IDS = "token ids"  # the call returned token ids in range: the checks index by them
+    A_LIFE = "a life"  # token ids in range, and the case has a life
+    A_LIVED_LIFE = "a lived life"  # ... and the life was run, its construction did not raise
+    THE_REFERENCE = "the reference"  # the call returned and the reference ran beside it
+
+    def met_by(self, subject: Subject) -> bool:
+        run, result = subject.run, subject.result
+        if self is Needs.NOTHING:
+            return True
+        if not result.ok:
+            return False
+        if self is Needs.A_RETURN:
+            return True
+        if self is Needs.THE_REFERENCE:
+            return REFERENCE in run.results and result.name != REFERENCE
+        if result.tokens is not None and not _token_ids_valid(run, result.tokens):
+            return False  # what follows indexes by token id
+        if self is Needs.TOKEN_IDS:
+            return True
+        life = result.life
+        lived = life is not None and life.error is None
+        return bool(run.case.replays) and (self is Needs.A_LIFE or lived)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlantedDefect:
+    """The sampler of ``tests/plugins`` (``module:Class``) that makes a check fail, the
+    defect table's case that exposes it, the checks it fails with (in the same run), and
+    whether it runs beside the reference (a defect that changes the outputs also differs
+    from the reference, so it runs alone unless the table says so)."""
+
+    sampler: str
+    case: str
+    also_fails: tuple[str, ...] = ()
+    against_reference: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    """One check, declared once."""
+
+    name: str
+    function: Callable[[Subject], CheckResult]
+    tier: Tier
+    needs: Needs
+    defect: PlantedDefect
+    code: str | None = None  # its code in the checks table; None: its name
+
+
+CHECKS: tuple[Check, ...] = (  # the order checks run in, and are listed in
+    Check(
+        name="ran",
+        function=check_ran,
+        tier=Tier.LOSSLESS,
+        needs=Needs.NOTHING,
+        defect=PlantedDefect(
+            sampler="broken_samplers:RaisingSampler", case="folded", against_reference=True
+        ),
+        code="RAN",
+    ),
+    Check(
+        name="outputs_written",
+        function=check_outputs_written,
+        tier=Tier.LOSSLESS,
+        needs=Needs.A_RETURN,
+        defect=PlantedDefect(
+            sampler="planted_defects:ConfidenceLogitSampler", case="folded, confidence"
+        ),
+        code="OUT",
+    ),
+    Check(
+        name="no_writes_outside_batch",
+        function=check_no_writes_outside_batch,
+        tier=Tier.LOSSLESS,
+        needs=Needs.TOKEN_IDS,
+        defect=PlantedDefect(
+            sampler="planted_defects_verdicts:OutPastBatchSampler",
+            case="bucketed",
+            against_reference=True,
+        ),
+        code="OOB",
+    ),
+    Check(
+        name="teacher_forcing",
+        function=check_teacher_forcing,
+        tier=Tier.LOSSLESS,
+        needs=Needs.TOKEN_IDS,
+        defect=PlantedDefect(sampler="planted_defects:LogSoftmaxCorrectedSampler", case="folded"),
+        code="TF",
+    ),
+    Check(
+        name="noise_replay",
+        function=check_noise_replay,
+        tier=Tier.LOSSLESS,
+        needs=Needs.TOKEN_IDS,
+        defect=PlantedDefect(
+            sampler="planted_defects_verdicts:WrongTemperatureSampler", case="folded"
+        ),
+        code="NR",
+    ),
+    Check(
+        name="greedy_consistency",
+        function=check_greedy_consistency,
+        tier=Tier.LOSSLESS,
+        needs=Needs.TOKEN_IDS,
+        defect=PlantedDefect(sampler="planted_defects:NegatedGreedySampler", case="greedy fold"),
+        code="GC",
+    ),
+    Check(
+        name="greedy_rows_argmax",
+        function=check_greedy_rows_argmax,
+        tier=Tier.LOSSLESS,
+        needs=Needs.TOKEN_IDS,
+        defect=PlantedDefect(
+            sampler="planted_defects:GreedyRowsRacedSampler",
+            case="folded",
+            also_fails=("noise_replay",),
+        ),
+        code="GA",
+    ),
+    Check(
+        name="support",
+        function=check_support,
+        tier=Tier.LOSSLESS,
+        needs=Needs.TOKEN_IDS,
+        # no token wins the race at zero probability: noise replay fails with it
+        defect=PlantedDefect(
+            sampler="planted_defects:UntemperedSampler", case="cold", also_fails=("noise_replay",)
+        ),
+        code="SUP",
+    ),
+    Check(
+        name="fresh_noise",
+        function=check_fresh_noise,
+        tier=Tier.LOSSLESS,
+        needs=Needs.TOKEN_IDS,
+        defect=PlantedDefect(sampler="planted_defects_verdicts:FrozenNoiseSampler", case="folded"),
+        code="FN",
+    ),
+    Check(
+        name="noise_budget",
+        function=check_noise_budget,
+        tier=Tier.DROP_IN,
+        needs=Needs.TOKEN_IDS,
+        defect=PlantedDefect(
+            sampler="planted_defects:NoiseRefreshSampler", case="folded", against_reference=True
+        ),
+        code="NB",
+    ),
+    Check(
+        name="single_walk",
+        function=check_single_walk,
+        tier=Tier.DROP_IN,
+        needs=Needs.TOKEN_IDS,
+        defect=PlantedDefect(
+            sampler="planted_defects:WarmupWalkSampler", case="folded", against_reference=True
+        ),
+        code="SW",
+    ),
+    Check(
+        name="inputs_unchanged",
+        function=check_inputs_unchanged,
+        tier=Tier.LOSSLESS,
+        needs=Needs.NOTHING,
+        defect=PlantedDefect(
+            sampler="planted_defects_verdicts:InputMutatingSampler",
+            case="folded",
+            against_reference=True,
+        ),
+        code="IN",
+    ),
+    Check(
+        name="state_restored",
+        function=check_state_restored,
+        tier=Tier.LOSSLESS,
+        needs=Needs.NOTHING,
+        defect=PlantedDefect(sampler="untrusted_samplers:DtypeLeakingSampler", case="folded"),
+    ),
+    Check(
+        name="life_replays",
+        function=check_life_replays,
+        tier=Tier.LOSSLESS,
+        needs=Needs.A_LIFE,
+        defect=PlantedDefect(sampler="life_defects:WrongFromThirdCallSampler", case="life"),
+    ),
+    Check(
+        name="life_server_buffer",
+        function=check_life_server_buffer,
+        tier=Tier.LOSSLESS,
+        needs=Needs.A_LIVED_LIFE,
+        # the replays read that buffer
+        defect=PlantedDefect(
+            sampler="life_defects:OwnOutBufferSampler", case="life", also_fails=("life_replays",)
+        ),
+    ),
+    Check(
+        name="life_fresh_noise",
+        function=check_life_fresh_noise,
+        tier=Tier.LOSSLESS,
+        needs=Needs.A_LIVED_LIFE,
+        defect=PlantedDefect(sampler="life_defects:AlternatingNoiseSampler", case="life"),
+    ),
+    Check(
+        name="life_drop_in",
+        function=check_life_drop_in,
+        tier=Tier.DROP_IN,
+        needs=Needs.A_LIVED_LIFE,
+        defect=PlantedDefect(sampler="life_defects:ExtraWalkFromThirdCallSampler", case="life"),
+    ),
+    Check(
+        name="matches_reference",
+        function=check_matches_reference,
+        tier=Tier.DROP_IN,
+        needs=Needs.THE_REFERENCE,
+        defect=PlantedDefect(
+            sampler="planted_defects:PrivateGeneratorSampler", case="life", against_reference=True
+        ),
+        code="REF",
+    ),
+)
+CHECK_TIERS: dict[str, Tier] = {check.name: check.tier for check in CHECKS}
+CHECK_CODES: dict[str, str] = {check.name: check.code for check in CHECKS if check.code}
+
+
+def tier_of(check_name: str) -> Tier:
+    """The tier of a registered check (``KeyError`` for a name ``CHECKS`` does not know)."""
+    return CHECK_TIERS[check_name]
+
+
+def judge(subject: Subject) -> list[CheckResult]:
+    """Every check whose needs the subject meets, in the order of ``CHECKS``; one skip,
+    ``ran``, when the case is outside the implementation's calling convention (nothing
+    ran)."""
+    outside = subject.result.outside_contract
+    if outside is not None:
+        return [skipped("ran", f"outside this contract: {outside}", code=Skip.OUTSIDE_CONTRACT)]
+    return [check.function(subject) for check in CHECKS if check.needs.met_by(subject)]

@@ -3,9 +3,8 @@
 ``evaluate_run`` turns a case run into a ``CaseVerdict`` (checks per implementation,
 the ledger entry); ``case_record`` makes it a plain JSON record; ``compare`` runs a
 list of cases into records, appending each finished one to a journal so that an
-interrupted comparison resumes where it stopped; ``comparison_sections`` (from
-``harness.pipeline.verdict_sections``, re-exported here) formats records into
-report sections.
+interrupted comparison resumes where it stopped. ``harness.render.verdicts`` formats
+the records into report sections.
 """
 
 from __future__ import annotations
@@ -18,12 +17,12 @@ from typing import cast
 
 import torch
 
-from harness.defaults import DEFAULT_PAIR, REFERENCE
+from harness.defaults import DEFAULT_PAIR
 from harness.io.fingerprint import run_fingerprint
 from harness.io.journal import Journal, canonical
 from harness.options import RunOptions
 from harness.pipeline.case import Case
-from harness.pipeline.checks import CheckResult, check_matches_reference, self_checks
+from harness.pipeline.checks import CheckResult, Subject, judge, tier_of
 from harness.pipeline.ledger import LedgerEntry, observe_divergence
 from harness.pipeline.memory import check_cases_fit
 from harness.pipeline.records import (
@@ -35,8 +34,6 @@ from harness.pipeline.records import (
     WorkRecord,
 )
 from harness.pipeline.runner import CaseRun, ImplResult, run_case
-from harness.pipeline.verdict_sections import comparison_sections as comparison_sections
-from harness.pipeline.verdict_sections import verdicts_json as verdicts_json
 from harness.pipeline.verdicts import case_verdict
 from harness.plugins.implementations import Implementation
 
@@ -70,12 +67,7 @@ def evaluate_run(
     run: CaseRun, *, require_observable: bool, pair: tuple[str, str] = DEFAULT_PAIR
 ) -> CaseVerdict:
     """Checks per implementation and, when both sides of the pair ran, the ledger."""
-    checks: dict[str, list[CheckResult]] = {}
-    reference = run.results.get(REFERENCE)
-    for name, result in run.results.items():
-        checks[name] = self_checks(run, result)
-        if reference is not None and name != REFERENCE and result.ok:
-            checks[name].append(check_matches_reference(run, result, reference))
+    checks = {name: judge(Subject(run, result)) for name, result in run.results.items()}
     ledger = None
     buggy, fixed = pair
     if buggy in run.results and fixed in run.results:
@@ -169,10 +161,11 @@ def case_record(
         checks = [
             CheckRecord(
                 name=c.name,
-                tier=c.tier,
+                tier=tier_of(c.name),
                 status=c.status,
                 detail=c.detail,
                 positions=[list(p) for p in c.positions],
+                skip=c.skip,  # why it skipped (a Skip code), else None
             )
             for c in verdict.checks.get(name, [])
         ]

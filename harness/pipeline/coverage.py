@@ -7,8 +7,8 @@ each flag with the head kinds it was on for, and the calls of one sampler instan
 otherwise the runner's default: one call, and a second staged call with the same
 parameters when the case has sampled rows). ``StatisticalCoverage`` is the oracle's
 part (rows per group and target, rounds and calls per instance, restagings, batch
-sizes) with its detection bound at those rows. ``coverage_section`` presents both;
-a verdict never claims more than this (docs/verdicts.md, "Coverage").
+sizes) with its detection bound at those rows. ``harness.render.coverage`` presents
+both; a verdict never claims more than this (docs/verdicts.md, "Coverage").
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness.pipeline.records import CaseFields, CaseRecord
-from harness.render.sections import Section, Table
 
 FLAGS = ("folded_sampling", "fused_greedy", "confidence")
 Span = tuple[int, int]  # (smallest, largest)
@@ -26,11 +25,6 @@ Span = tuple[int, int]  # (smallest, largest)
 
 def _span(values: Sequence[int]) -> Span:
     return (min(values), max(values)) if values else (0, 0)
-
-
-def _span_text(span: Span) -> str:
-    low, high = span
-    return str(low) if low == high else f"{low}..{high}"
 
 
 def calls_per_instance(case: CaseFields) -> int:
@@ -91,36 +85,6 @@ class MatrixCoverage:
             lives=sum(1 for c in cases if int(c.get("replays", 0)) > 0),
         )
 
-    def rows(self) -> list[list[str]]:
-        """``[what, covered]`` lines of the coverage table."""
-        flags = "; ".join(
-            f"{flag} on for {', '.join(heads) if heads else 'no head'}"
-            for flag, heads in self.flags.items()
-        )
-        life = (
-            f"{self.lives} of {self.cases} cases live a server's life"
-            if self.lives
-            else "no case lives a server's life: one call per instance, and a second "
-            "with the same parameters when sampled"
-        )
-        return [
-            ["cases", str(self.cases)],
-            ["heads", ", ".join(self.heads)],
-            ["layouts", ", ".join(self.layouts)],
-            ["dtypes", ", ".join(self.dtypes)],
-            [
-                "shapes",
-                f"bs {_span_text(self.bs)}, max_bs {_span_text(self.max_bs)}, "
-                f"gamma {_span_text(self.gamma)}, V {_span_text(self.vocab_size)}",
-            ],
-            ["flags", flags],
-            [
-                "calls per instance",
-                f"{_span_text(self.calls_per_instance)}; restagings with new parameters "
-                f"{_span_text(self.restagings_per_instance)} ({life})",
-            ],
-        ]
-
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -151,72 +115,5 @@ class StatisticalCoverage:
     level: float
     bounds: tuple[BoundRow, ...]
 
-    def rows(self) -> list[list[str]]:
-        rows_text = "; ".join(
-            f"{target} (draft weight {self.targets[target]:g}): "
-            + ", ".join(f"{group} {n}" for group, n in groups.items())
-            for target, groups in self.rows_per_group.items()
-        )
-        return [
-            ["statistical rows per group and head", rows_text],
-            [
-                "statistical life",
-                f"{self.rounds} rounds, {self.calls_per_instance} calls per instance, "
-                f"{self.restagings_per_instance} restaged with other requests per slot, "
-                f"batch sizes {', '.join(map(str, self.batch_sizes))}",
-            ],
-        ]
-
-    def bound_sentence(self) -> str:
-        """What a pass rules out, and what it does not."""
-        return (
-            f"detection bound ({self.implementation}'s rows, each test at {self.level:.3g}): a "
-            "defect that makes a fraction of the rows at one committed position commit a fixed "
-            f"token (the hardest to see) is seen with probability {self.power:g} if that "
-            "fraction is at least the bound below; smaller ones are not ruled out"
-        )
-
-    def bound_table(self) -> Table:
-        rows = [
-            [
-                f"pos {b.position}",
-                _percent(b.fraction),
-                _percent(b.confined_fraction),
-                b.target,
-                str(b.rows),
-            ]
-            for b in self.bounds
-        ]
-        header = ["position", "every head and group", "one head and group", "target", "rows"]
-        return Table.of(header, rows, align=("left", "right", "right", "left", "right"))
-
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _percent(fraction: float | None) -> str:
-    return "not reached" if fraction is None else f"{fraction:.1%}"
-
-
-def coverage_section(
-    records: Sequence[CaseRecord], *, statistical: StatisticalCoverage | None
-) -> Section:
-    """What the verdicts above covered, as one table and its JSON."""
-    matrix = MatrixCoverage.of_records(records)
-    rows = matrix.rows()
-    if statistical is None:
-        rows.append(["statistical oracle", "not run: nothing shown about the committed law"])
-        bound: tuple[str | Table, ...] = ()
-    else:
-        rows += statistical.rows()
-        bound = (statistical.bound_sentence(), statistical.bound_table())
-    return Section(
-        title="Coverage",
-        ok=True,
-        verdict="",
-        blocks=(Table.of(["exercised", "covered"], rows), *bound),
-        data={
-            "matrix": matrix.to_json(),
-            "statistical": None if statistical is None else statistical.to_json(),
-        },
-    )

@@ -41,9 +41,9 @@ from typing import Any
 import torch
 
 from harness.defaults import DEFAULT_TIME_LIMIT_S
+from harness.interrupts import stop_on_signals
 from harness.options import RunOptions
 from harness.pipeline.case import Case, CaseInputs, build_inputs
-from harness.pipeline.interrupts import stop_on_signals
 from harness.pipeline.life import GreedyMix, Life, LifeReplay, LifeStep
 from harness.pipeline.observe import RandomDraw
 from harness.pipeline.runner import (
@@ -63,7 +63,7 @@ from harness.plugins.implementations import (
     parse_impl_spec,
     split_impl_spec,
 )
-from harness.render.progress import no_progress
+from harness.progress import no_progress
 
 ANSWER_GRACE_S = 10.0  # beyond the in-worker limit: clean-up, the answer, a busy machine
 START_LIMIT_S = 600.0  # a worker's start and the inputs of one case

@@ -21,7 +21,7 @@ import torch
 from harness.defaults import FIXED, LEGACY
 from harness.pipeline.case import Case
 from harness.pipeline.check_result import MAX_LISTED
-from harness.pipeline.checks import check_teacher_forcing, near_tie_mask
+from harness.pipeline.checks import Subject, check_teacher_forcing, near_tie_mask
 from harness.pipeline.control_flow import control_flow
 from harness.pipeline.runner import CaseRun, ImplResult
 from reference import teacher_forced_logits
@@ -196,7 +196,7 @@ def _observe_outputs(
             problems.append(
                 "corrected_out differs between legacy and fixed (the ledger says equal)"
             )
-        teacher_forcing = check_teacher_forcing(run, legacy)
+        teacher_forcing = check_teacher_forcing(Subject(run, legacy))
         if teacher_forcing.failed:
             observed.add("teacher_forcing_fails")
             evidence["teacher_forcing_fails"] = teacher_forcing.detail

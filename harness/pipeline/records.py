@@ -18,6 +18,7 @@ class CheckRecord(TypedDict):
     status: str  # "pass", "fail" or "skip"
     detail: str
     positions: list[list[int]]  # [row, step] that show it
+    skip: str | None  # why it skipped (``harness.pipeline.check_result.Skip``), else None
 
 
 class ErrorRecord(TypedDict):

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 import torch
 
+from harness.interrupts import reraise_stop_request
 from harness.options import DEFAULT_OPTIONS, RunOptions
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.guard import (
@@ -47,7 +48,6 @@ from harness.pipeline.guard import (
     input_digests,
     take_thread_blame,
 )
-from harness.pipeline.interrupts import reraise_stop_request
 from harness.pipeline.observe import (
     DispatchObserver,
     HeadCounts,
@@ -266,7 +266,7 @@ def guarded_call(
 ) -> Guarded[T]:
     """Run implementation code under the time limit; anything it raises (``SystemExit``,
     its own ``KeyboardInterrupt``, a timeout) is its failure. Only the harness's own stop
-    requests (``harness.pipeline.interrupts``) pass, including one it swallowed. With
+    requests (``harness.interrupts``) pass, including one it swallowed. With
     ``owner``, the code runs in ``implementation_world`` (``harness.pipeline.guard``):
     global state restored, children killed, stdout to stderr; the changes it made are
     in ``world``."""

@@ -32,7 +32,7 @@ from harness.io.files import write_atomically
 from harness.pipeline.case import Case, CaseError, build_inputs, make_case
 from harness.plugins.conventions import BuiltSampler, build_for_case
 from harness.plugins.implementations import Implementation
-from harness.render.progress import Progress, no_progress
+from harness.progress import Progress, no_progress
 from reference import HEAD_KINDS, PrecomputedBaseLogits
 
 FAR_GAP = 1.0e4  # far-apart rows: the second token sits this far below the top one

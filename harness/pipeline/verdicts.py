@@ -14,16 +14,14 @@ says so (``CHECKS_ONLY``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.defaults import DEFAULT_REQUIREMENT, Requirement
-from harness.pipeline.check_result import Tier, tier_of
+from harness.pipeline.check_result import Skip, Tier
 from harness.pipeline.records import CaseRecord, CheckRecord
 
 MAX_CARRIERS = 4  # rejections named in a verdict line
-NOT_REPLAYABLE = "not replayable"  # how noise_replay says it skipped (draws not visible / ...)
 CHECKS_ONLY = "checks only; statistical oracle not run"  # a lossless verdict without the oracle
 
 
@@ -86,9 +84,9 @@ NOT_RUN = Statistical()
 
 def case_verdict(checks: Sequence[CheckRecord]) -> tuple[bool, bool]:
     """``(lossless, drop_in)`` of one implementation's check records on one case."""
-    failed_tiers = {tier_of(c["name"]) for c in checks if c["status"] == "fail"}
-    lossless = "lossless" not in failed_tiers
-    return lossless, lossless and "drop_in" not in failed_tiers
+    failed_tiers = {Tier(c["tier"]) for c in checks if c["status"] == "fail"}
+    lossless = Tier.LOSSLESS not in failed_tiers
+    return lossless, lossless and Tier.DROP_IN not in failed_tiers
 
 
 @dataclass(frozen=True)
@@ -103,7 +101,7 @@ class Failure:
     @property
     def lossless(self) -> bool:
         """Whether the failed check is of the lossless tier (else drop-in)."""
-        return self.tier == "lossless"
+        return self.tier is Tier.LOSSLESS
 
     def line(self) -> str:
         """``case: check: detail``."""
@@ -119,7 +117,7 @@ class Verdict:
     drop_in: bool
     cases: int
     failures: tuple[Failure, ...]
-    required: Requirement = DEFAULT_REQUIREMENT  # what ``ok`` holds it to
+    required: Tier = Tier.DROP_IN  # what ``ok`` holds it to
     statistical: Statistical = field(default=NOT_RUN)
     replayable: bool = True  # False: some case's draws could not be replayed
 
@@ -146,8 +144,8 @@ class Verdict:
                 return f"{failure.check}: {failure.detail} ({failure.case})"
         return ""
 
-    def meets(self, requirement: Requirement) -> bool:
-        return self.drop_in if requirement == "drop-in" else self.lossless
+    def meets(self, requirement: Tier) -> bool:
+        return self.drop_in if requirement is Tier.DROP_IN else self.lossless
 
     @property
     def ok(self) -> bool:
@@ -212,14 +210,20 @@ def implementation_verdict(records: Sequence[CaseRecord], name: str) -> Verdict:
         lossless &= case_lossless
         drop_in &= case_drop_in
         failures += [
-            Failure(
-                case=record["label"], check=c["name"], tier=tier_of(c["name"]), detail=c["detail"]
-            )
+            Failure(case=record["label"], check=c["name"], tier=Tier(c["tier"]), detail=c["detail"])
             for c in entry["checks"]
             if c["status"] == "fail"
         ]
         replayable &= not any(
-            c["name"] == "noise_replay" and c["status"] == "skip" and NOT_REPLAYABLE in c["detail"]
-            for c in entry["checks"]
+            c["name"] == "noise_replay" and c["skip"] == Skip.NOT_VISIBLE for c in entry["checks"]
         )
     return Verdict(name, lossless, drop_in, cases, tuple(failures), replayable=replayable)
+
+
+Statisticals = Mapping[str, Statistical] | None  # None: the statistical oracle did not run
+
+
+def full_verdict(records: Sequence[CaseRecord], name: str, statistical: Statisticals) -> Verdict:
+    """``name``'s verdicts from its checks with the statistical oracle's part in them."""
+    part = NOT_RUN if statistical is None else statistical.get(name, NOT_RUN)
+    return implementation_verdict(records, name).with_statistical(part)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.pipeline.interrupts import StopRequested
+from harness.interrupts import StopRequested
 from harness.plugins.eras import Era, detect_era, era_imports
 from harness.plugins.errors import ImplementationError
 from harness.upstream.sglang_loader import unavailable_reason

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 
-Progress = Callable[[str], None]
+from harness.progress import Progress
 
 
 def progress_printer(*, quiet: bool) -> Progress:
@@ -16,8 +15,3 @@ def progress_printer(*, quiet: bool) -> Progress:
             print(message, file=sys.stderr, flush=True)
 
     return emit
-
-
-def no_progress(message: str) -> None:
-    """The progress callback of a caller that wants none."""
-    del message

@@ -19,10 +19,11 @@ from typing import Any
 from harness.defaults import FIXED
 from harness.measure.timing import ab_timing
 from harness.options import RunOptions
+from harness.oracles.part import combined_statistical
 from harness.oracles.problem import DEFAULT_CONFIG
-from harness.oracles.section import combined_statistical
 from harness.oracles.stats import StatsResult, run_oracle
 from harness.pipeline.case import Case, make_case
+from harness.pipeline.check_result import Tier
 from harness.pipeline.runner import run_case
 from harness.pipeline.support_scan import (
     PointResult,
@@ -35,7 +36,7 @@ from harness.plugins.implementations import (
     builtin_implementations,
     parse_impl_spec,
 )
-from harness.render.progress import Progress, no_progress
+from harness.progress import Progress, no_progress
 from harness.render.sections import Section
 from harness.render.tables import table
 from harness.testing import check_sampler
@@ -159,7 +160,7 @@ def collect_versions(
     for name, impl in implementations.items():
         progress(f"versions: {name}: standard matrix, work, timing, scan ...")
         statistical = combined_statistical(oracle.results_of(impl.name))
-        verdict = check_sampler(impl.spec, require="lossless").with_statistical(statistical)
+        verdict = check_sampler(impl.spec, require=Tier.LOSSLESS).with_statistical(statistical)
         scan = tuple(scan_point(impl, point) for point in plan.points())
         rules = nonfinite_behaviour(impl)
         findings = scan_findings(scan)

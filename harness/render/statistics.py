@@ -1,38 +1,31 @@
-"""How the statistical oracle's results read: tables, verdict lines, the report section
-and the power figure. Formatting only; every number comes from ``harness.oracles``."""
+"""The statistical oracle's section: how its run (``harness.oracles``) reads. Tables,
+verdict lines, the section and its JSON, and the power figure. Formatting only; every
+number comes from the run."""
 
 from __future__ import annotations
 
-import itertools
 import math
-import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from typing import Any
 
-from harness.defaults import LEGACY
-from harness.options import DEFAULT_OPTIONS, Roles, RunOptions
+from harness.options import Roles
 from harness.oracles.fits import JOINT, REPEAT, family_size, position_name
-from harness.oracles.power import TARGET_POWER, PowerCurve, run_power_curves
-from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, group_label, life_batches
+from harness.oracles.power import PowerCurve
+from harness.oracles.problem import StatsConfig, group_label
 from harness.oracles.stats import (
     DEFAULT_ROLES,
     OracleRun,
     StatsResult,
-    best_bounds,
     expectations_hold,
     expected_rejected,
     meets_expectation,
-    run_oracle,
     where,
 )
-from harness.pipeline.coverage import StatisticalCoverage
-from harness.pipeline.verdicts import MAX_CARRIERS, Statistical
-from harness.plugins.implementations import Implementation, builtin_implementations
+from harness.pipeline.verdicts import MAX_CARRIERS
 from harness.render.figures import render_png
 from harness.render.sections import Section
 from harness.render.tables import Alignment, TableFormat, table
-from reference.verifier import CHAIN_VERIFIER, Verifier
 
 TITLE = "Statistical losslessness (docs/statistics.md)"
 
@@ -79,74 +72,6 @@ def verdict_line(
         seen = "also REJECTED" if buggy.rejected_at_position(0) else "passes, as the bug predicts"
         line += f"; {roles.buggy} on position 0 alone {seen}"
     return line
-
-
-def statistical_coverage(
-    oracle: OracleRun, *, roles: Roles = DEFAULT_ROLES
-) -> StatisticalCoverage | None:
-    """What the oracle exercised, from its run: rows per group and target, the life of
-    one instance (from the far target's rounds), and the detection bound at the rows of
-    the fixed side's run (else the first implementation that passed, else the first
-    that ran)."""
-    ran = [r for r in oracle.results.values() if r.error is None and r.name in oracle.decoded]
-    if not ran:
-        return None
-    chosen = next(
-        (r for r in ran if r.name == roles.fixed and r.passed),
-        next((r for r in ran if r.passed), ran[0]),
-    )
-    problem = oracle.problem
-    rounds = max(run.rounds for run in oracle.decoded[chosen.name][problem.target.name].values())
-    calls = [batch for r in range(rounds) for batch in life_batches(problem, r)]
-    restaged = sum(
-        1
-        for before, after in itertools.pairwise(calls)
-        if before.shape != after.shape or not bool((before == after).all())
-    )
-    first = chosen.bounds[0] if chosen.bounds else None
-    return StatisticalCoverage(
-        implementation=chosen.name,
-        targets={t.name: t.draft_weight for t in oracle.config.targets},
-        rows_per_group={
-            p.target.name: {
-                group_label(g): int((p.row_group == i).sum()) for i, g in enumerate(p.config.groups)
-            }
-            for p in oracle.problems
-        },
-        rounds=rounds,
-        calls_per_instance=len(calls),
-        restagings_per_instance=restaged,
-        batch_sizes=tuple(sorted({int(batch.shape[0]) for batch in calls})),
-        power=first.power if first else TARGET_POWER,
-        level=chosen.test_level,
-        bounds=best_bounds(chosen.bounds),
-    )
-
-
-def statistical_verdicts(oracle: OracleRun) -> dict[str, Statistical]:
-    """Each implementation's statistical part, as its lossless verdict takes it: passed
-    only when it passes under every verifier; otherwise the first verifier's failure,
-    its carriers named with that verifier when the run had more than one."""
-    return {name: combined_statistical(oracle.results_of(name)) for name in oracle.results}
-
-
-def combined_statistical(results: Sequence[StatsResult]) -> Statistical:
-    """One verdict from one implementation's results under several verifiers."""
-    several = len(results) > 1
-    for result in results:
-        verdict = result.statistical()
-        if not verdict.failed:
-            continue
-        if several and verdict.carried_by:
-            named = tuple(f"{result.verifier}:{c}" for c in verdict.carried_by)
-            return replace(verdict, carried_by=named)
-        if several and verdict.error is not None:
-            return replace(verdict, error=f"under {result.verifier}: {verdict.error}")
-        if several and verdict.not_judged is not None:
-            return replace(verdict, not_judged=f"under {result.verifier}: {verdict.not_judged}")
-        return verdict
-    p_values = [r.p_value for r in results if not math.isnan(r.p_value)]
-    return Statistical(ran=True, rejected=False, p_value=min(p_values) if p_values else None)
 
 
 def coverage_text(config: StatsConfig) -> str:
@@ -337,112 +262,24 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def stats_section(
-    config: StatsConfig,
-    *,
-    implementations: Sequence[Implementation] | None = None,
-    power: bool,
-    options: RunOptions = DEFAULT_OPTIONS,
-    verifiers: Sequence[Verifier] = (CHAIN_VERIFIER,),
-) -> tuple[Section, OracleRun]:
-    """Run the oracle on ``implementations`` (default: fixed and legacy) under every
-    verifier, each held to its role in ``options.roles`` under each (with
-    ``options.isolate``, each in its worker), with ``power`` also legacy's power curve
-    per head kind (first verifier), and present it as a section."""
-    oracle = run_oracle(
-        config, implementations=implementations, options=options, verifiers=verifiers
-    )
-    roles, progress = options.roles, options.progress
-    legacy = oracle.results.get(LEGACY)
-    if power and legacy is not None and legacy.error is None and legacy.not_judged is None:
-        oracle.curves = run_power_curves(
-            builtin_implementations((LEGACY,))[0],
-            problem=oracle.problem,
-            level=legacy.test_level,
-            decoded=oracle.decoded.get(LEGACY, {}).get(oracle.problem.target.name),
-            progress=progress,
-        )
+def stats_section(oracle: OracleRun, *, roles: Roles = DEFAULT_ROLES) -> Section:
+    """The oracle's run as a section: each implementation held to its role in ``roles``
+    under each verifier."""
     ok = all(expectations_hold(results, roles) for results in oracle.by_verifier.values())
     lines = [
-        verdict_line(results, config=config, roles=roles) for results in oracle.by_verifier.values()
+        verdict_line(results, config=oracle.config, roles=roles)
+        for results in oracle.by_verifier.values()
     ]
     if len(lines) > 1:
         lines = [
             f"under {name}: {line}" for name, line in zip(oracle.by_verifier, lines, strict=True)
         ]
-    section = Section(
+    return Section(
         title=TITLE,
         ok=ok,
         verdict="; ".join(lines),
         text=oracle_text(oracle),
         data={**oracle_json(oracle, roles=roles), "ok": ok},
-    )
-    return section, oracle
-
-
-def report_stats(
-    *,
-    options: RunOptions = DEFAULT_OPTIONS,
-    implementations: Sequence[Implementation] | None = None,
-    power: bool = True,
-) -> tuple[Section, OracleRun]:
-    """The statistical part of the main report: ``implementations`` (default: the
-    built-ins; plug-ins given with ``--impl`` belong here too) at the default config on
-    ``options``' seed and device, each held to its role, and (with ``power``) legacy's
-    power curve per head kind; with the run, whose verdicts enter each implementation's
-    lossless verdict."""
-    chosen = list(implementations) if implementations is not None else builtin_implementations()
-    from harness.oracles.verifiers import available_verifiers
-
-    config = replace(DEFAULT_CONFIG, seed=options.seed, device=options.device)
-    return stats_section(
-        config,
-        implementations=chosen,
-        power=power,
-        options=options,
-        verifiers=available_verifiers(),
-    )
-
-
-def report_section(
-    *,
-    options: RunOptions = DEFAULT_OPTIONS,
-    implementations: Sequence[Implementation] | None = None,
-) -> Section:
-    """``report_stats``'s section alone."""
-    return report_stats(options=options, implementations=implementations)[0]
-
-
-@dataclass(frozen=True)
-class StatisticalPart:
-    """The oracle's part of every lossless verdict of a run: its report section, each
-    implementation's ``Statistical``, what the oracle covered and its wall time."""
-
-    section: Section
-    verdicts: dict[str, Statistical]
-    coverage: StatisticalCoverage | None
-    wall_s: float
-
-
-def statistical_part(
-    *,
-    implementations: Sequence[Implementation],
-    options: RunOptions,
-    power: bool = False,
-) -> StatisticalPart:
-    """The statistical oracle at the report's defaults on ``implementations`` under
-    ``options``, as every command that states a lossless verdict (``report``,
-    ``compare``, the Python API, the pytest plugin) runs it; ``power`` adds the power
-    curves (the report's figure), and ``options.isolate`` runs each implementation's
-    decode in the worker process."""
-    options.progress("statistical oracle ...")
-    started = time.perf_counter()
-    section, oracle = report_stats(options=options, implementations=implementations, power=power)
-    return StatisticalPart(
-        section=section,
-        verdicts=statistical_verdicts(oracle),
-        coverage=statistical_coverage(oracle, roles=options.roles),
-        wall_s=time.perf_counter() - started,
     )
 
 

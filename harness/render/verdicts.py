@@ -1,36 +1,28 @@
-"""How a comparison's records read: one verdict section per implementation, held to
-its role (``harness.pipeline.verdicts``) with the statistical oracle's part inside its
-lossless verdict when that ran; the divergence ledger between the pair; and the
-verdicts and checks tables, as ``Table`` blocks so they are aligned in the terminal
-and Markdown tables in a report; and the report's ``"verdicts"`` JSON.
+"""The comparison's sections: how its records read. One verdict section per
+implementation, held to its role (``harness.pipeline.verdicts``) with the statistical
+oracle's part inside its lossless verdict when that ran; the divergence ledger between
+the pair; and the verdicts and checks tables, as ``Table`` blocks so they are aligned in
+the terminal and Markdown tables in a report; and the report's ``"verdicts"`` JSON.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from harness.defaults import FIXED, REFERENCE
 from harness.options import Roles
-from harness.pipeline.check_result import OUTSIDE_CONTRACT
-from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage, coverage_section
+from harness.pipeline.check_result import Skip, Tier
+from harness.pipeline.checks import CHECK_CODES
+from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage
 from harness.pipeline.ledger import LEDGER_CLASSES
 from harness.pipeline.records import CaseRecord, CheckRecord
 from harness.pipeline.verdicts import (
-    NOT_RUN,
     Statistical,
-    Verdict,
-    implementation_verdict,
+    Statisticals,
+    full_verdict,
 )
+from harness.render.coverage import coverage_section
 from harness.render.sections import Block, Section, Table
-
-Statisticals = Mapping[str, Statistical] | None  # None: the statistical oracle did not run
-
-
-def full_verdict(records: list[CaseRecord], name: str, statistical: Statisticals) -> Verdict:
-    """``name``'s verdicts from its checks with the statistical oracle's part in them."""
-    part = NOT_RUN if statistical is None else statistical.get(name, NOT_RUN)
-    return implementation_verdict(records, name).with_statistical(part)
 
 
 def _verdict_section(
@@ -89,13 +81,13 @@ def _verdict_section(
         line = f"{name}: lossless on {of_cases}; not drop-in: {verdict.reason}"
     line += f"; {statistical_line}"
     if not ok:
-        line += f" [required: {required}]"
+        line += f" [required: {required.label}]"
     return Section(
         title=title,
         ok=ok,
         verdict=line,
         text="\n".join(lines).strip(),
-        data={**data, "required": required},
+        data={**data, "required": required.label},
     )
 
 
@@ -155,22 +147,6 @@ def _ledger_section(records: list[CaseRecord], *, require_coverage: bool, roles:
 
 PROSE_WIDTH = 88  # where a table's prose cell wraps on the terminal (whole in Markdown)
 
-CHECK_CODES = {
-    "ran": "RAN",
-    "outputs_written": "OUT",
-    "no_writes_outside_batch": "OOB",
-    "inputs_unchanged": "IN",
-    "teacher_forcing": "TF",
-    "noise_replay": "NR",
-    "greedy_consistency": "GC",
-    "greedy_rows_argmax": "GA",
-    "support": "SUP",
-    "fresh_noise": "FN",
-    "noise_budget": "NB",
-    "single_walk": "SW",
-    "matches_reference": "REF",
-}
-
 
 def _checks_of(record: CaseRecord, name: str) -> list[CheckRecord]:
     """``name``'s checks on the case (none when it did not run there)."""
@@ -181,17 +157,17 @@ def _checks_of(record: CaseRecord, name: str) -> list[CheckRecord]:
 def _checks_cell(checks: list[CheckRecord]) -> str:
     if not checks:
         return "-"
-    if any(c["name"] == "ran" and c["detail"].startswith(OUTSIDE_CONTRACT) for c in checks):
+    if any(c["name"] == "ran" and c["skip"] == Skip.OUTSIDE_CONTRACT.value for c in checks):
         return "not run: outside its contract"
     lossless = [
         CHECK_CODES.get(c["name"], c["name"])
         for c in checks
-        if c["status"] == "fail" and c["tier"] == "lossless"
+        if c["status"] == "fail" and c["tier"] == Tier.LOSSLESS
     ]
     drop_in = [
         CHECK_CODES.get(c["name"], c["name"])
         for c in checks
-        if c["status"] == "fail" and c["tier"] != "lossless"
+        if c["status"] == "fail" and c["tier"] != Tier.LOSSLESS
     ]
     if lossless:
         return "FAIL " + ",".join(lossless + drop_in)
@@ -287,8 +263,8 @@ def _role(name: str, roles: Roles) -> tuple[str, str]:
     if name == roles.buggy:
         return f"buggy side of the pair with {roles.fixed}", "the divergence ledger"
     if name == roles.fixed:
-        return f"fixed side of the pair with {roles.buggy}", roles.requirement(name)
-    return "judged", roles.requirement(name)
+        return f"fixed side of the pair with {roles.buggy}", roles.requirement(name).label
+    return "judged", roles.requirement(name).label
 
 
 def _statistical_cell(statistical: Statistical) -> str:

@@ -1,33 +1,19 @@
-"""How the eliminated work is shown: the tables of counted vs modelled work (and, with
-plug-ins, every implementation's counted work), the JSON of each case, the main
-report's "eliminated work" section, and the "time ratio" section of
-``python -m harness work --timing``. The pair (default legacy, fixed) names the
-columns of every BUGGY vs FIXED table."""
+"""The work sections: how the eliminated work is shown. The tables of counted vs
+modelled work (and, with plug-ins, every implementation's counted work), the JSON of
+each case, the "eliminated work" section of the measured case works
+(``harness.measure.work.collect_work``), and the "time ratio" section of
+``python -m harness work --timing`` (``harness.measure.time_ratio``). The pair (default
+legacy, fixed) names the columns of every BUGGY vs FIXED table."""
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Sequence
 from typing import Any
 
 from harness.defaults import DEFAULT_PAIR
-from harness.measure.callgrind import (
-    callgrind_blocks,
-    callgrind_case,
-    callgrind_instructions,
-    valgrind_path,
-)
+from harness.measure.callgrind import callgrind_blocks
 from harness.measure.model import MODEL_COUNTERS, lm_head_cost, production_shape, walk_cost
-from harness.measure.timing import (
-    PRODUCTION_HIDDEN,
-    WALK_RATIO_RANGE,
-    Pair,
-    TimingError,
-    ab_timing,
-    default_pair,
-    production_like_case,
-    timing_blocks,
-)
+from harness.measure.time_ratio import TimeRatio
+from harness.measure.timing import WALK_RATIO_RANGE, timing_blocks
 from harness.measure.work import (
     COUNTERS,
     HIDDEN_DIVISIBLE,
@@ -36,14 +22,11 @@ from harness.measure.work import (
     CaseWork,
     CounterComparison,
     WorkComparison,
-    collect_work,
     surplus_held_exactly,
 )
-from harness.options import RunOptions
 from harness.pipeline.case import Case
 from harness.pipeline.runner import WorkCounts
-from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS, Implementation
-from harness.render.progress import Progress, no_progress
+from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
 from harness.render.sections import Block, Section, Table, right_aligned
 from harness.render.tables import Alignment
 
@@ -345,51 +328,13 @@ def work_section(works: list[CaseWork], *, expect_fail: frozenset[str] = frozens
     )
 
 
-def report_section(
-    *, options: RunOptions, implementations: Sequence[Implementation] | None = None
-) -> Section:
-    """The main report's 'eliminated work' section (small shapes on the CPU; a few
-    seconds): the modelled built-ins and every plug-in among ``implementations``,
-    compared by the pair of ``options.roles``."""
-    roles = options.roles
-    return work_section(
-        collect_work(
-            seed=options.seed,
-            progress=options.progress,
-            implementations=implementations,
-            pair=roles.pair,
-            isolate=options.isolate,
-        ),
-        expect_fail=frozenset(roles.expect_fail),
-    )
-
-
-def timing_section(
-    *,
-    seed: int,
-    device: str,
-    repeats: int,
-    hidden_size: int = PRODUCTION_HIDDEN,
-    callgrind: bool = True,
-    progress: Progress = no_progress,
-    pair: Pair | None = None,
-    isolate: bool = False,
-) -> Section:
-    """A/B timing of the pair (default legacy, fixed) at the production-like shape, with
-    ``isolate`` in a worker (+ callgrind of the built-in pair where valgrind exists); ok
-    iff the median walk-only ratio lies in ``WALK_RATIO_RANGE``."""
-    case = production_like_case(seed=seed, device=device, hidden_size=hidden_size)
-    progress(f"timing: {case.label()} ({repeats} alternating repetitions)")
-    try:
-        if isolate:
-            from harness.pipeline.isolation import isolated_ab_timing
-
-            timing = isolated_ab_timing(case, repeats=repeats, pair=pair or default_pair())
-        else:
-            timing = ab_timing(case, repeats=repeats, progress=progress, pair=pair)
-    except TimingError as error:  # a plug-in that raises is a result, not a crash
-        verdict = f"timing failed: {error}"
+def timing_section(run: TimeRatio) -> Section:
+    """The "time ratio" section: the timing, its verdict (ok iff the median walk-only
+    ratio lies in ``WALK_RATIO_RANGE``), and callgrind's counts or why there are none."""
+    if run.timing is None:
+        verdict = f"timing failed: {run.failure}"
         return Section(title="time ratio", ok=False, verdict=verdict, blocks=(verdict,))
+    timing = run.timing
     buggy, fixed = timing.pair
     walk = timing.times["walk_only"]["wall"].summary()
     whole = timing.times["whole_call"]["wall"].summary()
@@ -397,25 +342,14 @@ def timing_section(
     ok = low <= walk["ratio_median"] <= high
     blocks: list[Block] = [*timing_blocks(timing)]
     data: dict[str, Any] = {"ab": timing.to_json(), "callgrind": None}
-    if not callgrind:
-        blocks.append("callgrind: skipped (--no-callgrind)")
-    elif timing.pair != DEFAULT_PAIR:
-        blocks.append("callgrind: skipped (it counts the built-in legacy and fixed only)")
-    elif device != "cpu":
-        blocks.append("callgrind: skipped (counts CPU instructions; the device is not the CPU)")
-    elif valgrind_path() is None:
-        blocks.append("callgrind: skipped (valgrind is not on PATH)")
+    if run.callgrind is None:
+        blocks.append(f"callgrind: {run.callgrind_note}")
     else:
-        try:
-            counts = callgrind_instructions(callgrind_case(seed=seed), progress=progress)
-        except (RuntimeError, subprocess.TimeoutExpired) as error:
-            blocks.append(f"callgrind: failed ({error})")
-        else:
-            blocks.extend(callgrind_blocks(counts))
-            data["callgrind"] = counts.to_json()
+        blocks.extend(callgrind_blocks(run.callgrind))
+        data["callgrind"] = run.callgrind.to_json()
     verdict = (
         f"{buggy}/{fixed} wall time: walk-only median {walk['ratio_median']:.3f} "
         f"(min {walk['ratio_min']:.3f}, max {walk['ratio_max']:.3f}; expected "
-        f"{low}-{high}), whole call median {whole['ratio_median']:.3f} at H={hidden_size}"
+        f"{low}-{high}), whole call median {whole['ratio_median']:.3f} at H={run.hidden_size}"
     )
     return Section(title="time ratio", ok=ok, verdict=verdict, blocks=tuple(blocks), data=data)

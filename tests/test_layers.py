@@ -1,0 +1,80 @@
+"""The harness's packages import each other along its layers (docs/design.md, "The packages"):
+read from the import statements of every module with ``ast``, lazy imports included."""
+
+from __future__ import annotations
+
+import ast
+
+from tests.helpers import REPO_ROOT
+
+HARNESS = REPO_ROOT / "harness"
+LEAVES = {"defaults", "devices", "interrupts", "progress"}  # import nothing of the harness
+LOGIC = {"pipeline", "plugins", "upstream", "oracles", "measure", "gpu", "io"}
+# Section builders still in logic packages: each imports render/ until it moves there.
+PRESENTATION_IN_LOGIC = {
+    ("gpu/figures.py", "render"),
+    ("gpu/host_sync.py", "render"),
+    ("gpu/kernel_bandwidth.py", "render"),
+    ("measure/callgrind.py", "render"),
+    ("measure/sweep.py", "render"),
+    ("measure/timing.py", "render"),
+    ("upstream/versions.py", "render"),
+}
+# What plugins/ still reads from pipeline/: the import guard, the worker, head counts, cases.
+PIPELINE_IN_PLUGINS = {
+    ("plugins/conventions.py", "pipeline.case"),
+    ("plugins/conventions.py", "pipeline.observe"),
+    ("plugins/implementations.py", "pipeline.guard"),
+    ("plugins/implementations.py", "pipeline.isolation"),
+}
+
+
+def harness_imports() -> set[tuple[str, str]]:
+    """``(module path under harness/, imported harness module without "harness.")``."""
+    edges = set()
+    for path in sorted(HARNESS.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                if name.startswith("harness."):
+                    edges.add((path.relative_to(HARNESS).as_posix(), name.removeprefix("harness.")))
+    return edges
+
+
+def package(module: str) -> str:
+    """The package (or top-level module) a path or dotted name belongs to."""
+    return module.replace("/", ".").removesuffix(".py").split(".")[0]
+
+
+def test_the_leaves_import_nothing_of_the_harness_but_leaves() -> None:
+    wrong = {(m, t) for m, t in harness_imports() if package(m) in LEAVES}
+    assert {(m, t) for m, t in wrong if package(t) not in LEAVES} == set()
+
+
+def test_only_the_entry_point_imports_the_command_line() -> None:
+    users = {m for m, t in harness_imports() if package(t) == "cli" and package(m) != "cli"}
+    assert users == {"__main__.py"}
+
+
+def test_logic_packages_import_presentation_only_where_a_section_builder_remains() -> None:
+    found = {
+        (m, package(t))
+        for m, t in harness_imports()
+        if package(m) in LOGIC and package(t) in {"render", "cli"}
+    }
+    assert found == PRESENTATION_IN_LOGIC  # a new edge is a regression, a gone one a cleanup
+
+
+def test_plugins_take_from_pipeline_only_the_listed_modules() -> None:
+    found = {
+        (m, ".".join(t.split(".")[:2]))
+        for m, t in harness_imports()
+        if package(m) == "plugins" and package(t) == "pipeline"
+    }
+    assert found == PIPELINE_IN_PLUGINS
+    assert not [m for m, t in harness_imports() if t == "pipeline.interrupts"]
