@@ -178,7 +178,7 @@ def test_a_slow_verifier_runs_at_its_row_cut_and_the_others_at_the_config() -> N
 
 
 def test_the_row_cut_is_stated_in_the_text(tmp_path) -> None:
-    from harness.oracles.section import cut_lines
+    from harness.render.statistics import cut_lines
 
     config = replace(DEFAULT_CONFIG, head_kinds=("vanilla",), temperatures=(1.0,))
     oracle = stats.run_oracle(

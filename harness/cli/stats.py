@@ -27,7 +27,6 @@ from harness.cli.options import (
     comma_separated,
     run_options,
 )
-from harness.cli.validate import check_max_memory, check_seed
 from harness.io.files import write_atomically
 from harness.oracles import defaults
 
@@ -109,6 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def validate(args: argparse.Namespace) -> None:
     """``--model-seed``, ``--vocab`` and the memory estimate of the oracle run, before it
     runs."""
+    from harness.cli.validate import check_max_memory, check_seed
     from harness.oracles.problem import DEFAULT_CONFIG
     from harness.pipeline import memory
 
