@@ -238,14 +238,20 @@ class VllmSampler(BuiltSampler):
         sampler = self.sampler
         if sampler.draft_logits is None:
             raise OutputError("a greedy fold keeps no draft_logits for a verifier to read")
-        slots = self.slots(rows)
-        temperatures = sampler.temperature[slots]
+        staged = self.staged(rows)
         return DraftBlock(
             tokens=sampler.draft_tokens[:rows],
-            step_logits=sampler.draft_logits[slots],
-            temperatures=torch.where(temperatures == 0, 1.0, temperatures),
-            greedy_mask=temperatures == 0,
+            step_logits=sampler.draft_logits[self.slots(rows)],
+            temperatures=staged.temperatures,
+            greedy_mask=staged.greedy_mask,
         )
+
+    def staged(self, rows: int) -> StagedParams:
+        """The first ``rows`` requests' staging as a verifier reads it: greedy where the
+        slot's temperature is 0 (then ``T = 1``), else the slot's temperature."""
+        temperatures = self.sampler.temperature[self.slots(rows)].clone()
+        greedy = temperatures == 0
+        return StagedParams(temperatures=torch.where(greedy, 1.0, temperatures), greedy_mask=greedy)
 
     def _buffers(self) -> dict[str, torch.Tensor | None]:
         return {
@@ -270,11 +276,7 @@ class VllmSampler(BuiltSampler):
         if tokens is None or tokens.dtype != torch.int64 or tuple(tokens.shape) != expected:
             raise OutputError(f"draft_tokens must be int64 {list(expected)}, got {tokens!r}")
         slots = self.slots(case.bs)
-        temperatures = self.sampler.temperature[slots].clone()
-        greedy = temperatures == 0
-        staged = StagedParams(
-            temperatures=torch.where(greedy, 1.0, temperatures), greedy_mask=greedy
-        )
+        staged = self.staged(case.bs)
         counter = NoiseCounter(key=case.seed, start=self._counter_start, end=self.offset)
         step_logits = replay = None
         cache = buffers["draft_logits"]
@@ -380,9 +382,6 @@ class VllmConvention(Convention):
     """Builds the package's speculator the way vLLM's model runner leaves it (module doc)."""
 
     name = ConventionName.VLLM_0_33
-
-    def adaptations(self) -> tuple[str, ...]:
-        return ()
 
     def takes_out(self, sampler_class: type[Any]) -> bool:
         return False  # the server reads the speculator's own draft_tokens
