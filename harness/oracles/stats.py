@@ -176,7 +176,7 @@ class StatsResult:
         """What it ran short of the config it was asked for, as one clause ("" when
         nothing was cut or left out)."""
         parts = [f"{kind} head not run ({why})" for kind, why in self.heads_not_run]
-        for cut in self.cuts:
+        for cut in self.cuts if self.rows else ():  # nothing ran: no rows were cut
             rounds = "" if cut.rounds is None else f", {cut.rounds} rounds per row"
             only = "" if cut.targets is None else f"{', '.join(cut.targets)} target only, "
             parts.append(

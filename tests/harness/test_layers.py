@@ -18,7 +18,6 @@ PRESENTATION_IN_LOGIC = {
     ("measure/callgrind.py", "render"),
     ("measure/sweep.py", "render"),
     ("measure/timing.py", "render"),
-    ("upstream/versions.py", "render"),
 }
 # What plugins/ still reads from pipeline/: the import guard, the worker, head counts, cases.
 PIPELINE_IN_PLUGINS = {

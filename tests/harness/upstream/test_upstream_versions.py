@@ -17,7 +17,8 @@ pytestmark = pytest.mark.upstream
 def rows():  # type: ignore[no-untyped-def]
     from harness.upstream.versions import collect_versions
 
-    return {row.name: row for row in collect_versions(scan_triples_per_point=1 << 14, repeats=1)}
+    versions = collect_versions(scan_triples_per_point=1 << 14, repeats=1)
+    return {row.name: row for row in versions.rows}
 
 
 def test_the_before_fix_module_is_not_lossless_by_its_double_walk(rows) -> None:  # type: ignore[no-untyped-def]
