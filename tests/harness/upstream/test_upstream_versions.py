@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from harness.cli import main
+from harness.upstream import vllm_loader
 from harness.upstream.rejection import BLOCKWISE_REJECTION
 from reference.verifier import CHAIN_VERIFIER
 
@@ -52,3 +53,5 @@ def test_the_versions_command_writes_its_table(tmp_path, capsys) -> None:  # typ
     out = capsys.readouterr().out
     assert "before-fix NOT lossless; after-fix lossless and drop-in" in out
     assert (tmp_path / "versions.md").exists()
+    if vllm_loader.unavailable_reason() is not None:  # its rows are absent, and say why
+        assert "absent: vllm-0.33-dense, vllm-0.33-topk8: not run here: " in out
