@@ -125,3 +125,21 @@ def test_no_head_inside_the_contract_is_not_run_and_never_a_pass(cut_convention:
         "test's contract)]"
     )
     assert not stats.meets_expectation(result)  # fixed must pass: a result not run does not
+
+
+def test_the_oracles_text_shows_a_cut_result_at_what_it_ran(cut_convention: None) -> None:
+    from harness.oracles.part import statistical_coverage, statistical_verdicts
+    from harness.render.statistics import oracle_text, stats_section
+
+    oracle = stats.run_oracle(
+        replace(DEFAULT_CONFIG, rows=300), implementations=[FIXED], verifiers=(CHAIN_VERIFIER,)
+    )
+    text = oracle_text(oracle)  # the config has three targets and heads; the result one each
+    section = stats_section(oracle)  # as compare and report build it
+    assert section.ok and text in section.text
+    assert statistical_coverage(oracle) is None  # nothing ran at the full config
+    assert "gated head not run" in statistical_verdicts(oracle)["fixed"].scope
+    assert "fixed under chain: p-values per head and group" in text
+    cells = {tuple(line.split()[:2]) for line in text.splitlines()}
+    assert ("far", "vanilla") in cells
+    assert not cells & {("far", "gated"), ("far", "rnn"), ("mid", "vanilla"), ("near", "vanilla")}
