@@ -67,7 +67,9 @@ def verdict_line(
     for name, r in results.items():
         mark = "" if meets_expectation(r, roles) else " UNEXPECTED"
         wanted = " (expected)" if expected_rejected(name, roles) and not mark else ""
-        parts.append(f"{name} {verdict_word(r)}{wanted}{mark}")
+        own = r.ran and r.family_size != family_size(config)  # a cut scope: its own family
+        tests = f" [of {r.family_size} tests: its scope]" if own else ""
+        parts.append(f"{name} {verdict_word(r)}{tests}{wanted}{mark}")
     line = (
         f"losslessness at family alpha {config.alpha:g} ({family_size(config)} tests, Holm): "
         + ", ".join(parts)

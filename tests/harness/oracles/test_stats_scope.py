@@ -137,6 +137,7 @@ def test_the_oracles_text_shows_a_cut_result_at_what_it_ran(cut_convention: None
     text = oracle_text(oracle)  # the config has three targets and heads; the result one each
     section = stats_section(oracle)  # as compare and report build it
     assert section.ok and text in section.text
+    assert "fixed passes (p=" in section.verdict and "[of 28 tests: its scope]" in section.verdict
     assert statistical_coverage(oracle) is None  # nothing ran at the full config
     assert "gated head not run" in statistical_verdicts(oracle)["fixed"].scope
     assert "fixed under chain: p-values per head and group" in text
