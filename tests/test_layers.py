@@ -12,12 +12,6 @@ LEAVES = {"defaults", "devices", "interrupts", "progress"}  # import nothing of 
 LOGIC = {"pipeline", "plugins", "upstream", "oracles", "measure", "gpu", "io"}
 # Section builders still in logic packages: each imports render/ until it moves there.
 PRESENTATION_IN_LOGIC = {
-    ("gpu/figures.py", "render"),
-    ("gpu/host_sync.py", "render"),
-    ("gpu/kernel_bandwidth.py", "render"),
-    ("measure/callgrind.py", "render"),
-    ("measure/sweep.py", "render"),
-    ("measure/timing.py", "render"),
     ("upstream/versions.py", "render"),
 }
 # What plugins/ still reads from pipeline/: the import guard, the worker, head counts, cases.

@@ -28,6 +28,7 @@ from harness.pipeline.runner import run_case
 from harness.plugins.implementations import builtin_implementations
 from harness.render import work as work_sections
 from harness.render.sections import render_blocks
+from harness.render.timing import timing_blocks
 
 EXHAUSTIVE = work.work_cases(seed=0, exhaustive=True)
 BFLOAT16 = work.work_cases(seed=1, dtype="bfloat16")
@@ -199,7 +200,7 @@ def test_ab_timing_pairs_every_repetition_and_restores_threads() -> None:
             summary = times.summary()
             assert 0 < summary["ratio_min"] <= summary["ratio_median"] <= summary["ratio_max"]
     json.dumps(result.to_json())
-    assert "walk-only" in render_blocks(timing.timing_blocks(result), fmt="text")
+    assert "walk-only" in render_blocks(timing_blocks(result), fmt="text")
 
 
 def test_production_like_case_states_its_shape() -> None:

@@ -33,6 +33,7 @@ from harness.pipeline.case import build_inputs, make_case
 from harness.plugins.implementations import Implementation, select_implementations
 from harness.render import work as work_sections
 from harness.render.sections import render_blocks
+from harness.render.timing import timing_blocks, timing_section
 
 UPSTREAM = "tests/plugins/upstream"
 GUMBEL = "gumbel=tests.plugins.alternative_samplers:UniformGumbelSampler"
@@ -212,7 +213,7 @@ def test_the_timing_times_the_pair_and_stages_before_every_call() -> None:
     assert CountingStages.stages == len(timing.MODES) * (1 + 1 + 3)
     for mode in timing.MODES:
         assert len(result.times[mode]["wall"].legacy_s) == 3
-    assert "before ms" in render_blocks(timing.timing_blocks(result), fmt="text")
+    assert "before ms" in render_blocks(timing_blocks(result), fmt="text")
 
 
 def test_walk_only_and_whole_call_agree_for_the_upstream_pair() -> None:
@@ -239,7 +240,7 @@ def test_a_raising_plugin_fails_the_timing_section_instead_of_crashing(
     timed = time_ratio.time_ratio(
         seed=0, device="cpu", repeats=1, callgrind=False, pair=_pair("legacy", "raising")
     )
-    section = work_sections.timing_section(timed)
+    section = timing_section(timed)
     assert not section.ok
     assert section.verdict == "timing failed: raising: RuntimeError: planted failure"
 

@@ -1,6 +1,7 @@
 """The host-synchronisation check: one warm ``__call__`` under
-``torch.cuda.set_sync_debug_mode("error")`` per implementation and case, and its
-report section. A sampler that runs inside a CUDA graph must not wait on the host."""
+``torch.cuda.set_sync_debug_mode("error")`` per implementation and case (its report
+section: ``harness.render.host_sync``). A sampler that runs inside a CUDA graph must
+not wait on the host."""
 
 from __future__ import annotations
 
@@ -10,13 +11,11 @@ from typing import Any, Literal
 
 import torch
 
-from harness.defaults import LEGACY
 from harness.devices import synchronize
 from harness.gpu.graphs import require_cuda
 from harness.pipeline.case import Case, build_inputs
 from harness.pipeline.runner import RaisedError, build_sampler, guarded_call, same_rng_start
 from harness.plugins.implementations import Implementation
-from harness.render.sections import Section, Table
 
 SYNC_ERROR_TEXT = "synchronizing CUDA operation"  # what set_sync_debug_mode("error") raises
 SyncStatus = Literal["sync-free", "syncs", "raised"]
@@ -88,41 +87,3 @@ def no_host_sync(case: Case, implementation: Implementation) -> SyncCheck:
     failure = checked.exception
     status: SyncStatus = "syncs" if SYNC_ERROR_TEXT in checked.error.message else "raised"
     return SyncCheck(implementation.name, case, status, checked.error, _call_stack(failure))
-
-
-def sync_section(checks: list[SyncCheck]) -> Section:
-    """Every implementation but legacy must be sync-free in ``__call__`` on every case."""
-    rows, stacks, bad = [], [], []
-    for check in checks:
-        required = check.implementation != LEGACY
-        failed = required and check.status != "sync-free"
-        bad += [check] if failed else []
-        rows.append(
-            [
-                check.case.label(),
-                check.implementation,
-                f"{'FAIL ' if failed else ''}{check.status}"
-                + (f" ({check.error.summary()})" if check.error is not None else ""),
-            ]
-        )
-        if check.stack:
-            where = "\n".join(f"  at {frame}" for frame in check.stack)
-            stacks.append(f"{check.implementation} on {check.case.label()}:\n{where}")
-    names = sorted({c.implementation for c in checks if c.implementation != LEGACY})
-    if bad:
-        verdict = (
-            f"host synchronisation in __call__: {len(bad)} call(s) of "
-            f"{', '.join(sorted({c.implementation for c in bad}))} sync or raise"
-        )
-    else:
-        verdict = (
-            f"no host synchronisation in __call__ of {', '.join(names)} on "
-            f"{len({c.case.label() for c in checks})} case(s) (set_sync_debug_mode('error'))"
-        )
-    return Section(
-        title="Host synchronisation in __call__",
-        ok=not bad and bool(checks),
-        verdict=verdict,
-        blocks=(Table.of(["case", "implementation", "status"], rows), *stacks),
-        data={"checks": [c.to_json() for c in checks]},
-    )

@@ -1,19 +1,16 @@
 """The work sections: how the eliminated work is shown. The tables of counted vs
 modelled work (and, with plug-ins, every implementation's counted work), the JSON of
-each case, the "eliminated work" section of the measured case works
-(``harness.measure.work.collect_work``), and the "time ratio" section of
-``python -m harness work --timing`` (``harness.measure.time_ratio``). The pair (default
-legacy, fixed) names the columns of every BUGGY vs FIXED table."""
+each case, and the "eliminated work" section of the measured case works
+(``harness.measure.work.collect_work``); the "time ratio" section is
+``harness.render.timing``. The pair (default legacy, fixed) names the columns of every
+BUGGY vs FIXED table."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from harness.defaults import DEFAULT_PAIR
-from harness.measure.callgrind import callgrind_blocks
 from harness.measure.model import MODEL_COUNTERS, lm_head_cost, production_shape, walk_cost
-from harness.measure.time_ratio import TimeRatio
-from harness.measure.timing import WALK_RATIO_RANGE, timing_blocks
 from harness.measure.work import (
     COUNTERS,
     HIDDEN_DIVISIBLE,
@@ -326,30 +323,3 @@ def work_section(works: list[CaseWork], *, expect_fail: frozenset[str] = frozens
         blocks=tuple(blocks),
         data=data,
     )
-
-
-def timing_section(run: TimeRatio) -> Section:
-    """The "time ratio" section: the timing, its verdict (ok iff the median walk-only
-    ratio lies in ``WALK_RATIO_RANGE``), and callgrind's counts or why there are none."""
-    if run.timing is None:
-        verdict = f"timing failed: {run.failure}"
-        return Section(title="time ratio", ok=False, verdict=verdict, blocks=(verdict,))
-    timing = run.timing
-    buggy, fixed = timing.pair
-    walk = timing.times["walk_only"]["wall"].summary()
-    whole = timing.times["whole_call"]["wall"].summary()
-    low, high = WALK_RATIO_RANGE
-    ok = low <= walk["ratio_median"] <= high
-    blocks: list[Block] = [*timing_blocks(timing)]
-    data: dict[str, Any] = {"ab": timing.to_json(), "callgrind": None}
-    if run.callgrind is None:
-        blocks.append(f"callgrind: {run.callgrind_note}")
-    else:
-        blocks.extend(callgrind_blocks(run.callgrind))
-        data["callgrind"] = run.callgrind.to_json()
-    verdict = (
-        f"{buggy}/{fixed} wall time: walk-only median {walk['ratio_median']:.3f} "
-        f"(min {walk['ratio_min']:.3f}, max {walk['ratio_max']:.3f}; expected "
-        f"{low}-{high}), whole call median {whole['ratio_median']:.3f} at H={run.hidden_size}"
-    )
-    return Section(title="time ratio", ok=ok, verdict=verdict, blocks=tuple(blocks), data=data)
