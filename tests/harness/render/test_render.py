@@ -15,7 +15,7 @@ from harness.render.figures import PLOT_EXTRA_HINT, render_png
 from harness.render.report import render_markdown, render_text
 from harness.render.sections import Section, Table
 from harness.render.sweep import sweep_png, sweep_section
-from tests.test_sweep import TINY, fake_measure
+from tests.harness.measure.test_sweep import TINY, fake_measure
 
 TABLE = Table.of(["case (legacy | fixed)", "walks"], [["folded", "2 | 1"]], align=["left", "right"])
 
