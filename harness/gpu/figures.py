@@ -40,6 +40,7 @@ from harness.gpu.shapes import (
 from harness.measure.timing import MODES, PairedTimes, make_samplers
 from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.runner import same_rng_start
+from harness.plugins.conventions import BuiltSampler
 from harness.progress import Progress, no_progress
 
 FIGURE_VOCAB = KERNEL_VOCAB
@@ -170,7 +171,7 @@ def sampler_times(
 
 
 def _bare_call(
-    sampler: Any, hidden_states: torch.Tensor, input_ids: torch.Tensor
+    sampler: BuiltSampler, hidden_states: torch.Tensor, input_ids: torch.Tensor
 ) -> Callable[[], list[torch.Tensor]]:
     """The sampler's call as production captures it: no observers, and no static outputs
     besides the sampler's own buffers."""

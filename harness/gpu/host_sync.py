@@ -15,6 +15,7 @@ from harness.devices import synchronize
 from harness.gpu.graphs import require_cuda
 from harness.pipeline.case import Case, build_inputs
 from harness.pipeline.runner import RaisedError, build_sampler, guarded_call, same_rng_start
+from harness.plugins.conventions import BuiltSampler
 from harness.plugins.implementations import Implementation
 
 SYNC_ERROR_TEXT = "synchronizing CUDA operation"  # what set_sync_debug_mode("error") raises
@@ -65,7 +66,7 @@ def no_host_sync(case: Case, implementation: Implementation) -> SyncCheck:
     inputs = build_inputs(case)
     with same_rng_start(device, case.seed), torch.inference_mode():
 
-        def build_and_warm_up() -> Any:
+        def build_and_warm_up() -> BuiltSampler:
             sampler = build_sampler(implementation.sampler_class, case=case, inputs=inputs)
             sampler(inputs.hidden_states, inputs.input_ids)
             synchronize(device)

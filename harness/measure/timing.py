@@ -40,6 +40,7 @@ from harness.defaults import BUGGY_SIDE, DEFAULT_PAIR, FIXED_SIDE, PAIR_SIDES
 from harness.devices import intra_op_threads, synchronize
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block, make_case
 from harness.pipeline.runner import build_sampler, guarded_call, same_rng_start
+from harness.plugins.conventions import BuiltSampler
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.progress import Progress, no_progress
 from reference import PrecomputedBaseLogits
@@ -79,7 +80,7 @@ def production_like_case(
 
 def make_samplers(
     case: Case, *, inputs: CaseInputs, pair: Pair | None = None
-) -> dict[tuple[str, str], Any]:
+) -> dict[tuple[str, str], BuiltSampler]:
     """One sampler per (mode, slot of ``PAIR_SIDES``), each with its own buffers; the slots
     hold the pair (default legacy, fixed); walk-only samplers drive the
     ``PrecomputedBaseLogits`` drafter."""
@@ -90,7 +91,7 @@ def make_samplers(
         "whole_call": inputs.model,
     }
     implementations = dict(zip(PAIR_SIDES, pair or default_pair(), strict=True))
-    samplers: dict[tuple[str, str], Any] = {}
+    samplers: dict[tuple[str, str], BuiltSampler] = {}
     for mode in MODES:
         for name, implementation in implementations.items():
             built = guarded_call(
@@ -118,7 +119,7 @@ def make_calls(
     return {key: _bind(sampler, inputs, name=names[key[1]]) for key, sampler in samplers.items()}
 
 
-def _bind(sampler: Any, inputs: CaseInputs, *, name: str) -> Callable[[], None]:
+def _bind(sampler: BuiltSampler, inputs: CaseInputs, *, name: str) -> Callable[[], None]:
     def stage_and_call() -> None:
         sampler.stage_sampling_params(  # the server stages before every replay
             bs=inputs.sampling_info.temperatures.shape[0], sampling_info=inputs.sampling_info

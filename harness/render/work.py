@@ -15,9 +15,9 @@ from harness.measure.work import (
     COUNTERS,
     HIDDEN_DIVISIBLE,
     HIDDEN_NOT_DIVISIBLE,
-    NO_MODEL,
     CaseWork,
     CounterComparison,
+    ModelStatus,
     WorkComparison,
     surplus_held_exactly,
 )
@@ -58,7 +58,11 @@ def overview_table(works: list[CaseWork]) -> Table:
         "allocated_bytes": "bytes allocated",
     }
     rows = [
-        [work.kind, *(_pair(work, k) for k in short), "agrees" if work.agrees else "DIFFERS"]
+        [
+            work.kind,
+            *(_pair(work, k) for k in short),
+            (ModelStatus.AGREES if work.agrees else ModelStatus.DIFFERS).value,
+        ]
         for work in works
     ]
     buggy, fixed = works[0].pair if works else DEFAULT_PAIR
@@ -113,7 +117,7 @@ def counted_work_rows(works: list[CaseWork]) -> list[dict[str, Any]]:
                     "sampler_calls": m.counts.sampler_calls,
                     "rng": m.counts.rng,
                     "aten_ops": m.counts.total_ops,
-                    "model": work.model_status(name),
+                    "model": work.model_status(name).value,
                 }
             )
     return rows
@@ -137,7 +141,7 @@ def counted_work_table(works: list[CaseWork]) -> Table:
                     _number(counts.total_ops),
                 ]
             )
-            rows.append([work.kind, name, *counted, work.model_status(name)])
+            rows.append([work.kind, name, *counted, work.model_status(name).value])
     header = [
         "case kind",
         "implementation",
@@ -185,7 +189,7 @@ def work_json(work: CaseWork) -> dict[str, Any]:
         "kind": work.kind,
         "case": work.case.to_json_dict()["case"],
         "agrees": work.agrees,
-        "problems": work.problems,
+        "problems": [str(problem) for problem in work.problems],
         "measured": {
             name: {
                 "error": m.error,
@@ -280,7 +284,7 @@ def work_section(works: list[CaseWork], *, expect_fail: frozenset[str] = frozens
         "case kinds"
     )
     if plugins:
-        verdict += f"; {', '.join(plugins)}: {NO_MODEL}"
+        verdict += f"; {', '.join(plugins)}: {ModelStatus.NO_MODEL.value}"
     unmeasured = unmeasured_plugins(works, plugins, expect_fail=expect_fail)
     if unmeasured:  # a plug-in outside the pair has no model: a raise is not a measurement
         ok = False
@@ -307,7 +311,7 @@ def work_section(works: list[CaseWork], *, expect_fail: frozenset[str] = frozens
     if plugins:
         blocks += [
             "counted work per call, every implementation (plug-ins: "
-            f"{NO_MODEL}; a plug-in that raises is a result of its case)",
+            f"{ModelStatus.NO_MODEL.value}; a plug-in that raises is a result of its case)",
             counted_work_table(works),
         ]
     problems = [f"{w.kind}: {p}" for w in works for p in w.problems]

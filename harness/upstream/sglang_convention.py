@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from harness.pipeline.observe import HeadCounts
 from harness.plugins.construct import environment_variable
 from harness.plugins.conventions import (
     BuiltSampler,
@@ -47,6 +46,7 @@ from harness.plugins.conventions import (
     read_tokens,
     rows_written,
 )
+from harness.plugins.walks import HeadCounts
 from harness.upstream.sglang_loader import LoadedSglang, load_sglang
 from reference import MarkovHead
 from reference.sampling_params import SamplingInfo
