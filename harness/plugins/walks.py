@@ -6,7 +6,7 @@ it beside the operators and draws of ``harness.pipeline.observe``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,11 +30,8 @@ class HeadCounts:
 
 @contextmanager
 def observe_head(head: MarkovHead) -> Iterator[HeadCounts]:
-    """Count the head's walks, fused calls, steps and step-sampler calls.
-
-    The wrappers are instance attributes, removed on exit, so the class and any
-    other instance are untouched.
-    """
+    """Count the head's walks, fused calls, steps and step-sampler calls (the wrappers
+    live on the instance: ``wrapped_on_instance``)."""
     counts = HeadCounts()
     sample_block, fused, step_bias = (
         head.sample_block,
@@ -66,10 +63,20 @@ def observe_head(head: MarkovHead) -> Iterator[HeadCounts]:
         "sample_block_greedy_fused": counting_fused,
         "step_bias": counting_step_bias,
     }
-    for name, wrapper in patches.items():
-        object.__setattr__(head, name, wrapper)
-    try:
+    with wrapped_on_instance(head, patches):
         yield counts
+
+
+@contextmanager
+def wrapped_on_instance(
+    owner: object, wrappers: Mapping[str, Callable[..., Any]]
+) -> Iterator[None]:
+    """``owner``'s attributes named in ``wrappers`` replaced by them on the instance for
+    the block and removed on exit, so the class and any other instance are untouched."""
+    for name, wrapper in wrappers.items():
+        object.__setattr__(owner, name, wrapper)
+    try:
+        yield
     finally:
-        for name in patches:
-            object.__delattr__(head, name)
+        for name in wrappers:
+            object.__delattr__(owner, name)
