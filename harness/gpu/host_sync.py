@@ -5,9 +5,10 @@ not wait on the host."""
 
 from __future__ import annotations
 
+import enum
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
@@ -19,7 +20,14 @@ from harness.plugins.conventions import BuiltSampler
 from harness.plugins.implementations import Implementation
 
 SYNC_ERROR_TEXT = "synchronizing CUDA operation"  # what set_sync_debug_mode("error") raises
-SyncStatus = Literal["sync-free", "syncs", "raised"]
+
+
+class SyncStatus(enum.Enum):
+    """How the checked call went."""
+
+    SYNC_FREE = "sync-free"
+    SYNCS = "syncs"  # it hit a synchronising operation
+    RAISED = "raised"  # any other exception, before or during the checked call
 
 
 @dataclass(frozen=True)
@@ -36,7 +44,7 @@ class SyncCheck:
         return {
             "implementation": self.implementation,
             "case": self.case.label(),
-            "status": self.status,
+            "status": self.status.value,
             "error": None if self.error is None else self.error.summary(),
             "stack": list(self.stack),
         }
@@ -74,7 +82,7 @@ def no_host_sync(case: Case, implementation: Implementation) -> SyncCheck:
 
         built = guarded_call(build_and_warm_up)
         if built.error is not None:  # the implementation under test failed: record, go on
-            return SyncCheck(implementation.name, case, "raised", built.error)
+            return SyncCheck(implementation.name, case, SyncStatus.RAISED, built.error)
         sampler = built.returned()
         previous = torch.cuda.get_sync_debug_mode()
         torch.cuda.set_sync_debug_mode("error")
@@ -84,7 +92,8 @@ def no_host_sync(case: Case, implementation: Implementation) -> SyncCheck:
             torch.cuda.set_sync_debug_mode(previous)
         synchronize(device)
     if checked.error is None or checked.exception is None:
-        return SyncCheck(implementation.name, case, "sync-free")
+        return SyncCheck(implementation.name, case, SyncStatus.SYNC_FREE)
     failure = checked.exception
-    status: SyncStatus = "syncs" if SYNC_ERROR_TEXT in checked.error.message else "raised"
+    synced = SYNC_ERROR_TEXT in checked.error.message
+    status = SyncStatus.SYNCS if synced else SyncStatus.RAISED
     return SyncCheck(implementation.name, case, status, checked.error, _call_stack(failure))

@@ -4,7 +4,7 @@ implementation but legacy must run a warm call sync-free (``harness.gpu.host_syn
 from __future__ import annotations
 
 from harness.defaults import LEGACY
-from harness.gpu.host_sync import SyncCheck
+from harness.gpu.host_sync import SyncCheck, SyncStatus
 from harness.render.sections import Section, Table
 
 
@@ -13,13 +13,13 @@ def sync_section(checks: list[SyncCheck]) -> Section:
     rows, stacks, bad = [], [], []
     for check in checks:
         required = check.implementation != LEGACY
-        failed = required and check.status != "sync-free"
+        failed = required and check.status is not SyncStatus.SYNC_FREE
         bad += [check] if failed else []
         rows.append(
             [
                 check.case.label(),
                 check.implementation,
-                f"{'FAIL ' if failed else ''}{check.status}"
+                f"{'FAIL ' if failed else ''}{check.status.value}"
                 + (f" ({check.error.summary()})" if check.error is not None else ""),
             ]
         )

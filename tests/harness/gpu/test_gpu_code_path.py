@@ -270,11 +270,13 @@ def test_capture_and_replay_rejects_zero_replays() -> None:
 def test_sync_section_requires_every_implementation_but_legacy_to_be_sync_free() -> None:
     case = _matrix_case("folded-sampled/vanilla")
     checks = [
-        host_sync.SyncCheck("fixed", case, "sync-free"),
-        host_sync.SyncCheck("legacy", case, "raised"),
+        host_sync.SyncCheck("fixed", case, host_sync.SyncStatus.SYNC_FREE),
+        host_sync.SyncCheck("legacy", case, host_sync.SyncStatus.RAISED),
     ]
     assert sync_section(checks).ok
-    syncing = host_sync.SyncCheck("fixed", case, "syncs", stack=("fixed/x.py:3 in __call__",))
+    syncing = host_sync.SyncCheck(
+        "fixed", case, host_sync.SyncStatus.SYNCS, stack=("fixed/x.py:3 in __call__",)
+    )
     section = sync_section([syncing])
     assert not section.ok and "fixed/x.py:3" in section.text
 
@@ -504,9 +506,8 @@ def _pytest(pytester: pytest.Pytester, *args: str, warning: bool) -> pytest.RunR
         pytester.makepyfile(warner=WARNER)
         pytester.syspathinsert()
         plugin = ["-p", "warner"]
-    return pytester.runpytest(
-        "-p", "no:cacheprovider", *plugin, str(REPO_ROOT / "tests" / "test_gpu.py"), *args
-    )
+    module = REPO_ROOT / "tests" / "harness" / "gpu" / "test_gpu.py"
+    return pytester.runpytest("-p", "no:cacheprovider", *plugin, str(module), *args)
 
 
 WITH_AND_WITHOUT_A_WARNING = pytest.mark.parametrize(
