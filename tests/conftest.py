@@ -56,8 +56,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     vllm_missing = vllm_loader.unavailable_reason()
     skip_vllm = pytest.mark.skip(reason=vllm_missing or "")
-    for item in items:
-        # markers, not keywords: a test under tests/harness/gpu/ has "gpu" among its keywords
+    for item in items:  # by marker: a test's keywords also hold its folders' names
         if item.get_closest_marker("gpu") is not None and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
         if item.get_closest_marker("upstream") is not None and upstream_missing:
