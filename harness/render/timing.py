@@ -1,7 +1,7 @@
 """The "time ratio" section of ``python -m harness work --timing``: the pair's A/B timing
 (``harness.measure.timing``) and the built-in pair's callgrind instruction counts
-(``harness.measure.callgrind``), as gathered by ``harness.measure.time_ratio``; and the
-tables of both, which the GPU figures reuse for their mode labels."""
+(``harness.measure.callgrind``), as gathered by ``harness.measure.time_ratio``, each as a
+table; ``MODE_LABELS`` names the timed modes here and in the GPU figures."""
 
 from __future__ import annotations
 
