@@ -1,7 +1,7 @@
 """Samplers with one planted defect each, aimed at one check of ``harness.pipeline.checks``.
 
-Each is the fixed sampler's single walk with one thing done wrong; ``tests/test_check_defects.py``
-holds each to the check it is aimed at.
+Each is the fixed sampler's single walk with one thing done wrong;
+``tests/harness/pipeline/test_check_defects.py`` holds each to the check it is aimed at.
 """
 
 from __future__ import annotations

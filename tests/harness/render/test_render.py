@@ -14,7 +14,7 @@ from harness.measure import sweep
 from harness.render.figures import PLOT_EXTRA_HINT, render_png
 from harness.render.report import render_markdown, render_text
 from harness.render.sections import Section, Table
-from tests.test_sweep import TINY, fake_measure
+from tests.harness.measure.test_sweep import TINY, fake_measure
 
 TABLE = Table.of(["case (legacy | fixed)", "walks"], [["folded", "2 | 1"]], align=["left", "right"])
 

@@ -6,7 +6,7 @@
   and catches planted defects;
 - the GPU figures' byte model, peak table and timing path;
 - ``scripts/gpu_check.sh``: syntax, usage, and a full run on the CPU that still writes
-  its results; ``tests/test_gpu.py`` is all ``gpu``-marked and skips cleanly here.
+  its results; ``tests/harness/gpu/test_gpu.py`` is all ``gpu``-marked and skips cleanly here.
 """
 
 from __future__ import annotations
@@ -432,7 +432,11 @@ def test_gpu_check_script_without_arguments_prints_usage_and_fails() -> None:
 
 
 def _script_env() -> dict[str, str]:
-    return {**subprocess_env(), "PYTHON": sys.executable, "GPU_CHECK_TESTS": "tests/test_gpu.py"}
+    return {
+        **subprocess_env(),
+        "PYTHON": sys.executable,
+        "GPU_CHECK_TESTS": "tests/harness/gpu/test_gpu.py",
+    }
 
 
 @NO_CUDA
@@ -479,7 +483,7 @@ def test_gpu_check_script_skips_the_stages_once_its_time_budget_is_spent(tmp_pat
     assert results["ok"] is False
 
 
-# -- tests/test_gpu.py here --------------------------------------------------------------------
+# -- tests/harness/gpu/test_gpu.py here ------------------------------------------------------------
 WARNER = """
 import warnings
 
@@ -490,7 +494,7 @@ def pytest_collection_modifyitems(items):
 
 
 def _pytest(pytester: pytest.Pytester, *args: str, warning: bool) -> pytest.RunResult:
-    """pytest run on ``tests/test_gpu.py`` (in this process: the module and torch are
+    """pytest run on ``tests/harness/gpu/test_gpu.py`` (in this process: the module and torch are
     imported already, so it takes a second), with ``warning`` a warning line in its
     summary; read through pytester's outcome API."""
     plugin = []

@@ -2,8 +2,8 @@
 
 One row per ledger case kind (``docs/design.md``, "The ledger"): what legacy and fixed
 do, and the divergence classes that must follow. The counted work is held to the same
-model in ``tests/test_work_model.py``; the observed divergences in
-``tests/test_harness_properties.py``.
+model in ``tests/harness/measure/test_work_model.py``; the observed divergences in
+``tests/harness/test_harness_properties.py``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """One meaning of "lossless" on every path: ``report``, ``compare``, the Python API (and,
-in tests/test_pytest_plugin.py, the pytest plugin) run the per-call checks and the
+in tests/harness/test_pytest_plugin.py, the pytest plugin) run the per-call checks and the
 statistical oracle at the same defaults.
 
 Two planted defects pass every per-call check, so only the oracle can see them: an

@@ -93,7 +93,7 @@ def test_sweep_points_measured_by_other_code_are_recomputed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from harness.measure import sweep
-    from tests.test_sweep import TINY, fake_measure
+    from tests.harness.measure.test_sweep import TINY, fake_measure
 
     calls: list[tuple[int, int, int]] = []
     first = sweep.run_sweep(TINY, out_dir=tmp_path, measure=fake_measure(calls))

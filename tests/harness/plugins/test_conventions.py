@@ -1,6 +1,6 @@
 """Calling conventions as objects: each builds a sampler and reads its outputs, and the
 runner speaks only to what it builds (ours and the PR-era server's here; sglang 0.5.23's
-in ``tests/test_upstream_contract.py``)."""
+in ``tests/harness/upstream/test_upstream_contract.py``)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from harness.plugins.conventions import (
     build_for_case,
     convention_of,
 )
+from tests.harness.plugins.test_plugins_construct import ServerStyleSampler
 from tests.plugins.broken_samplers import WrongShapeSampler
-from tests.test_plugins_construct import ServerStyleSampler
 
 CASE = make_case(
     bs=2, gamma=3, vocab_size=40, hidden_size=8, markov_rank=4, max_bs=3, confidence=True, seed=5

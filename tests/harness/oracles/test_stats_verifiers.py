@@ -23,8 +23,8 @@ from harness.oracles.problem import DEFAULT_CONFIG, StatsProblem, build_problems
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.upstream.rejection import BLOCKWISE_REJECTION, committed_block
 from reference.verifier import CHAIN_VERIFIER, VerifyResult, VerifyRound, VerifyStep
+from tests.harness.oracles.test_stats_kill_table import CORRECT, FIRST_TOKEN_EXACT
 from tests.plugins.stats_defects import STATS_DEFECTS
-from tests.test_stats_kill_table import CORRECT, FIRST_TOKEN_EXACT
 
 upstream = pytest.mark.upstream
 FIXED, LEGACY = builtin_implementations(("fixed", "legacy"))

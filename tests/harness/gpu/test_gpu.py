@@ -2,7 +2,7 @@
 and replay, and no host synchronisation in fixed's ``__call__``.
 
 Every test here is marked ``gpu`` and skipped on a machine without CUDA
-(``tests/test_gpu_code_path.py`` checks that). Inputs are generated on the CPU from the
+(``tests/harness/gpu/test_gpu_code_path.py`` checks that). Inputs are generated on the CPU from the
 seed and moved, as everywhere in the harness.
 """
 
@@ -213,7 +213,7 @@ class HostReadingSampler(FixedSampler):
             raise AssertionError("unreachable: token ids are >= 0")
 
 
-HOST_READING = Implementation("host-reading", HostReadingSampler, "tests.test_gpu")
+HOST_READING = Implementation("host-reading", HostReadingSampler, "tests.harness.gpu.test_gpu")
 
 
 def test_sync_check_names_a_host_read_inside_call() -> None:
