@@ -56,10 +56,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     vllm_missing = vllm_loader.unavailable_reason()
     skip_vllm = pytest.mark.skip(reason=vllm_missing or "")
-    for item in items:
-        if "gpu" in item.keywords and not torch.cuda.is_available():
+    for item in items:  # by marker: a test's keywords also hold its folders' names
+        if item.get_closest_marker("gpu") is not None and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
-        if "upstream" in item.keywords and upstream_missing:
+        if item.get_closest_marker("upstream") is not None and upstream_missing:
             item.add_marker(skip_upstream)
         if item.get_closest_marker("vllm") is not None and vllm_missing:
             item.add_marker(skip_vllm)
