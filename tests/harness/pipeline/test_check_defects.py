@@ -24,6 +24,7 @@ from harness.pipeline.checks import CHECKS, Check, CheckResult, PlantedDefect
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
+from tests.plugins.planted_defects import DroppedLogitSampler
 
 SHAPE = {"bs": 4, "gamma": 4, "vocab_size": 64, "hidden_size": 16, "markov_rank": 8}
 MIXED = (False, True, False, False)  # one greedy row among sampled ones
@@ -92,3 +93,14 @@ def test_a_reduced_draft_vocabulary_changes_no_checks_meaning(check: Check) -> N
     assert failed == {check.name, *check.defect.also_fails}, [
         (c.name, c.status, c.detail) for c in checks
     ]
+
+
+@pytest.mark.parametrize("draft_vocab", [0, 24], ids=["full", "reduced"])
+def test_minus_inf_is_written_only_where_the_drafter_has_no_entry(draft_vocab: int) -> None:
+    """``outputs_written`` takes ``-inf`` where the base logit is ``-inf`` (outside a reduced
+    draft vocabulary) and nowhere else: over an entry the law has, it is unwritten."""
+    planted = Implementation(DEFECT, DroppedLogitSampler, "tests.plugins:DroppedLogitSampler")
+    run = run_case(FOLDED.with_changes(draft_vocab=draft_vocab), [planted])
+    checks = evaluate_run(run, require_observable=False).checks[DEFECT]
+    failed = {c.name for c in checks if c.failed}
+    assert failed == {"outputs_written", "teacher_forcing"}, [(c.name, c.detail) for c in checks]
