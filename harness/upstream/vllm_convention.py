@@ -17,7 +17,10 @@ model hooks its draft step reads, as the server's model runner leaves them befor
   ``sample_idx_mapping`` (their slots; -1 on padding rows), ``sample_pos`` (the
   predicted positions: each request's sequence position plus the step, plus one) and
   ``input_buffers.input_ids`` (the anchors at ``_anchor_idx``);
-- ``_draft_topk``: ``None`` (dense) or ``K`` (``_sample_sequential_topk``).
+- ``_draft_topk``: ``None`` (dense) or ``K`` (``_sample_sequential_topk``);
+- ``_d2t_scatter_index`` and ``_draft_scatter_buf``: as ``load_draft_model`` sets them
+  for a drafter with a reduced draft vocabulary (``Case.draft_vocab``) when the server
+  keeps a cache, ``None`` otherwise (``reduced_vocab_state``).
 
 Positions are the server's: each call drafts ``gamma`` positions past the request's
 sequence, and the harness moves every sequence ``gamma`` positions on after a call, as
