@@ -98,7 +98,7 @@ def standard_matrix(*, seed: int = 0, device: str = "cpu") -> list[Case]:
         ),
         ("folded-sampled/gated/gamma=7", {**small, **rows, "gamma": 7, "head_kind": "gated"}),
         (
-            "folded-sampled/vanilla/reduced-vocab",
+            "reduced-vocab/vanilla/folded-sampled",
             {**small, **rows, "gamma": 4, "draft_vocab": 96, "max_bs": 6},
         ),
         (
