@@ -503,7 +503,11 @@ def _pytest(pytester: pytest.Pytester, *args: str, warning: bool) -> pytest.RunR
         pytester.syspathinsert()
         plugin = ["-p", "warner"]
     return pytester.runpytest(
-        "-p", "no:cacheprovider", *plugin, str(REPO_ROOT / "tests" / "test_gpu.py"), *args
+        "-p",
+        "no:cacheprovider",
+        *plugin,
+        str(REPO_ROOT / "tests" / "harness" / "gpu" / "test_gpu.py"),
+        *args,
     )
 
 
