@@ -419,7 +419,8 @@ def run_guarded(
     and after (changes land in ``mutated_inputs``), and the global state is restored
     afterwards (changes land in ``leaked_state``). A case outside the implementation's
     convention (``Convention.outside_contract``) is not run."""
-    outside = convention_of(implementation.sampler_class).outside_contract(case)
+    sampler_class = implementation.sampler_class
+    outside = convention_of(sampler_class).outside_contract(case, sampler_class=sampler_class)
     if outside is not None:
         return ImplResult(name=implementation.name, outside_contract=outside)
     before_inputs = input_digests(inputs)
