@@ -303,7 +303,7 @@ class Convention(ABC):
         (each a finding of that implementation, named in the report)."""
         return ()
 
-    def outside_contract(self, case: Case, *, sampler_class: type[Any]) -> str | None:
+    def outside_contract(self, case: Case, *, sampler_class: type[DraftSampler]) -> str | None:
         """Why the case cannot be expressed in this convention's contract for the class
         (it then skips the case, saying so), or ``None``."""
         del case, sampler_class
