@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness.pipeline.observe import HeadCounts
 from harness.plugins.conventions import (
     BuiltSampler,
     CallOutputs,
@@ -55,6 +54,7 @@ from harness.plugins.conventions import (
     poison,
     read_tensor,
 )
+from harness.plugins.walks import HeadCounts
 from harness.upstream.vllm_loader import LoadedVllm, interpreted, is_speculator_class, load_vllm
 from reference.block import prepare_block
 from reference.draft_model import query_rows_per_request
