@@ -142,13 +142,15 @@ def case_strategy(
     max_vocab_padding: int = 0,
     max_seed: int = 2**16,
     every_flag: bool = False,
+    draft_vocab: bool = False,
 ) -> SearchStrategy[Case]:
     """Small valid cases: every head kind and anchor layout, folded or greedy fold, the
     fused flag, per-row temperatures and greedy rows, confidence, rows past the batch.
 
     ``vocab_sizes`` and ``temperatures`` take bounds or values, or a strategy of their
     own; ``max_spare_slots`` bounds ``max_bs - bs``; ``every_flag`` also draws the fused
-    flag on folded cases, where it has no effect (for tests of the case value itself).
+    flag on folded cases, where it has no effect (for tests of the case value itself);
+    ``draft_vocab`` also draws reduced draft vocabularies (``Case.draft_vocab``).
     """
     from hypothesis import strategies as st
 
@@ -165,10 +167,12 @@ def case_strategy(
     def draw_case(draw: Any) -> Case:
         bs = draw(st.integers(1, max_bs))
         folded = draw(st.booleans())
+        vocab_size = draw(vocab)
+        reduced = draft_vocab and vocab_size > 1 and draw(st.booleans())
         return Case(
             bs=bs,
             gamma=draw(st.integers(1, max_gamma)),
-            vocab_size=draw(vocab),
+            vocab_size=vocab_size,
             hidden_size=draw(st.integers(1, max_hidden_size)),
             markov_rank=draw(st.integers(1, max_markov_rank)),
             head_kind=draw(st.sampled_from(HEAD_KINDS)),
@@ -181,6 +185,7 @@ def case_strategy(
             confidence=draw(st.booleans()),
             max_bs=bs + draw(st.integers(0, max_spare_slots)),
             vocab_padding=draw(st.integers(0, max_vocab_padding)),
+            draft_vocab=draw(st.integers(1, vocab_size - 1)) if reduced else 0,
             seed=draw(st.integers(0, max_seed)),
         )
 

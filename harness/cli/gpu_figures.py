@@ -32,9 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def command(args: argparse.Namespace) -> ExitCode:
     """Measure and report the GPU figures; 0 when measured, 2 without a CUDA device."""
-    from harness.gpu.figures import KERNEL_DTYPES, figure_case, figures_section, sampler_times
+    from harness.gpu.figures import KERNEL_DTYPES, figure_case, sampler_times
     from harness.gpu.graphs import require_cuda
     from harness.gpu.kernel_bandwidth import KernelFigure, kernel_figure, peak_bandwidth
+    from harness.render.gpu_figures import figures_section
 
     device_text = str(args.device)
     try:

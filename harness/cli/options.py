@@ -257,9 +257,13 @@ def selected_implementations(
 ) -> list[Implementation]:
     """The built-ins ``names`` and every ``--impl`` of the command line (under
     ``--isolate``, each plug-in loaded in its own worker only)."""
-    from harness.plugins.implementations import select_implementations
+    from harness.plugins.implementations import parse_impl_spec, select_implementations
 
-    return select_implementations(names, args.impl, isolate=bool(getattr(args, "isolate", False)))
+    if getattr(args, "isolate", False):
+        from harness.pipeline.isolation import worker_only
+
+        return select_implementations(names, args.impl, load=worker_only)
+    return select_implementations(names, args.impl, load=parse_impl_spec)
 
 
 def pair_implementations(

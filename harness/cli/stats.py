@@ -26,6 +26,7 @@ from harness.cli.options import (
     add_role_options,
     comma_separated,
     run_options,
+    selected_implementations,
 )
 from harness.io.files import write_atomically
 from harness.oracles import defaults
@@ -142,13 +143,13 @@ def command(args: argparse.Namespace) -> int:
     from harness.oracles.problem import DEFAULT_CONFIG, StatsError
     from harness.oracles.stats import default_implementations
     from harness.oracles.verifiers import verifiers_named
-    from harness.plugins.implementations import ImplementationError, select_implementations
+    from harness.plugins.implementations import ImplementationError
     from harness.render.statistics import power_curves_png, stats_section
 
     try:
         options = run_options(args)
         progress, roles = options.progress, options.roles
-        extras = select_implementations([], args.impl, isolate=options.isolate)
+        extras = selected_implementations(args, [])
         implementations = [*default_implementations(roles), *extras]
         names = [impl.name for impl in implementations]
         if len(set(names)) != len(names):

@@ -125,10 +125,10 @@ def command(args: argparse.Namespace) -> ExitCode:
         run_sweep,
         summarise,
         sweep_pair,
-        sweep_section,
         write_outputs,
     )
     from harness.measure.timing import TimingError
+    from harness.render.sweep import sweep_png, sweep_section
 
     progress = progress_printer(quiet=args.quiet)
     try:
@@ -142,7 +142,8 @@ def command(args: argparse.Namespace) -> ExitCode:
         print(f"sweep failed: {error}", file=sys.stderr)
         return ExitCode.FAIL
     summary = summarise(records, clock=config.clock, checked=checked)
-    paths = write_outputs(out_dir=out_dir, config=config, records=records, summary=summary)
+    png = sweep_png(config=config, records=records, summary=summary)
+    paths = write_outputs(out_dir=out_dir, config=config, records=records, summary=summary, png=png)
     section = sweep_section(summary, config=config, paths=paths)
     heading = (
         f"DSpark draft-sampler harness: scaling sweep ({len(records)} points, {config.device})"

@@ -65,7 +65,8 @@ def command(args: argparse.Namespace) -> ExitCode:
     from harness.measure.time_ratio import time_ratio
     from harness.measure.timing import PRODUCTION_HIDDEN
     from harness.measure.work import collect_work
-    from harness.render.work import timing_section, work_section
+    from harness.render.timing import timing_section
+    from harness.render.work import work_section
 
     implementations = selected_implementations(args, BUILTIN_NAMES)
     pair = pair_implementations(implementations, args.pair)

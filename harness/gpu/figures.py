@@ -12,7 +12,7 @@
   call* keeps the lm_head. Each mode runs **eagerly** (Python launches every kernel) and
   as a **replay of a captured CUDA graph**, which is how production runs the sampler and
   leaves only device time.
-- ``figures_section``: both as one report section.
+- ``harness.render.gpu_figures``: both as one report section.
 
 The command is ``harness.cli.gpu_figures`` (``--device cuda``); everything imports
 without CUDA and the clock and the capture are parameters, so the timing path runs on
@@ -30,12 +30,6 @@ import torch
 from harness.defaults import BUGGY_SIDE, FIXED_SIDE, PAIR_SIDES
 from harness.gpu.clocks import CLOCK_LABELS, Clock, cuda_event_ms
 from harness.gpu.graphs import RunnerFactory, cuda_graph_runner
-from harness.gpu.kernel_bandwidth import (
-    GB,
-    KernelFigure,
-    PeakBandwidth,
-    kernel_blocks,
-)
 from harness.gpu.shapes import (
     DEFAULT_REPEATS,
     FIGURE_BS,
@@ -43,11 +37,11 @@ from harness.gpu.shapes import (
     FIGURE_HIDDEN,
     KERNEL_VOCAB,
 )
-from harness.measure.timing import MODE_LABELS, MODES, PairedTimes, make_samplers
+from harness.measure.timing import MODES, PairedTimes, make_samplers
 from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.runner import same_rng_start
+from harness.plugins.conventions import BuiltSampler
 from harness.progress import Progress, no_progress
-from harness.render.sections import Block, Section, Table
 
 FIGURE_VOCAB = KERNEL_VOCAB
 FIGURE_GAMMA = 7
@@ -177,7 +171,7 @@ def sampler_times(
 
 
 def _bare_call(
-    sampler: Any, hidden_states: torch.Tensor, input_ids: torch.Tensor
+    sampler: BuiltSampler, hidden_states: torch.Tensor, input_ids: torch.Tensor
 ) -> Callable[[], list[torch.Tensor]]:
     """The sampler's call as production captures it: no observers, and no static outputs
     besides the sampler's own buffers."""
@@ -187,60 +181,3 @@ def _bare_call(
         return []
 
     return call
-
-
-# -- report ------------------------------------------------------------------------------------
-def sampler_time_blocks(times: SamplerTimes) -> tuple[str, Table]:
-    """What was timed, then legacy and fixed per execution and mode, and their ratio."""
-    head = (
-        f"sampler time per call ({times.clock}), median of {times.repeats} alternating "
-        f"pairs\nshape: {times.case.label()}"
-    )
-    rows = []
-    for execution in EXECUTIONS:
-        for mode in MODES:
-            s = times.times[execution][mode].summary()
-            rows.append(
-                [
-                    execution,
-                    MODE_LABELS[mode],
-                    f"{s['legacy_median_s'] * 1e3:.3f}",
-                    f"{s['fixed_median_s'] * 1e3:.3f}",
-                    f"{s['ratio_median']:.2f}",
-                    f"{s['ratio_min']:.2f}..{s['ratio_max']:.2f}",
-                ]
-            )
-    header = ["execution", "mode", "legacy ms", "fixed ms", "legacy/fixed", "min..max"]
-    return head, Table.of(header, rows, align=["left", "left", "right", "right", "right", "left"])
-
-
-def figures_section(
-    times: SamplerTimes | None, kernels: list[KernelFigure], peak: PeakBandwidth | None
-) -> Section:
-    """The GPU figures as one report section (measurements: ``ok`` is always true)."""
-    blocks: list[Block] = []
-    data: dict[str, Any] = {}
-    verdict: list[str] = []
-    if times is not None:
-        blocks.extend(sampler_time_blocks(times))
-        data["sampler_time"] = times.to_json()
-        verdict.append(
-            f"legacy/fixed walk-only {times.ratio('graph', 'walk_only'):.2f}x, whole call "
-            f"{times.ratio('graph', 'whole_call'):.2f}x (graph replays)"
-        )
-    if peak is not None:
-        blocks.extend(kernel_blocks(kernels, peak))
-        data["step_kernel"] = [k.to_json(peak) for k in kernels]
-        data["peak"] = peak.to_json()
-        for k in kernels:
-            reference = peak.datasheet or peak.measured_copy
-            share = f" = {100 * k.achieved / reference:.0f}% of peak" if reference else ""
-            verdict.append(f"step kernel {k.dtype} {k.achieved / GB:.0f} GB/s{share}")
-    device = peak.device_name if peak is not None else "GPU"
-    return Section(
-        title="GPU figures",
-        ok=True,
-        verdict=f"{device}: " + "; ".join(verdict) if verdict else "no figures",
-        blocks=tuple(blocks),
-        data=data,
-    )

@@ -47,7 +47,7 @@ from harness.devices import synchronize
 from harness.gpu.shapes import DEFAULT_REPLAYS
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.compare import CaseVerdict, case_record, evaluate_run
-from harness.pipeline.observe import DispatchObserver, HeadCounts
+from harness.pipeline.observe import DispatchObserver
 from harness.pipeline.records import CaseRecord
 from harness.pipeline.runner import (
     CaseRun,
@@ -63,6 +63,7 @@ from harness.plugins.conventions import BuiltSampler
 from harness.plugins.implementations import (
     Implementation,
 )
+from harness.plugins.walks import HeadCounts
 
 WARMUP_CALLS = 3  # side-stream calls before capture: compile Triton kernels, settle the allocator
 

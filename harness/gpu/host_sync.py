@@ -1,25 +1,33 @@
 """The host-synchronisation check: one warm ``__call__`` under
-``torch.cuda.set_sync_debug_mode("error")`` per implementation and case, and its
-report section. A sampler that runs inside a CUDA graph must not wait on the host."""
+``torch.cuda.set_sync_debug_mode("error")`` per implementation and case (its report
+section: ``harness.render.host_sync``). A sampler that runs inside a CUDA graph must
+not wait on the host."""
 
 from __future__ import annotations
 
+import enum
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from harness.defaults import LEGACY
 from harness.devices import synchronize
 from harness.gpu.graphs import require_cuda
 from harness.pipeline.case import Case, build_inputs
 from harness.pipeline.runner import RaisedError, build_sampler, guarded_call, same_rng_start
+from harness.plugins.conventions import BuiltSampler
 from harness.plugins.implementations import Implementation
-from harness.render.sections import Section, Table
 
 SYNC_ERROR_TEXT = "synchronizing CUDA operation"  # what set_sync_debug_mode("error") raises
-SyncStatus = Literal["sync-free", "syncs", "raised"]
+
+
+class SyncStatus(enum.Enum):
+    """How the checked call went."""
+
+    SYNC_FREE = "sync-free"
+    SYNCS = "syncs"  # it hit a synchronising operation
+    RAISED = "raised"  # any other exception, before or during the checked call
 
 
 @dataclass(frozen=True)
@@ -36,7 +44,7 @@ class SyncCheck:
         return {
             "implementation": self.implementation,
             "case": self.case.label(),
-            "status": self.status,
+            "status": self.status.value,
             "error": None if self.error is None else self.error.summary(),
             "stack": list(self.stack),
         }
@@ -66,7 +74,7 @@ def no_host_sync(case: Case, implementation: Implementation) -> SyncCheck:
     inputs = build_inputs(case)
     with same_rng_start(device, case.seed), torch.inference_mode():
 
-        def build_and_warm_up() -> Any:
+        def build_and_warm_up() -> BuiltSampler:
             sampler = build_sampler(implementation.sampler_class, case=case, inputs=inputs)
             sampler(inputs.hidden_states, inputs.input_ids)
             synchronize(device)
@@ -74,7 +82,7 @@ def no_host_sync(case: Case, implementation: Implementation) -> SyncCheck:
 
         built = guarded_call(build_and_warm_up)
         if built.error is not None:  # the implementation under test failed: record, go on
-            return SyncCheck(implementation.name, case, "raised", built.error)
+            return SyncCheck(implementation.name, case, SyncStatus.RAISED, built.error)
         sampler = built.returned()
         previous = torch.cuda.get_sync_debug_mode()
         torch.cuda.set_sync_debug_mode("error")
@@ -84,45 +92,8 @@ def no_host_sync(case: Case, implementation: Implementation) -> SyncCheck:
             torch.cuda.set_sync_debug_mode(previous)
         synchronize(device)
     if checked.error is None or checked.exception is None:
-        return SyncCheck(implementation.name, case, "sync-free")
+        return SyncCheck(implementation.name, case, SyncStatus.SYNC_FREE)
     failure = checked.exception
-    status: SyncStatus = "syncs" if SYNC_ERROR_TEXT in checked.error.message else "raised"
+    synced = SYNC_ERROR_TEXT in checked.error.message
+    status = SyncStatus.SYNCS if synced else SyncStatus.RAISED
     return SyncCheck(implementation.name, case, status, checked.error, _call_stack(failure))
-
-
-def sync_section(checks: list[SyncCheck]) -> Section:
-    """Every implementation but legacy must be sync-free in ``__call__`` on every case."""
-    rows, stacks, bad = [], [], []
-    for check in checks:
-        required = check.implementation != LEGACY
-        failed = required and check.status != "sync-free"
-        bad += [check] if failed else []
-        rows.append(
-            [
-                check.case.label(),
-                check.implementation,
-                f"{'FAIL ' if failed else ''}{check.status}"
-                + (f" ({check.error.summary()})" if check.error is not None else ""),
-            ]
-        )
-        if check.stack:
-            where = "\n".join(f"  at {frame}" for frame in check.stack)
-            stacks.append(f"{check.implementation} on {check.case.label()}:\n{where}")
-    names = sorted({c.implementation for c in checks if c.implementation != LEGACY})
-    if bad:
-        verdict = (
-            f"host synchronisation in __call__: {len(bad)} call(s) of "
-            f"{', '.join(sorted({c.implementation for c in bad}))} sync or raise"
-        )
-    else:
-        verdict = (
-            f"no host synchronisation in __call__ of {', '.join(names)} on "
-            f"{len({c.case.label() for c in checks})} case(s) (set_sync_debug_mode('error'))"
-        )
-    return Section(
-        title="Host synchronisation in __call__",
-        ok=not bad and bool(checks),
-        verdict=verdict,
-        blocks=(Table.of(["case", "implementation", "status"], rows), *stacks),
-        data={"checks": [c.to_json() for c in checks]},
-    )

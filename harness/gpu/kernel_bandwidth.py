@@ -27,7 +27,6 @@ from harness.gpu.clocks import graph_device_ms
 from harness.gpu.graphs import require_cuda
 from harness.gpu.shapes import KERNEL_BS, KERNEL_VOCAB
 from harness.pipeline.case import DTYPES
-from harness.render.sections import Block, Table, right_aligned
 
 NOISE_BYTES = 4  # the noise buffer is float32 whatever the logits dtype
 TOKEN_BYTES = 8  # int64 token ids
@@ -221,54 +220,3 @@ def kernel_figure(
         device=device,
     )
     return KernelFigure(dtype, bs, vocab_size, byte_model, do_bench_ms, device_ms, rotated)
-
-
-def kernel_blocks(figures: list[KernelFigure], peak: PeakBandwidth) -> list[Block]:
-    """What was measured, the achieved bandwidth per dtype, then the three peaks."""
-
-    def share(value: float, reference: float | None) -> str:
-        return "n/a" if reference is None else f"{100 * value / reference:.0f}%"
-
-    def gbs(value: float | None) -> str:
-        return "unknown" if value is None else f"{value / GB:.0f} GB/s"
-
-    blocks: list[Block] = []
-    if figures:
-        f0 = figures[0]
-        blocks.append(
-            f"step kernel exponential_race_triton, bs={f0.bs}, V={f0.vocab_size}; "
-            "bytes moved = logits + noise + row params + tokens + 2 x tile partials"
-        )
-    rows = [
-        [
-            f.dtype,
-            f"{f.bytes.moved / 1e6:.1f}",
-            f"{f.do_bench_ms:.4f}",
-            f"{f.device_ms:.4f}",
-            f"{f.achieved / GB:.0f}",
-            share(f.achieved, peak.datasheet),
-            share(f.achieved, peak.measured_copy),
-        ]
-        for f in figures
-    ]
-    header = ["dtype", "MB moved", "do_bench ms", "device ms", "GB/s", "of datasheet", "of copy"]
-    blocks.append(Table.of(header, rows, align=["left", *right_aligned(6)]))
-    blocks.append(
-        "\n".join(
-            [
-                f"peak on {peak.device_name}: datasheet {gbs(peak.datasheet)}"
-                + (
-                    f" ({peak.datasheet_source})"
-                    if peak.datasheet_source
-                    else " (device not in table)"
-                ),
-                f"  device-reported (memory clock x bus width): {gbs(peak.reported)}",
-                f"  measured: 1 GiB device-to-device copy, {gbs(peak.measured_copy)} "
-                "(practical peak)",
-                "do_bench: median, Python launch path included, L2 flushed between runs; "
-                "device ms: one CUDA graph over rotated inputs (> 4 x L2), launch overhead "
-                "excluded",
-            ]
-        )
-    )
-    return blocks

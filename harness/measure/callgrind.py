@@ -23,11 +23,10 @@ import torch
 
 from harness.defaults import BUGGY_SIDE, PAIR_SIDES
 from harness.devices import intra_op_threads
-from harness.measure.timing import MODE_LABELS, MODES, PRODUCTION_HIDDEN, make_calls
+from harness.measure.timing import MODES, PRODUCTION_HIDDEN, make_calls
 from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.runner import same_rng_start
 from harness.progress import Progress, no_progress
-from harness.render.sections import Table
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the child imports this checkout
 
@@ -159,20 +158,3 @@ def _totals(path: Path) -> int:
     if match is None:
         raise RuntimeError(f"{path.name}: no totals line")
     return int(match.group(1))
-
-
-def callgrind_blocks(counts: CallgrindCounts) -> tuple[str, Table]:
-    """Instructions per call of legacy and fixed, and their ratio, per mode."""
-    rows = [
-        [
-            MODE_LABELS[mode],
-            f"{counts.instructions[f'{mode}/legacy']:,}",
-            f"{counts.instructions[f'{mode}/fixed']:,}",
-            f"{counts.ratio(mode):.3f}",
-        ]
-        for mode in MODES
-    ]
-    table = Table.of(
-        ["mode", *PAIR_SIDES, "ratio"], rows, align=["left", "right", "right", "right"]
-    )
-    return f"callgrind, {counts.case.label()}, 1 thread, instructions per call:", table

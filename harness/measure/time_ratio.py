@@ -1,7 +1,7 @@
 """The A/B time ratio of the pair at the production-like shape, as data: the paired
 timing (in a worker with ``isolate``) or why it failed, and the callgrind instruction
 counts of the built-in pair where they can be taken, or why not. The "time ratio"
-section of ``python -m harness work --timing`` presents it (``harness.render.work``)."""
+section of ``python -m harness work --timing`` presents it (``harness.render.timing``)."""
 
 from __future__ import annotations
 

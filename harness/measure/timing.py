@@ -40,15 +40,14 @@ from harness.defaults import BUGGY_SIDE, DEFAULT_PAIR, FIXED_SIDE, PAIR_SIDES
 from harness.devices import intra_op_threads, synchronize
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block, make_case
 from harness.pipeline.runner import build_sampler, guarded_call, same_rng_start
+from harness.plugins.conventions import BuiltSampler
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.progress import Progress, no_progress
-from harness.render.sections import Table, right_aligned
 from reference import PrecomputedBaseLogits
 
 PRODUCTION_HIDDEN = 256  # small on purpose: the lm_head must not swamp the walk
 WALK_RATIO_RANGE = (1.9, 2.1)
 MODES = ("walk_only", "whole_call")
-MODE_LABELS = {"walk_only": "walk-only (lm_head precomputed)", "whole_call": "whole call"}
 Pair = tuple[Implementation, Implementation]
 
 
@@ -81,7 +80,7 @@ def production_like_case(
 
 def make_samplers(
     case: Case, *, inputs: CaseInputs, pair: Pair | None = None
-) -> dict[tuple[str, str], Any]:
+) -> dict[tuple[str, str], BuiltSampler]:
     """One sampler per (mode, slot of ``PAIR_SIDES``), each with its own buffers; the slots
     hold the pair (default legacy, fixed); walk-only samplers drive the
     ``PrecomputedBaseLogits`` drafter."""
@@ -92,7 +91,7 @@ def make_samplers(
         "whole_call": inputs.model,
     }
     implementations = dict(zip(PAIR_SIDES, pair or default_pair(), strict=True))
-    samplers: dict[tuple[str, str], Any] = {}
+    samplers: dict[tuple[str, str], BuiltSampler] = {}
     for mode in MODES:
         for name, implementation in implementations.items():
             built = guarded_call(
@@ -120,7 +119,7 @@ def make_calls(
     return {key: _bind(sampler, inputs, name=names[key[1]]) for key, sampler in samplers.items()}
 
 
-def _bind(sampler: Any, inputs: CaseInputs, *, name: str) -> Callable[[], None]:
+def _bind(sampler: BuiltSampler, inputs: CaseInputs, *, name: str) -> Callable[[], None]:
     def stage_and_call() -> None:
         sampler.stage_sampling_params(  # the server stages before every replay
             bs=inputs.sampling_info.temperatures.shape[0], sampling_info=inputs.sampling_info
@@ -267,31 +266,3 @@ def ab_timing(
     }
     whose = (names[BUGGY_SIDE], names[FIXED_SIDE])
     return ABTiming(case, repeats, warmup, used_threads, times, whose)
-
-
-# -- report ---------------------------------------------------------------------------------
-def timing_blocks(timing: ABTiming) -> tuple[str, Table]:
-    """What was timed, then the median times and the paired-ratio spread per mode and clock."""
-    case = timing.case
-    stated = (
-        f"{case.label()}, {case.dtype}, {case.device}, {timing.threads} intra-op threads; "
-        f"{timing.repeats} alternating repetitions after {timing.warmup} warm-up"
-    )
-    rows = []
-    for mode, by_clock in timing.times.items():
-        for clock, times in by_clock.items():
-            s = times.summary()
-            rows.append(
-                [
-                    MODE_LABELS[mode],
-                    clock,
-                    f"{s['legacy_median_s'] * 1e3:.1f}",
-                    f"{s['fixed_median_s'] * 1e3:.1f}",
-                    f"{s['ratio_min']:.3f}",
-                    f"{s['ratio_median']:.3f}",
-                    f"{s['ratio_max']:.3f}",
-                ]
-            )
-    buggy, fixed = timing.pair
-    header = ["mode", "clock", f"{buggy} ms", f"{fixed} ms", "ratio min", "median", "max"]
-    return stated, Table.of(header, rows, align=["left", "left", *right_aligned(5)])

@@ -24,6 +24,7 @@ the report section are in ``harness.render.work``. See ``docs/design.md``
 
 from __future__ import annotations
 
+import enum
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,7 +56,26 @@ COUNTERS: tuple[tuple[str, str], ...] = (
 )
 
 
-NO_MODEL = "counted only (no model)"
+class ModelStatus(enum.Enum):
+    """How an implementation's counted work stands against the model on one case."""
+
+    AGREES = "agrees"
+    DIFFERS = "DIFFERS"  # the model and the counts disagree
+    NO_MODEL = "counted only (no model)"  # a plug-in: its work is counted only
+
+
+@dataclass(frozen=True)
+class WorkProblem:
+    """A disagreement on one case: a modelled implementation's counts against its model
+    (``implementation`` names it), or the pair's surplus against one walk."""
+
+    detail: str
+    implementation: str | None = None
+
+    def __str__(self) -> str:
+        return (
+            self.detail if self.implementation is None else f"{self.implementation}: {self.detail}"
+        )
 
 
 @dataclass(frozen=True)
@@ -140,18 +160,20 @@ class CaseWork:
     predicted: dict[str, PredictedWork]
     one_walk: CallCost
     comparison: WorkComparison | None
-    problems: list[str]
+    problems: list[WorkProblem]
     pair: tuple[str, str] = DEFAULT_PAIR
 
     @property
     def agrees(self) -> bool:
         return not self.problems
 
-    def model_status(self, name: str) -> str:
-        """``agrees``, ``DIFFERS`` (the model and the counts disagree) or ``NO_MODEL``."""
+    def model_status(self, name: str) -> ModelStatus:
+        """Whether ``name``'s counts agree with its model (a plug-in has none)."""
         if name not in self.predicted:
-            return NO_MODEL
-        return "DIFFERS" if any(p.startswith(f"{name}:") for p in self.problems) else "agrees"
+            return ModelStatus.NO_MODEL
+        if any(p.implementation == name for p in self.problems):
+            return ModelStatus.DIFFERS
+        return ModelStatus.AGREES
 
 
 def case_kind(case: Case) -> str:
@@ -229,27 +251,27 @@ def _model_problems(
     measured: dict[str, MeasuredWork],
     predicted: dict[str, PredictedWork],
     one_walk: CallCost,
-) -> list[str]:
-    problems: list[str] = []
+) -> list[WorkProblem]:
+    problems: list[WorkProblem] = []
     for name, model in predicted.items():
         got = measured[name]
         if got.error_type != model.raises:
-            problems.append(
-                f"{name}: model says {'raises ' + model.raises if model.raises else 'runs'}, "
-                f"the call {'raised ' + str(got.error) if got.error else 'ran'}"
-            )
+            said = f"raises {model.raises}" if model.raises else "runs"
+            did = f"raised {got.error}" if got.error else "ran"
+            problems.append(WorkProblem(f"model says {said}, the call {did}", name))
             continue
         if model.raises:
             continue
         for key in MODEL_COUNTERS:
             if got.counter(key) != model.counter(key):
-                problems.append(
-                    f"{name}: {key} counted {got.counter(key)}, model {model.counter(key)}"
-                )
+                detail = f"{key} counted {got.counter(key)}, model {model.counter(key)}"
+                problems.append(WorkProblem(detail, name))
     walk_model = predicted[FIXED].walk if FIXED in predicted else None
     if walk_model is not None and one_walk.gemm_flops != walk_model.gemm_flops:
         problems.append(
-            f"one walk: GEMM FLOPs counted {one_walk.gemm_flops}, model {walk_model.gemm_flops}"
+            WorkProblem(
+                f"one walk: GEMM FLOPs counted {one_walk.gemm_flops}, model {walk_model.gemm_flops}"
+            )
         )
     return problems
 
@@ -261,9 +283,11 @@ def surplus_held_exactly(pair: tuple[str, str]) -> bool:
     return all(name in BUILTIN_NAMES for name in pair)
 
 
-def _surplus_problems(case: Case, comparison: WorkComparison, *, one_walk: CallCost) -> list[str]:
+def _surplus_problems(
+    case: Case, comparison: WorkComparison, *, one_walk: CallCost
+) -> list[WorkProblem]:
     surplus = " - ".join(comparison.pair)
-    problems = []
+    problems: list[str] = []
     if surplus_held_exactly(comparison.pair):
         problems += [
             f"{d.op}: {surplus} = {d.diff}, one walk (+ pass-1 view) = {d.one_walk}"
@@ -294,12 +318,26 @@ def _surplus_problems(case: Case, comparison: WorkComparison, *, one_walk: CallC
     noise = comparison.counter("noise_elements")
     if case.folded_sampling and (noise is None or noise.legacy != 2 * noise.fixed):
         problems.append("folded: noise elements drawn are not exactly 2:1")
-    return problems
+    return [WorkProblem(text) for text in problems]  # the pair's, no model's
 
 
 WORK_SHAPE: dict[str, int] = {"bs": 4, "gamma": 4, "vocab_size": 256, "markov_rank": 8}
 HIDDEN_DIVISIBLE, HIDDEN_NOT_DIVISIBLE = 16, 18  # gamma = 4 divides 16, not 18
 MIXED_GREEDY_ROWS = (False, True, False, False)  # one greedy row among sampled ones
+
+
+class WorkMode(enum.Enum):
+    """How a work case samples: folded (sampled rows, or all greedy) or a greedy fold
+    (the fused flag off or on)."""
+
+    FOLDED_SAMPLED = enum.auto()
+    FOLDED_GREEDY = enum.auto()
+    GREEDY = enum.auto()
+    GREEDY_FUSED = enum.auto()
+
+    @property
+    def folded(self) -> bool:
+        return self in (WorkMode.FOLDED_SAMPLED, WorkMode.FOLDED_GREEDY)
 
 
 def work_cases(
@@ -316,47 +354,48 @@ def work_cases(
         head: str,
         *,
         anchor: bool,
-        mode: str,
+        mode: WorkMode,
         hidden: int = HIDDEN_DIVISIBLE,
         confidence: bool = False,
     ) -> Case:
-        folded = mode.startswith("folded")
         return make_case(
             **WORK_SHAPE,
             hidden_size=hidden,
-            greedy_rows=MIXED_GREEDY_ROWS if mode == "folded-sampled" else (True,) * 4,
+            greedy_rows=MIXED_GREEDY_ROWS if mode is WorkMode.FOLDED_SAMPLED else (True,) * 4,
             head_kind=head,
             sample_from_anchor=anchor,
-            folded_sampling=folded,
-            fused_greedy=mode == "greedy-fused",
+            folded_sampling=mode.folded,
+            fused_greedy=mode is WorkMode.GREEDY_FUSED,
             confidence=confidence,
             dtype=dtype,
             device=device,
             seed=seed,
         )
 
-    modes = ("folded-sampled", "folded-greedy", "greedy", "greedy-fused")
     if exhaustive:
-        cases = [case(h, anchor=True, mode=m) for h in ("vanilla", "gated", "rnn") for m in modes]
+        cases = [
+            case(h, anchor=True, mode=m) for h in ("vanilla", "gated", "rnn") for m in WorkMode
+        ]
         cases += [
             case(h, anchor=False, mode=m, hidden=hidden)
             for h in ("vanilla", "gated", "rnn")
-            for m in modes
+            for m in WorkMode
             for hidden in (HIDDEN_DIVISIBLE, HIDDEN_NOT_DIVISIBLE)
         ]
         return cases
+    sampled, greedy, fused = WorkMode.FOLDED_SAMPLED, WorkMode.GREEDY, WorkMode.GREEDY_FUSED
     return [
-        case("vanilla", anchor=True, mode="folded-sampled", confidence=True),
-        case("vanilla", anchor=True, mode="folded-greedy"),
-        case("vanilla", anchor=True, mode="greedy"),
-        case("vanilla", anchor=True, mode="greedy-fused"),
-        case("gated", anchor=False, mode="folded-sampled"),
-        case("rnn", anchor=False, mode="greedy"),
-        case("vanilla", anchor=False, mode="folded-sampled", hidden=HIDDEN_NOT_DIVISIBLE),
-        case("vanilla", anchor=False, mode="folded-sampled"),
-        case("gated", anchor=True, mode="folded-sampled"),
-        case("rnn", anchor=True, mode="folded-sampled"),
-        case("gated", anchor=True, mode="greedy-fused"),
+        case("vanilla", anchor=True, mode=sampled, confidence=True),
+        case("vanilla", anchor=True, mode=WorkMode.FOLDED_GREEDY),
+        case("vanilla", anchor=True, mode=greedy),
+        case("vanilla", anchor=True, mode=fused),
+        case("gated", anchor=False, mode=sampled),
+        case("rnn", anchor=False, mode=greedy),
+        case("vanilla", anchor=False, mode=sampled, hidden=HIDDEN_NOT_DIVISIBLE),
+        case("vanilla", anchor=False, mode=sampled),
+        case("gated", anchor=True, mode=sampled),
+        case("rnn", anchor=True, mode=sampled),
+        case("gated", anchor=True, mode=fused),
     ]
 
 

@@ -131,9 +131,12 @@ def cut_config(config: StatsConfig, cut: OracleCut) -> StatsConfig:
 def heads_outside(config: StatsConfig, implementation: Implementation) -> dict[str, str]:
     """Each head kind of ``config`` whose rows the implementation's convention cannot
     express (``Convention.outside_contract`` on the oracle's case of that head), and why."""
-    convention = convention_of(implementation.sampler_class)
+    sampler_class = implementation.sampler_class
+    convention = convention_of(sampler_class)
     reasons = {
-        kind: convention.outside_contract(oracle_case(config, head_kind=kind, seed=config.seed))
+        kind: convention.outside_contract(
+            oracle_case(config, head_kind=kind, seed=config.seed), sampler_class=sampler_class
+        )
         for kind in config.head_kinds
     }
     return {kind: why for kind, why in reasons.items() if why is not None}

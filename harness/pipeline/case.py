@@ -100,6 +100,7 @@ class Case:
     seed: int = 0
     max_bs: int = 0  # 0: same as bs
     vocab_padding: int = 0
+    draft_vocab: int = 0  # > 0: a reduced draft vocabulary of that many target ids
     replays: int = 0  # > 0: also a server's life of this many replays on one instance
     name: str = field(default="", compare=False)
 
@@ -116,7 +117,7 @@ class Case:
     def check_types(self) -> None:
         """JSON types exactly: integers for shapes and seeds, booleans for flags, strings
         for names, lists of numbers and of booleans; nothing is coerced."""
-        for name in (*SHAPE_FIELDS, "seed", "max_bs", "vocab_padding", "replays"):
+        for name in (*SHAPE_FIELDS, "seed", "max_bs", "vocab_padding", "draft_vocab", "replays"):
             if not _is_int(getattr(self, name)):
                 raise CaseError(f"{name} must be an integer, got {getattr(self, name)!r}")
         for name in FLAG_FIELDS:
@@ -178,6 +179,11 @@ class Case:
                 )
         if self.vocab_padding < 0:
             raise CaseError(f"vocab_padding must be >= 0, got {self.vocab_padding}")
+        if not (self.draft_vocab == 0 or 0 < self.draft_vocab < self.vocab_size):
+            raise CaseError(
+                f"draft_vocab must be 0 (the full vocabulary) or in 1..{self.vocab_size - 1} "
+                f"(fewer than vocab_size), got {self.draft_vocab}"
+            )
         if self.replays < 0:
             raise CaseError(f"replays must be >= 0 (0: no life), got {self.replays}")
 
@@ -216,6 +222,7 @@ class Case:
         return (
             f"{self.head_kind}/{layout}/{mode}/{self.dtype} bs={self.bs} g={self.gamma} "
             f"V={self.vocab_size} H={self.hidden_size} r={self.markov_rank} seed={self.seed}"
+            + (f" Vd={self.draft_vocab}" if self.draft_vocab else "")
             + (f" replays={self.replays}" if self.replays else "")
         )
 
@@ -324,6 +331,7 @@ def build_inputs(case: Case) -> CaseInputs:
         seed=case.seed,
         dtype=case.torch_dtype,
         vocab_padding=case.vocab_padding,
+        draft_vocab=case.draft_vocab,
     )
     generator = torch.Generator().manual_seed(case.seed + 2)
     rows = case.bs * case.query_rows

@@ -136,8 +136,10 @@ def _token_ids_valid(run: CaseRun, tokens: torch.Tensor) -> bool:
 
 def check_outputs_written(subject: Subject) -> CheckResult:
     """Every output entry was written with a valid value: token ids in ``[0, V)``,
-    finite corrected logits (the inputs are finite), confidence in ``[0, 1]``, and
-    ``verify_ids`` (where the convention has it) the anchor followed by the drafts."""
+    finite corrected logits wherever the drafter's law has the entry (the inputs are
+    finite; ``-inf`` is what is written outside its support, a reduced draft vocabulary,
+    and off a contract's candidates), confidence in ``[0, 1]``, and ``verify_ids`` (where
+    the convention has it) the anchor followed by the drafts."""
     run, result = subject.run, subject.result
     name = "outputs_written"
     if result.tokens is None:
@@ -148,8 +150,11 @@ def check_outputs_written(subject: Subject) -> CheckResult:
         problems.append((f"token ids outside [0, {run.case.vocab_size}) or unwritten", bad_tokens))
     if result.corrected is not None:
         not_finite = ~torch.isfinite(result.corrected)
-        if result.candidates is not None:  # -inf off the contract's candidates is written
-            not_finite &= result.candidates | (result.corrected != -math.inf)
+        device = result.corrected.device
+        off_law = run.block.base_logits.to(device) == -math.inf  # outside the support
+        if result.candidates is not None:  # the contract's candidates (vLLM's top-K)
+            off_law |= ~result.candidates.to(device)
+        not_finite &= ~off_law | (result.corrected != -math.inf)  # -inf there is written
         not_finite = not_finite.any(dim=-1)
         if not_finite.any():
             problems.append(("corrected_out unwritten or not finite", not_finite))

@@ -98,6 +98,10 @@ def standard_matrix(*, seed: int = 0, device: str = "cpu") -> list[Case]:
         ),
         ("folded-sampled/gated/gamma=7", {**small, **rows, "gamma": 7, "head_kind": "gated"}),
         (
+            "reduced-vocab/vanilla/folded-sampled",
+            {**small, **rows, "gamma": 4, "draft_vocab": 96, "max_bs": 6},
+        ),
+        (
             "folded-sampled/bs=64/gamma=8",
             {**small, **mixed_rows(64), "bs": 64, "gamma": 8, "max_bs": 72},
         ),

@@ -1,15 +1,12 @@
-"""Observation of one sampler run: ATen operators, every random draw, Markov walks.
+"""Observation of one sampler run: ATen operators and every random draw.
 
-Two instruments, both exact and deterministic on any device:
-
-- ``DispatchObserver``: a ``TorchDispatchMode`` that counts every ATen operator of
-  the call and records every random operator (``exponential_``, ``uniform_``,
-  ``normal_``, ``bernoulli_``, ``random_``, ``multinomial``, ``rand``/``randn``/
-  ``randint`` and their ``_like`` forms, with or without a generator) in every phase
-  of a run — construction, staging and the call — by calls and elements per op;
-- ``observe_head``: wraps the Markov head's entry points on the instance for the
-  duration of a call, counting walks, fused greedy calls, head steps and step
-  sampler calls, and keeping the tokens each walk returned.
+``DispatchObserver`` is a ``TorchDispatchMode`` that counts every ATen operator of
+the call and records every random operator (``exponential_``, ``uniform_``,
+``normal_``, ``bernoulli_``, ``random_``, ``multinomial``, ``rand``/``randn``/
+``randint`` and their ``_like`` forms, with or without a generator) in every phase
+of a run — construction, staging and the call — by calls and elements per op; exact
+and deterministic on any device. The Markov walks are counted by the calling
+convention (``harness.plugins.walks``).
 """
 
 from __future__ import annotations
@@ -18,14 +15,11 @@ import os
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-
-from reference import MarkovHead
-from reference.step_samplers import StepSampler
 
 Phase = Literal["construction", "staging", "call"]
 NOISE_OP = "exponential_"  # the one random op a drop-in sampler uses
@@ -159,61 +153,3 @@ def rng_consumption(draws: list[RandomDraw]) -> dict[str, dict[str, list[int]]]:
         entry[0] += 1
         entry[1] += draw.elements
     return {phase: dict(sorted(ops.items())) for phase, ops in table.items()}
-
-
-@dataclass
-class HeadCounts:
-    """What the Markov head was asked to do during one call."""
-
-    walks: int = 0
-    fused_calls: int = 0  # fused greedy calls that produced tokens
-    head_steps: int = 0
-    sampler_calls: int = 0
-    walk_tokens: list[torch.Tensor] = field(default_factory=list)
-
-
-@contextmanager
-def observe_head(head: MarkovHead) -> Iterator[HeadCounts]:
-    """Count the head's walks, fused calls, steps and step-sampler calls.
-
-    The wrappers are instance attributes, removed on exit, so the class and any
-    other instance are untouched.
-    """
-    counts = HeadCounts()
-    sample_block, fused, step_bias = (
-        head.sample_block,
-        head.sample_block_greedy_fused,
-        head.step_bias,
-    )
-
-    def counting_sample_block(*args: Any, sampler: StepSampler, **kwargs: Any) -> Any:
-        def counting_sampler(step_logits: torch.Tensor, step_idx: int) -> torch.Tensor:
-            counts.sampler_calls += 1
-            return sampler(step_logits, step_idx)
-
-        counts.walks += 1
-        tokens, corrected = sample_block(*args, sampler=counting_sampler, **kwargs)
-        counts.walk_tokens.append(tokens)  # fresh per walk; no copy, so no counted op
-        return tokens, corrected
-
-    def counting_fused(*args: Any, **kwargs: Any) -> Any:
-        tokens = fused(*args, **kwargs)
-        counts.fused_calls += tokens is not None  # a head without a fused path did no work
-        return tokens
-
-    def counting_step_bias(*args: Any, **kwargs: Any) -> Any:
-        counts.head_steps += 1
-        return step_bias(*args, **kwargs)
-
-    patches = {
-        "sample_block": counting_sample_block,
-        "sample_block_greedy_fused": counting_fused,
-        "step_bias": counting_step_bias,
-    }
-    for name, wrapper in patches.items():
-        object.__setattr__(head, name, wrapper)
-    try:
-        yield counts
-    finally:
-        for name in patches:
-            object.__delattr__(head, name)

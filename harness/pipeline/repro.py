@@ -138,6 +138,7 @@ def _smaller(case: Case) -> Iterator[Case]:
     for field_name, simple in (
         ("confidence", False),
         ("vocab_padding", 0),
+        ("draft_vocab", 0),
         ("dtype", "float32"),
         ("head_kind", "vanilla"),
         ("fused_greedy", False),

@@ -12,9 +12,9 @@ A case with ``replays`` then lives a server's life on a new instance
 The caller's RNG state is restored afterwards. An implementation that raises
 (``SystemExit`` and its own ``KeyboardInterrupt`` included) is a recorded result,
 never a crash of the harness; the time limit covers construction, staging and the
-calls. Around each implementation the guards of ``harness.pipeline.guard`` record
-changed inputs and leaked global state, and the next implementation gets both
-pristine.
+calls. Around each implementation the guards of ``harness.pipeline.guard`` (the
+inputs) and ``harness.world`` (the process) record changed inputs and leaked global
+state, and the next implementation gets both pristine.
 
 ``guarded_call`` is the one failure boundary: every stage runs implementation code
 (construction, staging, calls) through it, so whatever that code raises is its
@@ -39,21 +39,8 @@ import torch
 from harness.interrupts import reraise_stop_request
 from harness.options import DEFAULT_OPTIONS, RunOptions
 from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
-from harness.pipeline.guard import (
-    TIME_LIMIT_MARK,
-    AlarmBackstop,
-    WorldChanges,
-    changed_inputs,
-    implementation_world,
-    input_digests,
-    take_thread_blame,
-)
-from harness.pipeline.observe import (
-    DispatchObserver,
-    HeadCounts,
-    RandomDraw,
-    rng_consumption,
-)
+from harness.pipeline.guard import changed_inputs, input_digests
+from harness.pipeline.observe import DispatchObserver, RandomDraw, rng_consumption
 from harness.plugins.conventions import (
     BuiltSampler,
     CallOutputs,
@@ -64,6 +51,14 @@ from harness.plugins.conventions import (
 )
 from harness.plugins.implementations import Implementation
 from harness.plugins.protocol import DraftSampler
+from harness.plugins.walks import HeadCounts
+from harness.world import (
+    TIME_LIMIT_MARK,
+    AlarmBackstop,
+    WorldChanges,
+    implementation_world,
+    take_thread_blame,
+)
 from reference import BlockInputs
 
 if TYPE_CHECKING:
@@ -277,7 +272,7 @@ def guarded_call(
     """Run implementation code under the time limit; anything it raises (``SystemExit``,
     its own ``KeyboardInterrupt``, a timeout) is its failure. Only the harness's own stop
     requests (``harness.interrupts``) pass, including one it swallowed. With
-    ``owner``, the code runs in ``implementation_world`` (``harness.pipeline.guard``):
+    ``owner``, the code runs in ``implementation_world`` (``harness.world``):
     global state restored, children killed, stdout to stderr; the changes it made are
     in ``world``."""
     changes = WorldChanges()
@@ -434,7 +429,8 @@ def run_guarded(
     and after (changes land in ``mutated_inputs``), and the global state is restored
     afterwards (changes land in ``leaked_state``). A case outside the implementation's
     convention (``Convention.outside_contract``) is not run."""
-    outside = convention_of(implementation.sampler_class).outside_contract(case)
+    sampler_class = implementation.sampler_class
+    outside = convention_of(sampler_class).outside_contract(case, sampler_class=sampler_class)
     if outside is not None:
         return ImplResult(name=implementation.name, outside_contract=outside)
     before_inputs = input_digests(inputs)

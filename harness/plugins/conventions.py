@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness.pipeline.observe import HeadCounts, observe_head
 from harness.plugins.construct import bind_constructor, construct_sampler
+from harness.plugins.protocol import DraftSampler
+from harness.plugins.walks import HeadCounts, observe_head
 from reference.sampling_params import SamplingInfo
 from reference.verifier import DraftBlock, read_draft_block
 
@@ -222,10 +223,12 @@ class CorrectedOutSampler(BuiltSampler):
     """Ours and the PR-era server's: ``out``, ``corrected_out[max_bs*gamma, V]``,
     ``confidence_out[max_bs, gamma]``; noise from torch's RNG."""
 
+    sampler: DraftSampler
+
     def __init__(
         self,
         *,
-        sampler: Any,
+        sampler: DraftSampler,
         model: Any,
         convention: ConventionName,
         server_out: torch.Tensor | None = None,
@@ -301,10 +304,10 @@ class Convention(ABC):
         (each a finding of that implementation, named in the report)."""
         return ()
 
-    def outside_contract(self, case: Case) -> str | None:
-        """Why the case cannot be expressed in this convention's contract (its samplers
-        then skip it, saying so), or ``None``."""
-        del case
+    def outside_contract(self, case: Case, *, sampler_class: type[DraftSampler]) -> str | None:
+        """Why the case cannot be expressed in this convention's contract for the class
+        (it then skips the case, saying so), or ``None``."""
+        del case, sampler_class
         return None
 
     @property
@@ -315,17 +318,17 @@ class Convention(ABC):
         return None
 
     @abstractmethod
-    def takes_out(self, sampler_class: type[Any]) -> bool:
+    def takes_out(self, sampler_class: type[DraftSampler]) -> bool:
         """Whether the class's constructor takes a server-owned token buffer (``out=``)."""
 
     @abstractmethod
     def build(
         self,
-        sampler_class: type[Any],
+        sampler_class: type[DraftSampler],
         *,
         case: Case,
         inputs: CaseInputs,
-        model: Any = None,
+        model: torch.nn.Module | None = None,
         out: torch.Tensor | None = None,
     ) -> BuiltSampler:
         """A sampler for the case (``model`` replaces the case's drafter; ``out``, the
@@ -339,16 +342,16 @@ class ConstructorConvention(Convention):
     def __init__(self, name: ConventionName) -> None:
         self.name = name
 
-    def takes_out(self, sampler_class: type[Any]) -> bool:
+    def takes_out(self, sampler_class: type[DraftSampler]) -> bool:
         return bind_constructor(sampler_class).takes_out
 
     def build(
         self,
-        sampler_class: type[Any],
+        sampler_class: type[DraftSampler],
         *,
         case: Case,
         inputs: CaseInputs,
-        model: Any = None,
+        model: torch.nn.Module | None = None,
         out: torch.Tensor | None = None,
     ) -> BuiltSampler:
         drafter = inputs.model if model is None else model
@@ -368,7 +371,7 @@ class ConstructorConvention(Convention):
         )
 
 
-def convention_of(sampler_class: type[Any]) -> Convention:
+def convention_of(sampler_class: type[DraftSampler]) -> Convention:
     """The convention a sampler class speaks: sglang 0.5.23's for the package's own
     ``DsparkDraftSampler`` and its subclasses, vLLM 0.33's for its ``DSparkSpeculator``
     and its subclasses, else what its constructor says."""
@@ -383,11 +386,11 @@ def convention_of(sampler_class: type[Any]) -> Convention:
 
 
 def build_for_case(
-    sampler_class: type[Any],
+    sampler_class: type[DraftSampler],
     *,
     case: Case,
     inputs: CaseInputs,
-    model: Any = None,
+    model: torch.nn.Module | None = None,
     out: torch.Tensor | None = None,
 ) -> BuiltSampler:
     """A sampler for the case in the class's own convention (``out``: the server's token

@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.defaults import BUILTIN_NAMES
-from harness.pipeline.guard import import_world
 from harness.plugins.construct import bind_constructor
 from harness.plugins.conventions import convention_of
 from harness.plugins.eras import Era, split_era
@@ -52,6 +51,7 @@ from harness.upstream.sglang_loader import UpstreamUnavailable, load_sglang
 from harness.upstream.vllm_convention import VLLM_FORM, parse_vllm_variant, speaks_vllm_0_33
 from harness.upstream.vllm_convention import variant_class as vllm_variant_class
 from harness.upstream.vllm_loader import VllmUnavailable
+from harness.world import import_world
 from legacy import DsparkDraftSampler as LegacySampler
 from reference import ReferenceDraftSampler
 
@@ -292,10 +292,14 @@ def _implementation(
 
 
 def select_implementations(
-    names: Sequence[str], specs: Sequence[str], *, isolate: bool = False
+    names: Sequence[str],
+    specs: Sequence[str],
+    *,
+    load: Callable[[str], Implementation] = parse_impl_spec,
 ) -> list[Implementation]:
-    """Built-in implementations by name, then every ``--impl`` spec (with ``isolate``,
-    loaded in its own worker only)."""
+    """Built-in implementations by name, then every ``--impl`` spec as ``load`` gives it
+    (default: imported here; ``harness.pipeline.isolation.worker_only`` loads it in its
+    own worker only)."""
     unknown = [n for n in names if n not in BUILTIN_IMPLEMENTATIONS]
     if unknown:
         raise ImplementationError(
@@ -317,13 +321,7 @@ def select_implementations(
                 "expected names that stay distinct with '-' read as '_'"
             )
         modules[file_module_name(name)] = name
-    for spec in specs:
-        if isolate:
-            from harness.pipeline.isolation import worker_only
-
-            implementations.append(worker_only(spec))
-        else:
-            implementations.append(parse_impl_spec(spec))
+    implementations += [load(spec) for spec in specs]
     return implementations
 
 

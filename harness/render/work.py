@@ -1,26 +1,23 @@
 """The work sections: how the eliminated work is shown. The tables of counted vs
 modelled work (and, with plug-ins, every implementation's counted work), the JSON of
-each case, the "eliminated work" section of the measured case works
-(``harness.measure.work.collect_work``), and the "time ratio" section of
-``python -m harness work --timing`` (``harness.measure.time_ratio``). The pair (default
-legacy, fixed) names the columns of every BUGGY vs FIXED table."""
+each case, and the "eliminated work" section of the measured case works
+(``harness.measure.work.collect_work``); the "time ratio" section is
+``harness.render.timing``. The pair (default legacy, fixed) names the columns of every
+BUGGY vs FIXED table."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from harness.defaults import DEFAULT_PAIR
-from harness.measure.callgrind import callgrind_blocks
 from harness.measure.model import MODEL_COUNTERS, lm_head_cost, production_shape, walk_cost
-from harness.measure.time_ratio import TimeRatio
-from harness.measure.timing import WALK_RATIO_RANGE, timing_blocks
 from harness.measure.work import (
     COUNTERS,
     HIDDEN_DIVISIBLE,
     HIDDEN_NOT_DIVISIBLE,
-    NO_MODEL,
     CaseWork,
     CounterComparison,
+    ModelStatus,
     WorkComparison,
     surplus_held_exactly,
 )
@@ -61,7 +58,11 @@ def overview_table(works: list[CaseWork]) -> Table:
         "allocated_bytes": "bytes allocated",
     }
     rows = [
-        [work.kind, *(_pair(work, k) for k in short), "agrees" if work.agrees else "DIFFERS"]
+        [
+            work.kind,
+            *(_pair(work, k) for k in short),
+            (ModelStatus.AGREES if work.agrees else ModelStatus.DIFFERS).value,
+        ]
         for work in works
     ]
     buggy, fixed = works[0].pair if works else DEFAULT_PAIR
@@ -116,7 +117,7 @@ def counted_work_rows(works: list[CaseWork]) -> list[dict[str, Any]]:
                     "sampler_calls": m.counts.sampler_calls,
                     "rng": m.counts.rng,
                     "aten_ops": m.counts.total_ops,
-                    "model": work.model_status(name),
+                    "model": work.model_status(name).value,
                 }
             )
     return rows
@@ -140,7 +141,7 @@ def counted_work_table(works: list[CaseWork]) -> Table:
                     _number(counts.total_ops),
                 ]
             )
-            rows.append([work.kind, name, *counted, work.model_status(name)])
+            rows.append([work.kind, name, *counted, work.model_status(name).value])
     header = [
         "case kind",
         "implementation",
@@ -188,7 +189,7 @@ def work_json(work: CaseWork) -> dict[str, Any]:
         "kind": work.kind,
         "case": work.case.to_json_dict()["case"],
         "agrees": work.agrees,
-        "problems": work.problems,
+        "problems": [str(problem) for problem in work.problems],
         "measured": {
             name: {
                 "error": m.error,
@@ -283,7 +284,7 @@ def work_section(works: list[CaseWork], *, expect_fail: frozenset[str] = frozens
         "case kinds"
     )
     if plugins:
-        verdict += f"; {', '.join(plugins)}: {NO_MODEL}"
+        verdict += f"; {', '.join(plugins)}: {ModelStatus.NO_MODEL.value}"
     unmeasured = unmeasured_plugins(works, plugins, expect_fail=expect_fail)
     if unmeasured:  # a plug-in outside the pair has no model: a raise is not a measurement
         ok = False
@@ -310,7 +311,7 @@ def work_section(works: list[CaseWork], *, expect_fail: frozenset[str] = frozens
     if plugins:
         blocks += [
             "counted work per call, every implementation (plug-ins: "
-            f"{NO_MODEL}; a plug-in that raises is a result of its case)",
+            f"{ModelStatus.NO_MODEL.value}; a plug-in that raises is a result of its case)",
             counted_work_table(works),
         ]
     problems = [f"{w.kind}: {p}" for w in works for p in w.problems]
@@ -326,30 +327,3 @@ def work_section(works: list[CaseWork], *, expect_fail: frozenset[str] = frozens
         blocks=tuple(blocks),
         data=data,
     )
-
-
-def timing_section(run: TimeRatio) -> Section:
-    """The "time ratio" section: the timing, its verdict (ok iff the median walk-only
-    ratio lies in ``WALK_RATIO_RANGE``), and callgrind's counts or why there are none."""
-    if run.timing is None:
-        verdict = f"timing failed: {run.failure}"
-        return Section(title="time ratio", ok=False, verdict=verdict, blocks=(verdict,))
-    timing = run.timing
-    buggy, fixed = timing.pair
-    walk = timing.times["walk_only"]["wall"].summary()
-    whole = timing.times["whole_call"]["wall"].summary()
-    low, high = WALK_RATIO_RANGE
-    ok = low <= walk["ratio_median"] <= high
-    blocks: list[Block] = [*timing_blocks(timing)]
-    data: dict[str, Any] = {"ab": timing.to_json(), "callgrind": None}
-    if run.callgrind is None:
-        blocks.append(f"callgrind: {run.callgrind_note}")
-    else:
-        blocks.extend(callgrind_blocks(run.callgrind))
-        data["callgrind"] = run.callgrind.to_json()
-    verdict = (
-        f"{buggy}/{fixed} wall time: walk-only median {walk['ratio_median']:.3f} "
-        f"(min {walk['ratio_min']:.3f}, max {walk['ratio_max']:.3f}; expected "
-        f"{low}-{high}), whole call median {whole['ratio_median']:.3f} at H={run.hidden_size}"
-    )
-    return Section(title="time ratio", ok=ok, verdict=verdict, blocks=tuple(blocks), data=data)

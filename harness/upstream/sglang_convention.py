@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from harness.pipeline.observe import HeadCounts
 from harness.plugins.construct import environment_variable
 from harness.plugins.conventions import (
     BuiltSampler,
@@ -47,6 +46,7 @@ from harness.plugins.conventions import (
     read_tokens,
     rows_written,
 )
+from harness.plugins.walks import HeadCounts, wrapped_on_instance
 from harness.upstream.sglang_loader import LoadedSglang, load_sglang
 from reference import MarkovHead
 from reference.sampling_params import SamplingInfo
@@ -385,15 +385,13 @@ def observe_package_walks(head: Any, tp_sync: Any) -> Iterator[HeadCounts]:
         "step_bias": counting_step_bias,
         "greedy_w2_weight": counting_greedy_w2,
     }
-    for name, wrapper in head_patches.items():
-        object.__setattr__(head, name, wrapper)
-    tp_sync.sync = recording_sync
     try:
-        yield counts
+        with (
+            wrapped_on_instance(head, head_patches),
+            wrapped_on_instance(tp_sync, {"sync": recording_sync}),
+        ):
+            yield counts
     finally:
-        for name in head_patches:
-            object.__delattr__(head, name)
-        del tp_sync.sync
         counts.walk_tokens = [torch.stack(walk, dim=1) for walk in steps if walk]
 
 

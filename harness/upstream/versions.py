@@ -164,7 +164,12 @@ def version_plan(implementation: Implementation, *, plan: ScanPlan, repeats: int
         bs=min(plan.bs, cut.rows),
         triples_per_point=min(plan.triples_per_point, cut.rows * plan.gamma),
     )
-    inside = tuple(p for p in narrow.points() if convention.outside_contract(p.case()) is None)
+    sampler_class = implementation.sampler_class
+    inside = tuple(
+        p
+        for p in narrow.points()
+        if convention.outside_contract(p.case(), sampler_class=sampler_class) is None
+    )
     left = len(tuple(narrow.points())) - len(inside)
     nonfinite_bs = min(NONFINITE_BS, cut.rows)
     return VersionPlan(

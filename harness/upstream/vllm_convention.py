@@ -17,7 +17,10 @@ model hooks its draft step reads, as the server's model runner leaves them befor
   ``sample_idx_mapping`` (their slots; -1 on padding rows), ``sample_pos`` (the
   predicted positions: each request's sequence position plus the step, plus one) and
   ``input_buffers.input_ids`` (the anchors at ``_anchor_idx``);
-- ``_draft_topk``: ``None`` (dense) or ``K`` (``_sample_sequential_topk``).
+- ``_draft_topk``: ``None`` (dense) or ``K`` (``_sample_sequential_topk``);
+- ``_d2t_scatter_index`` and ``_draft_scatter_buf``: as ``load_draft_model`` sets them
+  for a drafter with a reduced draft vocabulary (``Case.draft_vocab``) when the server
+  keeps a cache, ``None`` otherwise (``reduced_vocab_state``).
 
 Positions are the server's: each call drafts ``gamma`` positions past the request's
 sequence, and the harness moves every sequence ``gamma`` positions on after a call, as
@@ -41,7 +44,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from harness.oracles.cut import OracleCut
-from harness.pipeline.observe import HeadCounts
 from harness.plugins.conventions import (
     BuiltSampler,
     CallOutputs,
@@ -53,6 +55,7 @@ from harness.plugins.conventions import (
     poison,
     read_tensor,
 )
+from harness.plugins.walks import HeadCounts
 from harness.upstream.vllm_loader import LoadedVllm, interpreted, is_speculator_class, load_vllm
 from reference.block import prepare_block
 from reference.draft_model import query_rows_per_request
@@ -73,8 +76,16 @@ SAMPLER_CUT = OracleCut(
 )
 
 
-def outside_contract(case: Case) -> str | None:
-    """Why the case cannot be expressed in vLLM 0.33's contract here, or ``None``."""
+def outside_contract(case: Case, *, sampler_class: type[Any]) -> str | None:
+    """Why the case cannot be expressed in vLLM 0.33's contract for the class here, or
+    ``None``."""
+    topk = getattr(sampler_class, TOPK_ATTRIBUTE, None)
+    vocab = case.draft_vocab or case.vocab_size
+    if topk is not None and topk > vocab:
+        return (
+            f"the top-K variant takes K={topk} candidates of a draft vocabulary of {vocab}: "
+            "K must not exceed it"
+        )
     if case.head_kind != "vanilla":
         return (
             f"vLLM's Markov hooks (markov_embed, markov_bias) take no hidden state: the "
@@ -97,30 +108,48 @@ def request_seeds(case: Case) -> list[int]:
 class VllmDrafter:
     """vLLM's DSpark model hooks over the case's toy drafter (vanilla head).
 
-    ``compute_draft_logits`` is the toy lm_head; ``markov_embed`` is ``W1[prev]`` and
-    ``markov_bias`` ``W2 . embed``; ``apply_markov_bias_gathered`` writes base plus bias
-    at the chosen candidates of a ``-inf`` row; ``map_draft_to_target`` is the identity (a
-    full-vocabulary drafter); ``compute_confidence`` is the case's linear probe over
-    ``[hidden | embed]``. The hooks are model math; the walk, the noise and the
-    sampling that use them are vLLM's.
+    ``compute_draft_logits`` is the toy's base logits; ``markov_embed`` is ``W1[prev]``
+    (``prev`` a target id) and ``markov_bias`` ``W2 . embed``; ``apply_markov_bias_gathered``
+    writes base plus bias at the chosen candidates of a ``-inf`` row; ``compute_confidence``
+    is the case's linear probe over ``[hidden | embed]``. A drafter with a reduced draft
+    vocabulary (``Case.draft_vocab``) works in draft-width columns as vLLM's does: the
+    logits, the bias and the gathered candidates are the toy's own values at the draft
+    vocabulary's target columns, ``draft_id_to_target_id`` holds vLLM's offsets (target
+    id = draft id + offset) and ``map_draft_to_target`` applies them; with the full
+    vocabulary it is ``None`` and the map the identity. The hooks are model math; the
+    walk, the noise, the scatter to target columns and the sampling that use them are
+    vLLM's.
     """
 
     def __init__(self, *, model: Any, confidence_fn: Any) -> None:
         self.toy = model
         self.head = model.markov_head
         self.confidence_fn = confidence_fn
+        self.draft_columns: torch.Tensor | None = model.draft_vocab_ids  # [Vd] target ids
+        self.draft_id_to_target_id: torch.Tensor | None = None
+        if self.draft_columns is not None:
+            draft_ids = torch.arange(self.draft_columns.numel(), device=self.draft_columns.device)
+            self.draft_id_to_target_id = self.draft_columns - draft_ids
+
+    def _draft_width(self, target_width: torch.Tensor) -> torch.Tensor:
+        """``[N, V] -> [N, Vd]``: the draft vocabulary's target columns, in draft order."""
+        if self.draft_columns is None:
+            return target_width
+        return target_width[:, self.draft_columns]
 
     def compute_draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.toy.lm_head(hidden)
+        return self._draft_width(self.toy.compute_base_logits(hidden)[0])
 
     def markov_embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         return self.head.W1(token_ids)
 
     def markov_bias(self, markov_embed: torch.Tensor) -> torch.Tensor:
-        return self.head.W2(markov_embed)
+        return self._draft_width(self.head.W2(markov_embed))
 
     def map_draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
-        return draft_ids
+        if self.draft_id_to_target_id is None:
+            return draft_ids
+        return draft_ids + self.draft_id_to_target_id[draft_ids]
 
     def apply_markov_bias_gathered(
         self,
@@ -131,7 +160,7 @@ class VllmDrafter:
     ) -> torch.Tensor:
         # The toy's bias is one [r, V] projection; gathering its entries keeps each sum
         # the reference's own (a [K, r] product of the gathered rows rounds differently).
-        bias = self.head.W2(markov_embed).gather(1, index)  # [bs, K]
+        bias = self.markov_bias(markov_embed).gather(1, index)  # [bs, K], draft columns
         return logits.scatter_(1, index, values + bias.to(values.dtype))
 
     def compute_confidence(self, hidden: torch.Tensor, markov_embed: torch.Tensor) -> torch.Tensor:
@@ -392,8 +421,8 @@ class VllmConvention(Convention):
     def takes_out(self, sampler_class: type[Any]) -> bool:
         return False  # the server reads the speculator's own draft_tokens
 
-    def outside_contract(self, case: Case) -> str | None:
-        return outside_contract(case)
+    def outside_contract(self, case: Case, *, sampler_class: type[Any]) -> str | None:
+        return outside_contract(case, sampler_class=sampler_class)
 
     @property
     def oracle_cut(self) -> OracleCut | None:
@@ -411,7 +440,7 @@ class VllmConvention(Convention):
         out: torch.Tensor | None = None,
     ) -> BuiltSampler:
         loaded = load_vllm()
-        reason = outside_contract(case)
+        reason = outside_contract(case, sampler_class=sampler_class)
         if reason is not None:
             raise OutputError(reason)
         device = torch.device(case.device)
@@ -422,6 +451,11 @@ class VllmConvention(Convention):
         q = query_rows_per_request(gamma=gamma, sample_from_anchor=case.sample_from_anchor)
         dtype = drafter.toy.dtype
         speculator = object.__new__(sampler_class)  # its __init__ needs a VllmConfig
+        draft_logits = (
+            torch.full((max_bs, gamma, case.vocab_size), float("-inf"), dtype=dtype).to(device)
+            if case.folded_sampling
+            else None
+        )
         state = {
             "model": drafter,
             "device": device,
@@ -431,8 +465,6 @@ class VllmConvention(Convention):
             "vocab_size": case.vocab_size,
             "sample_from_anchor": case.sample_from_anchor,
             "_draft_topk": getattr(sampler_class, TOPK_ATTRIBUTE, None),
-            "_d2t_scatter_index": None,
-            "_draft_scatter_buf": None,
             "use_confidence_head": case.confidence,
             "use_acceptance_estimator": False,
             "acceptance_estimator": None,
@@ -451,18 +483,34 @@ class VllmConvention(Convention):
             "draft_token_confidence_probs": torch.empty(
                 max_bs, gamma, dtype=torch.float32, device=device
             ),
-            "draft_logits": (
-                torch.full((max_bs, gamma, case.vocab_size), float("-inf"), dtype=dtype).to(device)
-                if case.folded_sampling
-                else None
-            ),
+            "draft_logits": draft_logits,
             "input_buffers": _InputBuffers(
                 input_ids=torch.zeros(max_bs * q, dtype=torch.int64, device=device)
             ),
         }
+        state.update(reduced_vocab_state(drafter, draft_logits=draft_logits, max_bs=max_bs))
         for name, value in state.items():
             setattr(speculator, name, value)
         return VllmSampler(sampler=speculator, model=drafter, case=case, loaded=loaded)
+
+
+def reduced_vocab_state(
+    drafter: VllmDrafter, *, draft_logits: torch.Tensor | None, max_bs: int
+) -> dict[str, torch.Tensor | None]:
+    """``_d2t_scatter_index`` and ``_draft_scatter_buf`` as vLLM's ``load_draft_model``
+    leaves them: set only when the drafter has a reduced vocabulary and the server keeps
+    a ``draft_logits`` cache (the sampled path scatters the draft-width row into the
+    target columns of a ``-inf`` row before sampling); ``None`` otherwise."""
+    d2t = drafter.draft_id_to_target_id
+    if draft_logits is None or d2t is None:
+        return {"_d2t_scatter_index": None, "_draft_scatter_buf": None}
+    vocab_size = draft_logits.shape[-1]
+    return {
+        "_d2t_scatter_index": torch.arange(d2t.numel(), device=d2t.device) + d2t,
+        "_draft_scatter_buf": torch.full(
+            (max_bs, vocab_size), float("-inf"), dtype=draft_logits.dtype, device=d2t.device
+        ),
+    }
 
 
 def parse_vllm_variant(text: str) -> int | None:

@@ -1,5 +1,6 @@
-"""Properties over the case space: fixed passes every check and equals the reference;
-legacy diverges from fixed exactly as the ledger predicts, nothing more, nothing less."""
+"""Properties over the case space (reduced draft vocabularies among them): fixed passes
+every check and equals the reference; legacy diverges from fixed exactly as the ledger
+predicts, nothing more, nothing less."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ SAMPLER_CASES = case_strategy(
     temperatures=(0.0, 0.3, 1.0, 1.7),
     max_spare_slots=0,
     max_seed=10_000,
+    draft_vocab=True,
 )
 
 

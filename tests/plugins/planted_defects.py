@@ -63,6 +63,16 @@ class LogSoftmaxCorrectedSampler(_SingleWalk):
         return torch.log_softmax(corrected.float(), dim=-1).to(corrected.dtype)
 
 
+class DroppedLogitSampler(_SingleWalk):
+    """Writes ``-inf`` over the smallest finite corrected logit of every step: an entry the
+    drafter's law has, left unwritten (where the base is ``-inf``, ``-inf`` is written)."""
+
+    def corrected_to_write(self, corrected: torch.Tensor | None) -> torch.Tensor | None:
+        assert corrected is not None
+        smallest = corrected.masked_fill(~corrected.isfinite(), float("inf")).argmin(-1)
+        return corrected.scatter(-1, smallest.unsqueeze(-1), float("-inf"))
+
+
 class NoiseRefreshSampler(_SingleWalk):
     """Redraws the noise buffer once more after the walk ("ready for the next call"):
     ``gamma + 1`` draws per call, the tokens untouched, the draws no longer the

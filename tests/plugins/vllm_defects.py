@@ -8,6 +8,14 @@ thing around the package's own walk (every line of sampling math stays vLLM's):
   ``teacher_forcing`` targets it.
 - ``PositionsNotAdvanced``: every call keys its noise on the positions of the first
   call, so a later call redraws the same noise; ``fresh_noise`` targets it.
+- ``DraftMapAppliedTwice`` (a reduced draft vocabulary): the sampled path maps the id it
+  sampled, already a target id, through the drafter's ``map_draft_to_target`` again;
+  ``noise_replay`` targets it (and ``ran``, where a sampled id lies past the draft
+  vocabulary and the second lookup reads outside the map).
+
+``TargetSpaceSampling`` is correct but different, for the no-false-alarm side: it
+scatters the draft-width row into target columns itself (through the map, not the
+package's scatter index and buffer) on both paths and takes the greedy argmax there.
 
 Importing this module needs vLLM 0.33 (``tox run -e vllm``).
 """
@@ -42,3 +50,38 @@ class PositionsNotAdvanced(DSparkSpeculator):
         kept: dict[int, torch.Tensor] = self.__dict__.setdefault("first_positions", {})
         stale = kept.setdefault(step, sample_pos.clone())
         return super()._sample_logits(logits, idx_map, stale[: sample_pos.shape[0]], step)
+
+
+class DraftMapAppliedTwice(DSparkSpeculator):
+    """Maps the sampled (target) id through ``map_draft_to_target`` a second time."""
+
+    def _sample_logits(
+        self, logits: torch.Tensor, idx_map: torch.Tensor, sample_pos: torch.Tensor, step: int
+    ) -> Any:
+        sampled = super()._sample_logits(logits, idx_map, sample_pos, step)
+        if self.draft_logits is None:
+            return sampled  # the greedy path maps once, as the package does
+        return self.model.map_draft_to_target(sampled)
+
+
+class TargetSpaceSampling(DSparkSpeculator):
+    """Samples in target space from a row it scatters itself: the draft-width logits go
+    to the columns ``map_draft_to_target`` names in a fresh ``-inf`` row; the greedy
+    path takes the argmax of that row (no map afterwards)."""
+
+    def _sample_logits(
+        self, logits: torch.Tensor, idx_map: torch.Tensor, sample_pos: torch.Tensor, step: int
+    ) -> Any:
+        draft_ids = torch.arange(logits.shape[-1], device=logits.device)
+        columns = self.model.map_draft_to_target(draft_ids)
+        row = torch.full(
+            (logits.shape[0], self.vocab_size), float("-inf"), dtype=logits.dtype
+        ).index_copy_(1, columns, logits)
+        if self.draft_logits is None:
+            return row.argmax(dim=-1)
+        scatter = self._d2t_scatter_index
+        self._d2t_scatter_index = None  # the row is already in target columns
+        try:
+            return super()._sample_logits(row, idx_map, sample_pos, step)
+        finally:
+            self._d2t_scatter_index = scatter

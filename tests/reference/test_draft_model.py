@@ -253,3 +253,38 @@ def test_prepare_block_names_q_of_the_non_anchor_layout() -> None:
             hidden_states=torch.zeros(2 * GAMMA, HIDDEN),
             input_ids=torch.zeros(2 * GAMMA, dtype=torch.int64),
         )
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        (torch.tensor([3, 1]), "strictly increasing"),
+        (torch.tensor([1, 1]), "strictly increasing"),
+        (torch.tensor([0, VOCAB]), "strictly increasing target ids"),
+        (torch.tensor([0, 1], dtype=torch.int32), "must be int64"),
+        (torch.arange(VOCAB), "fewer than|0 < Vd < vocab_size"),
+    ],
+)
+def test_a_draft_vocabulary_must_be_sorted_target_ids(ids: torch.Tensor, message: str) -> None:
+    model = _model()
+    with pytest.raises(ValueError, match=message):
+        ToyDraftModel(
+            lm_head=model.lm_head,
+            markov_head=model.markov_head,
+            sample_from_anchor=True,
+            draft_vocab_ids=ids,
+        )
+
+
+@pytest.mark.parametrize("draft_vocab", [-1, VOCAB])
+def test_make_toy_draft_model_names_a_bad_draft_vocab(draft_vocab: int) -> None:
+    with pytest.raises(ValueError, match=r"draft_vocab must be 0 \(the full vocabulary\)"):
+        make_toy_draft_model(
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            markov_rank=RANK,
+            head_kind="vanilla",
+            sample_from_anchor=True,
+            seed=0,
+            draft_vocab=draft_vocab,
+        )

@@ -19,7 +19,7 @@ import torch
 import reference.triton_race as triton_race
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.gpu.graphs import capture_and_replay
-from harness.gpu.host_sync import no_host_sync
+from harness.gpu.host_sync import SyncStatus, no_host_sync
 from harness.pipeline.case import Case, build_inputs
 from harness.pipeline.compare import case_record, evaluate_run
 from harness.pipeline.matrix import standard_matrix
@@ -201,7 +201,7 @@ def test_graph_replay_equals_an_eager_call_from_the_same_rng_state() -> None:
 @pytest.mark.parametrize("case", standard_matrix(device=DEVICE), ids=lambda case: case.name)
 def test_fixed_call_makes_no_host_synchronisation(case: Case) -> None:
     check = no_host_sync(case, FIXED)
-    assert check.status == "sync-free", (check.error, check.stack)
+    assert check.status is SyncStatus.SYNC_FREE, (check.error, check.stack)
 
 
 class HostReadingSampler(FixedSampler):
@@ -218,7 +218,7 @@ HOST_READING = Implementation("host-reading", HostReadingSampler, "tests.harness
 
 def test_sync_check_names_a_host_read_inside_call() -> None:
     check = no_host_sync(_matrix_case("folded-sampled/vanilla"), HOST_READING)
-    assert check.status == "syncs"
+    assert check.status is SyncStatus.SYNCS
     assert any("test_gpu.py" in frame for frame in check.stack), check.stack
 
 

@@ -35,7 +35,9 @@ from harness.gpu.graphs import (
 from harness.pipeline.case import Case, build_inputs
 from harness.pipeline.matrix import standard_matrix
 from harness.plugins.implementations import Implementation, builtin_implementations
+from harness.render.gpu_figures import figures_section, sampler_time_blocks
 from harness.render.graphs import graph_sections, redraw_section
+from harness.render.host_sync import sync_section
 from harness.render.sections import render_blocks
 from tests.helpers import REPO_ROOT, subprocess_env
 from tests.plugins.broken_samplers import HalfWritingSampler, StaleCorrectedSampler
@@ -268,12 +270,14 @@ def test_capture_and_replay_rejects_zero_replays() -> None:
 def test_sync_section_requires_every_implementation_but_legacy_to_be_sync_free() -> None:
     case = _matrix_case("folded-sampled/vanilla")
     checks = [
-        host_sync.SyncCheck("fixed", case, "sync-free"),
-        host_sync.SyncCheck("legacy", case, "raised"),
+        host_sync.SyncCheck("fixed", case, host_sync.SyncStatus.SYNC_FREE),
+        host_sync.SyncCheck("legacy", case, host_sync.SyncStatus.RAISED),
     ]
-    assert host_sync.sync_section(checks).ok
-    syncing = host_sync.SyncCheck("fixed", case, "syncs", stack=("fixed/x.py:3 in __call__",))
-    section = host_sync.sync_section([syncing])
+    assert sync_section(checks).ok
+    syncing = host_sync.SyncCheck(
+        "fixed", case, host_sync.SyncStatus.SYNCS, stack=("fixed/x.py:3 in __call__",)
+    )
+    section = sync_section([syncing])
     assert not section.ok and "fixed/x.py:3" in section.text
 
 
@@ -379,7 +383,7 @@ def test_sampler_times_alternate_and_cover_both_executions_and_modes() -> None:
             assert min(paired.legacy_s + paired.fixed_s) > 0
     data = times.to_json()
     assert data["clock"] == "host wall clock" and data["case"]["vocab_size"] == 300
-    text = render_blocks(gpu_figures.sampler_time_blocks(times), fmt="text")
+    text = render_blocks(sampler_time_blocks(times), fmt="text")
     assert "walk-only (lm_head precomputed)" in text and "graph" in text
 
 
@@ -387,7 +391,7 @@ def test_figures_section_states_bandwidth_against_both_peaks() -> None:
     model = kernel_bandwidth.race_kernel_bytes(bs=64, vocab_size=129280, dtype="float32")
     figure = kernel_bandwidth.KernelFigure("float32", 64, 129280, model, 0.05, 0.02, 4)
     peak = kernel_bandwidth.PeakBandwidth("NVIDIA H200", 4.8e12, "datasheet", None, 4.0e12)
-    section = gpu_figures.figures_section(None, [figure], peak)
+    section = figures_section(None, [figure], peak)
     achieved = model.moved / 0.02e-3
     assert section.ok
     assert f"{achieved / 1e9:.0f} GB/s = {100 * achieved / 4.8e12:.0f}% of peak" in section.verdict
@@ -503,7 +507,11 @@ def _pytest(pytester: pytest.Pytester, *args: str, warning: bool) -> pytest.RunR
         pytester.syspathinsert()
         plugin = ["-p", "warner"]
     return pytester.runpytest(
-        "-p", "no:cacheprovider", *plugin, str(REPO_ROOT / "tests" / "test_gpu.py"), *args
+        "-p",
+        "no:cacheprovider",
+        *plugin,
+        str(REPO_ROOT / "tests" / "harness" / "gpu" / "test_gpu.py"),
+        *args,
     )
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from harness.io.files import load_records
 from harness.measure import sweep
+from harness.render.sweep import sweep_png
 from tests.helpers import run_harness, start_harness
 
 TINY = replace(sweep.QUICK_CONFIG, bs=(1,), gamma=(2,), vocab=(64, 128, 256), repeats=1)
@@ -118,7 +119,10 @@ def test_outputs_hold_every_point_and_the_exponents(tmp_path: Path) -> None:
     summary = sweep.summarise(records, clock=TINY.clock, checked=True)
     assert summary.fixed_exponent == pytest.approx(1.0)
     assert summary.ok
-    paths = sweep.write_outputs(out_dir=tmp_path, config=TINY, records=records, summary=summary)
+    png = sweep_png(config=TINY, records=records, summary=summary)
+    paths = sweep.write_outputs(
+        out_dir=tmp_path, config=TINY, records=records, summary=summary, png=png
+    )
     csv_lines = paths[0].read_text().splitlines()
     assert csv_lines[0].split(",") == list(sweep.CSV_COLUMNS)
     assert len(csv_lines) == 1 + 3

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from harness.pipeline.runner import run_case
 from harness.plugins.implementations import builtin_implementations
 from harness.render import work as work_sections
 from harness.render.sections import render_blocks
+from harness.render.timing import timing_blocks
 
 EXHAUSTIVE = work.work_cases(seed=0, exhaustive=True)
 BFLOAT16 = work.work_cases(seed=1, dtype="bfloat16")
@@ -54,6 +56,26 @@ def test_counted_work_equals_the_model_for_every_implementation(case: Case) -> N
         for key in model.MODEL_COUNTERS:
             assert got.counter(key) == predicted.counter(key), (name, key)
     assert result.problems == []
+
+
+def test_a_wrong_model_differs_for_its_implementation_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Planted: the model gives fixed one walk too many; legacy's model stays right.
+    right = work.predict_work
+
+    def planted(case: Case, implementation: str) -> model.PredictedWork:
+        predicted = right(case, implementation)
+        if implementation != "fixed":
+            return predicted
+        return replace(predicted, walks=predicted.walks + 1)
+
+    monkeypatch.setattr(work, "predict_work", planted)
+    result = work.measure_work(work.work_cases(seed=0)[0])
+    assert [str(p) for p in result.problems] == ["fixed: walks counted 1, model 2"]
+    assert result.model_status("fixed") is work.ModelStatus.DIFFERS
+    assert result.model_status("legacy") is work.ModelStatus.AGREES
+    assert "DIFFERS" in work_sections.overview_table([result]).render()
 
 
 @pytest.mark.parametrize("case", ALL_CASES, ids=_id)
@@ -199,7 +221,7 @@ def test_ab_timing_pairs_every_repetition_and_restores_threads() -> None:
             summary = times.summary()
             assert 0 < summary["ratio_min"] <= summary["ratio_median"] <= summary["ratio_max"]
     json.dumps(result.to_json())
-    assert "walk-only" in render_blocks(timing.timing_blocks(result), fmt="text")
+    assert "walk-only" in render_blocks(timing_blocks(result), fmt="text")
 
 
 def test_production_like_case_states_its_shape() -> None:

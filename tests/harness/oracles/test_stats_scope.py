@@ -38,7 +38,7 @@ class CutConvention(ConstructorConvention):
     def oracle_cut(self) -> OracleCut | None:
         return CUT
 
-    def outside_contract(self, case: Any) -> str | None:
+    def outside_contract(self, case: Any, *, sampler_class: Any) -> str | None:
         if case.head_kind == "vanilla":
             return None
         return f"the {case.head_kind} head is not in this test's contract"

@@ -25,6 +25,7 @@ ANY_CASE = case_strategy(
     max_vocab_padding=3,
     max_seed=2**31,
     every_flag=True,
+    draft_vocab=True,
 )
 
 
@@ -58,6 +59,8 @@ def test_newer_schema_is_refused_with_a_clear_message() -> None:
         (lambda d: d["case"].update(gamma=0), "gamma must be a positive integer"),
         (lambda d: d["case"].update(head_kind="lstm"), "head_kind must be one of"),
         (lambda d: d["case"].update(dtype="int8"), "dtype must be one of"),
+        (lambda d: d["case"].update(draft_vocab=-1), r"draft_vocab must be 0 .* got -1"),
+        (lambda d: d["case"].update(draft_vocab=2), r"draft_vocab must be 0 .*in 1\.\.1 .*got 2"),
         (lambda d: d["case"].update(temperatures=[1.0, 1.0]), "one entry per row"),
         (lambda d: d["case"].update(temperatures=[float("nan")]), "finite and >= 0"),
         (lambda d: d["case"].update(max_bs=1, bs=2), r"max_bs \(1\) must be >= bs"),
@@ -110,6 +113,7 @@ STRICT_FIELD_PROBES = [
     ("seed", -1, r"seed must be an integer in \[0, 2\^63\)"),
     ("seed", True, r"seed must be an integer, got True"),
     ("vocab_padding", 1.5, r"vocab_padding must be an integer, got 1.5"),
+    ("draft_vocab", 1.5, r"draft_vocab must be an integer, got 1.5"),
     ("max_bs", 2.5, r"max_bs must be an integer, got 2.5"),
     ("name", {}, r"name must be a string, got \{\}"),
     ("temperatures", "ab", r"temperatures must be a list of numbers, got 'ab'"),
@@ -153,3 +157,34 @@ def test_a_case_file_naming_a_device_this_machine_lacks_is_refused(tmp_path) -> 
     case.save(tmp_path / "gpu.json")
     with pytest.raises(CaseError, match="device cuda asked for, but no CUDA device is available"):
         Case.load(tmp_path / "gpu.json")
+
+
+def test_a_reduced_draft_vocabulary_shows_in_the_label_only_when_set() -> None:
+    case = make_case(bs=1, gamma=2, vocab_size=16, hidden_size=4, markov_rank=2, seed=3)
+    assert "Vd=" not in case.label()
+    reduced = case.with_changes(draft_vocab=5)
+    assert reduced.label() == case.label() + " Vd=5"
+    assert reduced != case  # a different run
+
+
+def test_a_reduced_draft_vocabulary_is_a_seeded_subset_of_the_same_drafter() -> None:
+    """The draft vocabulary comes from the case seed; the weights are those of the
+    full-vocabulary case, and the base logits are theirs on the subset, -inf elsewhere."""
+    full = make_case(bs=2, gamma=3, vocab_size=40, hidden_size=8, markov_rank=4, seed=7)
+    reduced = full.with_changes(draft_vocab=12)
+    model, again = build_inputs(reduced).model, build_inputs(reduced).model
+    ids = model.draft_vocab_ids
+    assert ids is not None and again.draft_vocab_ids is not None
+    assert torch.equal(ids, again.draft_vocab_ids)
+    assert ids.numel() == 12 and bool((ids[1:] > ids[:-1]).all())
+    other = build_inputs(reduced.with_changes(seed=8)).model.draft_vocab_ids
+    assert other is not None and not torch.equal(ids, other)
+    full_inputs = build_inputs(full)
+    assert full_inputs.model.draft_vocab_ids is None
+    assert torch.equal(model.lm_head.weight, full_inputs.model.lm_head.weight)
+    hidden = full_inputs.hidden_states
+    base, _ = model.compute_base_logits(hidden)
+    full_base, _ = full_inputs.model.compute_base_logits(hidden)
+    assert torch.equal(base[:, ids], full_base[:, ids])
+    outside = torch.ones(40, dtype=torch.bool).index_fill_(0, ids, False)
+    assert bool((base[:, outside] == float("-inf")).all())

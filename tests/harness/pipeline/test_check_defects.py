@@ -24,6 +24,7 @@ from harness.pipeline.checks import CHECKS, Check, CheckResult, PlantedDefect
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
+from tests.plugins.planted_defects import DroppedLogitSampler
 
 SHAPE = {"bs": 4, "gamma": 4, "vocab_size": 64, "hidden_size": 16, "markov_rank": 8}
 MIXED = (False, True, False, False)  # one greedy row among sampled ones
@@ -50,11 +51,12 @@ def defect_sampler(defect: PlantedDefect) -> type:
     return sampler
 
 
-def _checks_of_defect(defect: PlantedDefect) -> list[CheckResult]:
+def _checks_of_defect(defect: PlantedDefect, *, case: Case | None = None) -> list[CheckResult]:
+    """The defect's checks on its declared case (or on ``case``)."""
     sampler = defect_sampler(defect)
     planted = Implementation(DEFECT, sampler, f"tests.plugins:{sampler.__name__}")
     others = builtin_implementations(("reference",)) if defect.against_reference else []
-    run = run_case(CASES[defect.case], [*others, planted])
+    run = run_case(CASES[defect.case] if case is None else case, [*others, planted])
     return evaluate_run(run, require_observable=False).checks[DEFECT]
 
 
@@ -79,3 +81,26 @@ def test_fixed_passes_every_check_on_the_defect_cases(case: Case) -> None:
     run = run_case(case, builtin_implementations(("reference", "fixed")))
     checks = evaluate_run(run, require_observable=False).checks["fixed"]
     assert not [c for c in checks if c.failed], [(c.name, c.detail) for c in checks]
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda check: check.name)
+def test_a_reduced_draft_vocabulary_changes_no_checks_meaning(check: Check) -> None:
+    """The same defect on its case with a reduced draft vocabulary (24 of the 64 ids) fails
+    the same checks, and nothing else: no check reads the option."""
+    case = CASES[check.defect.case]
+    checks = _checks_of_defect(check.defect, case=case.with_changes(draft_vocab=24))
+    failed = {c.name for c in checks if c.failed}
+    assert failed == {check.name, *check.defect.also_fails}, [
+        (c.name, c.status, c.detail) for c in checks
+    ]
+
+
+@pytest.mark.parametrize("draft_vocab", [0, 24], ids=["full", "reduced"])
+def test_minus_inf_is_written_only_where_the_drafter_has_no_entry(draft_vocab: int) -> None:
+    """``outputs_written`` takes ``-inf`` where the base logit is ``-inf`` (outside a reduced
+    draft vocabulary) and nowhere else: over an entry the law has, it is unwritten."""
+    planted = Implementation(DEFECT, DroppedLogitSampler, "tests.plugins:DroppedLogitSampler")
+    run = run_case(FOLDED.with_changes(draft_vocab=draft_vocab), [planted])
+    checks = evaluate_run(run, require_observable=False).checks[DEFECT]
+    failed = {c.name for c in checks if c.failed}
+    assert failed == {"outputs_written", "teacher_forcing"}, [(c.name, c.detail) for c in checks]

@@ -21,9 +21,9 @@ import pytest
 from harness.options import DEFAULT_OPTIONS, RunOptions
 from harness.pipeline.case import make_case
 from harness.pipeline.compare import evaluate_run
-from harness.pipeline.guard import current_umask
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
+from harness.world import current_umask
 from tests.helpers import REPO_ROOT, run_harness, small_case, start_harness, subprocess_env
 from tests.plugins import untrusted_samplers
 

@@ -14,6 +14,7 @@ from harness.measure import sweep
 from harness.render.figures import PLOT_EXTRA_HINT, render_png
 from harness.render.report import render_markdown, render_text
 from harness.render.sections import Section, Table
+from harness.render.sweep import sweep_png, sweep_section
 from tests.harness.measure.test_sweep import TINY, fake_measure
 
 TABLE = Table.of(["case (legacy | fixed)", "walks"], [["folded", "2 | 1"]], align=["left", "right"])
@@ -69,9 +70,12 @@ def test_the_sweep_skips_its_plot_without_matplotlib(
     config = replace(TINY, vocab=(64, 128))
     records = sweep.run_sweep(config, out_dir=tmp_path, measure=fake_measure([]))
     summary = sweep.summarise(records, clock=config.clock, checked=False)
-    paths = sweep.write_outputs(out_dir=tmp_path, config=config, records=records, summary=summary)
+    png = sweep_png(config=config, records=records, summary=summary)
+    paths = sweep.write_outputs(
+        out_dir=tmp_path, config=config, records=records, summary=summary, png=png
+    )
     assert [p.name for p in paths] == [sweep.CSV_FILE, sweep.JSON_FILE]
-    section = sweep.sweep_section(summary, config=config, paths=paths)
+    section = sweep_section(summary, config=config, paths=paths)
     assert f"{sweep.PNG_FILE} skipped: {PLOT_EXTRA_HINT}" in section.text
     assert not (tmp_path / sweep.PNG_FILE).exists()
 
