@@ -1,5 +1,6 @@
-"""``python -m harness versions``: the before-fix module, the after-fix module and the
-installed sglang 0.5.23 side by side (``harness.upstream.versions``), measured in one
+"""``python -m harness versions``: the before-fix module, the after-fix module, the
+installed sglang 0.5.23 and, where the vllm package loads, vLLM 0.33's dense and top-k
+speculators side by side (``harness.upstream.versions``), measured in one
 run: lossless and drop-in with why, walks, torch random-number launches and counter
 advances per call, the A/B time per call against ``fixed``, the statistical verdicts
 under both verifiers, and the findings. Needs the sglang package (exit 2 with its one
@@ -42,10 +43,11 @@ def command(args: argparse.Namespace) -> ExitCode:
         raise UsageError(f"versions runs on the CPU only; got --device {args.device}")
     if args.scan_triples < 1 or args.repeats < 1:
         raise UsageError("--scan-triples and --repeats must be positive integers")
-    from harness.upstream.versions import collect_versions, versions_section
+    from harness.render.versions import versions_section
+    from harness.upstream.versions import collect_versions
 
     started = time.perf_counter()
-    rows = collect_versions(
+    versions = collect_versions(
         seed=args.seed,
         scan_triples_per_point=args.scan_triples,
         repeats=args.repeats,
@@ -56,7 +58,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         seed=args.seed,
         device=args.device,
         heading=f"DSpark draft-sampler harness: versions (seed {args.seed}, {args.device})",
-        sections=[versions_section(rows)],
+        sections=[versions_section(versions)],
         timing={"versions_s": round(time.perf_counter() - started, 3)},
     )
     ok = emit_report(report, out_dir=args.out_dir, as_json=args.json)

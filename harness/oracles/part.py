@@ -92,8 +92,17 @@ def combined_statistical(results: Sequence[StatsResult]) -> Statistical:
         if several and verdict.not_judged is not None:
             return replace(verdict, not_judged=f"under {result.verifier}: {verdict.not_judged}")
         return verdict
-    p_values = [r.p_value for r in results if not math.isnan(r.p_value)]
-    return Statistical(ran=True, rejected=False, p_value=min(p_values) if p_values else None)
+    ran = [r for r in results if r.ran]
+    if not ran:  # every head outside its contract: nothing decoded
+        return results[0].statistical()
+    p_values = [r.p_value for r in ran if not math.isnan(r.p_value)]
+    scopes = [f"under {r.verifier}: {r.scope()}" if several else r.scope() for r in ran]
+    return Statistical(
+        ran=True,
+        rejected=False,
+        p_value=min(p_values) if p_values else None,
+        scope="; ".join(s for s, r in zip(scopes, ran, strict=True) if r.scope()),
+    )
 
 
 def run_statistics(

@@ -293,12 +293,10 @@ def build_problem(
         for kind in config.head_kinds
     }
     groups = config.groups
-    row_temperatures = [
-        config.temperatures[i % len(config.temperatures)] for i in range(config.rows)
-    ]
+    temperatures = row_temperatures(config)
     sampling_info = SamplingInfo.from_lists(
-        temperatures=row_temperatures,
-        top_ks=[1 if t == GREEDY else TOP_K_ALL for t in row_temperatures],
+        temperatures=temperatures,
+        top_ks=[1 if t == GREEDY else TOP_K_ALL for t in temperatures],
         device=device,
     )
     return StatsProblem(
@@ -308,7 +306,7 @@ def build_problem(
         targets=targets,
         context=context,
         sampling_info=sampling_info,
-        row_group=torch.tensor([groups.index(t) for t in row_temperatures], device=device),
+        row_group=torch.tensor([groups.index(t) for t in temperatures], device=device),
         transition={kind: group_transitions(t, groups=groups) for kind, t in targets.items()},
         expected_joint={
             kind: torch.stack(
@@ -389,6 +387,30 @@ def cpu_threads(device: str) -> int | None:
     return 1 if torch.device(device).type == "cpu" else None
 
 
+def row_temperatures(config: StatsConfig) -> list[float]:
+    """Each row's temperature: row ``i`` takes ``temperatures[i % len]`` (0: greedy)."""
+    return [config.temperatures[i % len(config.temperatures)] for i in range(config.rows)]
+
+
+def oracle_case(config: StatsConfig, *, head_kind: str, seed: int) -> Case:
+    """The case a sampler of one head kind is built for in a decode of ``config``
+    (folded sampling at ``max_bs = rows``, each row's temperature, greedy rows at
+    temperature 0), keyed by that head's decode seed."""
+    temperatures = row_temperatures(config)
+    return Case(
+        bs=config.rows,
+        gamma=config.gamma,
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        markov_rank=config.markov_rank,
+        head_kind=head_kind,
+        temperatures=tuple(temperatures),
+        greedy_rows=tuple(t == GREEDY for t in temperatures),
+        device=config.device,
+        seed=head_seed(seed, head_kind=head_kind),  # a counter-based stream keys its noise from it
+    )
+
+
 def decode_rows(
     sampler_class: type,
     *,
@@ -404,18 +426,7 @@ def decode_rows(
     ``draft_block``."""
     config = problem.config
     decode_seed = head_seed(seed, head_kind=head_kind)
-    case = Case(
-        bs=config.rows,
-        gamma=config.gamma,
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        markov_rank=config.markov_rank,
-        head_kind=head_kind,
-        temperatures=tuple(float(t) for t in problem.sampling_info.temperatures.tolist()),
-        greedy_rows=tuple(bool(k <= 1) for k in problem.sampling_info.top_ks.tolist()),
-        device=config.device,
-        seed=decode_seed,  # a counter-based stream keys its noise from it
-    )
+    case = oracle_case(config, head_kind=head_kind, seed=seed)
     inputs = CaseInputs(
         model=problem.drafters[head_kind],
         hidden_states=torch.empty(0, config.hidden_size),  # the decode loop makes its own

@@ -14,8 +14,13 @@ The verifier is a value (``reference.verifier.Verifier``): every run takes a seq
 them (default: our chain verifier alone) and holds each implementation to its role
 under every one; the released server's block-wise rejection is the second
 (``harness.upstream.rejection``), vLLM's ``rejection_sample`` a third
-(``harness.upstream.vllm_rejection``), whose decodes run at fewer rows
-(``config_under``: a verifier that declares ``max_rows``).
+(``harness.upstream.vllm_rejection``), whose decodes run at fewer rows.
+
+What one decode runs is its scope (``scope_under``): the config after every cut the
+verifier and the implementation's convention declare (``harness.oracles.cut``: an
+interpreted part that cannot afford the defaults), without the heads the convention
+cannot express (``Convention.outside_contract``). The result states both, and its
+rows, family and detection bounds are those of the scope it ran.
 """
 
 from __future__ import annotations
@@ -24,11 +29,12 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from harness.defaults import FIXED, LEGACY
 from harness.devices import intra_op_threads
 from harness.options import DEFAULT_OPTIONS, Roles, RunOptions
+from harness.oracles.cut import DeclaresCut, OracleCut
 from harness.oracles.fits import (
     JOINT,
     HeadTables,
@@ -49,32 +55,91 @@ from harness.oracles.problem import (
     build_problems,
     cpu_threads,
     decode_rows,
+    oracle_case,
 )
 from harness.pipeline.coverage import BoundRow
 from harness.pipeline.runner import RaisedError, guarded_call
 from harness.pipeline.verdicts import Statistical
+from harness.plugins.conventions import convention_of
 from harness.plugins.implementations import Implementation, builtin_implementations
 from reference.verifier import CHAIN_VERIFIER, DecodeResult, Verifier
 
 DEFAULT_ROLES = Roles()
 
 
-@runtime_checkable
-class RowCut(Protocol):
-    """A verifier too slow for the config's rows (vLLM's, interpreted): a decode under
-    it runs at most ``max_rows`` rows per head at every target."""
+@dataclass(frozen=True)
+class Scope:
+    """What one implementation's decode under one verifier runs: ``config`` after every
+    cut the verifier and the implementation's convention declare (``None``: no head of
+    the config is inside the convention's contract, nothing is decoded), the cuts, and
+    each head its convention cannot express (head kind -> why), never decoded."""
+
+    config: StatsConfig | None
+    cuts: tuple[OracleCut, ...] = ()
+    heads_not_run: tuple[tuple[str, str], ...] = ()
 
     @property
-    def max_rows(self) -> int: ...
+    def narrowed(self) -> bool:
+        """Whether it runs less than the config it was asked for."""
+        return bool(self.cuts or self.heads_not_run)
 
 
-def config_under(config: StatsConfig, verifier: Verifier) -> StatsConfig:
-    """The config a decode under ``verifier`` runs: ``config``, its rows per head cut to
-    the verifier's ``max_rows`` where it has one (``RowCut``); the result's ``rows`` and
-    detection bounds are at the rows it ran."""
-    if not isinstance(verifier, RowCut) or verifier.max_rows >= config.rows:
-        return config
-    return replace(config, rows=verifier.max_rows)
+def scope_under(
+    config: StatsConfig, *, verifier: Verifier, implementation: Implementation | None = None
+) -> Scope:
+    """The scope of a decode at ``config`` under ``verifier`` (of ``implementation``,
+    where one is named): each declared cut applied in turn (``cut_config``), then the
+    heads outside the implementation's contract dropped (``heads_outside``)."""
+    parts: list[object] = [verifier]
+    if implementation is not None:
+        parts.append(convention_of(implementation.sampler_class))
+    cuts = tuple(
+        p.oracle_cut for p in parts if isinstance(p, DeclaresCut) and p.oracle_cut is not None
+    )
+    ran = config
+    for cut in cuts:
+        ran = cut_config(ran, cut)
+    cuts = tuple(c for c in cuts if cut_config(config, c) != config)  # only those that cut
+    outside = {} if implementation is None else heads_outside(ran, implementation)
+    inside = tuple(k for k in ran.head_kinds if k not in outside)
+    return Scope(
+        config=replace(ran, head_kinds=inside) if inside else None,
+        cuts=cuts,
+        heads_not_run=tuple(outside.items()),
+    )
+
+
+def cut_config(config: StatsConfig, cut: OracleCut) -> StatsConfig:
+    """``config`` under one cut: at most ``cut.rows`` rows per head, only the targets the
+    cut keeps, the cut's rounds where it names them; ``config`` itself when the cut
+    changes nothing. ``StatsError`` when it keeps none of the config's targets."""
+    targets = tuple(t for t in config.targets if cut.targets is None or t.name in cut.targets)
+    if not targets:
+        raise StatsError(
+            f"{cut.by}: the oracle's cut keeps the targets {list(cut.targets or ())}, "
+            f"the config has {[t.name for t in config.targets]}"
+        )
+    ran = replace(
+        config,
+        rows=min(config.rows, cut.rows),
+        targets=targets,
+        rounds=config.rounds if cut.rounds is None else cut.rounds,
+    )
+    return config if ran == config else ran
+
+
+def heads_outside(config: StatsConfig, implementation: Implementation) -> dict[str, str]:
+    """Each head kind of ``config`` whose rows the implementation's convention cannot
+    express (``Convention.outside_contract`` on the oracle's case of that head), and why."""
+    sampler_class = implementation.sampler_class
+    convention = convention_of(sampler_class)
+    reasons = {
+        kind: convention.outside_contract(
+            oracle_case(config, head_kind=kind, seed=config.seed), sampler_class=sampler_class
+        )
+        for kind in config.head_kinds
+    }
+    return {kind: why for kind, why in reasons.items() if why is not None}
 
 
 @dataclass(frozen=True)
@@ -92,6 +157,8 @@ class StatsResult:
     bounds: tuple[DetectionBound, ...] = ()  # per target and position, at this run's rows
     verifier: str = CHAIN_VERIFIER.name  # whose verification committed the tokens
     not_judged: str | None = None  # why it was not judged (the time limit): never a defect
+    cuts: tuple[OracleCut, ...] = ()  # what cut the config it ran (``scope_under``)
+    heads_not_run: tuple[tuple[str, str], ...] = ()  # outside its contract: (head kind, why)
     wall_s: float = field(default=0.0, compare=False)
 
     @property
@@ -99,8 +166,28 @@ class StatsResult:
         return any(s.rejected for s in self.statistics)
 
     @property
+    def ran(self) -> bool:
+        """Whether any row was decoded and judged (not when every head is outside its
+        contract)."""
+        return bool(self.statistics) or self.error is not None or self.not_judged is not None
+
+    @property
     def passed(self) -> bool:
-        return self.error is None and self.not_judged is None and not self.rejected
+        return self.ran and self.error is None and self.not_judged is None and not self.rejected
+
+    def scope(self) -> str:
+        """What it ran short of the config it was asked for, as one clause ("" when
+        nothing was cut or left out)."""
+        parts = [f"{kind} head not run ({why})" for kind, why in self.heads_not_run]
+        for cut in self.cuts if self.rows else ():  # nothing ran: no rows were cut
+            rounds = "" if cut.rounds is None else f", {cut.rounds} rounds per row"
+            only = "" if cut.targets is None else f"{', '.join(cut.targets)} target only, "
+            parts.append(
+                f"cut by {cut.by}: {only}"
+                + ", ".join(f"{target} {rows}" for target, rows in self.rows.items())
+                + f" rows per head{rounds}"
+            )
+        return "; ".join(parts)
 
     @property
     def p_value(self) -> float:
@@ -133,11 +220,15 @@ class StatsResult:
         return tuple(where(s) for s in sorted(self.rejections(), key=_by_p))
 
     def statistical(self) -> Statistical:
-        """This result as the lossless verdict takes it."""
+        """This result as the lossless verdict takes it (what it ran short of the config
+        in ``scope``; not run at all when no head was inside its contract)."""
+        scope = self.scope()
+        if not self.ran:
+            return Statistical(ran=False, scope=scope)
         if self.not_judged is not None:
-            return Statistical(ran=True, not_judged=self.not_judged)
+            return Statistical(ran=True, not_judged=self.not_judged, scope=scope)
         if self.error is not None:
-            return Statistical(ran=True, error=self.error)
+            return Statistical(ran=True, error=self.error, scope=scope)
         p = None if math.isnan(self.p_value) else self.p_value
         return Statistical(
             ran=True,
@@ -145,6 +236,7 @@ class StatsResult:
             p_value=p,
             carried_by=self.carrier_names(),
             not_ruled_out="" if self.rejected else not_ruled_out(best_bounds(self.bounds)),
+            scope=scope,
         )
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -152,8 +244,10 @@ class StatsResult:
         body = asdict(self)
         del body["wall_s"]
         body.update(
+            ran=self.ran,
             rejected=self.rejected,
             passed=self.passed,
+            scope=self.scope(),
             p_value=self.p_value,
             test_level=self.test_level,
         )
@@ -358,14 +452,45 @@ def run_stats(
     problems: Sequence[StatsProblem] | None = None,
     verifier: Verifier = CHAIN_VERIFIER,
 ) -> StatsResult:
-    """The oracle's verdict on one implementation at ``config`` (every target, its rows
-    cut as ``config_under`` says), under ``verifier``, without a time limit."""
-    if problems is None:
-        problems = build_problems(config_under(config, verifier))
+    """The oracle's verdict on one implementation at ``config`` (every target, in the
+    scope ``scope_under`` gives it), under ``verifier``, without a time limit; given
+    ``problems``, those are decoded as they are."""
+    if problems is not None:
+        result, _ = decode_and_fit(
+            implementation, problems=problems, time_limit_s=None, verifier=verifier
+        )
+        return result
+    scope = scope_under(config, verifier=verifier, implementation=implementation)
+    if scope.config is None:
+        return not_run_result(implementation.name, scope=scope, verifier=verifier)
     result, _ = decode_and_fit(
-        implementation, problems=problems, time_limit_s=None, verifier=verifier
+        implementation,
+        problems=build_problems(scope.config),
+        time_limit_s=None,
+        verifier=verifier,
     )
-    return result
+    return with_scope(result, scope)
+
+
+def with_scope(result: StatsResult, scope: Scope) -> StatsResult:
+    """``result`` stating what its decode was cut to and which heads it left out."""
+    return replace(result, cuts=scope.cuts, heads_not_run=scope.heads_not_run)
+
+
+def not_run_result(name: str, *, scope: Scope, verifier: Verifier) -> StatsResult:
+    """No row decoded: every head of the config is outside the implementation's contract."""
+    return StatsResult(
+        name=name,
+        rows={},
+        alpha=DEFAULT_CONFIG.alpha,
+        family_size=0,
+        statistics=(),
+        marginals=(),
+        mean_accepted_length={},
+        verifier=verifier.name,
+        cuts=scope.cuts,
+        heads_not_run=scope.heads_not_run,
+    )
 
 
 # -- the expectations -------------------------------------------------------------------------
@@ -391,16 +516,17 @@ def expectations_hold(results: dict[str, StatsResult], roles: Roles = DEFAULT_RO
 
 @dataclass
 class OracleRun:
-    """Every implementation at one config under every verifier (each at the config it
-    ran, ``config_under``: the rows cut for a slow verifier), the first verifier's
-    decoded rows, and the power curves."""
+    """Every implementation at one config under every verifier (each in the scope it
+    ran, ``scope_under``: the rows cut for a slow verifier or an interpreted sampler,
+    the heads outside its contract left out), the first verifier's decoded rows of the
+    implementations it ran at ``problems``, and the power curves."""
 
     config: StatsConfig
     by_verifier: dict[str, dict[str, StatsResult]]  # verifier, then implementation
-    decoded: dict[str, Decoded]  # first verifier's: implementation, target, head kind
+    decoded: dict[str, Decoded]  # first verifier's, at ``problems``: implementation, target, head
     problems: tuple[StatsProblem, ...]  # the first verifier's: one per target, in order
     curves: list[PowerCurve] = field(default_factory=list)  # filled by the report, per head
-    configs: dict[str, StatsConfig] = field(default_factory=dict)  # by verifier: what it ran
+    scopes: dict[str, dict[str, Scope]] = field(default_factory=dict)  # verifier, implementation
 
     @property
     def problem(self) -> StatsProblem:
@@ -441,36 +567,55 @@ def run_oracle(
     progress, time_limit_s = options.progress, options.time_limit_s
     if not verifiers or len({v.name for v in verifiers}) != len(verifiers):
         raise StatsError(f"verifiers must be distinct and not empty, got {list(verifiers)}")
-    configs = {verifier.name: config_under(config, verifier) for verifier in verifiers}
-    built = {c: build_problems(c) for c in dict.fromkeys(configs.values())}
     chosen = list(implementations) if implementations is not None else default_implementations()
+    scopes = {
+        v.name: {i.name: scope_under(config, verifier=v, implementation=i) for i in chosen}
+        for v in verifiers
+    }
+    first = scope_under(config, verifier=verifiers[0]).config
+    assert first is not None  # a verifier alone leaves every head
+    ran_at = {s.config for by_impl in scopes.values() for s in by_impl.values()} - {None}
+    built = {c: build_problems(c) for c in dict.fromkeys([first, *ran_at]) if c is not None}
     by_verifier: dict[str, dict[str, StatsResult]] = {}
     decoded: dict[str, Decoded] = {}
     for verifier in verifiers:
         results = by_verifier.setdefault(verifier.name, {})
-        ran = configs[verifier.name]
         for impl in chosen:
-            cut = "" if ran == config else f", {ran.rows} rows per head at most"
-            progress(
-                f"stats: {impl.name} under {verifier.name} ({len(config.targets)} targets x "
-                f"{len(config.head_kinds)} heads{cut}) ..."
-            )
+            scope = scopes[verifier.name][impl.name]
+            progress(f"stats: {impl.name} under {verifier.name} ({scope_label(scope)}) ...")
+            if scope.config is None:
+                results[impl.name] = not_run_result(impl.name, scope=scope, verifier=verifier)
+                continue
             if options.isolate:
                 from harness.pipeline.isolation import isolated_decode_and_fit
 
-                results[impl.name], run = isolated_decode_and_fit(
-                    impl, config=ran, time_limit_s=time_limit_s, verifier=verifier
+                result, run = isolated_decode_and_fit(
+                    impl, config=scope.config, time_limit_s=time_limit_s, verifier=verifier
                 )
             else:
-                results[impl.name], run = decode_and_fit(
-                    impl, problems=built[ran], time_limit_s=time_limit_s, verifier=verifier
+                result, run = decode_and_fit(
+                    impl, problems=built[scope.config], time_limit_s=time_limit_s, verifier=verifier
                 )
-            if run is not None and verifier is verifiers[0]:
+            results[impl.name] = with_scope(result, scope)
+            if run is not None and verifier is verifiers[0] and scope.config == first:
                 decoded[impl.name] = run
     return OracleRun(
         config=config,
         by_verifier=by_verifier,
         decoded=decoded,
-        problems=built[configs[verifiers[0].name]],
-        configs=configs,
+        problems=built[first],
+        scopes=scopes,
+    )
+
+
+def scope_label(scope: Scope) -> str:
+    """``3 targets x 3 heads``, and what was cut or left out, for the progress line."""
+    if scope.config is None:
+        return "no head inside its contract: not run"
+    ran = scope.config
+    rows = ", ".join(f"{t.name} {ran.target_rows(t)}" for t in ran.targets)
+    cut = f"; cut by {', '.join(c.by for c in scope.cuts)}" if scope.cuts else ""
+    return (
+        f"{len(ran.targets)} targets x {len(ran.head_kinds)} heads, rows per head {rows}, "
+        f"{ran.rounds} rounds{cut}"
     )

@@ -5,15 +5,15 @@ A verifier is a plain value (``reference.verifier.Verifier``); this table only m
 ``sglang-blockwise`` (the released server's block-wise rejection, loaded from the
 installed package by ``harness.upstream``) and ``vllm-rejection`` (vLLM 0.33's
 ``rejection_sample``, interpreted on a machine without CUDA: the oracle cuts its rows
-per head, ``harness.oracles.stats.config_under``).
+per head, ``harness.oracles.stats.scope_under``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from harness.oracles.cut import DeclaresCut
 from harness.oracles.problem import StatsError
-from harness.oracles.stats import RowCut
 from harness.upstream import sglang_loader, vllm_loader
 from harness.upstream.rejection import BLOCKWISE_REJECTION
 from harness.upstream.vllm_rejection import VLLM_REJECTION
@@ -51,11 +51,11 @@ def verifiers_named(names: tuple[str, ...]) -> tuple[Verifier, ...]:
 
 def available_verifiers() -> tuple[Verifier, ...]:
     """Every verifier that can run here at the config's rows (ours always; sglang's with
-    its package): what the report runs. One that cuts rows (``RowCut``: vLLM's,
-    interpreted, hours at the report's row counts) runs only where ``--verifiers``
-    names it."""
+    its package): what the report runs. One that cuts the oracle (``DeclaresCut``:
+    vLLM's, interpreted, hours at the report's row counts) runs only where
+    ``--verifiers`` names it."""
     return tuple(
         verifier
         for verifier, reason in VERIFIERS.values()
-        if reason() is None and not isinstance(verifier, RowCut)
+        if reason() is None and not (isinstance(verifier, DeclaresCut) and verifier.oracle_cut)
     )

@@ -171,7 +171,9 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     that swallowed the timeout and returned still raises it on exit. Off the main
     thread, or with ``None``, no limit is applied. Once the block has ended the limit's
     handler raises nothing, and a timeout that lands in the clean-up is absorbed there
-    instead of cutting it short (which would leave the repeating timer armed).
+    instead of cutting it short (which would leave the repeating timer armed). An error
+    the block raises after the timeout fired (its own wrapping of the timeout) is the
+    timeout.
     """
     usable = (
         seconds is not None
@@ -208,6 +210,14 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
         try:
             yield
+        except Exception as error:
+            if not fired or isinstance(error, CallTimeout):
+                raise
+            # the code caught the timeout and raised its own error on it (Triton's
+            # interpreter wraps every exception of a kernel): still the time limit
+            raise CallTimeout(
+                f"{message} (the implementation raised {type(error).__name__} on it)"
+            ) from error
         finally:
             while True:  # a timeout may land at any bytecode here: start the clean-up over
                 try:

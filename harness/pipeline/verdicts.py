@@ -38,6 +38,7 @@ class Statistical:
     error: str | None = None
     not_judged: str | None = None  # it ran out of time: no verdict either way
     not_ruled_out: str = ""  # after a pass: the smallest defect it would have seen
+    scope: str = ""  # what it ran short of the config: heads left out, a cut (rows, targets)
 
     @property
     def failed(self) -> bool:
@@ -45,17 +46,21 @@ class Statistical:
         return self.ran and (self.rejected is not False)
 
     def describe(self) -> str:
+        scope = f" [{self.scope}]" if self.scope else ""
         if not self.ran:
-            return "statistical oracle not run"
+            return f"statistical oracle not run{scope}"
         if self.not_judged is not None:
-            return f"not judged by the statistical oracle: {self.not_judged}"
+            return f"not judged by the statistical oracle: {self.not_judged}{scope}"
         if self.error is not None:
-            return f"statistical oracle could not judge it: {self.error}"
+            return f"statistical oracle could not judge it: {self.error}{scope}"
         p = "nan" if self.p_value is None else f"{self.p_value:.3g}"
         if self.rejected:
-            return f"statistical oracle REJECTED it (family p={p}; carried by {self.carriers()})"
+            return (
+                f"statistical oracle REJECTED it (family p={p}; carried by "
+                f"{self.carriers()}){scope}"
+            )
         bound = f"; {self.not_ruled_out}" if self.not_ruled_out else ""
-        return f"statistical oracle passed it (family p={p}{bound})"
+        return f"statistical oracle passed it (family p={p}{bound}){scope}"
 
     def carriers(self) -> str:
         """The first ``MAX_CARRIERS`` of ``carried_by`` (strongest first), and how many
@@ -76,6 +81,7 @@ class Statistical:
             "error": self.error,
             "not_judged": self.not_judged,
             "not_ruled_out": self.not_ruled_out,
+            "scope": self.scope,
         }
 
 
@@ -159,8 +165,13 @@ class Verdict:
     def summary(self) -> str:
         """``"lossless and drop-in"``, ``"lossless; not drop-in: <reason>"`` or
         ``"NOT lossless: <reason>"``; a lossless verdict without the statistical oracle
-        ends with ``(checks only; statistical oracle not run)``."""
-        checks_only = "" if self.statistical.ran else f" ({CHECKS_ONLY})"
+        ends with ``(checks only; statistical oracle not run)``, one on part of the
+        oracle's config with what it ran short of it."""
+        part = self.statistical.scope
+        if not self.statistical.ran:
+            checks_only = f" ({CHECKS_ONLY}{': ' + part if part else ''})"
+        else:
+            checks_only = f" (statistical oracle on part: {part})" if part else ""
         if self.drop_in:
             return f"lossless and drop-in{checks_only}"
         if self.lossless:

@@ -36,6 +36,7 @@ from reference.sampling_params import SamplingInfo
 from reference.verifier import DraftBlock, read_draft_block
 
 if TYPE_CHECKING:
+    from harness.oracles.cut import OracleCut
     from harness.pipeline.case import Case, CaseInputs
 
 TOKEN_SENTINEL = -1  # never a token id: shows an unwritten ``out`` entry
@@ -307,6 +308,13 @@ class Convention(ABC):
         """Why the case cannot be expressed in this convention's contract for the class
         (it then skips the case, saying so), or ``None``."""
         del case, sampler_class
+        return None
+
+    @property
+    def oracle_cut(self) -> OracleCut | None:
+        """What the statistical oracle may decode with a sampler of this convention here
+        (``harness.oracles.cut``: one that runs interpreted cannot afford the defaults),
+        or ``None``: the config as asked."""
         return None
 
     @abstractmethod

@@ -16,10 +16,13 @@ from harness.oracles.problem import StatsConfig, group_label
 from harness.oracles.stats import (
     DEFAULT_ROLES,
     OracleRun,
+    Scope,
     StatsResult,
+    best_bounds,
     expectations_hold,
     expected_rejected,
     meets_expectation,
+    not_ruled_out,
     where,
 )
 from harness.pipeline.verdicts import MAX_CARRIERS
@@ -43,6 +46,8 @@ def carriers(result: StatsResult) -> str:
 
 
 def verdict_word(result: StatsResult) -> str:
+    if not result.ran:
+        return f"not run ({result.scope()})"
     if result.not_judged:
         return f"not judged ({result.not_judged})"
     if result.error:
@@ -62,7 +67,9 @@ def verdict_line(
     for name, r in results.items():
         mark = "" if meets_expectation(r, roles) else " UNEXPECTED"
         wanted = " (expected)" if expected_rejected(name, roles) and not mark else ""
-        parts.append(f"{name} {verdict_word(r)}{wanted}{mark}")
+        own = r.ran and r.family_size != family_size(config)  # a cut scope: its own family
+        tests = f" [of {r.family_size} tests: its scope]" if own else ""
+        parts.append(f"{name} {verdict_word(r)}{tests}{wanted}{mark}")
     line = (
         f"losslessness at family alpha {config.alpha:g} ({family_size(config)} tests, Holm): "
         + ", ".join(parts)
@@ -101,7 +108,9 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
     rows = []
     for r in results:
         verdict = (
-            "not judged"
+            "not run"
+            if not r.ran
+            else "not judged"
             if r.not_judged
             else "ERROR"
             if r.error
@@ -124,6 +133,12 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
         )
     notes = [f"  {r.name} ({r.verifier}): raised {r.error}" for r in results if r.error]
     notes += [
+        f"  {r.name} ({r.verifier}): {r.scope()}"
+        + ("" if r.rejected or not r.bounds else f"; {not_ruled_out(best_bounds(r.bounds))}")
+        for r in results
+        if r.scope()
+    ]
+    notes += [
         f"  {r.name} ({r.verifier}): not judged, {r.not_judged}" for r in results if r.not_judged
     ]
     notes += [
@@ -135,15 +150,17 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
 
 
 def detail_table(result: StatsResult, *, config: StatsConfig) -> str:
-    """p-values of every test (``*``: rejected by Holm) and the first marginals."""
+    """p-values of every test (``*``: rejected by Holm) and the first marginals, at
+    each target and head the result ran (a cut one: fewer than the config's)."""
     tests = [JOINT, *(position_name(j) for j in range(config.gamma + 1)), REPEAT]
     header = ["target", "head", "group", *tests, *(f"marg {j}" for j in range(config.m))]
     by_cell = {(s.target, s.head, s.group, s.test): s for s in result.statistics}
     marginals = {(m.target, m.head, m.group, m.position): m for m in result.marginals}
     rows = []
+    ran = {(s.target, s.head) for s in result.statistics}  # a cut result ran fewer
     for target in (t.name for t in config.targets):
         for head in config.head_kinds:
-            for group in map(group_label, config.groups):
+            for group in map(group_label, config.groups) if (target, head) in ran else ():
                 key = (target, head, group)
                 cells = [
                     p_text(by_cell[(*key, t)].p_value)
@@ -195,14 +212,29 @@ def power_text(curves: Sequence[PowerCurve]) -> str:
 
 
 def cut_lines(oracle: OracleRun) -> list[str]:
-    """One line per verifier that ran fewer rows than the config (``config_under``)."""
-    return [
-        f"under {name}: rows per head cut to "
-        + ", ".join(f"{t.name} {ran.target_rows(t)}" for t in ran.targets)
-        + " (a slow verifier); its detection bounds are at those rows"
-        for name, ran in oracle.configs.items()
-        if ran != oracle.config
-    ]
+    """One line per verifier and implementation whose decode ran less than the config
+    (``scope_under``): what it ran, and what cut it or was left out."""
+    lines = []
+    for verifier, by_impl in oracle.scopes.items():
+        for name, scope in by_impl.items():
+            if scope.config is None:
+                lines.append(f"{name} under {verifier}: not run ({_left_out(scope)})")
+            elif scope.config != oracle.config:
+                ran = scope.config
+                rows = ", ".join(f"{t.name} {ran.target_rows(t)}" for t in ran.targets)
+                why = "; ".join(
+                    [*(f"cut by {c.by}" for c in scope.cuts), *filter(None, [_left_out(scope)])]
+                )
+                lines.append(
+                    f"{name} under {verifier}: rows per head {rows}, {ran.rounds} rounds, "
+                    f"heads {', '.join(ran.head_kinds)} ({why}); its detection bounds are at "
+                    "those rows"
+                )
+    return lines
+
+
+def _left_out(scope: Scope) -> str:
+    return "; ".join(f"{kind} head not run: {why}" for kind, why in scope.heads_not_run)
 
 
 def oracle_text(oracle: OracleRun) -> str:
@@ -231,8 +263,8 @@ def oracle_json(oracle: OracleRun, *, roles: Roles = DEFAULT_ROLES) -> dict[str,
         {
             "config": asdict(oracle.config),
             "rows_per_head_by_verifier": {
-                name: {t.name: ran.target_rows(t) for t in ran.targets}
-                for name, ran in oracle.configs.items()
+                verifier: {name: r.rows for name, r in results.items()}
+                for verifier, results in oracle.by_verifier.items()
             },
             "family_size": family_size(oracle.config),
             "results": {name: r.to_json_dict() for name, r in oracle.results.items()},

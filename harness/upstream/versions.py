@@ -1,12 +1,19 @@
-"""The versions table: the bug's era and today's release side by side (docs/upstream.md,
-"Versions").
+"""The versions table: the bug's era and today's releases side by side (docs/upstream.md,
+"Versions"), as data; ``harness.render.versions`` presents it.
 
 For each version (the before-fix module, the after-fix module, the installed sglang
-0.5.23) it gathers, in one run: the two verdicts over the standard matrix with the
+0.5.23 and, where the vllm package loads, vLLM 0.33's dense and top-k speculators) it
+gathers, in one run: the two verdicts over the standard matrix with the
 statistical oracle under both verifiers folded in and the support scan's hits, the work
 of one sampled call (Markov walks, torch random-number launches, counter advances), the
 A/B time per call against ``fixed`` on one shape, and the findings (the support scan's
 hits, the non-finite rule's violations, what the adapter works around).
+
+A version whose convention declares an oracle cut (``Convention.oracle_cut``: vLLM's,
+under Triton's interpreter) runs every part in that cut, and its row says so
+(``VersionRow.cut``): the oracle in its scope (``harness.oracles.stats.scope_under``),
+the scan and the non-finite rule at no more rows a call than the cut's and on the
+points inside its contract only, the timing at one repetition.
 """
 
 from __future__ import annotations
@@ -14,7 +21,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from harness.defaults import FIXED
 from harness.measure.timing import ab_timing
@@ -27,19 +33,21 @@ from harness.pipeline.check_result import Tier
 from harness.pipeline.runner import run_case
 from harness.pipeline.support_scan import (
     PointResult,
+    ScanPlan,
+    ScanPoint,
     full_plan,
     nonfinite_behaviour,
     scan_point,
 )
+from harness.plugins.conventions import convention_of
 from harness.plugins.implementations import (
     Implementation,
     builtin_implementations,
     parse_impl_spec,
 )
 from harness.progress import Progress, no_progress
-from harness.render.sections import Section
-from harness.render.tables import table
 from harness.testing import check_sampler
+from harness.upstream import vllm_loader
 from harness.upstream.rejection import BLOCKWISE_REJECTION
 from reference.verifier import CHAIN_VERIFIER
 
@@ -48,7 +56,11 @@ VERSIONS: dict[str, str] = {
     "after-fix": "after-fix=tests/plugins/upstream/dspark_after_fix.py",
     "sglang-0.5.23": "sglang-0_5_23=sglang",
 }
-TITLE = "Versions (docs/upstream.md, 'Versions')"
+VLLM_VERSIONS: dict[str, str] = {
+    "vllm-0.33-dense": "vllm-0_33-dense=vllm:dense",
+    "vllm-0.33-topk8": "vllm-0_33-topk8=vllm:topk=8",
+}
+INTERPRETED_REPEATS = 1  # A/B repetitions of a version whose convention declares a cut
 
 
 def work_case(*, seed: int) -> Case:
@@ -98,6 +110,80 @@ class VersionRow:
     statistics: dict[str, StatsResult]  # by verifier
     scan: tuple[PointResult, ...]
     findings: tuple[str, ...]
+    cut: tuple[str, ...] = ()  # what of each part it ran short of the others (interpreted)
+
+
+@dataclass(frozen=True)
+class Versions:
+    """Every version's row, and one line per version left out and why."""
+
+    rows: tuple[VersionRow, ...]
+    absent: tuple[str, ...]
+
+
+def versions_to_run() -> tuple[dict[str, str], tuple[str, ...]]:
+    """The versions this machine can run (name -> ``--impl`` spec), and a line for the
+    vLLM rows when its package does not load here."""
+    missing = vllm_loader.unavailable_reason()
+    if missing is None:
+        return {**VERSIONS, **VLLM_VERSIONS}, ()
+    return dict(VERSIONS), (f"{', '.join(VLLM_VERSIONS)}: not run here: {missing}",)
+
+
+@dataclass(frozen=True)
+class VersionPlan:
+    """What one version's row runs: the scan's points, the non-finite rule's batch and
+    calls, the timing's repetitions, and what of that is cut (one line each)."""
+
+    scan_points: tuple[ScanPoint, ...]
+    nonfinite_bs: int
+    nonfinite_calls: int
+    repeats: int
+    cut: tuple[str, ...]
+
+
+NONFINITE_BS, NONFINITE_CALLS = 1024, 4  # the non-finite rule's batch and calls
+
+
+def version_plan(implementation: Implementation, *, plan: ScanPlan, repeats: int) -> VersionPlan:
+    """Every part in full, or, where the implementation's convention declares an oracle
+    cut, at most its rows a call, the scan on the points inside its contract, and one
+    timing repetition."""
+    convention = convention_of(implementation.sampler_class)
+    cut = convention.oracle_cut
+    if cut is None:
+        return VersionPlan(
+            scan_points=tuple(plan.points()),
+            nonfinite_bs=NONFINITE_BS,
+            nonfinite_calls=NONFINITE_CALLS,
+            repeats=repeats,
+            cut=(),
+        )
+    narrow = replace(
+        plan,
+        bs=min(plan.bs, cut.rows),
+        triples_per_point=min(plan.triples_per_point, cut.rows * plan.gamma),
+    )
+    sampler_class = implementation.sampler_class
+    inside = tuple(
+        p
+        for p in narrow.points()
+        if convention.outside_contract(p.case(), sampler_class=sampler_class) is None
+    )
+    left = len(tuple(narrow.points())) - len(inside)
+    nonfinite_bs = min(NONFINITE_BS, cut.rows)
+    return VersionPlan(
+        scan_points=inside,
+        nonfinite_bs=nonfinite_bs,
+        nonfinite_calls=1,
+        repeats=min(repeats, INTERPRETED_REPEATS),
+        cut=(
+            f"cut by {cut.by}: scan {len(inside)} points inside its contract ({left} outside "
+            f"not run) at bs={narrow.bs}, {sum(p.triples for p in inside)} triples; non-finite "
+            f"rule at bs={nonfinite_bs}, 1 call; timing {min(repeats, INTERPRETED_REPEATS)} "
+            "repetition",
+        ),
+    )
 
 
 def call_work(implementation: Implementation, *, seed: int) -> CallWork | None:
@@ -144,10 +230,14 @@ def collect_versions(
     seed: int = 0,
     scan_triples_per_point: int = 1 << 16,
     repeats: int = 5,
+    names: Sequence[str] | None = None,
     progress: Progress = no_progress,
-) -> list[VersionRow]:
-    """Every version's row, measured in this one run."""
-    implementations = {name: parse_impl_spec(spec) for name, spec in VERSIONS.items()}
+) -> Versions:
+    """Every version's row (``names``: only those, of the ones this machine runs),
+    measured in this one run."""
+    runnable, absent = versions_to_run()
+    chosen = runnable if names is None else {n: runnable[n] for n in names if n in runnable}
+    implementations = {name: parse_impl_spec(spec) for name, spec in chosen.items()}
     progress("versions: statistical oracle under both verifiers ...")
     oracle = run_oracle(
         replace(DEFAULT_CONFIG, seed=seed),
@@ -159,10 +249,11 @@ def collect_versions(
     rows = []
     for name, impl in implementations.items():
         progress(f"versions: {name}: standard matrix, work, timing, scan ...")
+        parts = version_plan(impl, plan=plan, repeats=repeats)
         statistical = combined_statistical(oracle.results_of(impl.name))
         verdict = check_sampler(impl.spec, require=Tier.LOSSLESS).with_statistical(statistical)
-        scan = tuple(scan_point(impl, point) for point in plan.points())
-        rules = nonfinite_behaviour(impl)
+        scan = tuple(scan_point(impl, point) for point in parts.scan_points)
+        rules = nonfinite_behaviour(impl, bs=parts.nonfinite_bs, calls=parts.nonfinite_calls)
         findings = scan_findings(scan)
         findings += [
             f"non-finite rule: {o.rule.value}: {o.violations} of {o.draws} draws break it"
@@ -182,90 +273,11 @@ def collect_versions(
                 drop_in=verdict.drop_in and lossless,
                 why=why,
                 work=call_work(impl, seed=seed),
-                time_ratio=time_ratio(impl, seed=seed, repeats=repeats),
+                time_ratio=time_ratio(impl, seed=seed, repeats=parts.repeats),
                 statistics={v: results[impl.name] for v, results in oracle.by_verifier.items()},
                 scan=scan,
                 findings=tuple(findings),
+                cut=parts.cut,
             )
         )
-    return rows
-
-
-def _stats_word(result: StatsResult) -> str:
-    if result.error:
-        return "raised"
-    return f"{'REJECTED' if result.rejected else 'pass'} (p={result.p_value:.3g})"
-
-
-def versions_section(rows: Sequence[VersionRow]) -> Section:
-    """The table; holds when the before-fix module is not lossless and the after-fix one is."""
-    by_name = {row.name: row for row in rows}
-    ok = not by_name["before-fix"].lossless and by_name["after-fix"].lossless
-    header = [
-        "version", "lossless", "drop-in", "why", "walks/call", "torch RNG launches/call",
-        "counter advances/call", "time / fixed", "stats (chain)", "stats (sglang-blockwise)",
-    ]  # fmt: skip
-    body = []
-    for row in rows:
-        work = row.work
-        body.append(
-            [
-                row.name,
-                "yes" if row.lossless else "NO",
-                "yes" if row.drop_in else "no",
-                row.why,
-                "-" if work is None else str(work.walks),
-                "-" if work is None else str(work.torch_launches),
-                "-"
-                if work is None or work.counter_advances is None
-                else str(work.counter_advances),
-                "-" if row.time_ratio is None else f"{row.time_ratio:.2f}x",
-                _stats_word(row.statistics[CHAIN_VERIFIER.name]),
-                _stats_word(row.statistics[BLOCKWISE_REJECTION.name]),
-            ]
-        )
-    findings = [f"  {row.name}: {f}" for row in rows for f in row.findings]
-    scanned = rows[0].scan
-    text = "\n".join(
-        [
-            table(header, body),
-            "",
-            f"work: one sampled call ({work_case(seed=0).label()}); time: the median of "
-            f"per-repetition wall ratios against fixed, whole call, one thread, "
-            f"{timing_case(seed=0).label()}; scan: {sum(r.triples for r in scanned):.3g} "
-            "triples per version (every head kind x float32, bfloat16 x both patterns)",
-            "findings:" if findings else "findings: none",
-            *findings,
-        ]
-    )
-    verdict = "; ".join(
-        f"{row.name} {'lossless' if row.lossless else 'NOT lossless'}"
-        f"{' and drop-in' if row.drop_in else ''}"
-        for row in rows
-    )
-    return Section(title=TITLE, ok=ok, verdict=verdict, text=text, data=_json(rows, ok=ok))
-
-
-def _json(rows: Sequence[VersionRow], *, ok: bool) -> dict[str, Any]:
-    return {
-        "ok": ok,
-        "versions": [
-            {
-                "name": row.name,
-                "spec": row.spec,
-                "lossless": row.lossless,
-                "drop_in": row.drop_in,
-                "why": row.why,
-                "work": None if row.work is None else row.work.__dict__,
-                "time_ratio_vs_fixed": row.time_ratio,
-                "statistics": {
-                    verifier: {"rejected": r.rejected, "p_value": r.p_value, "error": r.error}
-                    for verifier, r in row.statistics.items()
-                },
-                "scan_triples": sum(r.triples for r in row.scan),
-                "scan_hits": sum(r.hit_count for r in row.scan),
-                "findings": list(row.findings),
-            }
-            for row in rows
-        ],
-    }
+    return Versions(rows=tuple(rows), absent=absent)

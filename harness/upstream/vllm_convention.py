@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from harness.oracles.cut import OracleCut
 from harness.plugins.conventions import (
     BuiltSampler,
     CallOutputs,
@@ -68,6 +69,11 @@ VLLM_FORM = "NAME=vllm, NAME=vllm:dense or NAME=vllm:topk=K (K a positive intege
 TOPK_ATTRIBUTE = "harness_draft_topk"  # class attribute: K of the top-k variant, or None
 SEED_BITS = 63
 POSITION_SPACING = 1 << 20  # request b's sequence starts at (b + 1) * this
+# The oracle's decode of this sampler under the interpreter: the far target only, 250
+# rows per head, 12 rounds per row (measured, docs/upstream.md).
+SAMPLER_CUT = OracleCut(
+    rows=250, rounds=12, targets=("far",), by="vllm-0.33 (sampler under Triton's interpreter)"
+)
 
 
 def outside_contract(case: Case, *, sampler_class: type[Any]) -> str | None:
@@ -417,6 +423,12 @@ class VllmConvention(Convention):
 
     def outside_contract(self, case: Case, *, sampler_class: type[Any]) -> str | None:
         return outside_contract(case, sampler_class=sampler_class)
+
+    @property
+    def oracle_cut(self) -> OracleCut | None:
+        """Under Triton's interpreter every sampled row and step is a Python program
+        (docs/upstream.md, "The statistical oracle on vLLM's sampler")."""
+        return SAMPLER_CUT if interpreted() else None
 
     def build(
         self,

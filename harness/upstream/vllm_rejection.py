@@ -31,7 +31,7 @@ the bonus), so nothing here routes them elsewhere.
 
 The interpreter runs every kernel program as Python over numpy (several programs per
 round row), so a decode under this verifier is slow: ``max_rows`` cuts the oracle's
-rows per head under it (``harness.oracles.stats.config_under``) and the result states
+rows per head under it (``oracle_cut``, ``harness.oracles.stats.scope_under``) and the result states
 the detection bound at the rows it ran. See docs/upstream.md ("vLLM's rejection
 sampler as a verifier").
 """
@@ -42,10 +42,12 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.oracles.cut import OracleCut
 from harness.upstream.vllm_loader import interpreter_log1p, load_vllm
 from reference.verifier import VerifyResult, VerifyRound, VerifyStep
 
 ROW_CUT = 600  # rows per head (every target) under this verifier: see docs/upstream.md
+VERIFIER_CUT = OracleCut(rows=ROW_CUT, by="vllm-rejection (verifier under Triton's interpreter)")
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ class VllmRejectionVerifier:
     """vLLM's ``rejection_sample`` on every row, greedy rows included."""
 
     name: str = "vllm-rejection"
-    max_rows: int = ROW_CUT  # the most rows per head a decode under it runs
+    oracle_cut: OracleCut | None = VERIFIER_CUT  # what a decode under it runs
 
     def start(self, *, seed: int, device: torch.device) -> VerifyStep:
         rejection_sample = load_vllm().rejection_sample

@@ -77,3 +77,24 @@ def test_a_timer_the_block_arms_is_disarmed_when_the_block_ends() -> None:
     assert not _timer_armed()
     assert signal.getsignal(signal.SIGALRM) == handler
     assert _stray_timeouts() == 0
+
+
+class WrappedTimeout(Exception):
+    """What an interpreter raises on an exception inside a kernel: its own, the cause kept."""
+
+
+def test_a_timeout_the_block_wraps_in_its_own_error_is_still_the_timeout() -> None:
+    limited = time_limit(PERIOD_S)
+    with pytest.raises(CallTimeout, match="raised WrappedTimeout on it") as raised, limited:
+        try:
+            while True:
+                time.sleep(PERIOD_S / 4)
+        except CallTimeout as timeout:
+            raise WrappedTimeout(repr(timeout)) from timeout
+    assert isinstance(raised.value.__cause__, WrappedTimeout)
+    assert _stray_timeouts() == 0
+
+
+def test_an_error_before_the_limit_stays_the_blocks_own() -> None:
+    with pytest.raises(WrappedTimeout), time_limit(60):
+        raise WrappedTimeout("a defect, not the time limit")

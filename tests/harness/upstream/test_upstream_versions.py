@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from harness.cli import main
+from harness.upstream import vllm_loader
 from harness.upstream.rejection import BLOCKWISE_REJECTION
 from reference.verifier import CHAIN_VERIFIER
 
@@ -17,7 +18,8 @@ pytestmark = pytest.mark.upstream
 def rows():  # type: ignore[no-untyped-def]
     from harness.upstream.versions import collect_versions
 
-    return {row.name: row for row in collect_versions(scan_triples_per_point=1 << 14, repeats=1)}
+    versions = collect_versions(scan_triples_per_point=1 << 14, repeats=1)
+    return {row.name: row for row in versions.rows}
 
 
 def test_the_before_fix_module_is_not_lossless_by_its_double_walk(rows) -> None:  # type: ignore[no-untyped-def]
@@ -51,3 +53,5 @@ def test_the_versions_command_writes_its_table(tmp_path, capsys) -> None:  # typ
     out = capsys.readouterr().out
     assert "before-fix NOT lossless; after-fix lossless and drop-in" in out
     assert (tmp_path / "versions.md").exists()
+    if vllm_loader.unavailable_reason() is not None:  # its rows are absent, and say why
+        assert "absent: vllm-0.33-dense, vllm-0.33-topk8: not run here: " in out

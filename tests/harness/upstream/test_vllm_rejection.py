@@ -19,6 +19,7 @@ import torch
 
 from harness.cli import main
 from harness.oracles import stats
+from harness.oracles.cut import OracleCut
 from harness.oracles.problem import DEFAULT_CONFIG, FAR, build_problems
 from harness.plugins.implementations import builtin_implementations
 from harness.upstream import vllm_loader
@@ -142,12 +143,15 @@ def verified(verifier: Verifier, round_: VerifyRound, *, seed: int) -> VerifyRes
 
 
 # -- everywhere ----------------------------------------------------------------------------------
+TEST_CUT = OracleCut(rows=300, by="cut-chain (a test)")
+
+
 @dataclass(frozen=True)
 class CutChain:
     """Our chain verifier, declared slow: the oracle must cut its rows."""
 
     name: str = "cut-chain"
-    max_rows: int = 300
+    oracle_cut: OracleCut | None = TEST_CUT
 
     def start(self, *, seed: int, device: torch.device) -> VerifyStep:
         return CHAIN_VERIFIER.start(seed=seed, device=device)
@@ -155,20 +159,31 @@ class CutChain:
 
 def test_a_slow_verifier_runs_at_its_row_cut_and_the_others_at_the_config() -> None:
     config = replace(DEFAULT_CONFIG, head_kinds=("vanilla",), temperatures=(1.0,))
-    assert stats.config_under(config, CHAIN_VERIFIER) is config
-    assert stats.config_under(config, VLLM_REJECTION).rows == ROW_CUT
-    cut = stats.config_under(config, CutChain())
+    assert stats.scope_under(config, verifier=CHAIN_VERIFIER) == stats.Scope(config=config)
+    assert stats.scope_under(config, verifier=VLLM_REJECTION).config == replace(
+        config, rows=ROW_CUT
+    )
+    cut = replace(config, rows=300)
+    assert stats.scope_under(config, verifier=CutChain()) == stats.Scope(
+        config=cut, cuts=(CutChain().oracle_cut,)
+    )
     assert [cut.target_rows(t) for t in cut.targets] == [300, 300, 300]
     small = replace(config, rows=200)
-    assert stats.config_under(small, CutChain()) is small  # never more rows than asked
+    # never more rows than asked: a cut that cuts nothing is not stated
+    assert stats.scope_under(small, verifier=CutChain()) == stats.Scope(config=small)
 
     fixed = builtin_implementations(("fixed",))
     oracle = stats.run_oracle(config, implementations=fixed, verifiers=(CHAIN_VERIFIER, CutChain()))
-    assert oracle.configs == {"chain": config, "cut-chain": cut}
+    assert {v: s["fixed"].config for v, s in oracle.scopes.items()} == {
+        "chain": config,
+        "cut-chain": cut,
+    }
     assert oracle.by_verifier["chain"]["fixed"].rows == {"far": 5_000, "mid": 1_000, "near": 1_000}
     under_cut = oracle.by_verifier["cut-chain"]["fixed"]
     assert under_cut.rows == {"far": 300, "mid": 300, "near": 300}
-    assert under_cut.passed
+    assert under_cut.passed and under_cut.cuts == (CutChain().oracle_cut,)
+    stated = "cut by cut-chain (a test): far 300, mid 300, near 300 rows per head"
+    assert under_cut.scope() == stated
     chain_seen = {
         (b.target, b.position): b.rows for b in oracle.by_verifier["chain"]["fixed"].bounds
     }
@@ -185,8 +200,8 @@ def test_the_row_cut_is_stated_in_the_text(tmp_path) -> None:
         config, implementations=builtin_implementations(("fixed",)), verifiers=(CutChain(),)
     )
     assert cut_lines(oracle) == [
-        "under cut-chain: rows per head cut to far 300, mid 300, near 300 (a slow verifier); "
-        "its detection bounds are at those rows"
+        "fixed under cut-chain: rows per head far 300, mid 300, near 300, 4 rounds, heads "
+        "vanilla (cut by cut-chain (a test)); its detection bounds are at those rows"
     ]
     assert oracle.problem.config.rows == 300  # the first verifier's problems
 

@@ -1,0 +1,46 @@
+"""What a slow part of a run lets the statistical oracle decode (docs/statistics.md,
+"Cuts").
+
+A verifier or a sampler's calling convention that runs under Triton's interpreter
+(vLLM 0.33's, on a machine without CUDA) costs a Python program per row and step, so
+the oracle's defaults do not fit a run's time there. Such a part declares an
+``OracleCut`` (``DeclaresCut.oracle_cut``); ``harness.oracles.stats.config_under``
+applies every cut that the verifier and the implementation's convention declare, and
+the result's rows, family and detection bounds are those of the config it ran. Torch-free:
+the conventions read it without the oracle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class OracleCut:
+    """At most ``rows`` rows per head at every target kept; ``targets`` the targets it
+    keeps (``None``: every target of the config); ``rounds`` the draft-verify rounds of
+    each row (``None``: the config's); ``by`` who declares it and why, as a report
+    states it."""
+
+    rows: int
+    by: str
+    targets: tuple[str, ...] | None = None
+    rounds: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("rows", "rounds"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"OracleCut.{name} must be a positive integer, got {value!r}")
+        if self.targets is not None and not self.targets:
+            raise ValueError("OracleCut.targets must name a target, or be None (every target)")
+
+
+@runtime_checkable
+class DeclaresCut(Protocol):
+    """A verifier or a convention that may cut the oracle's config (``None``: it does
+    not here)."""
+
+    @property
+    def oracle_cut(self) -> OracleCut | None: ...

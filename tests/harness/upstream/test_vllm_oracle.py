@@ -1,0 +1,64 @@
+"""The statistical oracle on vLLM 0.33's own speculator (``--impl NAME=vllm``).
+
+Under Triton's interpreter the speculator's convention declares its cut (the far target,
+250 rows per head, 12 rounds per row) and only the vanilla head is inside its contract:
+the result says both, its rows and detection bounds are the cut's, and at the cut a
+planted double walk in vLLM's shape (``CacheFromSecondWalk``) is rejected while the
+package's own dense speculator passes (docs/upstream.md, "The statistical oracle on
+vLLM's sampler"). The scope tests read the declarations only; the decodes take minutes
+under the interpreter and are ``slow``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.oracles import stats
+from harness.oracles.problem import DEFAULT_CONFIG, FAR
+from harness.plugins.implementations import parse_impl_spec
+from harness.upstream import vllm_loader
+from reference.verifier import CHAIN_VERIFIER
+
+pytestmark = pytest.mark.vllm
+
+
+def test_the_speculators_cut_and_contract_make_its_scope() -> None:
+    from harness.upstream.vllm_convention import SAMPLER_CUT
+    from harness.upstream.vllm_rejection import VERIFIER_CUT, VLLM_REJECTION
+
+    if not vllm_loader.interpreted():
+        pytest.skip("vLLM's kernels are compiled here (CUDA): its convention declares no cut")
+    for spec in ("v=vllm", "k=vllm:topk=8"):
+        implementation = parse_impl_spec(spec)
+        scope = stats.scope_under(
+            DEFAULT_CONFIG, verifier=CHAIN_VERIFIER, implementation=implementation
+        )
+        assert scope.config is not None
+        assert scope.config.targets == (FAR,) and scope.config.head_kinds == ("vanilla",)
+        assert (scope.config.rows, scope.config.rounds) == (250, 12)
+        assert scope.cuts == (SAMPLER_CUT,)
+        assert [kind for kind, _ in scope.heads_not_run] == ["gated", "rnn"]
+        assert all("take no hidden state" in why for _, why in scope.heads_not_run)
+        under_theirs = stats.scope_under(
+            DEFAULT_CONFIG, verifier=VLLM_REJECTION, implementation=implementation
+        )
+        assert under_theirs.config == scope.config  # the smaller rows of both cuts
+        assert under_theirs.cuts == (VERIFIER_CUT, SAMPLER_CUT)
+
+
+@pytest.mark.slow
+def test_at_the_cut_the_double_walk_in_vllms_shape_is_rejected() -> None:
+    second_walk = parse_impl_spec("second=tests/plugins/vllm_defects.py:CacheFromSecondWalk")
+    result = stats.run_stats(second_walk, config=DEFAULT_CONFIG)
+    assert result.rows == {"far": 250}
+    assert result.rejected and not result.rejected_at_position(0)
+    assert "far target only, far 250 rows per head, 12 rounds per row" in result.scope()
+
+
+@pytest.mark.slow
+def test_at_the_cut_vllms_speculator_passes_and_states_its_bound() -> None:
+    result = stats.run_stats(parse_impl_spec("v=vllm"), config=DEFAULT_CONFIG)
+    assert result.passed and result.rows == {"far": 250}
+    stated = result.statistical()
+    assert stated.not_ruled_out.startswith("not ruled out") and "gated head not run" in stated.scope
+    assert result.bounds and all(b.target == "far" and b.rows <= 250 * 12 for b in result.bounds)
