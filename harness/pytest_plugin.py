@@ -23,8 +23,8 @@ import pytest
 from harness.pipeline.check_result import TIER_LABELS, Tier
 
 if TYPE_CHECKING:
+    from harness.case import Case
     from harness.options import RunOptions
-    from harness.pipeline.case import Case
     from harness.plugins.implementations import Implementation
 
 IMPLEMENTATIONS = pytest.StashKey[list["Implementation"]]()

@@ -18,8 +18,8 @@ import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from harness.case import Case
 from harness.options import Roles, RunOptions
-from harness.pipeline.case import Case
 from harness.pipeline.check_result import Tier
 from harness.pipeline.verdicts import Statistical, Verdict
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # most tests need neither; the statistical oracle imports torch
+    from harness.case import Case
     from harness.oracles.problem import StatsProblem
     from harness.oracles.stats import StatsResult
-    from harness.pipeline.case import Case
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,7 +90,7 @@ SMALL_CASE_FIELDS: dict[str, Any] = {
 def small_case(*, seed: int, **changes: Any) -> Case:
     """The small case many modules run (``SMALL_CASE_FIELDS``) at ``seed``, with
     ``changes`` to any field ``make_case`` takes."""
-    from harness.pipeline.case import make_case
+    from harness.case import make_case
 
     return make_case(**{**SMALL_CASE_FIELDS, "seed": seed, **changes})
 

@@ -161,8 +161,8 @@ def _run(args: argparse.Namespace) -> int:
 def _bad_input() -> tuple[type[Exception], ...]:
     """The errors that mean bad usage or bad input (exit 2): imported only once a
     command runs, since most of them live beside torch."""
+    from harness.case import CaseError
     from harness.options import RolesError
-    from harness.pipeline.case import CaseError
     from harness.pipeline.memory import MemoryLimitError
     from harness.plugins.implementations import ImplementationError
 

@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace) -> ExitCode:
-    from harness.pipeline.case import Case
+    from harness.case import Case
     from harness.pipeline.compare import compare
     from harness.plugins.implementations import parse_names
 

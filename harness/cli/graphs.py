@@ -50,9 +50,9 @@ def command(args: argparse.Namespace) -> ExitCode:
     """``python -m harness graphs``: 0 when fixed is clean on every replay, the ledger holds,
     every graph redraws its noise and no implementation but legacy syncs; 1 otherwise;
     2 on bad usage, including a device that is not CUDA."""
+    from harness.case import Case, CaseError
     from harness.gpu.graphs import capture_and_replay, require_cuda
     from harness.gpu.host_sync import no_host_sync
-    from harness.pipeline.case import Case, CaseError
     from harness.pipeline.matrix import standard_matrix
     from harness.plugins.implementations import ImplementationError
     from harness.render.graphs import graph_sections

@@ -14,7 +14,7 @@ from harness.pipeline.check_result import TIER_LABELS, Tier
 from harness.render.progress import progress_printer
 
 if TYPE_CHECKING:  # the options are offered without importing what runs them (torch)
-    from harness.pipeline.case import Case
+    from harness.case import Case
     from harness.pipeline.records import CaseRecord
     from harness.plugins.implementations import Implementation
     from harness.render.sections import Section

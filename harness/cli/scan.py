@@ -257,7 +257,7 @@ def run_scan(
 
 
 def command(args: argparse.Namespace) -> ExitCode:
-    from harness.pipeline.case import CaseError
+    from harness.case import CaseError
     from harness.plugins.implementations import parse_names, select_implementations
     from harness.render.report import Report, emit_report
 

@@ -11,9 +11,9 @@ import os
 import tempfile
 from pathlib import Path
 
+from harness.case import SEED_LIMIT, CaseError, check_device
 from harness.cli.emit import UsageError
 from harness.pipeline import memory
-from harness.pipeline.case import SEED_LIMIT, CaseError, check_device
 
 CLI_SEED_LIMIT = SEED_LIMIT >> 1  # room for the per-case offsets added to --seed
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from harness.case import Case, build_inputs, make_case
 from harness.defaults import BUGGY_SIDE, FIXED_SIDE, PAIR_SIDES
 from harness.gpu.clocks import CLOCK_LABELS, Clock, cuda_event_ms
 from harness.gpu.graphs import RunnerFactory, cuda_graph_runner
@@ -38,7 +39,6 @@ from harness.gpu.shapes import (
     KERNEL_VOCAB,
 )
 from harness.measure.timing import MODES, PairedTimes, make_samplers
-from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.runner import same_rng_start
 from harness.plugins.conventions import BuiltSampler
 from harness.progress import Progress, no_progress

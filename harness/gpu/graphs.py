@@ -43,9 +43,9 @@ from typing import Any, Protocol
 
 import torch
 
+from harness.case import Case, CaseInputs, build_inputs, case_block
 from harness.devices import synchronize
 from harness.gpu.shapes import DEFAULT_REPLAYS
-from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.compare import CaseVerdict, case_record, evaluate_run
 from harness.pipeline.observe import DispatchObserver
 from harness.pipeline.records import CaseRecord

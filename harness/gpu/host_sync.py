@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
+from harness.case import Case, build_inputs
 from harness.devices import synchronize
 from harness.gpu.graphs import require_cuda
-from harness.pipeline.case import Case, build_inputs
 from harness.pipeline.runner import RaisedError, build_sampler, guarded_call, same_rng_start
 from harness.plugins.conventions import BuiltSampler
 from harness.plugins.implementations import Implementation

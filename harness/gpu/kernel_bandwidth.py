@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
+from harness.case import DTYPES
 from harness.gpu.clocks import graph_device_ms
 from harness.gpu.graphs import require_cuda
 from harness.gpu.shapes import KERNEL_BS, KERNEL_VOCAB
-from harness.pipeline.case import DTYPES
 
 NOISE_BYTES = 4  # the noise buffer is float32 whatever the logits dtype
 TOKEN_BYTES = 8  # int64 token ids

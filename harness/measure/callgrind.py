@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
+from harness.case import Case, build_inputs, make_case
 from harness.defaults import BUGGY_SIDE, PAIR_SIDES
 from harness.devices import intra_op_threads
 from harness.measure.timing import MODES, PRODUCTION_HIDDEN, make_calls
-from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.runner import same_rng_start
 from harness.progress import Progress, no_progress
 

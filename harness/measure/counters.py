@@ -18,9 +18,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from harness.case import Case, CaseInputs, case_block
 from harness.defaults import FIXED
 from harness.devices import synchronize
-from harness.pipeline.case import Case, CaseInputs, case_block
 from harness.pipeline.observe import DispatchObserver
 from harness.pipeline.runner import WorkCounts, build_sampler, guarded_call, same_rng_start
 from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.case import Case, make_case
 from harness.defaults import BUILTIN_NAMES
-from harness.pipeline.case import Case, make_case
 from harness.pipeline.control_flow import control_flow
 
 INDEX_BYTES = 8  # int64 token ids

@@ -36,12 +36,12 @@ from typing import Any
 
 import numpy as np
 
+from harness.case import make_case
 from harness.defaults import DEFAULT_PAIR, FIXED_SIDE, PAIR_SIDES
 from harness.io.files import JournalError, write_atomically
 from harness.io.fingerprint import code_fingerprint, run_fingerprint
 from harness.io.journal import Journal
 from harness.measure.timing import CLOCKS, MODES, Pair, ab_timing, times_json
-from harness.pipeline.case import make_case
 from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS, select_implementations
 from harness.progress import Progress, no_progress
 

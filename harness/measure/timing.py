@@ -36,9 +36,9 @@ from typing import Any
 
 import torch
 
+from harness.case import Case, CaseInputs, build_inputs, case_block, make_case
 from harness.defaults import BUGGY_SIDE, DEFAULT_PAIR, FIXED_SIDE, PAIR_SIDES
 from harness.devices import intra_op_threads, synchronize
-from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block, make_case
 from harness.pipeline.runner import build_sampler, guarded_call, same_rng_start
 from harness.plugins.conventions import BuiltSampler
 from harness.plugins.implementations import Implementation, builtin_implementations

@@ -29,11 +29,11 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness.case import Case, make_case
 from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, FIXED, LEGACY
 from harness.measure.counters import CallCost, MeasuredWork, cost_of_call, measure_one_walk
 from harness.measure.model import MODEL_COUNTERS, PredictedWork, predict_work
 from harness.options import RunOptions
-from harness.pipeline.case import Case, make_case
 from harness.pipeline.isolation import isolated_cost
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from harness.case import TOP_K_ALL, Case, CaseInputs
 from harness.devices import intra_op_threads
 from harness.oracles.defaults import (
     DEFAULT_ALPHA,
@@ -32,7 +33,6 @@ from harness.oracles.defaults import (
     DEFAULT_VOCAB_SIZE,
     GREEDY,
 )
-from harness.pipeline.case import TOP_K_ALL, Case, CaseInputs
 from harness.plugins.conventions import BuiltSampler, build_for_case
 from reference import (
     HEAD_KINDS,

@@ -25,8 +25,8 @@ from functools import cached_property
 
 import torch
 
+from harness.case import case_block
 from harness.defaults import REFERENCE
-from harness.pipeline.case import case_block
 from harness.pipeline.check_result import CheckResult, Skip, Status, Tier, failed, passed, skipped
 from harness.pipeline.life import LifeReplay, replay_inputs
 from harness.pipeline.observe import NOISE_OP, RandomDraw

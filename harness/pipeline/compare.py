@@ -17,11 +17,11 @@ from typing import cast
 
 import torch
 
+from harness.case import Case
 from harness.defaults import DEFAULT_PAIR
 from harness.io.fingerprint import run_fingerprint
 from harness.io.journal import Journal, canonical
 from harness.options import RunOptions
-from harness.pipeline.case import Case
 from harness.pipeline.checks import CheckResult, Subject, judge, tier_of
 from harness.pipeline.ledger import LedgerEntry, observe_divergence
 from harness.pipeline.memory import check_cases_fit

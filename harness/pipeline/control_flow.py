@@ -12,8 +12,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from harness.case import Case
 from harness.defaults import BUILTIN_NAMES, FIXED, LEGACY
-from harness.pipeline.case import Case
 
 
 class Pass(enum.Enum):

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import torch
 
-from harness.pipeline.case import CaseInputs
+from harness.case import CaseInputs
 
 
 def _tensor_bytes_digest(tensor: torch.Tensor) -> str:

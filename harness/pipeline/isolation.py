@@ -40,10 +40,10 @@ from typing import Any
 
 import torch
 
+from harness.case import Case, CaseInputs, build_inputs
 from harness.defaults import DEFAULT_TIME_LIMIT_S
 from harness.interrupts import stop_on_signals
 from harness.options import RunOptions
-from harness.pipeline.case import Case, CaseInputs, build_inputs
 from harness.pipeline.life import GreedyMix, Life, LifeReplay, LifeStep
 from harness.pipeline.observe import RandomDraw
 from harness.pipeline.runner import (

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.case import Case
 from harness.defaults import FIXED, LEGACY
-from harness.pipeline.case import Case
 from harness.pipeline.check_result import MAX_LISTED
 from harness.pipeline.checks import Subject, check_teacher_forcing, near_tie_mask
 from harness.pipeline.control_flow import control_flow

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from harness.case import SEED_LIMIT, TOP_K_ALL, Case, CaseInputs
 from harness.options import RunOptions
-from harness.pipeline.case import SEED_LIMIT, TOP_K_ALL, Case, CaseInputs
 from harness.pipeline.observe import DispatchObserver, RandomDraw
 from harness.pipeline.runner import (
     ImplResult,

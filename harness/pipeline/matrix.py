@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 
-from harness.pipeline.case import Case
+from harness.case import Case
 from harness.pipeline.life import MIN_REPLAYS
 
 MIXED = (False, True, False, False)  # rows 0, 2, 3 sampled; row 1 greedy

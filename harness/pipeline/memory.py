@@ -16,7 +16,7 @@ import re
 
 import torch
 
-from harness.pipeline.case import Case
+from harness.case import Case
 
 DEFAULT_FRACTION = 0.5  # of the free memory: leaves room for the rest of the machine
 FLOAT_BYTES = 4  # float32: corrected logits, noise and step logits are float32

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.case import Case, CaseError
 from harness.defaults import REFERENCE
 from harness.io.files import write_atomically
 from harness.options import DEFAULT_OPTIONS, RunOptions
-from harness.pipeline.case import Case, CaseError
 from harness.pipeline.check_result import CheckResult
 from harness.pipeline.compare import evaluate_run, tensor_digest
 from harness.pipeline.runner import run_case

@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 import torch
 
+from harness.case import Case, CaseInputs, build_inputs, case_block
 from harness.interrupts import reraise_stop_request
 from harness.options import DEFAULT_OPTIONS, RunOptions
-from harness.pipeline.case import Case, CaseInputs, build_inputs, case_block
 from harness.pipeline.guard import changed_inputs, input_digests
 from harness.pipeline.observe import DispatchObserver, RandomDraw, rng_consumption
 from harness.plugins.conventions import (

@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
+from harness.case import Case, CaseError, build_inputs, make_case
 from harness.devices import intra_op_threads
 from harness.io.files import write_atomically
-from harness.pipeline.case import Case, CaseError, build_inputs, make_case
 from harness.plugins.conventions import BuiltSampler, build_for_case
 from harness.plugins.implementations import Implementation
 from harness.progress import Progress, no_progress

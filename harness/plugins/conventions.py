@@ -36,8 +36,8 @@ from reference.sampling_params import SamplingInfo
 from reference.verifier import DraftBlock, read_draft_block
 
 if TYPE_CHECKING:
+    from harness.case import Case, CaseInputs
     from harness.oracles.cut import OracleCut
-    from harness.pipeline.case import Case, CaseInputs
 
 TOKEN_SENTINEL = -1  # never a token id: shows an unwritten ``out`` entry
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.case import Case
 from harness.defaults import DEFAULT_PAIR
 from harness.measure.model import MODEL_COUNTERS, lm_head_cost, production_shape, walk_cost
 from harness.measure.work import (
@@ -21,7 +22,6 @@ from harness.measure.work import (
     WorkComparison,
     surplus_held_exactly,
 )
-from harness.pipeline.case import Case
 from harness.pipeline.runner import WorkCounts
 from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
 from harness.render.sections import Block, Section, Table, right_aligned

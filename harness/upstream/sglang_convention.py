@@ -53,7 +53,7 @@ from reference.sampling_params import SamplingInfo
 from reference.verifier import DraftBlock
 
 if TYPE_CHECKING:
-    from harness.pipeline.case import Case, CaseInputs
+    from harness.case import Case, CaseInputs
 
 SAMPLER_MODULE = "sglang.srt.speculative.dspark_components.dspark_draft_sampler"
 VERIFY_IDS_ENV = "SGLANG_OPT_DSV41_DSPARK_MID_FOLD"

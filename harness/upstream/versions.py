@@ -22,13 +22,13 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from harness.case import Case, make_case
 from harness.defaults import FIXED
 from harness.measure.timing import ab_timing
 from harness.options import RunOptions
 from harness.oracles.part import combined_statistical
 from harness.oracles.problem import DEFAULT_CONFIG
 from harness.oracles.stats import StatsResult, run_oracle
-from harness.pipeline.case import Case, make_case
 from harness.pipeline.check_result import Tier
 from harness.pipeline.runner import run_case
 from harness.pipeline.support_scan import (

@@ -63,7 +63,7 @@ from reference.sampling_params import SamplingInfo, stage_sampling_params
 from reference.verifier import DraftBlock
 
 if TYPE_CHECKING:
-    from harness.pipeline.case import Case, CaseInputs
+    from harness.case import Case, CaseInputs
 
 VLLM_FORM = "NAME=vllm, NAME=vllm:dense or NAME=vllm:topk=K (K a positive integer)"
 TOPK_ATTRIBUTE = "harness_draft_topk"  # class attribute: K of the top-k variant, or None

@@ -19,8 +19,8 @@ import time
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from harness.case import Case, make_case
 from harness.options import RunOptions
-from harness.pipeline.case import Case, make_case
 from harness.pipeline.isolation import WorkerPool, shutdown_workers
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import builtin_implementations

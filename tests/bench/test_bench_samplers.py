@@ -21,9 +21,9 @@ import pytest
 import torch
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from harness.case import Case, CaseInputs, build_inputs, make_case
 from harness.measure.model import predict_work
 from harness.options import RunOptions
-from harness.pipeline.case import Case, CaseInputs, build_inputs, make_case
 from harness.pipeline.runner import run_implementation, same_rng_start
 from harness.plugins.implementations import builtin_implementations
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import torch
 
+from harness.case import Case
 from harness.options import RunOptions
-from harness.pipeline.case import Case
 from harness.pipeline.compare import compare
 from harness.pipeline.matrix import standard_matrix
 from harness.pipeline.runner import run_case
@@ -172,7 +172,7 @@ def test_caller_default_dtype_does_not_change_the_case_numbers() -> None:
 
 _FRESH_PROCESS_RUN = """
 import os, torch
-from harness.pipeline.case import make_case
+from harness.case import make_case
 from harness.plugins.implementations import builtin_implementations
 from harness.pipeline.runner import run_case
 before = dict(os.environ)

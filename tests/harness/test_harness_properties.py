@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from harness.pipeline.case import Case
+from harness.case import Case
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import builtin_implementations

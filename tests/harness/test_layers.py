@@ -12,25 +12,16 @@ LEAVES = {"defaults", "devices", "interrupts", "progress", "world"}  # import no
 LOGIC = {"pipeline", "plugins", "upstream", "oracles", "measure", "gpu", "io"}
 # Section builders still in logic packages: each imports render/ until it moves there.
 PRESENTATION_IN_LOGIC: set[tuple[str, str]] = set()
-# What plugins/ reads from pipeline/: nothing at run time; for type checking only, the
-# case a convention builds a sampler for (the pipeline's first value, pipeline/case.py).
-PIPELINE_TYPES_IN_PLUGINS = {("plugins/conventions.py", "pipeline.case")}
+# Values every layer reads, below plugins/ and pipeline/: they import only leaves.
+VALUES = {"case"}
 
 
-def harness_imports(*, type_checking_only: bool = False) -> set[tuple[str, str]]:
-    """``(module path under harness/, imported harness module without "harness.")``;
-    with ``type_checking_only``, only the imports under ``if TYPE_CHECKING:``."""
+def harness_imports() -> set[tuple[str, str]]:
+    """``(module path under harness/, imported harness module without "harness.")``, the
+    imports for the type checker included."""
     edges = set()
     for path in sorted(HARNESS.rglob("*.py")):
-        tree = ast.parse(path.read_text())
-        roots = [tree]
-        if type_checking_only:
-            roots = [
-                node
-                for node in ast.walk(tree)
-                if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
-            ]
-        for node in (found for root in roots for found in ast.walk(root)):
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names = [node.module]
             elif isinstance(node, ast.Import):
@@ -67,9 +58,13 @@ def test_logic_packages_import_presentation_only_where_a_section_builder_remains
     assert found == PRESENTATION_IN_LOGIC  # a new edge is a regression, a gone one a cleanup
 
 
-def test_plugins_import_nothing_of_pipeline_at_run_time() -> None:
+def test_plugins_import_nothing_of_pipeline() -> None:
     found = {
         (m, t) for m, t in harness_imports() if package(m) == "plugins" and package(t) == "pipeline"
     }
-    assert found == PIPELINE_TYPES_IN_PLUGINS
-    assert found <= harness_imports(type_checking_only=True)  # for the type checker only
+    assert found == set()  # not even for the type checker: a case is a value below both
+
+
+def test_the_values_import_only_leaves() -> None:
+    found = {(m, t) for m, t in harness_imports() if package(m) in VALUES}
+    assert {(m, t) for m, t in found if package(t) not in LEAVES} == set()

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import fixed
 import legacy
-from harness.pipeline.case import CASE_SCHEMA_VERSION, make_case
+from harness.case import CASE_SCHEMA_VERSION, make_case
 from reference import (
     LinearProbeConfidence,
     SamplingInfo,
@@ -462,8 +462,8 @@ def test_an_unusable_out_dir_is_refused_before_any_work(
 
 
 def test_max_memory_raises_the_limit_and_the_estimate_is_in_the_message() -> None:
+    from harness.case import Case
     from harness.pipeline import memory
-    from harness.pipeline.case import Case
 
     huge = Case.from_json_dict(_huge_case_json())
     estimate = memory.case_bytes(huge)

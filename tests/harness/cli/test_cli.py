@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.case import Case, make_case
 from harness.cli import main
-from harness.pipeline.case import Case, make_case
 from tests.helpers import DefaultReport
 
 PLUGIN = "tests.plugins.broken_samplers"

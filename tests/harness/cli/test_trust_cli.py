@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.case import make_case
 from harness.cli import main
-from harness.pipeline.case import make_case
 from tests.helpers import REPO_ROOT, run_harness, start_harness, subprocess_env
 
 JOURNAL = "compare.cases.jsonl"

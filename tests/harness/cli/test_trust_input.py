@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.case import CASE_SCHEMA, CASE_SCHEMA_VERSION, make_case
 from harness.cli import main
-from harness.pipeline.case import CASE_SCHEMA, CASE_SCHEMA_VERSION, make_case
 
 BROKEN_PLUGIN = """from fixed import DsparkDraftSampler
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.case import make_case
 from harness.cli import main
-from harness.pipeline.case import make_case
 from harness.pipeline.matrix import standard_matrix
 
 ALTERNATIVES = "tests.plugins.alternative_samplers"

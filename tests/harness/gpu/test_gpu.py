@@ -18,9 +18,9 @@ import torch
 
 import reference.triton_race as triton_race
 from fixed import DsparkDraftSampler as FixedSampler
+from harness.case import Case, build_inputs
 from harness.gpu.graphs import capture_and_replay
 from harness.gpu.host_sync import SyncStatus, no_host_sync
-from harness.pipeline.case import Case, build_inputs
 from harness.pipeline.compare import case_record, evaluate_run
 from harness.pipeline.matrix import standard_matrix
 from harness.pipeline.runner import run_case

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from harness.case import Case, build_inputs
 from harness.cli import graphs as graphs_command
 from harness.cli import main as cli_main
 from harness.gpu import clocks, graphs, host_sync, kernel_bandwidth
@@ -32,7 +33,6 @@ from harness.gpu.graphs import (
     capture_and_replay,
     replay_inputs,
 )
-from harness.pipeline.case import Case, build_inputs
 from harness.pipeline.matrix import standard_matrix
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.gpu_figures import figures_section, sampler_time_blocks

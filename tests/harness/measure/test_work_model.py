@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.case import Case, build_inputs, make_case
 from harness.cli import build_parser, main
 from harness.cli import work as work_command
 from harness.defaults import BUILTIN_NAMES, PAIR_SIDES
 from harness.measure import callgrind, counters, model, timing, work
 from harness.options import RunOptions
-from harness.pipeline.case import Case, build_inputs, make_case
 from harness.pipeline.control_flow import legacy_pass1_error
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import builtin_implementations

@@ -23,13 +23,13 @@ import pytest
 import torch
 
 from fixed import DsparkDraftSampler as FixedSampler
+from harness.case import build_inputs, make_case
 from harness.cli import build_parser, main
 from harness.cli import work as work_command
 from harness.defaults import BUILTIN_NAMES, PAIR_SIDES
 from harness.io import fingerprint
 from harness.io.fingerprint import code_fingerprint
 from harness.measure import sweep, time_ratio, timing, work
-from harness.pipeline.case import build_inputs, make_case
 from harness.plugins.implementations import Implementation, select_implementations
 from harness.render import work as work_sections
 from harness.render.sections import render_blocks

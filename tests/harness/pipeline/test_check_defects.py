@@ -19,7 +19,7 @@ import importlib
 
 import pytest
 
-from harness.pipeline.case import Case, make_case
+from harness.case import Case, make_case
 from harness.pipeline.checks import CHECKS, Check, CheckResult, PlantedDefect
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case

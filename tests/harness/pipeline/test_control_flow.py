@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from harness.pipeline.case import Case, make_case
+from harness.case import Case, make_case
 from harness.pipeline.control_flow import Pass, control_flow, legacy_pass1_error
 from harness.pipeline.ledger import LEDGER_CLASSES, expected_classes
 

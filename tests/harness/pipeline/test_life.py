@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import torch
 
+from harness.case import Case, make_case
 from harness.cli import main
 from harness.options import RunOptions
-from harness.pipeline.case import Case, make_case
 from harness.pipeline.checks import Tier, tier_of
 from harness.pipeline.compare import compare, evaluate_run
 from harness.pipeline.life import MIN_REPLAYS, GreedyMix, life_schedule

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.case import make_case
 from harness.cli import main
-from harness.pipeline.case import make_case
 from tests.helpers import run_harness, start_harness
 
 JOURNAL = "compare.cases.jsonl"

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.case import make_case
 from harness.cli import main
 from harness.io.journal import key_path
 from harness.options import RunOptions
 from harness.pipeline import isolation
-from harness.pipeline.case import make_case
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.case import make_case
 from harness.options import DEFAULT_OPTIONS, RunOptions
-from harness.pipeline.case import make_case
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.pipeline.case import Case
+from harness.case import Case
 from harness.pipeline.check_result import Skip
 from harness.pipeline.checks import CHECK_TIERS, tier_of
 from harness.pipeline.compare import evaluate_run

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from fixed import DsparkDraftSampler as FixedSampler
-from harness.pipeline.case import make_case
+from harness.case import make_case
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation
 from reference import SamplingInfo

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.case import Case
 from harness.cli import main
-from harness.pipeline.case import Case
 
 
 def test_repro_check_minimises_a_failure_of_that_check_and_replay_honours_impl(

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fixed import DsparkDraftSampler as FixedSampler
-from harness.pipeline.case import build_inputs, make_case
+from harness.case import build_inputs, make_case
 from harness.plugins.conventions import (
     TOKEN_SENTINEL,
     ConventionName,

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from fixed import DsparkDraftSampler as FixedSampler
+from harness.case import build_inputs, case_block, make_case
 from harness.cli import main
-from harness.pipeline.case import build_inputs, case_block, make_case
 from harness.plugins.construct import (
     FUSED_GREEDY_ENV,
     IdentityTpSync,

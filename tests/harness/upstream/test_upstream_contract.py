@@ -15,7 +15,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from harness.pipeline.case import Case, build_inputs, make_case
+from harness.case import Case, build_inputs, make_case
 from harness.pipeline.checks import tier_of
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.life import MIN_REPLAYS

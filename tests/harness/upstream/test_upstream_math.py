@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.pipeline.case import build_inputs, case_block, make_case
+from harness.case import build_inputs, case_block, make_case
 from reference import HEAD_KINDS, make_markov_head, previous_tokens
 from reference.step_samplers import exponential_race_torch
 

@@ -14,7 +14,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from harness.pipeline.case import Case, build_inputs, make_case
+from harness.case import Case, build_inputs, make_case
 from harness.pipeline.check_result import Tier
 from harness.pipeline.checks import tier_of
 from harness.pipeline.compare import evaluate_run

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.pipeline.case import CASE_SCHEMA_VERSION, Case, CaseError, build_inputs, make_case
+from harness.case import CASE_SCHEMA_VERSION, Case, CaseError, build_inputs, make_case
 from harness.testing import case_strategy
 
 # The whole value space: vocabulary 1, any temperature, every dtype and flag, padding.
