@@ -126,6 +126,18 @@ class Verdict:
     required: Tier = Tier.DROP_IN  # what ``ok`` holds it to
     statistical: Statistical = field(default=NOT_RUN)
     replayable: bool = True  # False: some case's draws could not be replayed
+    outside_contract: int = 0  # of ``cases``, not run: outside the implementation's contract
+
+    @property
+    def judged(self) -> int:
+        """The cases its checks ran on."""
+        return self.cases - self.outside_contract
+
+    def not_run_note(self) -> str:
+        """``" (N of M cases not run: outside its contract)"``, or ``""`` when all ran."""
+        if not self.outside_contract:
+            return ""
+        return f" ({self.outside_contract} of {self.cases} cases not run: outside its contract)"
 
     def with_statistical(self, statistical: Statistical) -> Verdict:
         """This verdict with the statistical oracle's part in it: rejected (or raised)
@@ -167,18 +179,21 @@ class Verdict:
         ``"NOT lossless: <reason>"``; a lossless verdict without the statistical oracle
         ends with ``(checks only; statistical oracle not run)``, one on part of the
         oracle's config with what it ran short of it."""
+        if self.cases and not self.judged:
+            return f"not run: all {self.cases} cases are outside its contract"
         part = self.statistical.scope
         if not self.statistical.ran:
             checks_only = f" ({CHECKS_ONLY}{': ' + part if part else ''})"
         else:
             checks_only = f" (statistical oracle on part: {part})" if part else ""
+        checks_only += self.not_run_note()
         if self.drop_in:
             return f"lossless and drop-in{checks_only}"
         if self.lossless:
             return f"lossless; not drop-in: {self.reason}{checks_only}"
         if self.statistical.not_judged is not None and not self.lossless_failures():
             return f"not judged: {self.reason}"  # out of time is no defect
-        return f"NOT lossless: {self.reason}"
+        return f"NOT lossless: {self.reason}{self.not_run_note()}"
 
     def lossless_failures(self) -> bool:
         """Whether a lossless check failed on some case."""
@@ -189,6 +204,7 @@ class Verdict:
             "lossless": self.lossless,
             "drop_in": self.drop_in,
             "cases": self.cases,
+            "outside_contract": self.outside_contract,
             "summary": self.summary(),
             "statistical": self.statistical.to_json(),
             "replayable": self.replayable,
@@ -211,12 +227,13 @@ def implementation_verdict(records: Sequence[CaseRecord], name: str) -> Verdict:
     """The verdicts of implementation ``name`` over every record that ran it."""
     failures = []
     lossless = drop_in = replayable = True
-    cases = 0
+    cases = outside = 0
     for record in records:
         entry = record["implementations"].get(name)
         if entry is None:
             continue
         cases += 1
+        outside += any(c["skip"] == Skip.OUTSIDE_CONTRACT for c in entry["checks"])
         case_lossless, case_drop_in = case_verdict(entry["checks"])
         lossless &= case_lossless
         drop_in &= case_drop_in
@@ -228,7 +245,17 @@ def implementation_verdict(records: Sequence[CaseRecord], name: str) -> Verdict:
         replayable &= not any(
             c["name"] == "noise_replay" and c["skip"] == Skip.NOT_VISIBLE for c in entry["checks"]
         )
-    return Verdict(name, lossless, drop_in, cases, tuple(failures), replayable=replayable)
+    if cases and outside == cases:  # nothing ran: no claim either way
+        lossless = drop_in = False
+    return Verdict(
+        name,
+        lossless,
+        drop_in,
+        cases,
+        tuple(failures),
+        replayable=replayable,
+        outside_contract=outside,
+    )
 
 
 Statisticals = Mapping[str, Statistical] | None  # None: the statistical oracle did not run

@@ -43,10 +43,12 @@ def _verdict_section(
     statistical_line = verdict.statistical_line()
     lossless_failures = len([f for f in failing if f.lossless])
     failing_cases = len({f.case for f in failing if f.lossless})
-    of_cases = f"{verdict.cases}/{verdict.cases} cases"
+    of_cases = f"{verdict.judged}/{verdict.cases} cases"
+    if verdict.outside_contract:
+        of_cases += f" ({verdict.outside_contract} not run: outside its contract)"
     data = {"verdict": verdict.to_json()}
     if name in roles.expect_fail:
-        ok = not verdict.lossless
+        ok = not verdict.lossless and verdict.judged > 0  # nothing ran shows nothing
         line = (
             f"{name}: fails a lossless check, as expected — {verdict.reason}"
             if ok
@@ -63,7 +65,9 @@ def _verdict_section(
         )
     required = roles.requirement(name)
     ok = verdict.meets(required)
-    if not verdict.lossless and not lossless_failures:
+    if verdict.cases and not verdict.judged:
+        line = f"{name}: {verdict.summary()}"
+    elif not verdict.lossless and not lossless_failures:
         line = f"{name}: passes every lossless check on {of_cases}, but NOT lossless"
     elif not verdict.lossless:
         line = (

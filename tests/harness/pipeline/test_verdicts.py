@@ -4,15 +4,25 @@ built-in fixed sampler is drop-in clean."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from fixed import DsparkDraftSampler as FixedSampler
 from harness.case import Case
+from harness.options import Roles
+from harness.pipeline import runner
 from harness.pipeline.check_result import Skip
 from harness.pipeline.checks import CHECK_TIERS, tier_of
-from harness.pipeline.compare import evaluate_run
+from harness.pipeline.compare import case_record, evaluate_run
 from harness.pipeline.matrix import standard_matrix
+from harness.pipeline.records import CaseRecord
 from harness.pipeline.runner import run_case
+from harness.pipeline.verdicts import implementation_verdict
+from harness.plugins.construct import bind_constructor
+from harness.plugins.conventions import ConstructorConvention, ConventionName, convention_of
 from harness.plugins.implementations import Implementation, builtin_implementations
+from harness.render.verdicts import comparison_sections
 from tests.helpers import DefaultReport, small_case
 from tests.plugins import alternative_samplers, planted_defects_verdicts
 
@@ -119,3 +129,55 @@ def test_every_check_has_a_tier() -> None:
     names = {c.name for checks in verdict.checks.values() for c in checks}
     assert names <= set(CHECK_TIERS)
     assert {CHECK_TIERS[n] for n in names} == {"lossless", "drop_in"}
+
+
+class VanillaOnlyConvention(ConstructorConvention):
+    """Our constructor convention with only the vanilla head inside its contract (as
+    vLLM's hooks, which take no hidden state)."""
+
+    def outside_contract(self, case: Case, *, sampler_class: Any) -> str | None:
+        return None if case.head_kind == "vanilla" else f"no {case.head_kind} head here"
+
+
+def _records_under_vanilla_only(
+    monkeypatch: pytest.MonkeyPatch, head_kinds: tuple[str, ...]
+) -> list[CaseRecord]:
+    def declared(sampler_class: type) -> ConstructorConvention:
+        if sampler_class is FixedSampler:
+            return VanillaOnlyConvention(ConventionName(bind_constructor(sampler_class).convention))
+        return convention_of(sampler_class)
+
+    monkeypatch.setattr(runner, "convention_of", declared)
+    implementations = builtin_implementations(("fixed", "reference"))
+    records = []
+    for i, head_kind in enumerate(head_kinds):
+        verdict = evaluate_run(
+            run_case(small_case(seed=i, head_kind=head_kind), implementations),
+            require_observable=False,
+        )
+        records.append(case_record(verdict, key=str(i)))
+    return records
+
+
+def test_cases_outside_a_contract_are_counted_as_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    records = _records_under_vanilla_only(monkeypatch, ("vanilla", "gated", "rnn"))
+    verdict = implementation_verdict(records, "fixed")
+    assert (verdict.cases, verdict.outside_contract, verdict.judged) == (3, 2, 1)
+    assert verdict.lossless and verdict.drop_in
+    assert verdict.summary().endswith("(2 of 3 cases not run: outside its contract)")
+    line = comparison_sections(records, require_coverage=False)[0].verdict
+    assert line.startswith("fixed: clean on 1/3 cases (2 not run: outside its contract)")
+    assert implementation_verdict(records, "reference").outside_contract == 0
+
+
+def test_a_verdict_on_no_case_that_ran_claims_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    records = _records_under_vanilla_only(monkeypatch, ("gated", "rnn"))
+    verdict = implementation_verdict(records, "fixed")
+    assert verdict.judged == 0 and not verdict.lossless and not verdict.drop_in
+    assert verdict.summary() == "not run: all 2 cases are outside its contract"
+    section = comparison_sections(records, require_coverage=False)[0]
+    assert not section.ok and section.verdict.startswith("fixed: not run: all 2 cases")
+    expected_to_fail = comparison_sections(
+        records, require_coverage=False, roles=Roles(expect_fail=("fixed",))
+    )[0]
+    assert not expected_to_fail.ok  # nothing ran shows no failure either
