@@ -4,7 +4,7 @@
 A verifier or a sampler's calling convention that runs under Triton's interpreter
 (vLLM 0.33's, on a machine without CUDA) costs a Python program per row and step, so
 the oracle's defaults do not fit a run's time there. Such a part declares an
-``OracleCut`` (``DeclaresCut.oracle_cut``); ``harness.oracles.stats.config_under``
+``OracleCut`` (``DeclaresCut.oracle_cut``); ``harness.oracles.stats.scope_under``
 applies every cut that the verifier and the implementation's convention declare, and
 the result's rows, family and detection bounds are those of the config it ran. Torch-free:
 the conventions read it without the oracle.
