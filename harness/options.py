@@ -1,7 +1,7 @@
 """What a run is asked to do, gathered once: ``RunOptions`` (the seed and device, the
 per-call time limit, isolation, the roles, the ledger's strictness, noise recording,
-the memory limit, the oracle, resuming and the progress sink) and ``Roles`` (what each
-implementation is held to).
+the memory limit, the oracle and its verifiers, resuming and the progress sink) and
+``Roles`` (what each implementation is held to).
 
 The command line builds one ``RunOptions`` from its arguments (``harness.cli.options``),
 the Python API and the pytest plugin from theirs, and every stage takes the one value;
@@ -95,7 +95,10 @@ class RunOptions:
     every class it predicts on each case and every class over the matrix (a chosen case
     may show fewer). ``max_memory_bytes``: the memory limit (``None``: half the memory
     free now, ``harness.pipeline.memory``). ``stats``: whether the statistical oracle
-    runs (without it every lossless verdict says it rests on the checks alone)."""
+    runs (without it every lossless verdict says it rests on the checks alone).
+    ``verifiers``: the names of the verifiers the oracle of a lossless verdict runs
+    under (``harness.oracles.verifiers``; ``None``: every one that runs here at the
+    report's rows)."""
 
     seed: int = 0
     device: str = "cpu"
@@ -106,6 +109,7 @@ class RunOptions:
     record_noise: bool = True  # keep every noise tensor drawn (the checks replay them)
     max_memory_bytes: int | None = None
     stats: bool = True
+    verifiers: tuple[str, ...] | None = None
     resume: bool = False  # reuse the records an interrupted run left in its journal
     progress: Progress = field(default=no_progress, compare=False)
 

@@ -53,7 +53,8 @@ def add_selection_options(parser: argparse.ArgumentParser, *, verb: str) -> None
         "--only",
         default=",".join(BUILTIN_NAMES),
         metavar="NAMES",
-        help=f"built-in implementations to {verb}, comma-separated (default: all three)",
+        help=f"built-in implementations to {verb}, comma-separated (default: all three; "
+        "none: only the --impl samplers)",
     )
     add_impl_option(parser, verb=f"also {verb}")
 
@@ -169,12 +170,37 @@ def add_isolate_option(parser: argparse.ArgumentParser) -> None:
 
 def add_stats_option(parser: argparse.ArgumentParser) -> None:
     """``--no-stats``: skip the statistical oracle; every lossless verdict then says it
-    rests on the checks alone."""
+    rests on the checks alone. ``--verifiers``: the verifiers the oracle runs under
+    (default: every one available here that runs at the report's rows)."""
     parser.add_argument(
         "--no-stats",
         action="store_true",
         help="skip the statistical oracle (lossless verdicts then read: checks only; "
         "statistical oracle not run)",
+    )
+    add_verifiers_option(parser, default=None)
+
+
+def add_verifiers_option(
+    parser: argparse.ArgumentParser, *, default: tuple[str, ...] | None
+) -> None:
+    """``--verifiers NAME[,NAME...]``: the oracle's verifiers by name (checked before any
+    work, ``harness.cli.validate.check_verifiers``); ``default`` ``None``: every one
+    available here that runs at the report's rows."""
+    from harness.oracles.defaults import VERIFIER_NAMES
+
+    listed = "; ".join(f"{name} ({needs})" for name, needs in VERIFIER_NAMES.items())
+    parser.add_argument(
+        "--verifiers",
+        type=lambda text: tuple(part.strip() for part in text.split(",") if part.strip()),
+        default=default,
+        metavar="NAME[,NAME...]",
+        help=f"run the statistical oracle under each of these: {listed} (default: "
+        + (
+            "every one available here but vllm-rejection)"
+            if default is None
+            else f"{','.join(default)})"
+        ),
     )
 
 
@@ -203,6 +229,7 @@ def run_options(args: argparse.Namespace, *, require_observable: bool = False) -
         require_observable=require_observable,
         max_memory_bytes=check_max_memory(args.max_memory),
         stats=not getattr(args, "no_stats", False),
+        verifiers=getattr(args, "verifiers", None),
         resume=bool(getattr(args, "resume", False)),
         progress=progress_printer(quiet=args.quiet),
     )

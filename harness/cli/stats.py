@@ -7,8 +7,8 @@ bounds each implementation's decode (every head kind); ``--out-dir`` receives
 (default legacy) is rejected (and not on position 0 alone), every ``--expect-fail``
 name is rejected and every other implementation (fixed and each ``--impl``) passes,
 under every verifier ``--verifiers`` names (default ``chain``; ``sglang-blockwise`` is
-the released server's block-wise rejection, with the package installed); 1 otherwise;
-2 on bad usage.
+the released server's block-wise rejection, with the package installed;
+``vllm-rejection`` vLLM 0.33's, with that package); 1 otherwise; 2 on bad usage.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from harness.cli.options import (
     add_impl_option,
     add_isolate_option,
     add_role_options,
+    add_verifiers_option,
     comma_separated,
     run_options,
     selected_implementations,
@@ -96,14 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--power", action="store_true", help="also draw legacy's power curve per head kind"
     )
-    parser.add_argument(
-        "--verifiers",
-        type=lambda text: tuple(part.strip() for part in text.split(",") if part.strip()),
-        default=("chain",),
-        metavar="NAME[,NAME...]",
-        help="verify under each of these: chain (ours, the default), sglang-blockwise "
-        "(the released server's block-wise rejection; needs the package)",
-    )
+    add_verifiers_option(parser, default=("chain",))
 
 
 def validate(args: argparse.Namespace) -> None:

@@ -51,6 +51,22 @@ def check_out_dir(path: Path) -> None:
         ) from None
 
 
+def check_verifiers(names: tuple[str, ...], *, no_stats: bool) -> None:
+    """Known, distinct names of verifiers that can run here, and an oracle to run them."""
+    from harness.oracles.problem import StatsError
+    from harness.oracles.verifiers import verifiers_named
+
+    if no_stats:
+        raise UsageError(
+            "--verifiers names the statistical oracle's verifiers, and --no-stats skips the "
+            "oracle: give one of them"
+        )
+    try:
+        verifiers_named(names)
+    except StatsError as error:
+        raise UsageError(str(error)) from None
+
+
 def check_max_memory(text: str | None) -> int | None:
     if text is None:
         return None
@@ -70,6 +86,8 @@ def validate_global_options(args: argparse.Namespace) -> None:
     if getattr(args, "time_limit", None) is not None:  # only where calls are time-limited
         check_time_limit(args.time_limit)
     check_max_memory(args.max_memory)  # refused before any work; the run's options keep it
+    if getattr(args, "verifiers", None) is not None:  # only where the oracle runs
+        check_verifiers(args.verifiers, no_stats=getattr(args, "no_stats", False))
     check_out_dir(args.out_dir)
     # before any plug-in loads: one that changes the directory must not move the output
     args.out_dir = args.out_dir.absolute()

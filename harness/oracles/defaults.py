@@ -13,3 +13,11 @@ DEFAULT_VOCAB_SIZE = 8
 DEFAULT_TEMPERATURES = (0.6, 1.0, 1.4, GREEDY)
 DEFAULT_ALPHA = 1e-6  # family-wise level
 DEFAULT_MODEL_SEED = 0
+# The verifiers by the names the command line uses, each with what it needs
+# (``harness.oracles.verifiers.VERIFIERS`` holds the verifiers themselves).
+VERIFIER_NAMES = {
+    "chain": "ours, always",
+    "sglang-blockwise": "the released sglang's block-wise rejection; needs the sglang package",
+    "vllm-rejection": "vLLM 0.33's rejection_sample; needs the vllm package, slow under the "
+    "interpreter, so it runs only where named",
+}

@@ -141,9 +141,10 @@ def report_stats(
     built-ins; plug-ins given with ``--impl`` belong here too) at the default config on
     ``options``' seed and device under every available verifier, and (with ``power``)
     legacy's power curve per head kind; its verdicts enter each implementation's
-    lossless verdict."""
+    lossless verdict. The verifiers are those ``options.verifiers`` names, or every one
+    available here."""
     chosen = list(implementations) if implementations is not None else builtin_implementations()
-    from harness.oracles.verifiers import available_verifiers
+    from harness.oracles.verifiers import available_verifiers, verifiers_named
 
     config = replace(DEFAULT_CONFIG, seed=options.seed, device=options.device)
     return run_statistics(
@@ -151,7 +152,11 @@ def report_stats(
         implementations=chosen,
         power=power,
         options=options,
-        verifiers=available_verifiers(),
+        verifiers=(
+            available_verifiers()
+            if options.verifiers is None
+            else verifiers_named(options.verifiers)
+        ),
     )
 
 

@@ -325,6 +325,11 @@ def select_implementations(
     return implementations
 
 
+NO_BUILTINS = "none"  # ``--only none``: no built-in, only the ``--impl`` samplers
+
+
 def parse_names(text: str) -> list[str]:
-    """``"reference, fixed"`` -> ``["reference", "fixed"]``."""
+    """``"reference, fixed"`` -> ``["reference", "fixed"]``; ``"none"`` -> ``[]``."""
+    if text.strip() == NO_BUILTINS:
+        return []
     return [name.strip() for name in text.split(",") if name.strip()]

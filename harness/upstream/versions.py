@@ -58,7 +58,7 @@ VERSIONS: dict[str, str] = {
 }
 VLLM_VERSIONS: dict[str, str] = {
     "vllm-0.33-dense": "vllm-0_33-dense=vllm:dense",
-    "vllm-0.33-topk8": "vllm-0_33-topk8=vllm:topk=8",
+    "vllm-0.33-topk4": "vllm-0_33-topk4=vllm:topk=4",
 }
 INTERPRETED_REPEATS = 1  # A/B repetitions of a version whose convention declares a cut
 

@@ -104,3 +104,21 @@ def test_repro_of_a_plugin_names_the_plugin(tmp_path: Path, capsys) -> None:
 def test_bad_usage_exits_2(argv: list[str], tmp_path: Path, capsys) -> None:
     assert main([*argv, "--out-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip()
+
+
+def test_only_none_runs_the_plug_ins_alone_and_without_one_is_bad_usage(tmp_path, capsys) -> None:
+    from harness.plugins.implementations import parse_names
+
+    assert parse_names("none") == [] and parse_names(" reference, fixed ") == ["reference", "fixed"]
+    case = make_case(bs=2, gamma=3, vocab_size=31, hidden_size=8, markov_rank=4, seed=4)
+    case.save(tmp_path / "case.json")
+    plug_in = "u=tests/plugins/alternative_samplers.py:UniformGumbelSampler"
+    common = ["--case", str(tmp_path / "case.json"), "--no-stats", "--json", "--quiet"]
+    code = main(["compare", "--only", "none", *common, "--out-dir", str(tmp_path / "a")])
+    assert code == 2 and "nothing to judge" in capsys.readouterr().err
+    code = main(
+        ["compare", "--only", "none", "--impl", plug_in, *common, "--out-dir", str(tmp_path / "b")]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert set(report["verdicts"]["implementations"]) == {"u"}, report["verdicts"]
+    assert code == 1  # u is lossless but not drop-in, and drop-in is required by default

@@ -108,6 +108,37 @@ def test_without_the_package_the_servers_verifier_is_refused_in_one_line(tmp_pat
     assert code == 2 and "sglang-blockwise cannot run here" in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("command", ["compare", "report"])
+def test_a_verdicts_verifiers_are_checked_before_any_work(command, tmp_path, capsys) -> None:
+    out = tmp_path / "out"
+    code = main([command, "--verifiers", "chain,nope", "--quiet", "--out-dir", str(out)])
+    assert code == 2 and "unknown verifier 'nope'" in capsys.readouterr().err
+    code = main([command, "--verifiers", "chain", "--no-stats", "--quiet", "--out-dir", str(out)])
+    assert code == 2 and "--no-stats skips the oracle" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_every_verifier_is_offered_by_its_name_without_torch() -> None:
+    from harness.oracles.defaults import VERIFIER_NAMES
+    from harness.oracles.verifiers import VERIFIERS
+
+    assert tuple(VERIFIER_NAMES) == tuple(VERIFIERS)
+
+
+@pytest.mark.parametrize(("names", "expected"), [(None, None), (("chain",), (CHAIN_VERIFIER,))])
+def test_the_verdicts_oracle_runs_under_the_verifiers_the_options_name(
+    names, expected, monkeypatch
+) -> None:
+    from harness.options import RunOptions
+    from harness.oracles import part
+    from harness.oracles.verifiers import available_verifiers
+
+    seen = []
+    monkeypatch.setattr(part, "run_statistics", lambda *a, **kw: seen.append(kw["verifiers"]))
+    part.report_stats(options=RunOptions(verifiers=names), implementations=[FIXED], power=False)
+    assert seen == [available_verifiers() if expected is None else expected]
+
+
 # -- under the released server's verifier ------------------------------------------------------
 def _covers_every_cell(result: stats.StatsResult) -> None:
     config = DEFAULT_CONFIG

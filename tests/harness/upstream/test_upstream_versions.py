@@ -54,4 +54,4 @@ def test_the_versions_command_writes_its_table(tmp_path, capsys) -> None:  # typ
     assert "before-fix NOT lossless; after-fix lossless and drop-in" in out
     assert (tmp_path / "versions.md").exists()
     if vllm_loader.unavailable_reason() is not None:  # its rows are absent, and say why
-        assert "absent: vllm-0.33-dense, vllm-0.33-topk8: not run here: " in out
+        assert "absent: vllm-0.33-dense, vllm-0.33-topk4: not run here: " in out

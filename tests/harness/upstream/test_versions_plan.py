@@ -18,7 +18,7 @@ def test_without_vllm_its_rows_are_absent_and_say_why(monkeypatch: pytest.Monkey
     monkeypatch.setattr(vllm_loader, "unavailable_reason", lambda: "vllm is not installed")
     runnable, absent = versions.versions_to_run()
     assert runnable == versions.VERSIONS
-    assert absent == ("vllm-0.33-dense, vllm-0.33-topk8: not run here: vllm is not installed",)
+    assert absent == ("vllm-0.33-dense, vllm-0.33-topk4: not run here: vllm is not installed",)
 
 
 def test_our_modules_run_every_part_in_full() -> None:
