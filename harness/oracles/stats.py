@@ -608,6 +608,10 @@ def run_oracle(
     )
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def scope_label(scope: Scope) -> str:
     """``3 targets x 3 heads``, and what was cut or left out, for the progress line."""
     if scope.config is None:
@@ -616,6 +620,7 @@ def scope_label(scope: Scope) -> str:
     rows = ", ".join(f"{t.name} {ran.target_rows(t)}" for t in ran.targets)
     cut = f"; cut by {', '.join(c.by for c in scope.cuts)}" if scope.cuts else ""
     return (
-        f"{len(ran.targets)} targets x {len(ran.head_kinds)} heads, rows per head {rows}, "
+        f"{_count(len(ran.targets), 'target')} x {_count(len(ran.head_kinds), 'head')}, "
+        f"rows per head {rows}, "
         f"{ran.rounds} rounds{cut}"
     )

@@ -75,6 +75,8 @@ def test_the_conventions_cut_and_contract_make_the_scope(cut_convention: None) -
     # without an implementation only the verifier cuts, every head stays
     alone = stats.scope_under(DEFAULT_CONFIG, verifier=SlowChain())
     assert alone.config == replace(DEFAULT_CONFIG, rows=600) and not alone.heads_not_run
+    assert stats.scope_label(scope).startswith("1 target x 1 head, rows per head far 250, 12 ")
+    assert stats.scope_label(alone).startswith("3 targets x 3 heads, rows per head far 600, ")
 
 
 def test_a_cut_that_keeps_no_target_of_the_config_is_refused(cut_convention: None) -> None:
