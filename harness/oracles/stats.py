@@ -61,7 +61,11 @@ from harness.pipeline.coverage import BoundRow
 from harness.pipeline.runner import RaisedError, guarded_call
 from harness.pipeline.verdicts import Statistical
 from harness.plugins.conventions import convention_of
-from harness.plugins.implementations import Implementation, builtin_implementations
+from harness.plugins.implementations import (
+    Implementation,
+    WorkerOnlySampler,
+    builtin_implementations,
+)
 from reference.verifier import CHAIN_VERIFIER, DecodeResult, Verifier
 
 DEFAULT_ROLES = Roles()
@@ -96,16 +100,34 @@ def scope_under(
     cuts = tuple(
         p.oracle_cut for p in parts if isinstance(p, DeclaresCut) and p.oracle_cut is not None
     )
-    ran = config
-    for cut in cuts:
-        ran = cut_config(ran, cut)
     cuts = tuple(c for c in cuts if cut_config(config, c) != config)  # only those that cut
-    outside = {} if implementation is None else heads_outside(ran, implementation)
-    inside = tuple(k for k in ran.head_kinds if k not in outside)
+    outside = {} if implementation is None else heads_outside(cut_all(config, cuts), implementation)
+    return scope_of(config, cuts=cuts, heads_not_run=tuple(outside.items()))
+
+
+def cut_all(config: StatsConfig, cuts: Sequence[OracleCut]) -> StatsConfig:
+    """``config`` under every cut in turn."""
+    for cut in cuts:
+        config = cut_config(config, cut)
+    return config
+
+
+def scope_of(
+    config: StatsConfig,
+    *,
+    cuts: tuple[OracleCut, ...],
+    heads_not_run: tuple[tuple[str, str], ...],
+) -> Scope:
+    """The scope of a decode at ``config`` under ``cuts`` without ``heads_not_run``:
+    ``scope_under``'s, or the one an implementation's worker states (``--isolate``,
+    where only the worker can read a plug-in's convention)."""
+    ran = cut_all(config, cuts)
+    left_out = {kind for kind, _ in heads_not_run}
+    inside = tuple(k for k in ran.head_kinds if k not in left_out)
     return Scope(
         config=replace(ran, head_kinds=inside) if inside else None,
         cuts=cuts,
-        heads_not_run=tuple(outside.items()),
+        heads_not_run=heads_not_run,
     )
 
 
@@ -553,6 +575,18 @@ def default_implementations(roles: Roles = DEFAULT_ROLES) -> list[Implementation
     return builtin_implementations(tuple(wanted))
 
 
+def _scope(
+    config: StatsConfig, *, verifier: Verifier, implementation: Implementation, options: RunOptions
+) -> Scope:
+    """``scope_under``, asked of the implementation's worker where the judge holds a
+    stand-in for a plug-in loaded there only (``--isolate``)."""
+    if options.isolate and issubclass(implementation.sampler_class, WorkerOnlySampler):
+        from harness.pipeline.isolation import isolated_scope
+
+        return isolated_scope(implementation, config=config, verifier=verifier)
+    return scope_under(config, verifier=verifier, implementation=implementation)
+
+
 def run_oracle(
     config: StatsConfig,
     *,
@@ -569,7 +603,9 @@ def run_oracle(
         raise StatsError(f"verifiers must be distinct and not empty, got {list(verifiers)}")
     chosen = list(implementations) if implementations is not None else default_implementations()
     scopes = {
-        v.name: {i.name: scope_under(config, verifier=v, implementation=i) for i in chosen}
+        v.name: {
+            i.name: _scope(config, verifier=v, implementation=i, options=options) for i in chosen
+        }
         for v in verifiers
     }
     first = scope_under(config, verifier=verifiers[0]).config
@@ -622,5 +658,5 @@ def scope_label(scope: Scope) -> str:
     return (
         f"{_count(len(ran.targets), 'target')} x {_count(len(ran.head_kinds), 'head')}, "
         f"rows per head {rows}, "
-        f"{ran.rounds} rounds{cut}"
+        f"{_count(ran.rounds, 'round')}{cut}"
     )

@@ -83,6 +83,7 @@ def _wire_types() -> dict[str, type[Any]]:
     the work counters import this module's users)."""
     from harness.measure.counters import CallCost
     from harness.measure.timing import PairedTimes
+    from harness.oracles.cut import OracleCut
     from harness.oracles.fits import Marginal, Statistic
     from harness.oracles.power import DetectionBound
     from harness.oracles.stats import StatsResult
@@ -99,6 +100,7 @@ def _wire_types() -> dict[str, type[Any]]:
         Statistic,
         Marginal,
         DetectionBound,
+        OracleCut,  # a plug-in's convention's cut, read in its worker (``isolated_scope``)
         DecodeResult,
         PluginDescription,
         PairedTimes,
@@ -343,6 +345,16 @@ class _Worker:
             self.implementation(reference), problems=problems, time_limit_s=limit, verifier=verifier
         )
 
+    def scope(self, reference: Any, config: Any, verifier: Any) -> Any:
+        """The cuts and the heads outside the contract of the implementation's decode at
+        ``config`` (``harness.oracles.stats.scope_under``), as plain data."""
+        from harness.oracles.stats import scope_under
+
+        scope = scope_under(
+            config, verifier=verifier, implementation=self.implementation(reference)
+        )
+        return scope.cuts, scope.heads_not_run
+
     def timing(self, case: Case, repeats: int, references: tuple[Any, Any]) -> Any:
         from harness.measure.timing import TimingError, ab_timing
 
@@ -366,6 +378,7 @@ def _serve(connection: Connection) -> None:
         "describe": _describe,
         "case": worker.run_case,
         "stats": worker.stats,
+        "scope": worker.scope,
         "cost": worker.cost,
         "timing": worker.timing,
     }
@@ -600,6 +613,27 @@ def isolated_ab_timing(
         raise TimingError("BadAnswer: the worker's answer is not a timing")
     names = (pair[0].name, pair[1].name)
     return ABTiming(case=case, repeats=repeats, warmup=1, threads=threads, times=times, pair=names)
+
+
+def isolated_scope(implementation: Implementation, *, config: Any, verifier: Any) -> Any:
+    """The scope of the implementation's decode at ``config`` under ``verifier``, its
+    convention read in its worker (the judge holds a stand-in for a plug-in loaded there
+    only). A worker that fails to answer leaves the verifier's cuts alone: the decode
+    then meets the same failure and records it."""
+    from harness.oracles.cut import OracleCut
+    from harness.oracles.stats import scope_of, scope_under
+
+    answer = worker_for(implementation).request(
+        "scope", _reference(implementation), config, verifier, time_limit_s=START_LIMIT_S
+    )
+    if isinstance(answer, tuple) and len(answer) == 2:
+        cuts, heads = answer
+        if all(isinstance(c, OracleCut) for c in cuts) and all(
+            isinstance(h, tuple) and len(h) == 2 and all(isinstance(x, str) for x in h)
+            for h in heads
+        ):
+            return scope_of(config, cuts=tuple(cuts), heads_not_run=tuple(heads))
+    return scope_under(config, verifier=verifier)
 
 
 def isolated_decode_and_fit(

@@ -79,6 +79,23 @@ def test_the_conventions_cut_and_contract_make_the_scope(cut_convention: None) -
     assert stats.scope_label(alone).startswith("3 targets x 3 heads, rows per head far 600, ")
 
 
+def test_a_scope_is_its_cuts_and_the_heads_left_out(cut_convention: None) -> None:
+    for verifier in (CHAIN_VERIFIER, SlowChain()):
+        scope = stats.scope_under(DEFAULT_CONFIG, verifier=verifier, implementation=FIXED)
+        again = stats.scope_of(DEFAULT_CONFIG, cuts=scope.cuts, heads_not_run=scope.heads_not_run)
+        assert again == scope  # what an implementation's worker answers rebuilds it
+
+
+def test_under_isolate_the_scope_of_a_worker_only_plug_in_is_its_workers() -> None:
+    from harness.pipeline.isolation import isolated_scope, worker_only
+
+    plug_in = worker_only("u=tests/plugins/alternative_samplers.py:UniformGumbelSampler")
+    for verifier in (CHAIN_VERIFIER, SlowChain()):
+        asked = isolated_scope(plug_in, config=DEFAULT_CONFIG, verifier=verifier)
+        assert asked == stats.scope_under(DEFAULT_CONFIG, verifier=verifier)  # ours: no cut
+    assert asked.cuts == (VERIFIER_CUT,)
+
+
 def test_a_cut_that_keeps_no_target_of_the_config_is_refused(cut_convention: None) -> None:
     mid_only = replace(DEFAULT_CONFIG, targets=DEFAULT_CONFIG.targets[1:2])
     with pytest.raises(stats.StatsError, match="keeps the targets \\['far'\\]"):

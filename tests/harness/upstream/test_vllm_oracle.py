@@ -46,6 +46,17 @@ def test_the_speculators_cut_and_contract_make_its_scope() -> None:
         assert under_theirs.cuts == (VERIFIER_CUT, SAMPLER_CUT)
 
 
+def test_under_isolate_the_speculators_scope_is_read_in_its_worker() -> None:
+    from harness.pipeline.isolation import isolated_scope, worker_only
+    from harness.upstream.vllm_rejection import VLLM_REJECTION
+
+    stand_in, loaded = worker_only("v=vllm"), parse_impl_spec("v=vllm")
+    for verifier in (CHAIN_VERIFIER, VLLM_REJECTION):
+        asked = isolated_scope(stand_in, config=DEFAULT_CONFIG, verifier=verifier)
+        assert asked == stats.scope_under(DEFAULT_CONFIG, verifier=verifier, implementation=loaded)
+        assert [kind for kind, _ in asked.heads_not_run] == ["gated", "rnn"]
+
+
 @pytest.mark.slow
 def test_at_the_cut_the_double_walk_in_vllms_shape_is_rejected() -> None:
     second_walk = parse_impl_spec("second=tests/plugins/vllm_defects.py:CacheFromSecondWalk")
