@@ -201,14 +201,14 @@ class StatsResult:
         """What it ran short of the config it was asked for, as one clause ("" when
         nothing was cut or left out)."""
         parts = [f"{kind} head not run ({why})" for kind, why in self.heads_not_run]
-        for cut in self.cuts if self.rows else ():  # nothing ran: no rows were cut
+        cuts = self.cuts if self.rows else ()  # nothing ran: no rows were cut
+        for cut in cuts:  # each as it declares itself: the fewest rows of them all ran
             rounds = "" if cut.rounds is None else f", {cut.rounds} rounds per row"
             only = "" if cut.targets is None else f"{', '.join(cut.targets)} target only, "
-            parts.append(
-                f"cut by {cut.by}: {only}"
-                + ", ".join(f"{target} {rows}" for target, rows in self.rows.items())
-                + f" rows per head{rounds}"
-            )
+            parts.append(f"cut by {cut.by}: {only}at most {cut.rows} rows per head{rounds}")
+        if cuts:
+            ran = ", ".join(f"{target} {rows}" for target, rows in self.rows.items())
+            parts.append(f"ran {ran} rows per head")
         return "; ".join(parts)
 
     @property

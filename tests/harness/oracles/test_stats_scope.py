@@ -120,8 +120,8 @@ def test_at_the_cut_the_double_walk_is_rejected_and_the_fix_passes(cut_conventio
     assert stated.ran and not stated.failed and stated.not_ruled_out.startswith("not ruled out")
     assert "gated head not run (the gated head is not in this test's contract)" in stated.scope
     assert (
-        "cut by a test convention (as interpreted): far target only, far 250 rows per head, "
-        "12 rounds per row"
+        "cut by a test convention (as interpreted): far target only, at most 250 rows per head, "
+        "12 rounds per row; ran far 250 rows per head"
     ) in stated.scope
     assert stated.scope in stated.describe()
     assert cut_lines(oracle)[0].startswith(

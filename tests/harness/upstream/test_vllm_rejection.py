@@ -182,7 +182,10 @@ def test_a_slow_verifier_runs_at_its_row_cut_and_the_others_at_the_config() -> N
     under_cut = oracle.by_verifier["cut-chain"]["fixed"]
     assert under_cut.rows == {"far": 300, "mid": 300, "near": 300}
     assert under_cut.passed and under_cut.cuts == (CutChain().oracle_cut,)
-    stated = "cut by cut-chain (a test): far 300, mid 300, near 300 rows per head"
+    stated = (
+        "cut by cut-chain (a test): at most 300 rows per head; "
+        "ran far 300, mid 300, near 300 rows per head"
+    )
     assert under_cut.scope() == stated
     chain_seen = {
         (b.target, b.position): b.rows for b in oracle.by_verifier["chain"]["fixed"].bounds
