@@ -141,7 +141,14 @@ class Verdict:
 
     def with_statistical(self, statistical: Statistical) -> Verdict:
         """This verdict with the statistical oracle's part in it: rejected (or raised)
-        means not lossless, so not drop-in either."""
+        means not lossless, so not drop-in either. Only a verdict of the checks alone
+        takes one: a second part would be and-ed into the first's verdict while the text
+        showed only the second."""
+        if self.statistical != NOT_RUN:
+            raise ValueError(
+                f"{self.name}: this verdict already holds the statistical oracle's part; "
+                "take the checks' verdict (stats=False) to give it another"
+            )
         keep = not statistical.failed
         return replace(
             self,

@@ -170,3 +170,12 @@ def test_report_command_carries_the_statistical_verdict_into_json_and_exit_code(
     assert line.count("REJECTED") == 1
     markdown = (tmp_path / "report.md").read_text()
     assert "| implementation " in markdown and "| class " in markdown
+
+
+def test_a_verdict_takes_the_oracles_part_once(judged) -> None:
+    records, statistical = judged
+    by_checks = implementation_verdict(records, "fixed")
+    judged_once = by_checks.with_statistical(statistical["fixed"])
+    assert judged_once.statistical == statistical["fixed"]
+    with pytest.raises(ValueError, match="already holds the statistical oracle's part"):
+        judged_once.with_statistical(statistical["fixed"])  # would hide the first part's verdict
