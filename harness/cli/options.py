@@ -178,29 +178,22 @@ def add_stats_option(parser: argparse.ArgumentParser) -> None:
         help="skip the statistical oracle (lossless verdicts then read: checks only; "
         "statistical oracle not run)",
     )
-    add_verifiers_option(parser, default=None)
+    add_verifiers_option(parser, unnamed="every one available here but vllm-rejection")
 
 
-def add_verifiers_option(
-    parser: argparse.ArgumentParser, *, default: tuple[str, ...] | None
-) -> None:
+def add_verifiers_option(parser: argparse.ArgumentParser, *, unnamed: str) -> None:
     """``--verifiers NAME[,NAME...]``: the oracle's verifiers by name (checked before any
-    work, ``harness.cli.validate.check_verifiers``); ``default`` ``None``: every one
-    available here that runs at the report's rows."""
+    work, ``harness.cli.validate.check_verifiers``); not given, it is ``None`` (as
+    ``RunOptions.verifiers``) and the command runs ``unnamed`` (its help's words)."""
     from harness.oracles.defaults import VERIFIER_NAMES
 
     listed = "; ".join(f"{name} ({needs})" for name, needs in VERIFIER_NAMES.items())
     parser.add_argument(
         "--verifiers",
         type=lambda text: tuple(part.strip() for part in text.split(",") if part.strip()),
-        default=default,
+        default=None,
         metavar="NAME[,NAME...]",
-        help=f"run the statistical oracle under each of these: {listed} (default: "
-        + (
-            "every one available here but vllm-rejection)"
-            if default is None
-            else f"{','.join(default)})"
-        ),
+        help=f"run the statistical oracle under each of these: {listed} (default: {unnamed})",
     )
 
 

@@ -33,6 +33,7 @@ from harness.io.files import write_atomically
 from harness.oracles import defaults
 
 POWER_PNG = "stats-power.png"
+STATS_VERIFIERS = ("chain",)  # what ``stats`` verifies under when --verifiers is not given
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--power", action="store_true", help="also draw legacy's power curve per head kind"
     )
-    add_verifiers_option(parser, default=("chain",))
+    add_verifiers_option(parser, unnamed=",".join(STATS_VERIFIERS))
 
 
 def validate(args: argparse.Namespace) -> None:
@@ -149,7 +150,7 @@ def command(args: argparse.Namespace) -> int:
         if len(set(names)) != len(names):
             raise ImplementationError(f"--impl names must differ, got {names}")
         roles.validate(names)
-        verifiers = verifiers_named(args.verifiers)
+        verifiers = verifiers_named(args.verifiers or STATS_VERIFIERS)
         config = replace(
             DEFAULT_CONFIG,
             rows=args.rows,

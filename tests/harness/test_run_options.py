@@ -34,6 +34,7 @@ def test_every_run_option_on_the_command_line_lands_in_the_one_value() -> None:
         "--max-memory=1G",
         "--no-stats",
         "--resume",
+        "--verifiers=chain",
     )
     assert given == RunOptions(
         seed=7,
@@ -42,6 +43,7 @@ def test_every_run_option_on_the_command_line_lands_in_the_one_value() -> None:
         roles=Roles(pair=("old", "new"), expect_fail=("old",), require=Tier.LOSSLESS),
         max_memory_bytes=1 << 30,
         stats=False,
+        verifiers=("chain",),
         resume=True,
     )
 
