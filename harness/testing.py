@@ -8,7 +8,9 @@ evidence (the oracle's part in ``Verdict.statistical``); ``assert_lossless`` and
 oracle's verdict; ``case_strategy`` is a Hypothesis strategy of small valid cases. The
 command line calls the same code. ``stats=False`` skips the oracle: the verdict then
 rests on the checks alone and its summary says so (``checks only; statistical oracle
-not run``).
+not run``). ``time_limit_s`` bounds each call and each oracle decode, as
+``--time-limit`` does (default 120 s; ``None``: no limit): a sampler interpreted by
+Triton, vLLM's on a CPU, needs minutes for its oracle decode.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness.case import Case
+from harness.defaults import DEFAULT_TIME_LIMIT_S
 from harness.options import Roles, RunOptions
 from harness.pipeline.check_result import Tier
 from harness.pipeline.verdicts import Statistical, Verdict
@@ -64,6 +67,7 @@ def check_sampler(
     cases: Sequence[Case] | None = None,
     require: Tier | str = Tier.DROP_IN,
     stats: bool = True,
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
 ) -> Verdict:
     """Run the sampler next to the reference on ``cases`` (default: the standard matrix)
     and, unless ``stats=False``, through the statistical oracle (the report's defaults,
@@ -81,21 +85,31 @@ def check_sampler(
         implementation = dataclasses.replace(implementation, name=f"{REFERENCE}-under-test")
     chosen = list(standard_matrix() if cases is None else cases)
     records = compare(
-        chosen, [*builtin_implementations((REFERENCE,)), implementation], options=RunOptions()
+        chosen,
+        [*builtin_implementations((REFERENCE,)), implementation],
+        options=RunOptions(time_limit_s=time_limit_s),
     )
     verdict = implementation_verdict(records, implementation.name)
     if stats:
         device = chosen[0].device if chosen else "cpu"
-        verdict = verdict.with_statistical(oracle_verdict(implementation, device=device))
+        statistical = oracle_verdict(implementation, device=device, time_limit_s=time_limit_s)
+        verdict = verdict.with_statistical(statistical)
     return dataclasses.replace(verdict, required=required)
 
 
-def oracle_verdict(implementation: Implementation, *, device: str = "cpu") -> Statistical:
+def oracle_verdict(
+    implementation: Implementation,
+    *,
+    device: str = "cpu",
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+) -> Statistical:
     """The statistical oracle's verdict on one implementation, at the report's defaults
-    (its seed, its time limit) on ``device``."""
+    (its seed) on ``device``, each decode within ``time_limit_s``."""
     from harness.oracles.part import statistical_part
 
-    options = RunOptions(device=device, roles=Roles(require=Tier.LOSSLESS))
+    options = RunOptions(
+        device=device, roles=Roles(require=Tier.LOSSLESS), time_limit_s=time_limit_s
+    )
     part = statistical_part(implementations=[implementation], options=options)
     return part.verdicts[implementation.name]
 
@@ -106,8 +120,11 @@ def _assert(
     cases: Sequence[Case] | None,
     require: Tier,
     stats: bool,
+    time_limit_s: float | None,
 ) -> Verdict:
-    verdict = check_sampler(spec_or_class, cases=cases, require=require, stats=stats)
+    verdict = check_sampler(
+        spec_or_class, cases=cases, require=require, stats=stats, time_limit_s=time_limit_s
+    )
     if not verdict.ok:
         lines = [f"{verdict.name} is {verdict.summary()}", verdict.evidence()]
         raise AssertionError("\n".join([*filter(None, lines), verdict.statistical_line()]))
@@ -115,18 +132,30 @@ def _assert(
 
 
 def assert_lossless(
-    spec_or_class: str | type[Any], *, cases: Sequence[Case] | None = None, stats: bool = True
+    spec_or_class: str | type[Any],
+    *,
+    cases: Sequence[Case] | None = None,
+    stats: bool = True,
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
 ) -> Verdict:
     """Raise ``AssertionError`` (every failing check listed, and the oracle's verdict)
     unless the sampler is lossless: its checks and the statistical oracle."""
-    return _assert(spec_or_class, cases=cases, require=Tier.LOSSLESS, stats=stats)
+    return _assert(
+        spec_or_class, cases=cases, require=Tier.LOSSLESS, stats=stats, time_limit_s=time_limit_s
+    )
 
 
 def assert_drop_in(
-    spec_or_class: str | type[Any], *, cases: Sequence[Case] | None = None, stats: bool = True
+    spec_or_class: str | type[Any],
+    *,
+    cases: Sequence[Case] | None = None,
+    stats: bool = True,
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
 ) -> Verdict:
     """Raise ``AssertionError`` unless the sampler is lossless and drop-in."""
-    return _assert(spec_or_class, cases=cases, require=Tier.DROP_IN, stats=stats)
+    return _assert(
+        spec_or_class, cases=cases, require=Tier.DROP_IN, stats=stats, time_limit_s=time_limit_s
+    )
 
 
 def case_strategy(

@@ -140,3 +140,12 @@ def test_under_isolate_the_oracle_runs_in_the_worker_and_rejects_as_in_process(
     assert verdicts["reused"]["lossless"] is False
     assert verdicts["reused"]["statistical"]["rejected"] is True
     assert verdicts["reference"]["statistical"]["rejected"] is False
+
+
+def test_the_python_apis_time_limit_reaches_the_oracles_decode() -> None:
+    from harness.testing import implementation_of, oracle_verdict
+
+    slow = implementation_of("slow=tests.plugins.untrusted_samplers:SlowAtStatsSizeSampler")
+    part = oracle_verdict(slow, time_limit_s=1.0)  # 2 s per call at the oracle's batch
+    assert part.not_judged is not None and "time limit" in part.not_judged, part
+    assert part.failed and not part.rejected
