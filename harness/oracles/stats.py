@@ -575,12 +575,10 @@ def default_implementations(roles: Roles = DEFAULT_ROLES) -> list[Implementation
     return builtin_implementations(tuple(wanted))
 
 
-def _scope(
-    config: StatsConfig, *, verifier: Verifier, implementation: Implementation, options: RunOptions
-) -> Scope:
+def _scope(config: StatsConfig, *, verifier: Verifier, implementation: Implementation) -> Scope:
     """``scope_under``, asked of the implementation's worker where the judge holds a
-    stand-in for a plug-in loaded there only (``--isolate``)."""
-    if options.isolate and issubclass(implementation.sampler_class, WorkerOnlySampler):
+    stand-in for a plug-in loaded there only (which only ``--isolate`` makes)."""
+    if issubclass(implementation.sampler_class, WorkerOnlySampler):
         from harness.pipeline.isolation import isolated_scope
 
         return isolated_scope(implementation, config=config, verifier=verifier)
@@ -603,9 +601,7 @@ def run_oracle(
         raise StatsError(f"verifiers must be distinct and not empty, got {list(verifiers)}")
     chosen = list(implementations) if implementations is not None else default_implementations()
     scopes = {
-        v.name: {
-            i.name: _scope(config, verifier=v, implementation=i, options=options) for i in chosen
-        }
+        v.name: {i.name: _scope(config, verifier=v, implementation=i) for i in chosen}
         for v in verifiers
     }
     first = scope_under(config, verifier=verifiers[0]).config
