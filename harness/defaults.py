@@ -1,7 +1,7 @@
 """Names and defaults the command line offers before any work, defined once and
 importable without torch (so ``python -m harness --help`` answers at once): the
-built-in implementations, the pair's sides, the model dtypes and the per-call time
-limit."""
+built-in implementations, the pair's sides, the model dtypes, the per-call time
+limit and the intra-op thread count."""
 
 from __future__ import annotations
 
@@ -13,3 +13,6 @@ DEFAULT_PAIR = (LEGACY, FIXED)
 PAIR_SIDES = (BUGGY_SIDE, FIXED_SIDE) = (LEGACY, FIXED)
 DTYPE_NAMES = ("float32", "bfloat16", "float16")  # the model dtypes a case can take
 DEFAULT_TIME_LIMIT_S = 120.0  # per construction, staging and call of an implementation
+# Intra-op threads of a run: the shapes are small, and on a shared 2-core machine a second
+# thread per process mostly waits for a busy core (docs/design.md, "Threads").
+DEFAULT_THREADS = 1

@@ -1,6 +1,6 @@
 """What a run is asked to do, gathered once: ``RunOptions`` (the seed and device, the
-per-call time limit, isolation, the roles, the ledger's strictness, noise recording,
-the memory limit, the oracle and its verifiers, resuming and the progress sink) and
+per-call time limit, the intra-op threads, isolation, the roles, the ledger's strictness,
+noise recording, the memory limit, the oracle and its verifiers, resuming and the progress sink) and
 ``Roles`` (what each implementation is held to).
 
 The command line builds one ``RunOptions`` from its arguments (``harness.cli.options``),
@@ -15,7 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.defaults import DEFAULT_PAIR, DEFAULT_TIME_LIMIT_S, FIXED, REFERENCE
+from harness.defaults import (
+    DEFAULT_PAIR,
+    DEFAULT_THREADS,
+    DEFAULT_TIME_LIMIT_S,
+    FIXED,
+    REFERENCE,
+)
 from harness.pipeline.check_result import Tier
 from harness.progress import Progress, no_progress
 
@@ -111,6 +117,7 @@ class RunOptions:
     stats: bool = True
     verifiers: tuple[str, ...] | None = None
     resume: bool = False  # reuse the records an interrupted run left in its journal
+    threads: int | None = DEFAULT_THREADS  # torch intra-op threads (None: torch's own count)
     progress: Progress = field(default=no_progress, compare=False)
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+from harness.defaults import DEFAULT_THREADS
 from harness.upstream import vllm_loader
 from harness.upstream.sglang_loader import unavailable_reason
 from tests.helpers import DefaultReport
@@ -21,10 +22,9 @@ from tests.helpers import DefaultReport
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# The first TorchDispatchMode of a process (the harness's op counter) imports torch._dynamo,
-# and that import writes TORCHINDUCTOR_CACHE_DIR into os.environ. Import it now, so the
-# variable is there before every test and the leak guard below sees only real leaks.
-import torch._dynamo
+# Each process of the suite (each xdist worker too) runs the small shapes on one intra-op
+# thread, as the harness does by default.
+torch.set_num_threads(DEFAULT_THREADS)
 
 settings.register_profile(
     "default",

@@ -82,6 +82,14 @@ def _common_options(*, time_limit: bool) -> argparse.ArgumentParser:
     )
     common.add_argument("--quiet", action="store_true", help="no progress output on stderr")
     common.add_argument(
+        "--threads",
+        type=int,
+        default=DEFAULT_OPTIONS.threads,
+        metavar="N",
+        help=f"torch intra-op threads (default {DEFAULT_OPTIONS.threads}: the shapes are small, "
+        "and a second thread mostly waits on a busy machine; 0: torch's own default)",
+    )
+    common.add_argument(
         "--max-memory",
         metavar="SIZE",
         help="refuse work estimated above SIZE (e.g. 64G; default: half the free memory)",
@@ -145,7 +153,9 @@ def _run(args: argparse.Namespace) -> int:
                 validate_global_options(args)
                 if hasattr(module, "validate"):
                     module.validate(args)
-                with claim_out_dir(args.out_dir):
+                from harness.devices import intra_op_threads  # torch: after validation
+
+                with claim_out_dir(args.out_dir), intra_op_threads(args.threads or None):
                     return int(module.command(args))
             finally:
                 shutdown_workers()

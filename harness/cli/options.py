@@ -224,6 +224,7 @@ def run_options(args: argparse.Namespace, *, require_observable: bool = False) -
         stats=not getattr(args, "no_stats", False),
         verifiers=getattr(args, "verifiers", None),
         resume=bool(getattr(args, "resume", False)),
+        threads=args.threads or None,
         progress=progress_printer(quiet=args.quiet),
     )
 

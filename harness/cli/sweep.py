@@ -41,13 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, help="alternating repetitions per point")
     parser.add_argument("--hidden-size", type=int, help="hidden size H of every point")
     parser.add_argument("--rank", type=int, help="Markov rank r of every point")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="intra-op threads while timing (default 1: CPU time then measures the work, "
-        "not the neighbours; 0: torch's default)",
-    )
     add_impl_option(parser, verb="load")
     add_pair_option(
         parser,

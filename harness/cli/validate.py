@@ -28,6 +28,11 @@ def check_time_limit(seconds: float) -> None:
         raise UsageError(f"--time-limit must be a finite number of seconds > 0, got {seconds}")
 
 
+def check_threads(threads: int) -> None:
+    if threads < 0:
+        raise UsageError(f"--threads must be an integer >= 0 (0: torch's default), got {threads}")
+
+
 def check_out_dir(path: Path) -> None:
     """A folder that exists, or can be created, and can be written; probed without
     leaving anything behind (the folder itself is created by the first write)."""
@@ -85,6 +90,7 @@ def validate_global_options(args: argparse.Namespace) -> None:
     check_seed(args.seed)
     if getattr(args, "time_limit", None) is not None:  # only where calls are time-limited
         check_time_limit(args.time_limit)
+    check_threads(args.threads)
     check_max_memory(args.max_memory)  # refused before any work; the run's options keep it
     if getattr(args, "verifiers", None) is not None:  # only where the oracle runs
         check_verifiers(args.verifiers, no_stats=getattr(args, "no_stats", False))

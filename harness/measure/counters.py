@@ -15,19 +15,48 @@ from functools import partial
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import flop_registry
 
 from harness.case import Case, CaseInputs, case_block
 from harness.defaults import FIXED
 from harness.devices import synchronize
-from harness.pipeline.observe import DispatchObserver
+from harness.pipeline.observe import DispatchObserver, EagerDispatchMode
 from harness.pipeline.runner import WorkCounts, build_sampler, guarded_call, same_rng_start
 from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
 from harness.plugins.protocol import DraftSampler
 
 
-class AllocationCounter(TorchDispatchMode):
+class FlopCounter(EagerDispatchMode):
+    """GEMM FLOPs by torch's own formulas (``torch.utils.flop_counter.flop_registry``),
+    counted as its ``FlopCounterMode`` counts them (an operator is decomposed where it
+    can be, so ``aten.linear`` under inference mode counts as its ``addmm``), without
+    that mode's import of ``torch._dynamo``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gemm_flops = 0
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func is not torch.ops.prim.device.default:
+            with self:
+                decomposed = func.decompose(*args, **kwargs)
+            if decomposed is not NotImplemented:
+                return decomposed
+        result = func(*args, **kwargs)
+        count = flop_registry.get(func.overloadpacket)
+        if count is not None:
+            self.gemm_flops += int(count(*args, **kwargs, out_val=result))
+        return result
+
+
+class AllocationCounter(EagerDispatchMode):
     """Bytes of the tensors the dispatched operators allocate.
 
     An output counts when its schema says it does not alias an input and its
@@ -92,7 +121,7 @@ class CallCost:
 def instrumented_call(call: Callable[[], object], *, device: torch.device) -> CallCost:
     """Run ``call`` once under the FLOP counter, the allocation counter and (CUDA) the
     allocator's peak statistics."""
-    flops = FlopCounterMode(display=False)
+    flops = FlopCounter()
     allocations = AllocationCounter()
     peak: int | None = None
     if device.type == "cuda":
@@ -105,7 +134,7 @@ def instrumented_call(call: Callable[[], object], *, device: torch.device) -> Ca
     if device.type == "cuda":
         synchronize(device)
         peak = torch.cuda.max_memory_allocated(device) - baseline
-    return CallCost(int(flops.get_total_flops()), allocations.allocated_bytes, peak, error=error)
+    return CallCost(flops.gemm_flops, allocations.allocated_bytes, peak, error=error)
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,7 @@ def compare(
                 "time_limit_s": options.time_limit_s,
                 "require_observable": require_observable,
                 "isolate": options.isolate,
+                "threads": options.threads,  # the reduction order of a CPU matmul follows it
             },
         )
         log = Journal(

@@ -11,7 +11,6 @@ convention (``harness.plugins.walks``).
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -66,24 +65,17 @@ class RandomDraw:
         return f"{self.op} {list(self.shape)} ({self.phase})"
 
 
-_dynamo_imported = False
+class EagerDispatchMode(TorchDispatchMode):
+    """A dispatch mode that is never traced by ``torch.compile``: torch otherwise wraps
+    ``__torch_dispatch__`` in dynamo's disable, whose first call imports ``torch._dynamo``
+    (seconds per process, and a write to ``os.environ``)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
 
 
-def _import_dynamo_leaving_environment_as_found() -> None:
-    """Entering a dispatch mode imports ``torch._dynamo`` once per process, and that
-    import writes ``TORCHINDUCTOR_CACHE_DIR``; import it on first use and undo the write."""
-    global _dynamo_imported
-    if _dynamo_imported:
-        return
-    environment = dict(os.environ)
-    import torch._dynamo  # noqa: F401
-
-    os.environ.clear()
-    os.environ.update(environment)
-    _dynamo_imported = True
-
-
-class DispatchObserver(TorchDispatchMode):
+class DispatchObserver(EagerDispatchMode):
     """Counts the call's ATen operators by name and records every random draw.
 
     ``phase`` says what the sampler is doing; operators are counted only in the
@@ -91,7 +83,6 @@ class DispatchObserver(TorchDispatchMode):
     """
 
     def __init__(self, *, record_noise: bool, phase: Phase = "call") -> None:
-        _import_dynamo_leaving_environment_as_found()
         super().__init__()
         self.record_noise = record_noise
         self.phase: Phase = phase

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -30,6 +32,7 @@ from harness.plugins.implementations import builtin_implementations
 from harness.render import work as work_sections
 from harness.render.sections import render_blocks
 from harness.render.timing import timing_blocks
+from tests.helpers import REPO_ROOT, subprocess_env
 
 EXHAUSTIVE = work.work_cases(seed=0, exhaustive=True)
 BFLOAT16 = work.work_cases(seed=1, dtype="bfloat16")
@@ -138,6 +141,26 @@ def test_allocation_counter_counts_fresh_storage_only() -> None:
         torch.empty(3, dtype=torch.int64)  # 24 bytes
         base.split(2)  # views of an input: nothing
     assert counter.allocated_bytes == 4 * 8 * 4 + 3 * 8
+
+
+def test_flop_counter_counts_gemms_as_torch_does_without_importing_dynamo() -> None:
+    probe = (
+        "import sys, torch; from harness.measure.counters import FlopCounter; "
+        "x, w = torch.ones(3, 5), torch.ones(7, 5); "
+        "exec('with torch.inference_mode(), FlopCounter() as c: "
+        "torch.nn.functional.linear(x, w)'); "
+        "assert c.gemm_flops == 2 * 3 * 5 * 7, c.gemm_flops; "
+        "assert 'torch._dynamo' not in sys.modules, 'torch._dynamo imported'"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def test_measuring_leaves_the_global_rng_untouched() -> None:

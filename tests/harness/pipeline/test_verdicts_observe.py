@@ -73,9 +73,13 @@ def test_the_call_alone_is_counted_as_work() -> None:
     assert work.op_counts["aten.multinomial"] == 1
 
 
-def test_importing_the_observer_leaves_the_environment_and_modules_as_found() -> None:
+def test_observing_a_call_leaves_the_environment_and_modules_as_found() -> None:
     probe = (
-        "import os, sys; before = dict(os.environ); import harness.pipeline.observe; "
+        "import os, sys; before = dict(os.environ); import torch; "
+        "from harness.pipeline.observe import DispatchObserver; "
+        "observer = DispatchObserver(record_noise=True); "
+        "exec('with observer: torch.empty(3).exponential_()'); "
+        "assert observer.draws, 'no draw observed'; "
         "assert dict(os.environ) == before, 'environment changed'; "
         "assert 'torch._dynamo' not in sys.modules, 'torch._dynamo imported'"
     )
