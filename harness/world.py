@@ -9,10 +9,10 @@ implementation that runs after it.
   carries the report alone), kills the child processes the code left running, and
   blames a change made by a background thread on the implementation that left the
   thread running, not on the one whose call it happened to interrupt;
-- ``import_world``: the same around the import of a plug-in's module;
-- ``AlarmBackstop``: the time limit holds when implementation code ignores, replaces
-  or blocks SIGALRM (a second signal, ``BACKSTOP_SIGNAL``, carries the timeout).
+- ``import_world``: the same around the import of a plug-in's module.
 
+These guards undo a sampler's mistakes; they do not hold off code that means harm (it
+shares the process, and can undo the guards themselves): that is ``--isolate``'s job.
 It imports nothing of the harness, so the plug-in loader and the runner share it; the
 digests of the shared input tensors are ``harness.pipeline.guard``'s. See
 ``docs/trust.md`` for what these guards do not cover.
@@ -28,7 +28,7 @@ import resource
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -482,87 +482,3 @@ def import_world(*, owner: str) -> Iterator[None]:
         os.umask(umask)
         if os.getcwd() != directory:
             os.chdir(directory)
-
-
-# -- the time limit's backstop --------------------------------------------------------------
-
-
-BACKSTOP_SIGNAL = signal.SIGURG  # ignored by default: one that lands late does nothing
-TIME_LIMIT_MARK = "harness_time_limit"  # attribute set on a time limit's SIGALRM handler
-
-
-def _alarm_blocked_in(thread: threading.Thread) -> bool:
-    """Whether ``thread`` blocks SIGALRM (its ``SigBlk`` mask in ``/proc``)."""
-    path = f"/proc/self/task/{thread.native_id}/status"
-    with contextlib.suppress(OSError, ValueError), open(path) as status:
-        for line in status:
-            if line.startswith("SigBlk:"):
-                return bool(int(line.split()[1], 16) >> (signal.SIGALRM - 1) & 1)
-    return False
-
-
-class AlarmBackstop:
-    """A watchdog for a SIGALRM time limit whose handler is ``handler``: from ``first_s``
-    on, every ``every_s`` in which implementation code has replaced or ignored that
-    handler, or blocked SIGALRM, the main thread is sent ``BACKSTOP_SIGNAL``, whose
-    handler raises ``error()`` there (between two bytecodes, as SIGALRM would). While
-    SIGALRM reaches the limit's handler (or a nested limit's) it does nothing; once
-    the timer is disarmed it ends. ``start`` before arming, ``stop`` after disarming;
-    main thread only."""
-
-    def __init__(
-        self,
-        *,
-        handler: Callable[[int, Any], None],
-        first_s: float,
-        every_s: float,
-        error: Callable[[], BaseException],
-    ) -> None:
-        self._handler, self._error = handler, error
-        self._first_s, self._every_s = first_s, every_s
-        self._main = threading.main_thread()
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._requested = False
-        self._previous: Any = None
-        self.raised = False
-        self._thread = threading.Thread(target=self._watch, daemon=True, name="time-limit")
-
-    def _on_signal(self, signum: int, frame: object) -> None:
-        if self._requested:  # only the watchdog's request raises, once each
-            self._requested = False
-            self.raised = True
-            raise self._error()
-
-    def _tampered(self) -> bool:
-        handler = signal.getsignal(signal.SIGALRM)
-        if handler != self._handler and not getattr(handler, TIME_LIMIT_MARK, False):
-            return True  # (a nested time limit's own handler is in charge meanwhile)
-        return _alarm_blocked_in(self._main)
-
-    def _watch(self) -> None:
-        if self._stop.wait(self._first_s):
-            return
-        while True:
-            with self._lock:
-                # a disarmed timer: the limit's block is over, even if it never said so
-                if self._stop.is_set() or signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0):
-                    return
-                if self._tampered():
-                    self._requested = True
-                    signal.pthread_kill(self._main.ident or 0, BACKSTOP_SIGNAL)
-            if self._stop.wait(self._every_s):
-                return
-
-    def start(self) -> None:
-        """Before the limit's timer is armed (so no alarm can interrupt it)."""
-        self._previous = signal.signal(BACKSTOP_SIGNAL, self._on_signal)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """After the limit's timer is disarmed."""
-        with self._lock:
-            self._stop.set()
-            self._requested = False
-        self._thread.join()
-        signal.signal(BACKSTOP_SIGNAL, self._previous)

@@ -10,8 +10,6 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from harness.io.lock import lock_before_writing
-
 FILE_MODE = 0o666  # what the user's umask then narrows, as for any file a tool writes
 
 
@@ -42,7 +40,6 @@ def _write_error(path: Path, error: OSError) -> OutputWriteError:
 def write_atomically(path: Path, data: str | bytes) -> None:
     """Write ``data`` to a temporary file beside ``path``, fsync it, then rename it; a
     failure (``OutputWriteError``) leaves ``path`` as it was and no temporary file."""
-    lock_before_writing(path)
     payload = data.encode() if isinstance(data, str) else data
     temporary: Path | None = None
     try:
@@ -69,7 +66,6 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
     """Append one JSON line durably: one ``write`` on an ``O_APPEND`` descriptor, then
     ``fsync`` (a crash leaves at most a torn last line, which ``load_records`` drops; a
     failed write is cut off again and raised as ``OutputWriteError``)."""
-    lock_before_writing(path)
     line = (json.dumps(record, sort_keys=True) + "\n").encode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -52,13 +52,7 @@ from harness.plugins.conventions import (
 from harness.plugins.implementations import Implementation
 from harness.plugins.protocol import DraftSampler
 from harness.plugins.walks import HeadCounts
-from harness.world import (
-    TIME_LIMIT_MARK,
-    AlarmBackstop,
-    WorldChanges,
-    implementation_world,
-    take_thread_blame,
-)
+from harness.world import WorldChanges, implementation_world, take_thread_blame
 from reference import BlockInputs
 
 if TYPE_CHECKING:
@@ -160,7 +154,6 @@ class CallTimeout(Exception):
 
 
 TIMEOUT_REFIRE_S = 0.5  # a swallowed timeout fires again this often
-BACKSTOP_PERIOD_S = 4 * TIMEOUT_REFIRE_S  # no alarm heard for this long: SIGALRM is lost
 
 
 @contextmanager
@@ -195,42 +188,27 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         fired = True
         raise CallTimeout(message)
 
-    lost = message + " (SIGALRM was ignored, replaced or blocked)"
-    # the code may ignore, replace or block SIGALRM: then the backstop raises the timeout
-    backstop = AlarmBackstop(
-        handler=on_alarm,
-        first_s=seconds + BACKSTOP_PERIOD_S,
-        every_s=BACKSTOP_PERIOD_S,
-        error=lambda: CallTimeout(lost),
-    )
-    setattr(on_alarm, TIME_LIMIT_MARK, True)
-    backstop.start()
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
     try:
-        previous = signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, seconds, TIMEOUT_REFIRE_S)
-        try:
-            yield
-        except Exception as error:
-            if not fired or isinstance(error, CallTimeout):
-                raise
-            # the code caught the timeout and raised its own error on it (Triton's
-            # interpreter wraps every exception of a kernel): still the time limit
-            raise CallTimeout(
-                f"{message} (the implementation raised {type(error).__name__} on it)"
-            ) from error
-        finally:
-            while True:  # a timeout may land at any bytecode here: start the clean-up over
-                try:
-                    live = False  # first: a SIGALRM from here on raises nothing
-                    signal.setitimer(signal.ITIMER_REAL, 0)  # the code's own timer too
-                    signal.signal(signal.SIGALRM, previous)
-                    break
-                except CallTimeout:  # landed before ``live`` was cleared: the call's own
-                    fired = True
+        yield
+    except Exception as error:
+        if not fired or isinstance(error, CallTimeout):
+            raise
+        # the code caught the timeout and raised its own error on it (Triton's
+        # interpreter wraps every exception of a kernel): still the time limit
+        raise CallTimeout(
+            f"{message} (the implementation raised {type(error).__name__} on it)"
+        ) from error
     finally:
-        backstop.stop()
-    if backstop.raised:  # the block caught the backstop's timeout and carried on
-        raise CallTimeout(lost)
+        while True:  # a timeout may land at any bytecode here: start the clean-up over
+            try:
+                live = False  # first: a SIGALRM from here on raises nothing
+                signal.setitimer(signal.ITIMER_REAL, 0)  # the code's own timer too
+                signal.signal(signal.SIGALRM, previous)
+                break
+            except CallTimeout:  # landed before ``live`` was cleared: the call's own
+                fired = True
     if fired:  # the block caught the timeout and carried on: still a timeout
         raise CallTimeout(message + " (the implementation caught the timeout)")
 

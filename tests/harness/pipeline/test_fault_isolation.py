@@ -105,6 +105,16 @@ def test_under_isolate_a_sampler_that_swallows_every_timeout_is_killed_and_recor
     assert verdict.ledger is not None and verdict.ledger.holds
 
 
+def test_under_isolate_a_sampler_that_ignores_sigalrm_and_hangs_is_killed_and_recorded() -> None:
+    """In process nothing stops it (it turned the time limit's signal off); its worker is
+    killed once the limit and the answer's grace have passed, long before it would end."""
+    ignoring = Implementation("ignoring", untrusted_samplers.AlarmIgnoringSampler, "tests")
+    killed = worker_for(ignoring).run(ignoring, case=CASE, options=RunOptions(time_limit_s=0.5))
+    error = killed.error
+    assert error is not None and error.type == "CallTimeout"
+    assert "the worker process was killed" in error.message
+
+
 def test_isolated_results_equal_in_process_results() -> None:
     implementations = builtin_implementations()
     here = run_case(CASE, implementations)

@@ -1,13 +1,12 @@
 """One failure boundary, and ``--isolate`` as a real boundary: whatever a sampler raises
 in any stage is its recorded failure; under ``--isolate`` plug-in code runs only in its
-worker, results cross as plain tensors, and journal records carry a keyed digest."""
+worker and results cross as plain tensors."""
 
 from __future__ import annotations
 
 import io
 import json
 import pickle
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,6 @@ import torch
 
 from harness.case import make_case
 from harness.cli import main
-from harness.io.journal import key_path
 from harness.options import RunOptions
 from harness.pipeline import isolation
 from harness.pipeline.compare import evaluate_run
@@ -33,12 +31,6 @@ CASE = make_case(bs=2, gamma=3, vocab_size=33, hidden_size=8, markov_rank=4, see
 SMALL_STATS = ["--rows", "300", "--rounds", "2", "--heads", "vanilla"]
 
 
-@pytest.fixture(autouse=True)
-def _own_journal_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test keeps its journal key in its own cache folder."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-
-
 def _case_args(tmp_path: Path, count: int = 2) -> list[str]:
     paths = []
     for seed in range(count):
@@ -48,8 +40,8 @@ def _case_args(tmp_path: Path, count: int = 2) -> list[str]:
     return paths
 
 
-def _harness(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    return run_harness(*args, env=subprocess_env(XDG_CACHE_HOME=str(cache)), timeout=900)
+def _harness(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_harness(*args, env=subprocess_env(), timeout=900)
 
 
 def test_under_isolate_a_plugin_tampering_at_import_and_at_exit_cannot_make_a_pass(
@@ -57,7 +49,7 @@ def test_under_isolate_a_plugin_tampering_at_import_and_at_exit_cannot_make_a_pa
 ) -> None:
     out = tmp_path / "out"
     argv = ["compare", *_case_args(tmp_path), "--only", "reference,fixed", "--isolate"]
-    done = _harness(*argv, "--impl", f"bad={HOSTILE_FILE}", "--out-dir", str(out), cache=tmp_path)
+    done = _harness(*argv, "--impl", f"bad={HOSTILE_FILE}", "--out-dir", str(out))
     assert done.returncode == 1, done.stderr
     assert "VERDICT: FAIL" in (out / "compare.txt").read_text()
     report = json.loads((out / "compare.json").read_text())
@@ -102,36 +94,6 @@ def test_tensor_subclass_outputs_are_refused_with_or_without_isolate(isolate: bo
     verdict = evaluate_run(run, require_observable=False)
     assert verdict.failed_checks("subclass")
     assert not verdict.failed_checks("fixed")
-
-
-def _without_timing(path: Path) -> dict:
-    report = json.loads(path.read_text())
-    del report["timing"]  # wall times
-    return report
-
-
-def test_an_edited_journal_record_is_recomputed_on_resume(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    out = tmp_path / "out"
-    argv = ["compare", *_case_args(tmp_path), "--only", "reference,fixed,legacy"]
-    argv += ["--out-dir", str(out)]
-    assert main(argv) == 0
-    fresh = _without_timing(out / "compare.json")
-    key = key_path()
-    assert key.is_file() and out not in key.parents
-    assert stat.S_IMODE(key.stat().st_mode) == 0o600
-    journal = out / "compare.cases.jsonl"
-    lines = journal.read_text().splitlines()
-    record = json.loads(lines[0])
-    record["implementations"]["legacy"]["checks"] = []  # hide legacy's failures
-    lines[0] = json.dumps(record, sort_keys=True)
-    journal.write_text("\n".join(lines) + "\n")
-    capsys.readouterr()
-    assert main([*argv, "--resume"]) == 0
-    err = capsys.readouterr().err
-    assert "1 finished case record(s) will be recomputed: their keyed digest does not match" in err
-    assert _without_timing(out / "compare.json") == fresh
 
 
 TIMING = ["work", "--timing", "--repeats", "1", "--hidden-size", "64", "--no-callgrind"]
@@ -194,7 +156,7 @@ def test_a_segfaulting_sampler_under_report_isolate_gives_a_complete_report_and_
     """It segfaults at the oracle's batch size only: the stage that ran in process before."""
     out = tmp_path / "out"
     impl = f"planted={PLANTED}:SegfaultAtStatsSizeSampler"
-    done = _harness("report", "--isolate", "--impl", impl, "--out-dir", str(out), cache=tmp_path)
+    done = _harness("report", "--isolate", "--impl", impl, "--out-dir", str(out))
     assert done.returncode == 1, done.stderr
     report = json.loads((out / "report.json").read_text())
     titles = [s["title"] for s in report["sections"]]
@@ -207,15 +169,15 @@ def test_a_segfaulting_sampler_under_report_isolate_gives_a_complete_report_and_
     assert report["verdicts"]["implementations"]["fixed"]["lossless"]
 
 
-def test_a_worker_is_told_neither_the_out_dir_nor_the_journal_key(tmp_path: Path) -> None:
+def test_a_worker_is_not_told_the_out_dir(tmp_path: Path) -> None:
     out = tmp_path / "out"
     argv = ["compare", *_case_args(tmp_path, 1), "--only", "reference,fixed", "--isolate"]
     argv += ["--impl", f"nosy={PLANTED}:CommandLineSampler", "--out-dir", str(out)]
-    done = _harness(*argv, cache=tmp_path / "cache")
+    done = _harness(*argv)
     assert done.returncode == 1, done.stderr
     error = json.loads((out / "compare.json").read_text())["cases"][0]["implementations"]
     message = error["nosy"]["error"]["message"]
-    assert message.startswith("argv:") and str(out) not in message and "journal" not in message
+    assert message.startswith("argv:") and str(out) not in message
 
 
 def test_answers_cross_as_plain_data_and_plain_tensors_only() -> None:
