@@ -28,8 +28,8 @@ from harness.pipeline.checks import (
     near_tie_mask,
     positions_differ,
 )
-from harness.pipeline.control_flow import control_flow
-from harness.pipeline.runner import CaseRun, ImplResult
+from harness.pipeline.control_flow import control_flow, legacy_pass1_cause, legacy_pass1_error
+from harness.pipeline.runner import CaseRun, ImplResult, RaisedError
 from reference import teacher_forced_logits
 
 LEDGER_CLASSES: dict[str, str] = {
@@ -87,6 +87,14 @@ class LedgerEntry:
     @property
     def holds(self) -> bool:
         return not self.problems
+
+
+def _raise_evidence(case: Case, error: RaisedError) -> str:
+    """The exception, and where it is the raise the bug predicts, why it is the bug."""
+    cause = legacy_pass1_cause(case)
+    if cause is None or error.type != legacy_pass1_error(case):
+        return error.summary()  # not the documented raise: the ledger reports it as is
+    return f"{error.summary()} — {cause}"
 
 
 def _walks(count: int, kind: str = "") -> str:
@@ -147,7 +155,7 @@ def observe_divergence(
         return LedgerEntry(frozenset(expected), frozenset(), frozenset(), tuple(problems), {})
     if legacy.error is not None:
         observed.add("legacy_raises")
-        evidence["legacy_raises"] = legacy.error.summary()
+        evidence["legacy_raises"] = _raise_evidence(case, legacy.error)
     else:
         _observe_work(case, legacy, fixed, observed, evidence)
         _observe_outputs(run, legacy, fixed, observed, evidence, problems)
