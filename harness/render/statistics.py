@@ -368,7 +368,9 @@ def power_curves_png(curves: Sequence[dict[str, Any]]) -> bytes | None:
             colour = f"C{index}"
             points = curve["points"]
             rows = [p["rows"] for p in points]
-            measured = [p["empirical_power"] for p in points]
+            measured = [_number(p["empirical_power"]) for p in points]
+            low = [_number(p["interval_low"]) for p in points]
+            high = [_number(p["interval_high"]) for p in points]
             confidence = f"{curve['interval_confidence']:.0%}"
             # the heads' intervals at one row count side by side, not on top of each other
             dodged = [r * DODGE ** (index - (len(curves) - 1) / 2) for r in rows]
@@ -376,8 +378,8 @@ def power_curves_png(curves: Sequence[dict[str, Any]]) -> bytes | None:
                 dodged,
                 measured,
                 yerr=[
-                    [m - p["interval_low"] for m, p in zip(measured, points, strict=True)],
-                    [p["interval_high"] - m for m, p in zip(measured, points, strict=True)],
+                    [m - lo for m, lo in zip(measured, low, strict=True)],
+                    [hi - m for m, hi in zip(measured, high, strict=True)],
                 ],
                 fmt="none",
                 ecolor=colour,
@@ -414,3 +416,8 @@ def power_curves_png(curves: Sequence[dict[str, Any]]) -> bytes | None:
         figure.tight_layout()
 
     return render_png(draw, size=(7.0, 4.2))
+
+
+def _number(value: float | None) -> float:
+    """A number of the JSON, where ``None`` stands for NaN (``json_safe``)."""
+    return math.nan if value is None else value
