@@ -3,10 +3,11 @@
 This module owns the power math: per test, the noncentral chi-square (or the
 shifted normal, for the repeat test) with the noncentrality estimated from pooled
 decode runs and corrected for their own sampling noise; the predicted power of
-one head kind (its strongest test at the family's first Holm threshold, a lower
-bound of the head's power); the measured power (the pooled rows cut into disjoint
-blocks, each block one experiment, the head's tests run on every block); the
-smallest row count reaching a target power, predicted and measured; and the
+one head kind (its strongest test at the family's first Holm threshold, at the
+noncentrality estimated from the pooled runs: a prediction, which measured blocks can
+fall below); the measured power (the pooled rows cut into disjoint blocks, each block
+one experiment, the head's tests run on every block) with a Wilson 95% interval per
+point; the smallest row count reaching a target power, predicted and measured; and the
 detection bound of a run (``detection_bounds``): the smallest fraction of the rows
 at one committed position a defect must reach, committing a fixed token there, to
 be seen with the target power by that position's test at the rows the run had.
@@ -43,6 +44,7 @@ TARGET_POWER = 0.99
 RULE_OF_THUMB_FACTOR = 10  # "ten times the vocabulary" samples per position
 POWER_SEEDS = 3  # decode runs pooled per head kind
 POWER_MULTIPLES = (1 / 8, 1 / 4, 1 / 2, 1)  # curve points: run rows x multiple
+INTERVAL_CONFIDENCE = 0.95  # of each measured point's Wilson interval
 
 
 def select_rows(decoded: DecodeResult, rows: slice) -> DecodeResult:
@@ -95,7 +97,9 @@ def chi2_power_at(table: CountTable, *, scale: float, level: float) -> float:
 
 
 def head_power_at(tables: HeadTables, *, scale: float, level: float) -> float:
-    """Predicted power of one head kind's tests: the strongest one's (a lower bound)."""
+    """Predicted power of one head kind's tests: the strongest one's at its estimated
+    noncentrality. The other tests could only add to the head's power, but the estimate
+    has its own error, so this is a prediction, not a bound."""
     powers = [chi2_power_at(t, scale=scale, level=level) for t in tables.chi2_tables]
     critical = normal_isf(level)
     powers += [
@@ -239,12 +243,31 @@ def smallest_rows_reaching(
     return high
 
 
+def wilson_interval(
+    successes: int, trials: int, *, confidence: float = INTERVAL_CONFIDENCE
+) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion; ``(nan, nan)`` without trials."""
+    if trials <= 0:
+        return math.nan, math.nan
+    z = normal_isf((1 - confidence) / 2)
+    share, spread = successes / trials, z * z / trials
+    centre = (share + spread / 2) / (1 + spread)
+    half = z * math.sqrt(share * (1 - share) / trials + spread / (4 * trials)) / (1 + spread)
+    # at 0 or all successes the bound is the share itself; rounding must not cross it
+    return max(0.0, min(share, centre - half)), min(1.0, max(share, centre + half))
+
+
 @dataclass(frozen=True)
 class PowerPoint:
+    """One row count of a curve: measured on disjoint blocks (with the Wilson interval of
+    ``INTERVAL_CONFIDENCE``), and predicted."""
+
     rows: int
     trials: int  # disjoint blocks of this many rows in the pooled runs
     rejections: int
     empirical_power: float
+    interval_low: float
+    interval_high: float
     predicted_power: float
 
 
@@ -255,8 +278,11 @@ class PowerCurve:
 
     name: str
     head: str
+    target: str  # the target decoded against
+    rounds: int  # draft-verify rounds per row
     alpha: float
     level: float
+    interval_confidence: float  # of each point's interval
     pooled_rows: int
     seeds: tuple[int, ...]
     points: tuple[PowerPoint, ...]
@@ -306,20 +332,26 @@ def power_curve(
                 row_group=row_group[block],
             )
             rejections += rejects_somewhere(block_tables, level=level)
+        low, high = wilson_interval(rejections, blocks)
         points.append(
             PowerPoint(
                 rows=rows,
                 trials=blocks,
                 rejections=rejections,
                 empirical_power=rejections / blocks if blocks else math.nan,
+                interval_low=low,
+                interval_high=high,
                 predicted_power=predicted(rows),
             )
         )
     return PowerCurve(
         name=name,
         head=head_kind,
+        target=problem.target.name,
+        rounds=config.rounds,
         alpha=config.alpha,
         level=level,
+        interval_confidence=INTERVAL_CONFIDENCE,
         pooled_rows=pooled_rows,
         seeds=tuple(seeds),
         points=tuple(points),

@@ -28,6 +28,7 @@ import torch
 from harness.case import case_block
 from harness.defaults import REFERENCE
 from harness.pipeline.check_result import CheckResult, Skip, Status, Tier, failed, passed, skipped
+from harness.pipeline.diffs import max_abs_diff_text
 from harness.pipeline.life import LifeReplay, replay_inputs
 from harness.pipeline.observe import NOISE_OP, RandomDraw
 from harness.pipeline.runner import CaseRun, ImplResult
@@ -195,11 +196,10 @@ def check_teacher_forcing(subject: Subject) -> CheckResult:
         ).to(result.corrected.dtype)  # [bs, gamma, V] in the step dtype
     differ = positions_differ(result.corrected, rebuilt, exact=exact_comparison(run))
     if differ.any():
-        max_diff = (result.corrected.double() - rebuilt.double()).abs().max().item()
         return failed(
             name,
             f"corrected_out differs from the logits rebuilt from the emitted tokens "
-            f"(max |diff| {max_diff:.4g})",
+            f"({max_abs_diff_text(result.corrected, rebuilt)})",
             differ,
         )
     return passed(name)

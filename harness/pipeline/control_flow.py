@@ -71,6 +71,26 @@ def legacy_pass1_error(case: Case) -> str | None:
     return None if case.head_kind == "vanilla" else "ValueError"
 
 
+def legacy_pass1_cause(case: Case) -> str | None:
+    """Why legacy's pass 1 raises on this case (``legacy_pass1_error``), or ``None`` when
+    it does not: the documented bug (``docs/design.md``, "The bug"), in the case's numbers."""
+    error = legacy_pass1_error(case)
+    if error is None:
+        return None
+    view = "the documented bug: legacy's first walk takes hidden_states.view(bs, gamma, -1)"
+    layout = f"in the layout with the anchor row ({case.gamma + 1} rows per request)"
+    if error == "RuntimeError":
+        return (
+            f"{view}, which fails {layout} when gamma does not divide H "
+            f"(gamma={case.gamma}, H={case.hidden_size})"
+        )
+    width = (case.gamma + 1) * case.hidden_size // case.gamma
+    return (
+        f"{view}, whose rows {layout} are {width} wide, not H={case.hidden_size}: "
+        f"the {case.head_kind} head reads hidden states and rejects them"
+    )
+
+
 def control_flow(case: Case, implementation: str) -> ControlFlow:
     """The modelled call of ``implementation`` (one of ``BUILTIN_NAMES``) on ``case``.
 

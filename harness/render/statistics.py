@@ -174,41 +174,79 @@ def detail_table(result: StatsResult, *, config: StatsConfig) -> str:
 
 
 def power_text(curves: Sequence[PowerCurve]) -> str:
+    """The power curves against the buggy side: per head, the rows a power of
+    ``target_power`` needs, predicted and measured; then every curve point, measured with
+    its interval beside the prediction."""
     if not curves:
         return ""
     first = curves[0]
-    header = [
-        "head",
-        "rows for power 0.99 (predicted)",
-        "measured",
-        "curve: rows -> measured / predicted",
-    ]
-    rows = []
-    for c in curves:
-        measured = (
+    confidence = f"{first.interval_confidence:.0%}"
+    summary = [
+        [
+            c.head,
+            str(c.rows_for_target_power or "not reached"),
             "not reached"
             if c.measured_rows_for_target_power is None
             else next(
                 f"{p.rows} ({p.rejections}/{p.trials} blocks)"
                 for p in c.points
                 if p.rows == c.measured_rows_for_target_power
-            )
-        )
-        curve = "; ".join(
-            f"{p.rows}: {p.empirical_power:.2f}/{p.predicted_power:.2f}" for p in c.points
-        )
-        rows.append([c.head, str(c.rows_for_target_power or "not reached"), measured, curve])
+            ),
+        ]
+        for c in curves
+    ]
+    points = [
+        [
+            c.head,
+            str(p.rows),
+            f"{p.rejections}/{p.trials}",
+            _share(p.empirical_power),
+            f"[{_share(p.interval_low)}, {_share(p.interval_high)}]",
+            _share(p.predicted_power),
+            "yes" if p.interval_low <= p.predicted_power <= p.interval_high else "no",
+        ]
+        for c in curves
+        for p in c.points
+    ]
     return "\n".join(
         [
-            f"power against {first.name} at alpha {first.alpha:g} (each test at the first Holm "
-            f"threshold {first.level:.3g}); {first.pooled_rows} pooled rows per head from seeds "
-            f"{', '.join(map(str, first.seeds))}, cut into disjoint blocks; predicted: the "
-            "strongest test's noncentral chi-square (a lower bound):",
-            table(header, rows),
+            f"power against {first.name} at the {first.target} target, {first.rounds} rounds "
+            f"per row, alpha {first.alpha:g} (each test at the first Holm threshold "
+            f"{first.level:.3g}); {first.pooled_rows} pooled rows per head from seeds "
+            f"{', '.join(map(str, first.seeds))}, cut into disjoint blocks of each row count. "
+            f"Measured: the share of blocks rejected, with its Wilson {confidence} interval. "
+            "Predicted: the strongest test's noncentral chi-square power at the noncentrality "
+            "estimated from the pooled rows, a prediction that measured points can fall below:",
+            table(
+                [
+                    "head",
+                    f"rows for power {first.target_power:g}, predicted",
+                    "measured (smallest curve point)",
+                ],
+                summary,
+            ),
+            "",
+            table(
+                [
+                    "head",
+                    "rows",
+                    "blocks rejected",
+                    "measured",
+                    f"{confidence} interval",
+                    "predicted",
+                    "predicted in interval",
+                ],
+                points,
+                align=["left", "right", "right", "right", "left", "right", "left"],
+            ),
             f"rule of thumb, 10 x V = {first.rule_of_thumb_rows} rows: predicted power "
             + ", ".join(f"{c.head} {c.power_at_rule_of_thumb:.2g}" for c in curves),
         ]
     )
+
+
+def _share(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2f}"
 
 
 def cut_lines(oracle: OracleRun) -> list[str]:
@@ -316,44 +354,70 @@ def stats_section(oracle: OracleRun, *, roles: Roles = DEFAULT_ROLES) -> Section
 
 
 MEASURED_MARKERS = ("o", "s", "^")  # one shape per head kind, nested by size
+DODGE = 1.04  # measured points of neighbouring heads sit this factor apart in rows
 
 
 def power_curves_png(curves: Sequence[dict[str, Any]]) -> bytes | None:
-    """The power curves (``PowerCurve.to_json_dict()``) as a PNG, one line pair per head:
-    rows against the rejection rate, measured and predicted; ``None`` without matplotlib."""
+    """The power curves (``PowerCurve.to_json_dict()``) as a PNG, per head: the measured
+    points with their intervals, and the predicted line; the axes say the curves' target,
+    rounds per row and test level. ``None`` without matplotlib."""
 
     def draw(figure: Any) -> None:
         axes = figure.add_subplot()
         for index, curve in enumerate(curves):
             colour = f"C{index}"
-            rows = [p["rows"] for p in curve["points"]]
+            points = curve["points"]
+            rows = [p["rows"] for p in points]
+            measured = [_number(p["empirical_power"]) for p in points]
+            low = [_number(p["interval_low"]) for p in points]
+            high = [_number(p["interval_high"]) for p in points]
+            confidence = f"{curve['interval_confidence']:.0%}"
+            # the heads' intervals at one row count side by side, not on top of each other
+            dodged = [r * DODGE ** (index - (len(curves) - 1) / 2) for r in rows]
+            axes.errorbar(  # the interval of each measured point, drawn under it
+                dodged,
+                measured,
+                yerr=[
+                    [m - lo for m, lo in zip(measured, low, strict=True)],
+                    [hi - m for m, hi in zip(measured, high, strict=True)],
+                ],
+                fmt="none",
+                ecolor=colour,
+                elinewidth=1,
+                capsize=3,
+            )
             axes.semilogx(  # hollow and each head smaller: equal points stay visible
-                rows,
-                [p["empirical_power"] for p in curve["points"]],
+                dodged,
+                measured,
                 MEASURED_MARKERS[index % len(MEASURED_MARKERS)],
                 color=colour,
                 markerfacecolor="none",
                 markersize=11 - 3 * (index % len(MEASURED_MARKERS)),
-                label=f"{curve['head']}: measured (blocks)",
+                label=f"{curve['head']}: measured, blocks rejected ({confidence} interval)",
             )
             axes.semilogx(
                 rows,
-                [p["predicted_power"] for p in curve["points"]],
+                [p["predicted_power"] for p in points],
                 "-",
                 color=colour,
-                label=f"{curve['head']}: predicted",
+                label=f"{curve['head']}: predicted (strongest test)",
             )
         if curves:
-            axes.axhline(
-                curves[0]["target_power"], color="grey", linestyle=":", label="target power"
+            first = curves[0]
+            axes.axhline(first["target_power"], color="grey", linestyle=":", label="target power")
+            axes.set_ylabel(f"rejection rate of {first['name']} (test level {first['level']:.2g})")
+            axes.set_xlabel(
+                f"independent rows per head at the {first['target']} target "
+                f"({first['rounds']} rounds per row)"
             )
-            axes.set_ylabel(
-                f"rejection rate of {curves[0]['name']} (test level {curves[0]['level']:.2g})"
-            )
-        axes.set_xlabel("independent rows per head (2 rounds each)")
         axes.set_ylim(-0.02, 1.02)
-        axes.set_title("power of the statistical oracle, per head kind")
+        axes.set_title("power of the statistical oracle per head kind: measured and predicted")
         axes.legend(fontsize=7, loc="lower right")
         figure.tight_layout()
 
     return render_png(draw, size=(7.0, 4.2))
+
+
+def _number(value: float | None) -> float:
+    """A number of the JSON, where ``None`` stands for NaN (``json_safe``)."""
+    return math.nan if value is None else value

@@ -11,8 +11,9 @@ from typing import Any
 
 from harness.defaults import FIXED, REFERENCE
 from harness.options import Roles
+from harness.pipeline.check_phrases import CHECK_PHRASES
 from harness.pipeline.check_result import Skip, Tier
-from harness.pipeline.checks import CHECK_CODES
+from harness.pipeline.checks import CHECK_CODES, CHECKS
 from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage
 from harness.pipeline.ledger import LEDGER_CLASSES
 from harness.pipeline.records import CaseRecord, CheckRecord
@@ -183,9 +184,21 @@ def _checks_cell(checks: list[CheckRecord]) -> str:
 def _checks_table(
     records: list[CaseRecord], names: list[str], *, roles: Roles
 ) -> tuple[Block, ...]:
-    """The legend (the check codes, and under which implementations a FAIL is expected)
-    and the table of each case's failed checks per implementation."""
-    legend = "failed checks: " + ", ".join(f"{code}={name}" for name, code in CHECK_CODES.items())
+    """Under which implementations a FAIL is expected, the table of each case's failed
+    checks per implementation, and its legend: every check's code in the table, its tier
+    and what it holds, in the order the checks run."""
+    legend = Table.of(
+        ["code", "check", "tier", "holds that"],
+        [
+            [
+                CHECK_CODES.get(check.name, check.name),
+                check.name,
+                check.tier.label,
+                CHECK_PHRASES[check.name],
+            ]
+            for check in CHECKS
+        ],
+    )
     expected = [
         f"{name} ({role}, held to {held_to})"
         for name in names
@@ -205,7 +218,7 @@ def _checks_table(
         ]
         for record in records
     ]
-    return legend, *notes, Table.of(["case", *names], rows)
+    return *notes, Table.of(["case", *names], rows), "the codes of failed checks:", legend
 
 
 def comparison_sections(

@@ -48,7 +48,7 @@ KINDS = [
         _case(greedy=GREEDY, folded_sampling=False, fused_greedy=True),
         (None, 1, 1, None, Pass.WALK_1),
         0,
-        {"double_walk", "fused_discarded"},
+        {"fused_result_discarded"},  # one walk after the fused call, not a double walk
     ),
     (_case(head_kind="gated", sample_from_anchor=False), ("ValueError",), 1, {"legacy_raises"}),
     (_case(head_kind="rnn", sample_from_anchor=False), ("ValueError",), 1, {"legacy_raises"}),

@@ -92,9 +92,27 @@ def test_a_note_goes_before_the_evidence_in_text_and_markdown() -> None:
 
 def _power_curves(heads: tuple[str, ...]) -> list[dict[str, object]]:
     """Curves of heads whose measured points coincide (every head rejects at every size)."""
-    points = [{"rows": rows, "empirical_power": 1.0, "predicted_power": 0.99} for rows in (8, 64)]
+    points = [
+        {
+            "rows": rows,
+            "empirical_power": 1.0,
+            "interval_low": 0.8,
+            "interval_high": 1.0,
+            "predicted_power": 0.99,
+        }
+        for rows in (8, 64)
+    ]
     return [
-        {"head": head, "name": "legacy", "level": 1e-6, "target_power": 0.9, "points": points}
+        {
+            "head": head,
+            "name": "legacy",
+            "target": "far",
+            "rounds": 4,
+            "level": 1e-6,
+            "interval_confidence": 0.95,
+            "target_power": 0.9,
+            "points": points,
+        }
         for head in heads
     ]
 
