@@ -7,6 +7,7 @@ moved to the case's device, so a case means the same numbers on every machine.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -77,6 +78,12 @@ def check_device(device: object, *, what: str = "device") -> None:
         raise CaseError(
             f"{what} {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
         )
+
+
+@functools.lru_cache(maxsize=256)  # a matrix stages the same few temperatures thousands of times
+def fits_staged_dtype(temperature: float) -> bool:
+    """Whether ``temperature`` stays finite in the dtype temperatures are staged in."""
+    return math.isfinite(float(torch.tensor(temperature, dtype=STAGED_TEMPERATURE_DTYPE)))
 
 
 @dataclass(frozen=True)
@@ -171,7 +178,7 @@ class Case:
         for t in self.temperatures:
             if not math.isfinite(t) or t < 0:
                 raise CaseError(f"temperatures must be finite and >= 0, got {t!r}")
-            if not math.isfinite(float(torch.tensor(t, dtype=STAGED_TEMPERATURE_DTYPE))):
+            if not fits_staged_dtype(t):
                 raise CaseError(
                     f"temperatures must fit {STAGED_TEMPERATURE_DTYPE} (the dtype they are "
                     f"staged in, at most {torch.finfo(STAGED_TEMPERATURE_DTYPE).max:.4g}), "
