@@ -37,7 +37,6 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__.split("\n\n")[1].replace("\n", " ")
     add_impl_option(parser, verb="also scan")
     parser.add_argument(
         "--only", default=FIXED, metavar="NAMES",
