@@ -24,10 +24,11 @@ import textwrap
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from harness.cli.emit import UsageError, usage_error
 from harness.cli.exit_codes import ExitCode
+from harness.cli.names import did_you_mean
 from harness.interrupts import StopRequested, stop_on_signals
 from harness.io.files import JournalError, OutputWriteError
 from harness.io.lock import OutDirBusy, claim_out_dir
@@ -199,10 +200,28 @@ def command_module(name: str) -> Any:
     return importlib.import_module(f"harness.cli.{COMMAND_TABLE[name].module}")
 
 
-def _common_options(spec: CommandSpec) -> argparse.ArgumentParser:
+class CommandLineParser(argparse.ArgumentParser):
+    """argparse, saying bad usage in one line (``error: ...``, as every other refusal of
+    the command line) and offering the closest choice to a mistyped one."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(ExitCode.USAGE, f"error: {message}\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # argparse's one check of ``choices``, here with the closest choice named
+        if action.choices is not None and value not in action.choices:
+            choices = [str(choice) for choice in action.choices]
+            raise argparse.ArgumentError(
+                action,
+                f"invalid choice {value!r}; {did_you_mean([str(value)], choices)}"
+                f"expected one of {', '.join(choices)}",
+            )
+
+
+def _common_options(spec: CommandSpec) -> CommandLineParser:
     """Options every command takes, ``--out-dir`` saying what the command writes there;
     ``--time-limit`` only where implementations' calls run under the per-call limit."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = CommandLineParser(add_help=False)
     common.add_argument(
         "--seed",
         type=int,
@@ -254,7 +273,7 @@ def build_parser(*, with_options: Collection[str] = COMMANDS) -> argparse.Argume
     """The whole command line; only the commands in ``with_options`` get their own
     options (``main`` builds just the one it runs, so that ``--help`` and bad usage
     answer without importing the other commands or torch)."""
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog="python -m harness",
         description="Differential harness for DSpark draft samplers "
         "(legacy double walk vs fixed single walk).",
@@ -278,7 +297,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its ``ExitCode``. No command (or options only) means ``report``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
-        return usage_error(f"unknown command {argv[0]}; expected one of {', '.join(COMMANDS)}")
+        return usage_error(
+            f"unknown command {argv[0]}; {did_you_mean([argv[0]], COMMANDS)}"
+            f"expected one of {', '.join(COMMANDS)}"
+        )
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
         argv = ["report", *argv]
     parser = build_parser(with_options=argv[:1])
