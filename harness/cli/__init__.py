@@ -32,7 +32,9 @@ from harness.cli.names import did_you_mean
 from harness.interrupts import StopRequested, stop_on_signals
 from harness.io.files import JournalError, OutputWriteError
 from harness.io.lock import OutDirBusy, claim_out_dir
-from harness.options import DEFAULT_OPTIONS
+from harness.options import DEFAULT_OPTIONS, RolesError
+from harness.pipeline.memory import MemoryLimitError
+from harness.plugins.errors import ImplementationError
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,16 @@ COMMAND_TABLE: dict[str, CommandSpec] = {
     ),
 }
 COMMANDS = tuple(COMMAND_TABLE)
+# bad usage or bad input (exit 2), importable without torch; CaseError is matched after
+BAD_INPUT = (
+    UsageError,
+    ImplementationError,
+    JournalError,
+    RolesError,
+    OutDirBusy,
+    MemoryLimitError,
+    OutputWriteError,
+)
 
 
 def command_module(name: str) -> Any:
@@ -315,7 +327,6 @@ def _run(args: argparse.Namespace) -> int:
     """Validate the options, claim ``--out-dir`` and run the command; bad input,
     a stop request and a closed stdout each end the way the module docstring says."""
     from harness.cli.validate import validate_global_options
-    from harness.pipeline.isolation import shutdown_workers
 
     try:
         with stop_on_signals():
@@ -327,8 +338,10 @@ def _run(args: argparse.Namespace) -> int:
                 with claim_out_dir(args.out_dir):
                     return int(module.command(args))
             finally:
-                shutdown_workers()
-    except _bad_input() as error:
+                _shutdown_workers()
+    except BAD_INPUT as error:
+        return usage_error(str(error))
+    except _case_error() as error:
         return usage_error(str(error))
     except StopRequested as stop:
         return _stopped(stop, args)
@@ -337,24 +350,20 @@ def _run(args: argparse.Namespace) -> int:
         return BROKEN_PIPE
 
 
-def _bad_input() -> tuple[type[Exception], ...]:
-    """The errors that mean bad usage or bad input (exit 2): imported only once a
-    command runs, since most of them live beside torch."""
-    from harness.case import CaseError
-    from harness.options import RolesError
-    from harness.pipeline.memory import MemoryLimitError
-    from harness.plugins.implementations import ImplementationError
+def _shutdown_workers() -> None:
+    """Stop every worker process; none runs unless the isolation module was loaded, and
+    loading it (torch) only to learn that would slow every refusal of bad usage."""
+    isolation = sys.modules.get("harness.pipeline.isolation")
+    if isolation is not None:
+        isolation.shutdown_workers()
 
-    return (
-        UsageError,
-        CaseError,
-        ImplementationError,
-        JournalError,
-        RolesError,
-        OutDirBusy,
-        MemoryLimitError,
-        OutputWriteError,
-    )
+
+def _case_error() -> type[Exception]:
+    """A case that does not describe a valid run (exit 2), imported only once a command
+    has failed, since it lives beside torch."""
+    from harness.case import CaseError
+
+    return CaseError
 
 
 BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a closed pipe
