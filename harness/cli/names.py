@@ -4,7 +4,9 @@ refusal can say what was probably meant; torch-free, as every refusal of usage i
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+
+from harness.cli.emit import UsageError
 
 
 def did_you_mean(unknown: Iterable[str], known: Iterable[str]) -> str:
@@ -23,3 +25,13 @@ def closest(name: str, candidates: list[str]) -> str | None:
     close = difflib.get_close_matches(name, candidates, n=3)
     close.sort(key=lambda match: sorted(match) != sorted(name))  # stable: else difflib's order
     return close[0] if close else None
+
+
+def check_known(names: Sequence[str], known: Sequence[str], *, option: str, what: str) -> None:
+    """Every name one of ``known``; the refusal names the closest to a mistyped one."""
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise UsageError(
+            f"{option}: unknown {what}(s) {unknown}; {did_you_mean(unknown, known)}"
+            f"expected some of {list(known)}"
+        )

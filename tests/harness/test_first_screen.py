@@ -58,6 +58,11 @@ BAD_VALUES = {
     "stats-vocab": (["stats", "--vocab", "1"], "stats --vocab must be >= 2"),
     "stats-memory": (["stats", "--rows", str(10**12)], "the statistical oracle run needs"),
     "work-repeats": (["work", "--repeats", "0"], "--repeats must be >= 1"),
+    "scan-triples": (["scan", "--triples", "0"], "--triples must be a positive integer"),
+    "scan-dtypes": (
+        ["scan", "--dtypes", "float32,bf16"],
+        "--dtypes: unknown dtype(s) ['bf16']; did you mean bfloat16? expected",
+    ),
 }
 # Every refusal in one process (the test process has torch loaded): each one's exit
 # code, its stderr and whether torch was imported by then; last, that the probe sees
