@@ -10,14 +10,13 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from harness.defaults import DTYPE_NAMES
+from harness.defaults import DEVICE_FORM, DTYPE_NAMES, SEED_LIMIT
 from reference import (
     HEAD_KINDS,
     BlockInputs,
@@ -35,10 +34,8 @@ DTYPES: dict[str, torch.dtype] = dict(
     zip(DTYPE_NAMES, (torch.float32, torch.bfloat16, torch.float16), strict=True)
 )
 TOP_K_ALL = 1 << 30  # what the server stages for "no top-k": a sampled row
-SEED_LIMIT = 1 << 63  # seeds lie in [0, 2^63): every torch generator accepts them
 SHAPE_FIELDS = ("bs", "gamma", "vocab_size", "hidden_size", "markov_rank")
 FLAG_FIELDS = ("sample_from_anchor", "folded_sampling", "fused_greedy", "confidence")
-DEVICE_FORM = re.compile(r"cpu|cuda(:[0-9]+)?")
 
 
 STAGED_TEMPERATURE_DTYPE = torch.float32  # ``SamplingInfo`` stages temperatures in it

@@ -1,9 +1,11 @@
 """Names and defaults the command line offers before any work, defined once and
 importable without torch (so ``python -m harness --help`` answers at once): the
-built-in implementations, the pair's sides, the model dtypes, the per-call time
-limit and the intra-op thread count."""
+built-in implementations, the pair's sides, the model dtypes, the devices' form, the
+seeds' range, the per-call time limit and the intra-op thread count."""
 
 from __future__ import annotations
+
+import re
 
 LEGACY, FIXED, REFERENCE = "legacy", "fixed", "reference"
 BUILTIN_NAMES = (REFERENCE, FIXED, LEGACY)  # the order every report lists them in
@@ -12,6 +14,8 @@ DEFAULT_PAIR = (LEGACY, FIXED)
 # fill them by default; timing and sweep tables key their columns by slot.
 PAIR_SIDES = (BUGGY_SIDE, FIXED_SIDE) = (LEGACY, FIXED)
 DTYPE_NAMES = ("float32", "bfloat16", "float16")  # the model dtypes a case can take
+DEVICE_FORM = re.compile(r"cpu|cuda(:[0-9]+)?")  # the devices a case can name
+SEED_LIMIT = 1 << 63  # seeds lie in [0, 2^63): every torch generator accepts them
 DEFAULT_TIME_LIMIT_S = 120.0  # per construction, staging and call of an implementation
 # Intra-op threads of a run: the shapes are small, and on a shared 2-core machine a second
 # thread per process mostly waits for a busy core (docs/design.md, "Threads").

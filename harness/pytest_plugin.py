@@ -3,6 +3,10 @@ does: one test per case of the standard matrix (the evidence of every failing ch
 the failure message) and one test for the statistical oracle (its verdict at the
 report's defaults), so "lossless" means here what it means in the report.
 
+Each sampler's tests are collected as ``dspark[NAME]`` (``dspark[NAME]::CASE``, and
+``dspark[NAME]::statistical-oracle``), counted in pytest's "collected" line like any
+other, and marked ``dspark``: ``pytest -m dspark`` runs them alone.
+
 ``TARGET`` is what ``--impl`` takes (``module:Class``, a file, or a function).
 ``--dspark-require lossless`` relaxes the default ``drop-in``; ``--dspark-no-stats``
 leaves the oracle out, and every line the plugin prints then says "checks only;
@@ -29,7 +33,8 @@ if TYPE_CHECKING:
 
 IMPLEMENTATIONS = pytest.StashKey[list["Implementation"]]()
 OPTIONS: pytest.StashKey[RunOptions] = pytest.StashKey()  # built once from --dspark-* options
-ORACLE_ITEM = "statistical-oracle"  # the oracle's test: dspark[NAME][statistical-oracle]
+ORACLE_ITEM = "statistical-oracle"  # the oracle's test: dspark[NAME]::statistical-oracle
+MARKER = "dspark"  # every test the plugin adds: ``pytest -m dspark`` selects them
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -58,6 +63,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     """Load every ``--dspark-impl`` target now, on the controller and each worker alike,
     and gather the ``--dspark-*`` options into the run's options."""
+    config.addinivalue_line(
+        "markers", f"{MARKER}: a test of a --dspark-impl sampler (select them with -m {MARKER})"
+    )
     specs = config.getoption("dspark_impl")
     if not specs:
         return
@@ -76,6 +84,11 @@ def pytest_configure(config: pytest.Config) -> None:
         except ImplementationError as error:
             raise pytest.UsageError(f"--dspark-impl: {error}") from None
     config.stash[IMPLEMENTATIONS] = implementations
+
+
+def sampler_node_name(implementation: Implementation) -> str:
+    """``dspark[NAME]``: the collector of one sampler's tests."""
+    return f"{MARKER}[{implementation.name}]"
 
 
 def _checks_only(config: pytest.Config) -> str:
@@ -120,7 +133,7 @@ class DsparkItem(pytest.Item):
         return str(super().repr_failure(excinfo))
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
-        return self.path, None, self.name
+        return self.path, None, f"{sampler_node_name(self.implementation)}::{self.name}"
 
 
 class DsparkCaseItem(DsparkItem):
@@ -170,30 +183,40 @@ class DsparkOracleItem(DsparkItem):
             )
 
 
+class DsparkSampler(pytest.Collector):
+    """One sampler's tests, ``dspark[NAME]``: one per case of the standard matrix and,
+    unless ``--dspark-no-stats``, one for the statistical oracle; marked ``dspark``."""
+
+    def __init__(self, *, implementation: Implementation, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.implementation = implementation
+        self.add_marker(MARKER)
+
+    def collect(self) -> list[pytest.Item]:
+        from harness.pipeline.matrix import standard_matrix
+
+        implementation = self.implementation
+        items: list[pytest.Item] = [
+            DsparkCaseItem.from_parent(
+                self, name=case.label(), implementation=implementation, case=case
+            )
+            for case in standard_matrix()
+        ]
+        if self.config.stash[OPTIONS].stats:
+            items.append(
+                DsparkOracleItem.from_parent(self, name=ORACLE_ITEM, implementation=implementation)
+            )
+        return items
+
+
 @pytest.hookimpl(tryfirst=True)  # before -k and -m deselect among the items
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
-    implementations = config.stash.get(IMPLEMENTATIONS, [])
-    if not implementations:
-        return
-    from harness.pipeline.matrix import standard_matrix
-
-    for implementation in implementations:
-        for case in standard_matrix():
-            items.append(
-                DsparkCaseItem.from_parent(
-                    session,
-                    name=f"dspark[{implementation.name}][{case.label()}]",
-                    implementation=implementation,
-                    case=case,
-                )
-            )
-        if config.stash[OPTIONS].stats:
-            items.append(
-                DsparkOracleItem.from_parent(
-                    session,
-                    name=f"dspark[{implementation.name}][{ORACLE_ITEM}]",
-                    implementation=implementation,
-                )
-            )
+    """Collect each sampler's tests as pytest collects a file's, so that they are counted
+    in the "collected" line and reported like any other collection."""
+    for implementation in config.stash.get(IMPLEMENTATIONS, []):
+        sampler = DsparkSampler.from_parent(
+            session, name=sampler_node_name(implementation), implementation=implementation
+        )
+        items.extend(session.genitems(sampler))

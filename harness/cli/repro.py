@@ -23,14 +23,11 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "With --out: find, shrink and write a failing case. With FILE: replay it "
-        "(with --impl, that implementation instead of the recorded one); exit 0 when the "
-        "implementation now passes."
-    )
     add_impl_option(parser)
     parser.add_argument("file", nargs="?", type=Path, help="a repro file to replay")
-    parser.add_argument("--out", type=Path, help="find, shrink and write a failing case here")
+    parser.add_argument(
+        "--out", type=Path, metavar="FILE", help="find, shrink and write a failing case here"
+    )
     parser.add_argument(
         "--target", help="implementation to reproduce (default: the --impl given, else legacy)"
     )

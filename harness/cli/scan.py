@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.cli.emit import UsageError
 from harness.cli.exit_codes import ExitCode
+from harness.cli.names import check_known
 from harness.cli.options import add_impl_option
 from harness.defaults import DTYPE_NAMES, FIXED
 
@@ -37,7 +38,6 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__.split("\n\n")[1].replace("\n", " ")
     add_impl_option(parser, verb="also scan")
     parser.add_argument(
         "--only", default=FIXED, metavar="NAMES",
@@ -68,30 +68,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def _plan(args: argparse.Namespace) -> ScanPlan:
-    from harness.pipeline.support_scan import RowPattern, ScanPlan
-    from reference import HEAD_KINDS
-
-    heads = HEAD_KINDS if args.heads is None else args.heads
-    pattern_names = [p.value for p in RowPattern] if args.patterns is None else args.patterns
+def validate(args: argparse.Namespace) -> None:
+    """The grid's sizes and ``--dtypes``, before any work (head kinds and row patterns,
+    named where the work lives, when the plan is made)."""
     for name in ("triples", "bs", "gamma", "vocab"):
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name} must be a positive integer, got {getattr(args, name)}")
     if args.vocab < 2:
         raise UsageError(f"--vocab must be >= 2 (two finite logits), got {args.vocab}")
-    unknown = [h for h in heads if h not in HEAD_KINDS] + [
-        d for d in args.dtypes if d not in DTYPE_NAMES
-    ]
-    if unknown:
-        raise UsageError(
-            f"unknown head kinds or dtypes {unknown}: expected {HEAD_KINDS}, {list(DTYPE_NAMES)}"
-        )
-    try:
-        patterns = tuple(RowPattern(p) for p in pattern_names)
-    except ValueError:
-        raise UsageError(
-            f"--patterns must be some of {[p.value for p in RowPattern]}, got {list(pattern_names)}"
-        ) from None
+    check_known(args.dtypes, DTYPE_NAMES, option="--dtypes", what="dtype")
+
+
+def _plan(args: argparse.Namespace) -> ScanPlan:
+    from harness.pipeline.support_scan import RowPattern, ScanPlan
+    from reference import HEAD_KINDS
+
+    heads = HEAD_KINDS if args.heads is None else args.heads
+    known_patterns = [p.value for p in RowPattern]
+    pattern_names = known_patterns if args.patterns is None else args.patterns
+    check_known(heads, HEAD_KINDS, option="--heads", what="head kind")
+    check_known(pattern_names, known_patterns, option="--patterns", what="row pattern")
+    patterns = tuple(RowPattern(p) for p in pattern_names)
     return ScanPlan(
         head_kinds=tuple(heads),
         dtypes=tuple(args.dtypes),

@@ -105,7 +105,6 @@ def validate(args: argparse.Namespace) -> None:
     """``--model-seed``, ``--vocab`` and the memory estimate of the oracle run, before it
     runs."""
     from harness.cli.validate import check_max_memory, check_seed
-    from harness.oracles.problem import DEFAULT_CONFIG
     from harness.pipeline import memory
 
     if args.model_seed is not None:
@@ -119,8 +118,8 @@ def validate(args: argparse.Namespace) -> None:
         gamma=max(args.gamma, 1),
         vocab=args.vocab,
         m=max(args.m, 1),
-        hidden=DEFAULT_CONFIG.hidden_size,
-        rank=DEFAULT_CONFIG.markov_rank,
+        hidden=defaults.DEFAULT_HIDDEN_SIZE,
+        rank=defaults.DEFAULT_MARKOV_RANK,
     )
     memory.check_fits(
         estimate,

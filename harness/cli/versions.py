@@ -20,10 +20,6 @@ from harness.render.report import Report, emit_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "The before-fix module, the after-fix module and the installed sglang 0.5.23 side "
-        "by side, measured in one run (needs the sglang package)."
-    )
     parser.add_argument(
         "--scan-triples",
         type=int,

@@ -25,7 +25,9 @@ from harness.devices import intra_op_threads
 from harness.oracles.defaults import (
     DEFAULT_ALPHA,
     DEFAULT_GAMMA,
+    DEFAULT_HIDDEN_SIZE,
     DEFAULT_M,
+    DEFAULT_MARKOV_RANK,
     DEFAULT_MODEL_SEED,
     DEFAULT_ROUNDS,
     DEFAULT_ROWS,
@@ -113,8 +115,8 @@ class StatsConfig:
     rounds: int = DEFAULT_ROUNDS
     gamma: int = DEFAULT_GAMMA
     vocab_size: int = DEFAULT_VOCAB_SIZE
-    hidden_size: int = 16
-    markov_rank: int = 8
+    hidden_size: int = DEFAULT_HIDDEN_SIZE
+    markov_rank: int = DEFAULT_MARKOV_RANK
     head_kinds: tuple[str, ...] = HEAD_KINDS
     temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES
     alpha: float = DEFAULT_ALPHA

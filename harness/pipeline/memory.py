@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 import os
 import re
+from typing import TYPE_CHECKING
 
-import torch
-
-from harness.case import Case
+if TYPE_CHECKING:  # --max-memory and the estimates are read without torch
+    from harness.case import Case
 
 DEFAULT_FRACTION = 0.5  # of the free memory: leaves room for the rest of the machine
 FLOAT_BYTES = 4  # float32: corrected logits, noise and step logits are float32
@@ -49,9 +49,12 @@ def format_size(size: float) -> str:
 
 def free_bytes(device: str) -> int:
     """Memory free now on the device (CUDA) or the host (``MemAvailable``)."""
-    if device.startswith("cuda") and torch.cuda.is_available():
-        free, _ = torch.cuda.mem_get_info(torch.device(device))
-        return int(free)
+    if device.startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            free, _ = torch.cuda.mem_get_info(torch.device(device))
+            return int(free)
     try:
         with open("/proc/meminfo") as meminfo:
             for line in meminfo:

@@ -39,13 +39,19 @@ from harness.plugins.eras import Era, split_era
 from harness.plugins.errors import ImplementationError
 from harness.plugins.functional import functional_sampler_class
 from harness.plugins.loading import (
-    FILE_FORM,
-    MODULE_FORM,
     LoadedModule,
     import_named_module,
     load_source_file,
 )
 from harness.plugins.protocol import DraftSampler
+from harness.plugins.specs import (
+    FILE_FORM,
+    MODULE_FORM,
+    bad_form,
+    check_impl_name,
+    parse_names,
+    split_name,
+)
 from harness.upstream.sglang_convention import speaks_sglang_0_5_23
 from harness.upstream.sglang_loader import UpstreamUnavailable, load_sglang
 from harness.upstream.vllm_convention import VLLM_FORM, parse_vllm_variant, speaks_vllm_0_33
@@ -153,13 +159,6 @@ def check_sampler_class(sampler_class: object, *, spec: str) -> type[DraftSample
     return checked
 
 
-def _bad_form(text: str) -> str:
-    return (
-        f"--impl must look like NAME=module:Class, got {text!r} "
-        f"(or NAME=module:function, {FILE_FORM})"
-    )
-
-
 def _split_target(text: str, target: str) -> tuple[str, str, bool]:
     """``(module or path, attribute, is_file)`` of an ``--impl`` target."""
     left, colon, attribute = target.rpartition(":")
@@ -168,7 +167,7 @@ def _split_target(text: str, target: str) -> tuple[str, str, bool]:
     if target.endswith(".py"):
         return target, DEFAULT_FILE_CLASS, True
     if not colon or not left or not attribute:
-        raise ImplementationError(_bad_form(text))
+        raise ImplementationError(bad_form(text))
     if "/" in left or "\\" in left:
         raise ImplementationError(
             f"--impl {text}: {left!r} looks like a path but is not a .py file; expected {FILE_FORM}"
@@ -184,14 +183,7 @@ def file_module_name(name: str) -> str:
 
 def split_impl_spec(text: str) -> tuple[str, str, str, bool]:
     """``(name, module or path, attribute, is_file)`` of an ``--impl`` spec; nothing loaded."""
-    if not text.isprintable():  # it is quoted in reports: a newline could forge a line
-        raise ImplementationError(
-            f"--impl must be printable text (no newline, tab or other control character), "
-            f"got {text!r}"
-        )
-    name, sep, target = text.partition("=")
-    if not sep or not name or not target:
-        raise ImplementationError(_bad_form(text))
+    name, target = split_name(text)
     if target == UPSTREAM_TARGET:
         return name, UPSTREAM_TARGET, "", False
     if target == VLLM_TARGET or target.startswith(VLLM_TARGET + ":"):
@@ -202,14 +194,6 @@ def split_impl_spec(text: str) -> tuple[str, str, str, bool]:
 def impl_era(text: str) -> Era | None:
     """The server era an ``--impl`` spec names after ``@`` (``None``: detect it)."""
     return split_era(text.partition("=")[2], spec=text)[1]
-
-
-def check_impl_name(name: str) -> None:
-    """Refuse an ``--impl`` name that is not a plain word or is a built-in's."""
-    if not name.replace("_", "").replace("-", "").isalnum():
-        raise ImplementationError(f"--impl name must be letters, digits, '-' or '_', got {name!r}")
-    if name in BUILTIN_IMPLEMENTATIONS:
-        raise ImplementationError(f"--impl name {name!r} is taken by a built-in implementation")
 
 
 def parse_impl_spec(text: str) -> Implementation:
@@ -323,13 +307,3 @@ def select_implementations(
         modules[file_module_name(name)] = name
     implementations += [load(spec) for spec in specs]
     return implementations
-
-
-NO_BUILTINS = "none"  # ``--only none``: no built-in, only the ``--impl`` samplers
-
-
-def parse_names(text: str) -> list[str]:
-    """``"reference, fixed"`` -> ``["reference", "fixed"]``; ``"none"`` -> ``[]``."""
-    if text.strip() == NO_BUILTINS:
-        return []
-    return [name.strip() for name in text.split(",") if name.strip()]

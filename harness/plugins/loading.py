@@ -20,10 +20,8 @@ from pathlib import Path
 from harness.interrupts import StopRequested
 from harness.plugins.eras import Era, detect_era, era_imports
 from harness.plugins.errors import ImplementationError
+from harness.plugins.specs import FILE_FORM, MODULE_FORM
 from harness.upstream.sglang_loader import unavailable_reason
-
-FILE_FORM = "NAME=path/to/module.py[:Class][@era]"
-MODULE_FORM = "NAME=module:Class or NAME=module:function"
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,15 @@
 """The first screen a person sees: ``--help`` and bad usage answer at once, without
-importing torch or the commands that are not run; the verdict opens and closes the
+importing torch or the commands that are not run (a bad option value in one line,
+with the closest name where one was mistyped); the verdict opens and closes the
 report on the terminal; tables wrap rather than cut, and the checks legend says
 which failures are expected."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,9 +25,59 @@ from harness.plugins.implementations import builtin_implementations
 from harness.render.report import Report, emit_report
 from harness.render.sections import Section, Table
 from harness.render.verdicts import comparison_sections
-from tests.helpers import run_harness
+from tests.helpers import REPO_ROOT, run_harness
 
 SMALL_CASES = ("folded-sampled/vanilla", "no-anchor/gated/folded")
+# a bad option value -> (the command line, the start of its one error line)
+BAD_VALUES = {
+    "device": (["report", "--device", "tpu"], "--device must be 'cpu' or 'cuda[:N]'"),
+    "seed": (["report", "--seed", "-1"], "--seed must be an integer in [0, 2^62)"),
+    "time-limit": (["compare", "--time-limit", "-1"], "--time-limit must be a finite number"),
+    "max-memory": (["report", "--max-memory", "lots"], "--max-memory: expected a size"),
+    "verifiers": (
+        ["compare", "--verifiers", "chian"],
+        "--verifiers: unknown verifier 'chian'; did you mean chain? expected",
+    ),
+    "verifiers-without-oracle": (
+        ["compare", "--no-stats", "--verifiers", "chain"],
+        "--verifiers names the statistical oracle's verifiers, and --no-stats skips",
+    ),
+    "only": (
+        ["compare", "--only", "fixd"],
+        "--only: unknown built-in implementation(s) ['fixd']; did you mean fixed? expected",
+    ),
+    "pair": (
+        ["compare", "--pair", "legacy,fixd"],
+        "--pair names implementations not in the comparison: ['fixd']; did you mean fixed?",
+    ),
+    "impl-form": (["compare", "--impl", "broken"], "--impl must look like NAME=module:Class"),
+    "impl-name": (["report", "--impl", "fixed=x:Y"], "--impl name 'fixed' is taken"),
+    "case-missing": (["compare", "--case", "missing.json"], "--case missing.json: cannot read"),
+    "require": (["report", "--require", "losless"], "argument --require: invalid choice"),
+    "command": (["reprot"], "unknown command reprot; did you mean report?"),
+    "stats-vocab": (["stats", "--vocab", "1"], "stats --vocab must be >= 2"),
+    "stats-memory": (["stats", "--rows", str(10**12)], "the statistical oracle run needs"),
+    "work-repeats": (["work", "--repeats", "0"], "--repeats must be >= 1"),
+    "scan-triples": (["scan", "--triples", "0"], "--triples must be a positive integer"),
+    "scan-dtypes": (
+        ["scan", "--dtypes", "float32,bf16"],
+        "--dtypes: unknown dtype(s) ['bf16']; did you mean bfloat16? expected",
+    ),
+}
+# Every refusal in one process (the test process has torch loaded): each one's exit
+# code, its stderr and whether torch was imported by then; last, that the probe sees
+# torch once a case is read.
+PROBE = """
+import contextlib, io, json, sys
+from harness.cli import main
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(argv)
+    print(json.dumps([code, err.getvalue(), "torch" in sys.modules]))
+import harness.case
+print(json.dumps("torch" in sys.modules))
+"""
 
 
 def _run_harness(*argv: str) -> tuple[int, set[str]]:
@@ -61,6 +116,35 @@ def test_top_level_help_imports_no_command_module() -> None:
     _, imported = _run_harness("--help")
     modules = {f"harness.cli.{name.replace('-', '_')}" for name in COMMANDS}
     assert not modules & imported, sorted(modules & imported)
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, bool]]:
+    cwd = tmp_path_factory.mktemp("bad-usage")
+    argvs = [[*argv, "--out-dir", str(cwd / "out")] for argv, _ in BAD_VALUES.values()]
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(argvs)],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    *lines, torch_seen = done.stdout.splitlines()
+    assert len(lines) == len(BAD_VALUES) and json.loads(torch_seen) is True, done.stderr
+    assert not (cwd / "out").exists()  # refused before anything was written
+    return {name: tuple(json.loads(line)) for name, line in zip(BAD_VALUES, lines, strict=True)}
+
+
+@pytest.mark.parametrize("name", BAD_VALUES)
+def test_a_bad_option_value_is_one_line_and_exit_2_without_torch(
+    name: str, refusals: dict[str, tuple[int, str, bool]]
+) -> None:
+    code, err, torch_loaded = refusals[name]
+    message = BAD_VALUES[name][1]
+    assert code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1, err
+    assert not torch_loaded, f"refusing {BAD_VALUES[name][0]} imported torch"
 
 
 @pytest.mark.parametrize("ok", [True, False])

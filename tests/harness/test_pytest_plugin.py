@@ -14,8 +14,8 @@ from harness.pipeline.matrix import standard_matrix
 from tests.helpers import REPO_ROOT
 
 pytest_plugins = ["pytester"]
-# Two cases of the matrix and the oracle's test: what -k keeps of one sampler's items.
-SELECT = ["-k", "dspark and (folded-sampled/vanilla or statistical-oracle)"]
+# Two cases of the matrix and the oracle's test: what -m and -k keep of one sampler's items.
+SELECT = ["-m", "dspark", "-k", "folded-sampled/vanilla or statistical-oracle"]
 LOAD_PLUGIN = ["-p", "harness.pytest_plugin"]  # from a checkout and installed alike
 ONLY_THE_ORACLE = "tests.plugins.oracle_only_defects:ReusedUniformInverseCdfSampler"
 CHECKS_ONLY = "checks only; statistical oracle not run"
@@ -32,6 +32,25 @@ def plugin_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
         return pytester.runpytest_subprocess(*LOAD_PLUGIN, "-p", "no:cacheprovider", *select, *args)
 
     return run
+
+
+@pytest.mark.parametrize("select", [["-m", "dspark"], ["-k", "dspark"]], ids=["-m", "-k"])
+def test_dspark_selects_the_plugin_tests_alone_and_the_collected_line_counts_them(
+    plugin_run, pytester: pytest.Pytester, select: list[str]
+) -> None:
+    pytester.makepyfile(test_own="def test_unrelated():\n    pass\n")
+    gumbel = "gumbel=tests.plugins.alternative_samplers:UniformGumbelSampler"
+    result = plugin_run(
+        "--dspark-impl", gumbel, "--dspark-no-stats", "--collect-only", "-q", select=select
+    )
+    cases = len(standard_matrix())
+    result.stdout.fnmatch_lines(
+        [
+            "*dspark[[]gumbel[]]::folded-sampled/vanilla",
+            f"{cases}/{cases + 1} tests collected (1 deselected) in *",
+        ]
+    )
+    assert "test_unrelated" not in result.stdout.str()
 
 
 def test_a_planted_defect_fails_one_test_per_case_with_its_evidence(plugin_run) -> None:
@@ -67,7 +86,7 @@ def test_lossless_rejects_a_sampler_only_the_statistical_oracle_can_see(plugin_r
     result.assert_outcomes(passed=2, failed=1)  # every per-call check passes; the oracle fails
     result.stdout.fnmatch_lines(
         [
-            "*dspark?icdf??statistical-oracle?*",
+            "*dspark?icdf?::statistical-oracle*",
             "icdf is NOT lossless: statistical oracle REJECTED it (family p=*; carried by *pos 1*",
         ]
     )

@@ -13,13 +13,41 @@ from harness.cli import COMMAND_TABLE, COMMANDS, command_module, main, validate
 from harness.cli.exit_codes import ExitCode
 
 
-@pytest.mark.parametrize("typo", ["reprot", "stat", "gpu_figures"])
-def test_an_unknown_command_is_named_with_the_choices(
-    typo: str, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [("reprot", "report"), ("stat", "stats"), ("gpu_figures", "gpu-figures"), ("xyz", None)],
+)
+def test_an_unknown_command_is_named_with_the_closest_and_the_choices(
+    typo: str, meant: str | None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main([typo, "--quiet"]) == ExitCode.USAGE
+    suggestion = "" if meant is None else f"did you mean {meant}? "
+    expected = f"error: unknown command {typo}; {suggestion}expected one of {', '.join(COMMANDS)}"
+    assert capsys.readouterr().err == expected + "\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["report", "--require", "losless"],
+            "argument --require: invalid choice 'losless'; did you mean lossless? "
+            "expected one of lossless, drop-in",
+        ),
+        (
+            ["gpu-figures", "--dtype", "bf16"],
+            "argument --dtype: invalid choice 'bf16'; did you mean bfloat16? "
+            "expected one of float32, bfloat16, float16",
+        ),
+        (["report", "--require", "x"], "argument --require: invalid choice 'x'; expected one of "),
+    ],
+)
+def test_a_mistyped_choice_is_one_line_with_the_closest(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == ExitCode.USAGE
     err = capsys.readouterr().err
-    assert f"unknown command {typo}; expected one of " + ", ".join(COMMANDS) in err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
 
 
 def test_options_alone_still_mean_the_report(capsys: pytest.CaptureFixture[str]) -> None:
@@ -43,7 +71,9 @@ def test_the_shared_checks_name_no_command() -> None:
     attributes = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert "command" not in attributes
-    assert not imported & {f"harness.cli.{module}" for module, _, _ in COMMAND_TABLE.values()}
+    assert not imported & {
+        f"harness.cli.{module}" for module in (spec.module for spec in COMMAND_TABLE.values())
+    }
 
 
 @pytest.mark.parametrize("name", ["work", "sweep", "graphs", "gpu-figures"])

@@ -52,6 +52,7 @@ def test_a_mutating_plugin_is_the_only_one_blamed(
         (untrusted_samplers.ThreadCountLeakingSampler, "thread count"),
         (untrusted_samplers.DeterministicFlagLeakingSampler, "deterministic algorithms"),
     ],
+    ids=["default-dtype", "environment", "thread-count", "deterministic-algorithms"],
 )
 def test_leaked_global_state_is_blamed_on_its_implementation_and_restored(
     sampler_class: type, leak: str
