@@ -61,6 +61,16 @@ class Roles:
         """What ``name`` must meet when it is judged by its checks."""
         return Tier.DROP_IN if name in ALWAYS_DROP_IN else self.require
 
+    def describe(self, name: str) -> tuple[str, str]:
+        """``(role, what it is held to)`` of ``name``, in words."""
+        if name in self.expect_fail:
+            return "expected to fail", "fails a lossless check"
+        if name == self.buggy:
+            return f"buggy side of the pair with {self.fixed}", "the divergence ledger"
+        if name == self.fixed:
+            return f"fixed side of the pair with {self.buggy}", self.requirement(name).label
+        return "judged", self.requirement(name).label
+
     def judged_by_checks(self, name: str) -> bool:
         """The pair's buggy side is judged by the ledger (and by ``expect_fail``) only."""
         return name != self.buggy or name in self.expect_fail

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from harness.defaults import DEFAULT_THREADS
 from harness.pipeline.check_result import TIER_LABELS, Tier
 
 if TYPE_CHECKING:
@@ -58,6 +59,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="leave the statistical oracle out (checks only; statistical oracle not run)",
     )
+    group.addoption(
+        "--dspark-threads",
+        type=int,
+        default=DEFAULT_THREADS,
+        metavar="N",
+        help=f"torch intra-op threads while judging (default {DEFAULT_THREADS}, as the "
+        "command line's --threads; 0: torch's own default)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -74,6 +83,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[OPTIONS] = options.RunOptions(
         roles=options.Roles(require=Tier.from_label(config.getoption("dspark_require"))),
         stats=not config.getoption("dspark_no_stats"),
+        threads=config.getoption("dspark_threads") or None,
     )
     from harness.plugins.implementations import ImplementationError, parse_impl_spec
 
@@ -144,21 +154,20 @@ class DsparkCaseItem(DsparkItem):
         self.case = case
 
     def runtest(self) -> None:
+        from dataclasses import replace
+
         from harness.defaults import REFERENCE
-        from harness.pipeline.checks import tier_of
-        from harness.pipeline.compare import evaluate_run
-        from harness.pipeline.runner import run_case
+        from harness.judge import judge
         from harness.plugins.implementations import builtin_implementations
 
         options = self.options
         require = options.roles.require
         implementations = [*builtin_implementations((REFERENCE,)), self.implementation]
-        run = run_case(self.case, implementations, options=options)
-        verdict = evaluate_run(run, require_observable=options.require_observable)
-        checks = verdict.checks[self.implementation.name]
-        failing = [c for c in checks if c.failed and require.includes(tier_of(c.name))]
+        judgement = judge([self.case], implementations, options=replace(options, stats=False))
+        verdict = judgement.verdict(self.implementation.name)
+        failing = [f for f in verdict.failures if require.includes(f.tier)]
         if failing:
-            lines = [f"{c.name} [{tier_of(c.name)}]: {c.detail}" for c in failing]
+            lines = [f"{f.check} [{f.tier}]: {f.detail}" for f in failing]
             raise SamplerCheckFailure(
                 f"{self.implementation.name} is not {require.label} on {self.case.label()}"
                 f"{_checks_only(self.config)}:\n" + "\n".join(lines)
@@ -171,7 +180,7 @@ class DsparkOracleItem(DsparkItem):
     def runtest(self) -> None:
         from harness.testing import oracle_verdict
 
-        statistical = oracle_verdict(self.implementation)
+        statistical = oracle_verdict(self.implementation, threads=self.options.threads)
         if statistical.failed:
             raise SamplerCheckFailure(
                 f"{self.implementation.name} is NOT lossless: {statistical.describe()}"

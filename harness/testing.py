@@ -10,7 +10,9 @@ command line calls the same code. ``stats=False`` skips the oracle: the verdict 
 rests on the checks alone and its summary says so (``checks only; statistical oracle
 not run``). ``time_limit_s`` bounds each call and each oracle decode, as
 ``--time-limit`` does (default 120 s; ``None``: no limit): a sampler interpreted by
-Triton, vLLM's on a CPU, needs minutes for its oracle decode.
+Triton, vLLM's on a CPU, needs minutes for its oracle decode. ``threads`` is the
+intra-op thread count (default 1, as ``--threads``). Every function reads its verdict
+from ``harness.judge.judge``, as the command line and the pytest plugin do.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness.case import Case
-from harness.defaults import DEFAULT_TIME_LIMIT_S
+from harness.defaults import DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S
 from harness.options import Roles, RunOptions
 from harness.pipeline.check_result import Tier
 from harness.pipeline.verdicts import Statistical, Verdict
@@ -68,15 +70,15 @@ def check_sampler(
     require: Tier | str = Tier.DROP_IN,
     stats: bool = True,
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    threads: int | None = DEFAULT_THREADS,
 ) -> Verdict:
     """Run the sampler next to the reference on ``cases`` (default: the standard matrix)
     and, unless ``stats=False``, through the statistical oracle (the report's defaults,
     on the cases' device); its verdicts, with ``ok`` saying whether it meets ``require``
     (a ``Tier``, or its label: ``"lossless"`` or ``"drop-in"``)."""
     from harness.defaults import REFERENCE
-    from harness.pipeline.compare import compare
+    from harness.judge import judge
     from harness.pipeline.matrix import standard_matrix
-    from harness.pipeline.verdicts import implementation_verdict
     from harness.plugins.implementations import builtin_implementations
 
     required = Tier.from_label(require)  # ValueError naming the expected words
@@ -84,17 +86,19 @@ def check_sampler(
     if implementation.name == REFERENCE:
         implementation = dataclasses.replace(implementation, name=f"{REFERENCE}-under-test")
     chosen = list(standard_matrix() if cases is None else cases)
-    records = compare(
+    judgement = judge(
         chosen,
         [*builtin_implementations((REFERENCE,)), implementation],
-        options=RunOptions(time_limit_s=time_limit_s),
+        options=RunOptions(
+            device=chosen[0].device if chosen else "cpu",
+            time_limit_s=time_limit_s,
+            roles=Roles(require=required),
+            stats=stats,
+            threads=threads,
+        ),
+        oracle_on=(implementation.name,),
     )
-    verdict = implementation_verdict(records, implementation.name)
-    if stats:
-        device = chosen[0].device if chosen else "cpu"
-        statistical = oracle_verdict(implementation, device=device, time_limit_s=time_limit_s)
-        verdict = verdict.with_statistical(statistical)
-    return dataclasses.replace(verdict, required=required)
+    return dataclasses.replace(judgement.verdict(implementation.name), required=required)
 
 
 def oracle_verdict(
@@ -102,16 +106,21 @@ def oracle_verdict(
     *,
     device: str = "cpu",
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    threads: int | None = DEFAULT_THREADS,
 ) -> Statistical:
     """The statistical oracle's verdict on one implementation, at the report's defaults
     (its seed) on ``device``, each decode within ``time_limit_s``."""
-    from harness.oracles.part import statistical_part
+    from harness.judge import judge
 
     options = RunOptions(
-        device=device, roles=Roles(require=Tier.LOSSLESS), time_limit_s=time_limit_s
+        device=device,
+        roles=Roles(require=Tier.LOSSLESS),
+        time_limit_s=time_limit_s,
+        threads=threads,
     )
-    part = statistical_part(implementations=[implementation], options=options)
-    return part.verdicts[implementation.name]
+    judgement = judge([], [implementation], options=options)
+    assert judgement.oracle is not None  # the options ask for it
+    return judgement.oracle.statisticals[implementation.name]
 
 
 def _assert(
@@ -121,9 +130,15 @@ def _assert(
     require: Tier,
     stats: bool,
     time_limit_s: float | None,
+    threads: int | None,
 ) -> Verdict:
     verdict = check_sampler(
-        spec_or_class, cases=cases, require=require, stats=stats, time_limit_s=time_limit_s
+        spec_or_class,
+        cases=cases,
+        require=require,
+        stats=stats,
+        time_limit_s=time_limit_s,
+        threads=threads,
     )
     if not verdict.ok:
         lines = [f"{verdict.name} is {verdict.summary()}", verdict.evidence()]
@@ -137,11 +152,17 @@ def assert_lossless(
     cases: Sequence[Case] | None = None,
     stats: bool = True,
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    threads: int | None = DEFAULT_THREADS,
 ) -> Verdict:
     """Raise ``AssertionError`` (every failing check listed, and the oracle's verdict)
     unless the sampler is lossless: its checks and the statistical oracle."""
     return _assert(
-        spec_or_class, cases=cases, require=Tier.LOSSLESS, stats=stats, time_limit_s=time_limit_s
+        spec_or_class,
+        cases=cases,
+        require=Tier.LOSSLESS,
+        stats=stats,
+        time_limit_s=time_limit_s,
+        threads=threads,
     )
 
 
@@ -151,10 +172,16 @@ def assert_drop_in(
     cases: Sequence[Case] | None = None,
     stats: bool = True,
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    threads: int | None = DEFAULT_THREADS,
 ) -> Verdict:
     """Raise ``AssertionError`` unless the sampler is lossless and drop-in."""
     return _assert(
-        spec_or_class, cases=cases, require=Tier.DROP_IN, stats=stats, time_limit_s=time_limit_s
+        spec_or_class,
+        cases=cases,
+        require=Tier.DROP_IN,
+        stats=stats,
+        time_limit_s=time_limit_s,
+        threads=threads,
     )
 
 

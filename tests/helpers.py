@@ -124,3 +124,19 @@ def default_stats_verdict() -> tuple[dict[str, StatsResult], tuple[StatsProblem,
         for impl in builtin_implementations((FIXED, LEGACY))
     }
     return results, problems
+
+
+def judged_records(
+    records: Sequence[Any],
+    *,
+    roles: Any = None,
+    require_coverage: bool = False,
+    oracle: Any = None,
+) -> Any:
+    """The judgement of a comparison's records, as ``judge`` forms it (``roles``: the
+    default ones unless given; ``oracle``: an ``OracleVerdict`` when the oracle ran)."""
+    from harness.judgement import judge_records
+    from harness.options import Roles, RunOptions
+
+    options = RunOptions(roles=roles or Roles(), require_observable=require_coverage)
+    return judge_records(records, options=options, oracle=oracle)

@@ -8,7 +8,6 @@ the statistical oracle at the report's defaults on every implementation compared
 from __future__ import annotations
 
 import argparse
-import time
 from typing import TYPE_CHECKING
 
 from harness.cli.emit import emit
@@ -22,7 +21,6 @@ from harness.cli.options import (
     add_thorough_option,
     journal_path,
     judged_implementations,
-    judged_sections,
     matrix_cases,
     run_options,
 )
@@ -44,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def command(args: argparse.Namespace) -> ExitCode:
     from harness.case import Case
-    from harness.pipeline.compare import compare
+    from harness.judge import judge
     from harness.plugins.implementations import parse_names
+    from harness.render.verdicts import judgement_sections
 
     options = run_options(args, require_observable=not args.case)
     implementations = judged_implementations(args, parse_names(args.only), roles=options.roles)
@@ -55,28 +54,15 @@ def command(args: argparse.Namespace) -> ExitCode:
             cases = [c.with_changes(device=args.device) for c in cases]
     else:
         cases = matrix_cases(args)
-    started = time.perf_counter()
-    records = compare(
+    judgement = judge(
         cases,
         implementations,
         options=options,
         journal=journal_path(args.out_dir, command="compare"),
     )
-    timing = {"compare_s": round(time.perf_counter() - started, 3)}
-    judged = judged_sections(records, implementations=implementations, options=options)
-    if judged.stats_s is not None:
-        timing["stats_s"] = judged.stats_s
-    judged.sections.append(provenance_section(implementations))
+    sections = [*judgement_sections(judgement), provenance_section(implementations)]
     heading = f"DSpark draft-sampler harness: compare ({len(cases)} cases, {args.device})"
-    return emit(
-        args,
-        command="compare",
-        heading=heading,
-        sections=judged.sections,
-        cases=records,
-        timing=timing,
-        verdicts=judged.verdicts,
-    )
+    return emit(args, command="compare", heading=heading, sections=sections, judgement=judgement)
 
 
 def provenance_section(implementations: list[Implementation]) -> Section:

@@ -7,11 +7,14 @@ import argparse
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli.exit_codes import ExitCode
 from harness.render.report import Report, emit_report
 from harness.render.sections import Section
+
+if TYPE_CHECKING:
+    from harness.judgement import Judgement
 
 IN_PROCESS_NOTE = "in-process: plug-in code shares the judge; --isolate keeps it out"
 
@@ -32,12 +35,15 @@ def emit(
     command: str,
     heading: str,
     sections: list[Section],
+    ok: bool | None = None,
+    judgement: Judgement | None = None,
     cases: Sequence[Mapping[str, Any]] = (),
     timing: dict[str, float] | None = None,
-    verdicts: dict[str, Any] | None = None,
 ) -> ExitCode:
     """Emit a command's report with the common options in ``args`` (``--out-dir``,
-    ``--json``, ``--seed``, ``--device``): ``OK`` when every section holds, else ``FAIL``.
+    ``--json``, ``--seed``, ``--device``): ``OK`` when it holds (the ``judgement``'s
+    ``ok``, else the ``ok`` the command decided), else ``FAIL``. A judgement brings its
+    records, its wall times and its JSON.
 
     Every worker is stopped first: the report and the exit status are the judge's
     alone. A plug-in run in process is said to share the judge."""
@@ -46,15 +52,21 @@ def emit(
     shutdown_workers()
     if getattr(args, "impl", None) and not getattr(args, "isolate", False):
         heading += f" ({IN_PROCESS_NOTE})"
+    if judgement is not None:
+        ok, cases = judgement.ok, judgement.records
+        timing = {**judgement.timing, **(timing or {})}
+    if ok is None:
+        raise ValueError(f"{command}: a report needs its judgement or the ok it decided")
     report = Report(
         command=command,
         seed=int(args.seed),
         device=str(args.device),
         heading=heading,
+        ok=ok,
         sections=sections,
         cases=cases,
         timing=timing or {},
-        verdicts=verdicts,
+        judgement=None if judgement is None else judgement.to_json(),
     )
-    ok = emit_report(report, out_dir=Path(args.out_dir), as_json=bool(args.json))
-    return ExitCode.OK if ok else ExitCode.FAIL
+    holds = emit_report(report, out_dir=Path(args.out_dir), as_json=bool(args.json))
+    return ExitCode.OK if holds else ExitCode.FAIL

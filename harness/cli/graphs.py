@@ -51,8 +51,10 @@ def command(args: argparse.Namespace) -> ExitCode:
     every graph redraws its noise and no implementation but legacy syncs; 1 otherwise;
     2 on bad usage, including a device that is not CUDA."""
     from harness.case import Case, CaseError
-    from harness.gpu.graphs import capture_and_replay, require_cuda
-    from harness.gpu.host_sync import no_host_sync
+    from harness.gpu.graphs import capture_and_replay, redraws_hold, replay_records, require_cuda
+    from harness.gpu.host_sync import no_host_sync, syncs_hold
+    from harness.judgement import judge_records
+    from harness.options import RunOptions
     from harness.pipeline.matrix import standard_matrix
     from harness.plugins.implementations import ImplementationError
     from harness.render.graphs import graph_sections
@@ -87,7 +89,10 @@ def command(args: argparse.Namespace) -> ExitCode:
             )
         )
     timing = {"graphs_s": round(time.perf_counter() - started, 3)}
-    sections = graph_sections(results, require_coverage=not args.case)
+    records = [record for result in results for record in replay_records(result.replays)]
+    judgement = judge_records(records, options=RunOptions(require_observable=not args.case))
+    ok = judgement.ok and redraws_hold(results)
+    sections = graph_sections(results, judgement=judgement)
     if not args.no_sync_check:
         started = time.perf_counter()
         checks = []
@@ -95,6 +100,7 @@ def command(args: argparse.Namespace) -> ExitCode:
             progress(f"[sync] {case.label()}")
             checks += [no_host_sync(case, implementation) for implementation in implementations]
         sections.insert(len(sections) - 1, sync_section(checks))
+        ok = ok and syncs_hold(checks)
         timing["sync_s"] = round(time.perf_counter() - started, 3)
     heading = (
         f"DSpark draft-sampler harness: CUDA graphs ({len(cases)} cases x {args.replays} "
@@ -105,6 +111,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         command="graphs",
         heading=heading,
         sections=sections,
+        ok=ok,
         cases=[result.to_json() for result in results],
         timing=timing,
     )

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, DEFAULT_TIME_LIMIT_S
 from harness.options import Roles, RolesError, RunOptions
@@ -15,9 +14,7 @@ from harness.render.progress import progress_printer
 
 if TYPE_CHECKING:  # the options are offered without importing what runs them (torch)
     from harness.case import Case
-    from harness.pipeline.records import CaseRecord
     from harness.plugins.implementations import Implementation
-    from harness.render.sections import Section
 
 T = TypeVar("T", int, float)
 
@@ -145,9 +142,13 @@ def add_role_options(parser: argparse.ArgumentParser, *, require: bool = True) -
 
 
 def roles_from_args(args: argparse.Namespace) -> Roles:
-    """The roles the role options describe."""
+    """The roles the role options describe (a command without some keeps their default)."""
     require = Tier.from_label(getattr(args, "require", Tier.DROP_IN))  # some have no --require
-    return Roles(pair=args.pair, expect_fail=tuple(args.expect_fail), require=require)
+    return Roles(
+        pair=getattr(args, "pair", DEFAULT_PAIR),
+        expect_fail=tuple(getattr(args, "expect_fail", ())),
+        require=require,
+    )
 
 
 def add_resume_option(parser: argparse.ArgumentParser) -> None:
@@ -197,16 +198,6 @@ def add_verifiers_option(parser: argparse.ArgumentParser, *, unnamed: str) -> No
     )
 
 
-@dataclass(frozen=True)
-class JudgedSections:
-    """A comparison's verdict sections (the oracle's section among them when it ran),
-    the verdicts JSON and the oracle's wall time (``None``: not run)."""
-
-    sections: list[Section]
-    verdicts: dict[str, Any]
-    stats_s: float | None
-
-
 def run_options(args: argparse.Namespace, *, require_observable: bool = False) -> RunOptions:
     """The run's options, built once from the command line (an option a command does not
     offer keeps its default); ``require_observable`` when the cases are the standard
@@ -218,7 +209,7 @@ def run_options(args: argparse.Namespace, *, require_observable: bool = False) -
         device=args.device,
         time_limit_s=getattr(args, "time_limit", DEFAULT_TIME_LIMIT_S),
         isolate=bool(getattr(args, "isolate", False)),
-        roles=roles_from_args(args) if hasattr(args, "expect_fail") else Roles(),
+        roles=roles_from_args(args),
         require_observable=require_observable,
         max_memory_bytes=check_max_memory(args.max_memory),
         stats=not getattr(args, "no_stats", False),
@@ -226,45 +217,6 @@ def run_options(args: argparse.Namespace, *, require_observable: bool = False) -
         resume=bool(getattr(args, "resume", False)),
         threads=args.threads or None,
         progress=progress_printer(quiet=args.quiet),
-    )
-
-
-def judged_sections(
-    records: list[CaseRecord],
-    *,
-    implementations: Sequence[Implementation],
-    options: RunOptions,
-    power: bool = False,
-) -> JudgedSections:
-    """The verdict sections of ``records`` with the statistical oracle's part in every
-    lossless verdict (unless ``--no-stats``), as ``report`` and ``compare`` state them;
-    under ``--isolate`` the oracle runs implementations in the worker too. On the
-    standard matrix (``options.require_observable``) the ledger must show every class."""
-    from harness.oracles.part import statistical_part
-    from harness.render.statistics import stats_section
-    from harness.render.verdicts import comparison_sections, verdicts_json
-
-    part = None
-    if options.stats:
-        part = statistical_part(implementations=implementations, options=options, power=power)
-    statistical = None if part is None else part.verdicts
-    coverage = None if part is None else part.coverage
-    roles = options.roles
-    sections = comparison_sections(
-        records,
-        require_coverage=options.require_observable,
-        roles=roles,
-        statistical=statistical,
-        statistical_coverage=coverage,
-    )
-    if part is not None:
-        sections.insert(-1, stats_section(part.oracle, roles=roles))  # before the checks table
-    return JudgedSections(
-        sections=sections,
-        verdicts=verdicts_json(
-            records, roles=roles, statistical=statistical, statistical_coverage=coverage
-        ),
-        stats_s=None if part is None else round(part.wall_s, 3),
     )
 
 

@@ -8,7 +8,6 @@ report; ``report-power.png`` beside it when matplotlib is installed.
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 from harness.cli.emit import emit
@@ -22,7 +21,6 @@ from harness.cli.options import (
     add_thorough_option,
     journal_path,
     judged_implementations,
-    judged_sections,
     matrix_cases,
     run_options,
 )
@@ -46,53 +44,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace) -> ExitCode:
-    from harness.pipeline.compare import compare
+    from harness.judge import judge
+    from harness.render.verdicts import judgement_sections
 
     options = run_options(args, require_observable=True)
-    progress = options.progress
-    started = time.perf_counter()
     cases = matrix_cases(args)
     implementations = judged_implementations(args, list(BUILTIN_NAMES), roles=options.roles)
-    records = compare(
+    judgement = judge(
         cases,
         implementations,
         options=options,
+        power=True,
+        work=not args.no_work,
         journal=journal_path(args.out_dir, command="report"),
     )
-    timing = {"matrix_s": round(time.perf_counter() - started, 3)}
-    judged = judged_sections(records, implementations=implementations, options=options, power=True)
-    sections = judged.sections
-    if judged.stats_s is not None:
-        timing["stats_s"] = judged.stats_s
-    if not args.no_work:
-        from harness.measure import work
-        from harness.render.work import work_section
-
-        progress("eliminated work ...")
-        started = time.perf_counter()
-        works = work.collect_work(  # small shapes: a few seconds
-            seed=options.seed,
-            progress=progress,
-            implementations=implementations,
-            pair=options.roles.pair,
-            isolate=options.isolate,
-        )
-        sections.insert(-1, work_section(works, expect_fail=frozenset(options.roles.expect_fail)))
-        timing["work_s"] = round(time.perf_counter() - started, 3)
+    sections = judgement_sections(judgement)
     heading = (
         f"DSpark draft-sampler harness: standard matrix ({len(cases)} cases, "
         f"seed {args.seed}, {args.device})"
     )
-    write_power_plot(args.out_dir, sections, progress=progress)
-    return emit(
-        args,
-        command="report",
-        heading=heading,
-        sections=sections,
-        cases=records,
-        timing=timing,
-        verdicts=judged.verdicts,
-    )
+    write_power_plot(args.out_dir, sections, progress=options.progress)
+    return emit(args, command="report", heading=heading, sections=sections, judgement=judgement)
 
 
 def write_power_plot(out_dir: Path, sections: list[Section], *, progress: Progress) -> None:

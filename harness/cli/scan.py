@@ -270,7 +270,7 @@ def command(args: argparse.Namespace) -> ExitCode:
     if stray:
         raise UsageError(f"--expect-fail names {sorted(stray)}, which are not scanned")
     started = time.perf_counter()
-    section, _ = run_scan(
+    section, data = run_scan(
         implementations,
         plan,
         out_dir=args.out_dir,
@@ -282,6 +282,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         seed=args.seed,
         device=args.device,
         heading=f"DSpark draft-sampler harness: support scan (seed {args.seed}, {args.device})",
+        ok=bool(data["ok"]),
         sections=[section],
         timing={"scan_s": round(time.perf_counter() - started, 3)},
     )

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from dataclasses import replace
 
 from harness.cli.emit import UsageError, emit
@@ -132,8 +131,8 @@ def validate(args: argparse.Namespace) -> None:
 def command(args: argparse.Namespace) -> int:
     """Run the oracle; print text or JSON; write ``stats.{json,md,txt}`` (and the power
     figure) under ``--out-dir``."""
+    from harness.judge import judge
     from harness.options import RolesError
-    from harness.oracles.part import run_statistics
     from harness.oracles.problem import DEFAULT_CONFIG, StatsError
     from harness.oracles.stats import default_implementations
     from harness.oracles.verifiers import verifiers_named
@@ -149,7 +148,9 @@ def command(args: argparse.Namespace) -> int:
         if len(set(names)) != len(names):
             raise ImplementationError(f"--impl names must differ, got {names}")
         roles.validate(names)
-        verifiers = verifiers_named(args.verifiers or STATS_VERIFIERS)
+        verifiers = args.verifiers or STATS_VERIFIERS
+        verifiers_named(verifiers)  # an unknown name is bad usage, before any work
+        options = replace(options, verifiers=verifiers, stats=True)
         config = replace(
             DEFAULT_CONFIG,
             rows=args.rows,
@@ -167,15 +168,10 @@ def command(args: argparse.Namespace) -> int:
     except (ImplementationError, StatsError, RolesError) as error:
         print(f"error: {error}", file=sys.stderr)
         return ExitCode.USAGE
-    started = time.perf_counter()
-    oracle = run_statistics(
-        config,
-        implementations=implementations,
-        power=args.power,
-        options=options,
-        verifiers=verifiers,
-    )
-    section = stats_section(oracle, roles=roles)
+    judgement = judge([], implementations, options=options, power=args.power, oracle_config=config)
+    assert judgement.oracle is not None  # the stats command always runs the oracle
+    section = stats_section(judgement.oracle, roles=roles)
+    oracle = judgement.oracle.run
     if oracle.curves:
         png = power_curves_png([curve.to_json_dict() for curve in oracle.curves])
         if png is None:
@@ -187,5 +183,4 @@ def command(args: argparse.Namespace) -> int:
         f"DSpark draft-sampler harness: statistical oracle ({config.rows} rows per head, "
         f"seed {config.seed}, {config.device})"
     )
-    timing = {"stats_s": round(time.perf_counter() - started, 3)}
-    return emit(args, command="stats", heading=heading, sections=[section], timing=timing)
+    return emit(args, command="stats", heading=heading, sections=[section], judgement=judgement)

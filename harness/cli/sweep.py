@@ -141,4 +141,4 @@ def command(args: argparse.Namespace) -> ExitCode:
     heading = (
         f"DSpark draft-sampler harness: scaling sweep ({len(records)} points, {config.device})"
     )
-    return emit(args, command="sweep", heading=heading, sections=[section])
+    return emit(args, command="sweep", heading=heading, sections=[section], ok=summary.ok)

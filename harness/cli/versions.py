@@ -54,6 +54,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         seed=args.seed,
         device=args.device,
         heading=f"DSpark draft-sampler harness: versions (seed {args.seed}, {args.device})",
+        ok=versions.ok,
         sections=[versions_section(versions)],
         timing={"versions_s": round(time.perf_counter() - started, 3)},
     )

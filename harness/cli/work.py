@@ -5,6 +5,7 @@ default legacy,fixed) compared (and, with ``--timing``, the pair's time ratio)."
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from harness.cli.emit import UsageError, emit
 from harness.cli.exit_codes import ExitCode
@@ -13,10 +14,10 @@ from harness.cli.options import (
     add_isolate_option,
     add_pair_option,
     pair_implementations,
+    run_options,
     selected_implementations,
 )
 from harness.defaults import BUILTIN_NAMES
-from harness.render.progress import progress_printer
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,35 +63,38 @@ def validate(args: argparse.Namespace) -> None:
 def command(args: argparse.Namespace) -> ExitCode:
     """``OK`` when the counts match the model and legacy's surplus is exactly one walk
     (and, with ``--timing``, the walk-only ratio is in ``WALK_RATIO_RANGE``)."""
+    from harness.judge import judge
     from harness.measure.time_ratio import time_ratio
     from harness.measure.timing import PRODUCTION_HIDDEN
-    from harness.measure.work import collect_work
     from harness.render.timing import timing_section
     from harness.render.work import work_section
 
+    options = replace(run_options(args), stats=False)
     implementations = selected_implementations(args, BUILTIN_NAMES)
-    pair = pair_implementations(implementations, args.pair)
-    progress = progress_printer(quiet=args.quiet)
-    works = collect_work(
-        seed=args.seed,
-        device=args.device,
-        progress=progress,
-        implementations=implementations,
-        pair=args.pair,
-        isolate=args.isolate,
-    )
-    sections = [work_section(works)]
+    pair = pair_implementations(implementations, options.roles.pair)
+    judgement = judge([], implementations, options=options, work=True)
+    assert judgement.work is not None  # asked for
+    sections = [work_section(judgement.work)]
+    ok = judgement.ok
     if args.timing:
         timed = time_ratio(
-            seed=args.seed,
-            device=args.device,
+            seed=options.seed,
+            device=options.device,
             repeats=args.repeats,
             hidden_size=args.hidden_size or PRODUCTION_HIDDEN,
             callgrind=not args.no_callgrind,
-            progress=progress,
+            progress=options.progress,
             pair=pair,
-            isolate=args.isolate,
+            isolate=options.isolate,
         )
         sections.append(timing_section(timed))
+        ok = ok and timed.ok
     heading = f"DSpark draft-sampler harness: eliminated work (seed {args.seed}, {args.device})"
-    return emit(args, command="work", heading=heading, sections=sections)
+    return emit(
+        args,
+        command="work",
+        heading=heading,
+        sections=sections,
+        ok=ok,
+        timing=judgement.timing,
+    )

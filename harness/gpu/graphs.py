@@ -431,3 +431,9 @@ def capture_and_replay(
                     redraw_check(g, case=case, inputs=inputs, static=static, device=device)
                 )
     return GraphCaseResult(case, verdicts, redraws)
+
+
+def redraws_hold(results: Sequence[GraphCaseResult]) -> bool:
+    """Every graph checked redraws its noise on replay (and at least one was checked)."""
+    checks = [check for result in results for check in result.redraws]
+    return bool(checks) and all(check.ok for check in checks)

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import enum
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from harness.case import Case, build_inputs
+from harness.defaults import LEGACY
 from harness.devices import synchronize
 from harness.gpu.graphs import require_cuda
 from harness.pipeline.runner import RaisedError, build_sampler, guarded_call, same_rng_start
@@ -97,3 +99,17 @@ def no_host_sync(case: Case, implementation: Implementation) -> SyncCheck:
     synced = SYNC_ERROR_TEXT in checked.error.message
     status = SyncStatus.SYNCS if synced else SyncStatus.RAISED
     return SyncCheck(implementation.name, case, status, checked.error, _call_stack(failure))
+
+
+def must_be_sync_free(check: SyncCheck) -> bool:
+    """Every implementation but legacy (whose double walk syncs) must run sync-free."""
+    return check.implementation != LEGACY
+
+
+def sync_failed(check: SyncCheck) -> bool:
+    return must_be_sync_free(check) and check.status is not SyncStatus.SYNC_FREE
+
+
+def syncs_hold(checks: Sequence[SyncCheck]) -> bool:
+    """Every call that must be sync-free was (and at least one was checked)."""
+    return bool(checks) and not any(sync_failed(check) for check in checks)

@@ -17,6 +17,7 @@ from harness.measure.callgrind import (
 )
 from harness.measure.timing import (
     PRODUCTION_HIDDEN,
+    WALK_RATIO_RANGE,
     ABTiming,
     Pair,
     TimingError,
@@ -37,6 +38,14 @@ class TimeRatio:
     failure: str = ""  # why the timing failed
     callgrind: CallgrindCounts | None = None
     callgrind_note: str = ""  # why there are no counts ("skipped (...)", "failed (...)")
+
+    @property
+    def ok(self) -> bool:
+        """The timing ran and its median walk-only wall ratio lies in ``WALK_RATIO_RANGE``."""
+        if self.timing is None:
+            return False
+        low, high = WALK_RATIO_RANGE
+        return low <= self.timing.times["walk_only"]["wall"].summary()["ratio_median"] <= high
 
 
 def time_ratio(

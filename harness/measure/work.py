@@ -36,7 +36,11 @@ from harness.measure.model import MODEL_COUNTERS, PredictedWork, predict_work
 from harness.options import RunOptions
 from harness.pipeline.isolation import isolated_cost
 from harness.pipeline.runner import run_case
-from harness.plugins.implementations import Implementation, builtin_implementations
+from harness.plugins.implementations import (
+    BUILTIN_IMPLEMENTATIONS,
+    Implementation,
+    builtin_implementations,
+)
 from harness.progress import Progress, no_progress
 
 PASS1_VIEW_OP = "aten.view"  # legacy's hidden_states.view(bs, gamma, -1) before pass 1
@@ -417,3 +421,24 @@ def collect_work(
             measure_work(case, implementations=implementations, pair=pair, isolate=isolate)
         )
     return works
+
+
+def plugins_measured(works: Sequence[CaseWork]) -> list[str]:
+    """The implementations measured that are not built-ins, in the order they ran."""
+    return list(
+        dict.fromkeys(n for w in works for n in w.measured if n not in BUILTIN_IMPLEMENTATIONS)
+    )
+
+
+def unmeasured_plugins(
+    works: Sequence[CaseWork], *, expect_fail: frozenset[str]
+) -> list[tuple[str, int]]:
+    """``(name, case kinds it raised on)`` for every plug-in outside the pair, and not
+    expected to fail, that raised: the pair's raises are held to the work model, and a
+    plug-in's raise is not a measurement."""
+    counts = [
+        (name, sum(w.measured[name].error is not None for w in works if name in w.measured))
+        for name in plugins_measured(works)
+        if name not in expect_fail and all(name not in w.pair for w in works)
+    ]
+    return [(name, count) for name, count in counts if count]

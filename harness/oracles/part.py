@@ -1,20 +1,19 @@
-"""The statistical oracle's part of a run, as data: the oracle run at the report's
-defaults (with legacy's power curves when asked), each implementation's ``Statistical``
-(its part in the lossless verdict), and what the oracle covered.
+"""The statistical oracle's part of a run, as data: the oracle run (with legacy's power
+curves when asked), each implementation's ``Statistical`` (its part in the lossless
+verdict), and what the oracle covered. ``harness.judge`` runs it for every entry point;
 ``harness.render.statistics`` presents the run."""
 
 from __future__ import annotations
 
 import itertools
 import math
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from harness.defaults import LEGACY
 from harness.options import DEFAULT_OPTIONS, Roles, RunOptions
 from harness.oracles.power import TARGET_POWER, run_power_curves
-from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, group_label, life_batches
+from harness.oracles.problem import StatsConfig, group_label, life_batches
 from harness.oracles.stats import (
     DEFAULT_ROLES,
     OracleRun,
@@ -129,66 +128,3 @@ def run_statistics(
             progress=options.progress,
         )
     return oracle
-
-
-def report_stats(
-    *,
-    options: RunOptions = DEFAULT_OPTIONS,
-    implementations: Sequence[Implementation] | None = None,
-    power: bool = True,
-) -> OracleRun:
-    """The statistical part of the main report: ``implementations`` (default: the
-    built-ins; plug-ins given with ``--impl`` belong here too) at the default config on
-    ``options``' seed and device under every available verifier, and (with ``power``)
-    legacy's power curve per head kind; its verdicts enter each implementation's
-    lossless verdict. The verifiers are those ``options.verifiers`` names, or every one
-    available here."""
-    chosen = list(implementations) if implementations is not None else builtin_implementations()
-    from harness.oracles.verifiers import available_verifiers, verifiers_named
-
-    config = replace(DEFAULT_CONFIG, seed=options.seed, device=options.device)
-    return run_statistics(
-        config,
-        implementations=chosen,
-        power=power,
-        options=options,
-        verifiers=(
-            available_verifiers()
-            if options.verifiers is None
-            else verifiers_named(options.verifiers)
-        ),
-    )
-
-
-@dataclass(frozen=True)
-class StatisticalPart:
-    """The oracle's part of every lossless verdict of a run: the oracle's run (its
-    section is ``harness.render.statistics.stats_section``), each implementation's
-    ``Statistical``, what the oracle covered and its wall time."""
-
-    oracle: OracleRun
-    verdicts: dict[str, Statistical]
-    coverage: StatisticalCoverage | None
-    wall_s: float
-
-
-def statistical_part(
-    *,
-    implementations: Sequence[Implementation],
-    options: RunOptions,
-    power: bool = False,
-) -> StatisticalPart:
-    """The statistical oracle at the report's defaults on ``implementations`` under
-    ``options``, as every command that states a lossless verdict (``report``,
-    ``compare``, the Python API, the pytest plugin) runs it; ``power`` adds the power
-    curves (the report's figure), and ``options.isolate`` runs each implementation's
-    decode in the worker process."""
-    options.progress("statistical oracle ...")
-    started = time.perf_counter()
-    oracle = report_stats(options=options, implementations=implementations, power=power)
-    return StatisticalPart(
-        oracle=oracle,
-        verdicts=statistical_verdicts(oracle),
-        coverage=statistical_coverage(oracle, roles=options.roles),
-        wall_s=time.perf_counter() - started,
-    )

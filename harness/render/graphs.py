@@ -4,7 +4,8 @@ redraws its noise."""
 
 from __future__ import annotations
 
-from harness.gpu.graphs import GraphCaseResult, replay_records
+from harness.gpu.graphs import GraphCaseResult, redraws_hold
+from harness.judgement import Judgement
 from harness.render.sections import Section, Table
 from harness.render.verdicts import comparison_sections
 
@@ -34,17 +35,16 @@ def redraw_section(results: list[GraphCaseResult]) -> Section:
         )
     return Section(
         title=f"{GRAPH_TITLE}: noise redrawn on every replay",
-        ok=not bad and bool(checks),
+        ok=redraws_hold(results),
         verdict=verdict,
         blocks=(table,),
         data={"redraws": [{"case": label, **c.to_json()} for label, c in checks]},
     )
 
 
-def graph_sections(results: list[GraphCaseResult], *, require_coverage: bool) -> list[Section]:
-    """The comparison sections over every replay, then the redraw section."""
-    records = [record for result in results for record in replay_records(result.replays)]
-    sections = comparison_sections(records, require_coverage=require_coverage)
+def graph_sections(results: list[GraphCaseResult], *, judgement: Judgement) -> list[Section]:
+    """The comparison sections of the replays' judgement, then the redraw section."""
+    sections = comparison_sections(judgement)
     for section in sections:
         section.title = f"{GRAPH_TITLE}: {section.title}"
     note = (

@@ -4,7 +4,7 @@ implementation but legacy must run a warm call sync-free (``harness.gpu.host_syn
 from __future__ import annotations
 
 from harness.defaults import LEGACY
-from harness.gpu.host_sync import SyncCheck, SyncStatus
+from harness.gpu.host_sync import SyncCheck, sync_failed, syncs_hold
 from harness.render.sections import Section, Table
 
 
@@ -12,8 +12,7 @@ def sync_section(checks: list[SyncCheck]) -> Section:
     """Every implementation but legacy must be sync-free in ``__call__`` on every case."""
     rows, stacks, bad = [], [], []
     for check in checks:
-        required = check.implementation != LEGACY
-        failed = required and check.status is not SyncStatus.SYNC_FREE
+        failed = sync_failed(check)
         bad += [check] if failed else []
         rows.append(
             [
@@ -39,7 +38,7 @@ def sync_section(checks: list[SyncCheck]) -> Section:
         )
     return Section(
         title="Host synchronisation in __call__",
-        ok=not bad and bool(checks),
+        ok=syncs_hold(checks),
         verdict=verdict,
         blocks=(Table.of(["case", "implementation", "status"], rows), *stacks),
         data={"checks": [c.to_json() for c in checks]},

@@ -19,38 +19,39 @@ from harness.io.files import write_atomically
 from harness.render.sections import Section
 
 REPORT_SCHEMA = "dspark-harness/report"
-REPORT_SCHEMA_VERSION = 1
+# 2: the judgement of a run that judged implementations (``"judgement"``,
+# ``harness.judgement.Judgement.to_json``) replaces version 1's ``"verdicts"``
+REPORT_SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
 class Report:
-    """What one command reports, whatever the output (terminal, Markdown, JSON): its
-    sections, the per-case records, the wall times and, when it judged implementations,
-    the verdicts (per implementation: lossless, drop-in, what its role requires)."""
+    """What one command reports, whatever the output (terminal, Markdown, JSON): whether
+    it holds (``ok``, decided before it is formatted), its sections, the per-case
+    records, the wall times and, when it judged implementations, the judgement's JSON."""
 
     command: str
     seed: int
     device: str
     heading: str
+    ok: bool
     sections: list[Section]
     cases: Sequence[Mapping[str, Any]] = ()
     timing: dict[str, float] = field(default_factory=dict)
-    verdicts: dict[str, Any] | None = None
+    judgement: dict[str, Any] | None = None
 
 
-def overall_ok(sections: list[Section]) -> bool:
-    return all(section.ok for section in sections)
+def verdict_line(ok: bool) -> str:
+    return f"VERDICT: {'PASS' if ok else 'FAIL'}"
 
 
-def verdict_line(sections: list[Section]) -> str:
-    return f"VERDICT: {'PASS' if overall_ok(sections) else 'FAIL'}"
-
-
-def render_text(*, heading: str, sections: list[Section], written: Sequence[Path] = ()) -> str:
+def render_text(
+    *, heading: str, ok: bool, sections: list[Section], written: Sequence[Path] = ()
+) -> str:
     """Verdict first (one line per section), then the evidence of each section, the
     files ``written`` when given, and the verdict again as the last line, where a
     terminal leaves it in view."""
-    lines = [heading, "", verdict_line(sections)]
+    lines = [heading, "", verdict_line(ok)]
     for section in sections:
         if section.verdict:
             lines.append(f"  [{'ok' if section.ok else 'FAIL'}] {section.verdict}")
@@ -60,12 +61,11 @@ def render_text(*, heading: str, sections: list[Section], written: Sequence[Path
         lines += ["", f"== {section.title} ==", section.text]
     if written:
         lines += ["", f"written: {', '.join(str(path) for path in written)}"]
-    lines += ["", verdict_line(sections)]
+    lines += ["", verdict_line(ok)]
     return "\n".join(lines) + "\n"
 
 
-def render_markdown(*, heading: str, sections: list[Section]) -> str:
-    ok = overall_ok(sections)
+def render_markdown(*, heading: str, ok: bool, sections: list[Section]) -> str:
     lines = [f"# {heading}", "", f"**Verdict: {'PASS' if ok else 'FAIL'}**", ""]
     for section in sections:
         if section.verdict:
@@ -96,16 +96,16 @@ def environment() -> dict[str, Any]:
 
 
 def report_json(report: Report) -> dict[str, Any]:
-    """The machine-readable report (``"verdicts"`` only when the command judged
+    """The machine-readable report (``"judgement"`` only when the command judged
     implementations)."""
-    extra = {} if report.verdicts is None else {"verdicts": report.verdicts}
+    extra = {} if report.judgement is None else {"judgement": report.judgement}
     return {
         "schema": REPORT_SCHEMA,
         "schema_version": REPORT_SCHEMA_VERSION,
         "command": report.command,
         "seed": report.seed,
         "device": report.device,
-        "ok": overall_ok(report.sections),
+        "ok": report.ok,
         **extra,
         "environment": environment(),
         "sections": [
@@ -136,14 +136,14 @@ def write_report(
 
 def emit_report(report: Report, *, out_dir: Path, as_json: bool) -> bool:
     """Write ``COMMAND.{json,md,txt}`` under ``out_dir``, print the text (or the JSON),
-    and say whether every section holds."""
+    and return whether the report holds (``Report.ok``)."""
     data = report_json(report)
-    heading, sections = report.heading, report.sections
-    text = render_text(heading=heading, sections=sections)
-    markdown = render_markdown(heading=heading, sections=sections)
+    heading, sections, ok = report.heading, report.sections, report.ok
+    text = render_text(heading=heading, ok=ok, sections=sections)
+    markdown = render_markdown(heading=heading, ok=ok, sections=sections)
     paths = write_report(out_dir, stem=report.command, data=data, text=text, markdown=markdown)
     if as_json:
         print(json.dumps(data, indent=2))
     else:
-        print(render_text(heading=heading, sections=sections, written=paths), end="")
-    return bool(data["ok"])
+        print(render_text(heading=heading, ok=ok, sections=sections, written=paths), end="")
+    return report.ok

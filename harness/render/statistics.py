@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from harness.judgement import OracleVerdict
 from harness.options import Roles
 from harness.oracles.fits import JOINT, REPEAT, family_size, position_name
 from harness.oracles.power import PowerCurve
@@ -19,7 +20,6 @@ from harness.oracles.stats import (
     Scope,
     StatsResult,
     best_bounds,
-    expectations_hold,
     expected_rejected,
     meets_expectation,
     not_ruled_out,
@@ -332,10 +332,10 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def stats_section(oracle: OracleRun, *, roles: Roles = DEFAULT_ROLES) -> Section:
-    """The oracle's run as a section: each implementation held to its role in ``roles``
-    under each verifier."""
-    ok = all(expectations_hold(results, roles) for results in oracle.by_verifier.values())
+def stats_section(judged: OracleVerdict, *, roles: Roles = DEFAULT_ROLES) -> Section:
+    """The oracle's judged run as a section: each implementation held to its role in
+    ``roles`` under each verifier."""
+    oracle, ok = judged.run, judged.ok
     lines = [
         verdict_line(results, config=oracle.config, roles=roles)
         for results in oracle.by_verifier.values()

@@ -1,37 +1,33 @@
-"""The comparison's sections: how its records read. One verdict section per
-implementation, held to its role (``harness.pipeline.verdicts``) with the statistical
-oracle's part inside its lossless verdict when that ran; the divergence ledger between
-the pair; and the verdicts and checks tables, as ``Table`` blocks so they are aligned in
-the terminal and Markdown tables in a report; and the report's ``"verdicts"`` JSON.
+"""The comparison's sections: how a judgement reads (``harness.judgement``). One
+verdict section per implementation as its role judged it, with the statistical oracle's
+part inside its lossless verdict when that ran; the divergence ledger between the pair;
+and the verdicts and checks tables, as ``Table`` blocks so they are aligned in the
+terminal and Markdown tables in a report. Every pass and fail is the judgement's.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from harness.defaults import FIXED, REFERENCE
+from harness.judgement import HeldVerdict, Judgement, LedgerVerdict
 from harness.options import Roles
 from harness.pipeline.check_phrases import CHECK_PHRASES
 from harness.pipeline.check_result import Skip, Tier
 from harness.pipeline.checks import CHECK_CODES, CHECKS
-from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage
 from harness.pipeline.ledger import LEDGER_CLASSES
 from harness.pipeline.records import CaseRecord, CheckRecord
 from harness.pipeline.verdicts import (
     Statistical,
-    Statisticals,
-    full_verdict,
 )
 from harness.render.coverage import coverage_section
 from harness.render.sections import Block, Section, Table
 
 
-def _verdict_section(
-    name: str, records: list[CaseRecord], *, roles: Roles, title: str, statistical: Statisticals
-) -> Section:
-    """One implementation's verdicts held against its role, with the failing checks and
-    the statistical oracle's part."""
-    verdict = full_verdict(records, name, statistical)
+def _verdict_section(held: HeldVerdict, *, title: str) -> Section:
+    """One implementation's verdicts as its role judged them, with the failing checks
+    and the statistical oracle's part."""
+    verdict, name = held.verdict, held.name
     failing = verdict.failures
     lines = [f.line() for f in failing if f.lossless]
     drop_in_lines = [f.line() for f in failing if not f.lossless]
@@ -48,24 +44,17 @@ def _verdict_section(
     if verdict.outside_contract:
         of_cases += f" ({verdict.outside_contract} not run: outside its contract)"
     data = {"verdict": verdict.to_json()}
-    if name in roles.expect_fail:
-        ok = not verdict.lossless and verdict.judged > 0  # nothing ran shows nothing
+    if held.expected_to_fail:
         line = (
             f"{name}: fails a lossless check, as expected — {verdict.reason}"
-            if ok
+            if held.ok
             else f"{name}: expected to fail a lossless check, but is {verdict.summary()}"
         )
         if lossless_failures or verdict.lossless:  # else the reason is the oracle's already
             line += f"; {statistical_line}"
         return Section(
-            title=title,
-            ok=ok,
-            verdict=line,
-            text="\n".join(lines).strip(),
-            data=data,
+            title=title, ok=held.ok, verdict=line, text="\n".join(lines).strip(), data=data
         )
-    required = roles.requirement(name)
-    ok = verdict.meets(required)
     if verdict.cases and not verdict.judged:
         line = f"{name}: {verdict.summary()}"
     elif not verdict.lossless and not lossless_failures:
@@ -85,23 +74,21 @@ def _verdict_section(
     else:
         line = f"{name}: lossless on {of_cases}; not drop-in: {verdict.reason}"
     line += f"; {statistical_line}"
-    if not ok:
-        line += f" [required: {required.label}]"
+    if not held.ok:
+        line += f" [required: {held.held_to}]"
     return Section(
         title=title,
-        ok=ok,
+        ok=held.ok,
         verdict=line,
         text="\n".join(lines).strip(),
-        data={**data, "required": required.label},
+        data={**data, "required": held.held_to},
     )
 
 
-def _ledger_section(records: list[CaseRecord], *, require_coverage: bool, roles: Roles) -> Section:
-    buggy, fixed = roles.pair
+def _ledger_section(records: Sequence[CaseRecord], ledger: LedgerVerdict) -> Section:
+    buggy, fixed = ledger.pair
     entries = [(r["label"], r["ledger"]) for r in records if r["ledger"] is not None]
-    broken = [(label, e) for label, e in entries if not e["holds"]]
-    seen = {name for _, e in entries for name in e["observed"]}
-    missing = sorted(set(LEDGER_CLASSES) - seen) if require_coverage else []
+    broken, missing = ledger.broken, ledger.never_observed
     width = max((len(label) for label, _ in entries), default=10)
     rows = []
     for name in LEDGER_CLASSES:
@@ -126,8 +113,7 @@ def _ledger_section(records: list[CaseRecord], *, require_coverage: bool, roles:
                 f"{'':{width}}         latent (walks drew equal tokens): {entry['latent']}"
             )
         lines.extend(f"{'':{width}}         PROBLEM: {p}" for p in entry["problems"])
-    ok = not broken and not missing and bool(entries)
-    if ok:
+    if ledger.ok:
         verdict = (
             f"{buggy}: reproduces the documented bug — ledger holds on {len(entries)}/"
             f"{len(entries)} cases (pair {buggy},{fixed})"
@@ -143,10 +129,10 @@ def _ledger_section(records: list[CaseRecord], *, require_coverage: bool, roles:
         verdict = f"{buggy}: does NOT reproduce the documented bug — " + "; ".join(parts)
     return Section(
         title=f"Divergence ledger: {buggy} vs {fixed}",
-        ok=ok,
+        ok=ledger.ok,
         verdict=verdict,
         blocks=(f"pair: {buggy} (buggy) vs {fixed} (fixed)", classes_table, "\n".join(lines)),
-        data={"pair": list(roles.pair)},
+        data={"pair": list(ledger.pair)},
     )
 
 
@@ -182,7 +168,7 @@ def _checks_cell(checks: list[CheckRecord]) -> str:
 
 
 def _checks_table(
-    records: list[CaseRecord], names: list[str], *, roles: Roles
+    records: Sequence[CaseRecord], names: list[str], *, roles: Roles
 ) -> tuple[Block, ...]:
     """Under which implementations a FAIL is expected, the table of each case's failed
     checks per implementation, and its legend: every check's code in the table, its tier
@@ -202,7 +188,7 @@ def _checks_table(
     expected = [
         f"{name} ({role}, held to {held_to})"
         for name in names
-        for role, held_to in [_role(name, roles)]
+        for role, held_to in [roles.describe(name)]
         if name == roles.buggy or name in roles.expect_fail
     ]
     notes: tuple[Block, ...] = ()
@@ -221,47 +207,36 @@ def _checks_table(
     return *notes, Table.of(["case", *names], rows), "the codes of failed checks:", legend
 
 
-def comparison_sections(
-    records: list[CaseRecord],
-    *,
-    require_coverage: bool,
-    roles: Roles | None = None,
-    statistical: Statisticals = None,
-    statistical_coverage: StatisticalCoverage | None = None,
-) -> list[Section]:
+def comparison_sections(judgement: Judgement) -> list[Section]:
     """Verdict sections: fixed, the pair's ledger, reference, then every other
-    implementation, each held to what its role requires; ``statistical`` (by name,
-    ``None`` when the oracle did not run) enters each lossless verdict; then the
-    verdicts table, what they covered (``statistical_coverage``: the oracle's part) and
-    the checks table."""
-    roles = roles or Roles()
-    names = list(records[0]["implementations"]) if records else []
+    implementation, each as its role judged it (the buggy side of the pair by the
+    ledger alone); then the verdicts table, what they covered and the checks table."""
+    records = judgement.records
+    roles = judgement.options.roles
+    names = judgement.names
     sections: list[Section] = []
     titles = {FIXED: "Fixed sampler", REFERENCE: "Reference oracle"}
     ordered = [n for n in (FIXED, REFERENCE) if n in names]
     ordered += [n for n in names if n not in ordered]
     for name in ordered:
-        if name == roles.buggy and name not in roles.expect_fail:
+        if not judgement.judged_by_checks(name):
             continue
         title = titles.get(name, f"Implementation {name}")
-        sections.append(
-            _verdict_section(name, records, roles=roles, title=title, statistical=statistical)
-        )
-    if roles.buggy in names and roles.fixed in names:
+        sections.append(_verdict_section(judgement.held_verdict(name), title=title))
+    if judgement.ledger is not None:
         index = 1 if sections and sections[0].title == titles[FIXED] else 0
-        sections.insert(
-            index, _ledger_section(records, require_coverage=require_coverage, roles=roles)
-        )
+        sections.insert(index, _ledger_section(records, judgement.ledger))
     if records:
         sections.append(
             Section(
                 title="Verdicts per implementation",
                 ok=True,
                 verdict="",
-                blocks=(_verdicts_table(records, roles=roles, statistical=statistical),),
+                blocks=(_verdicts_table(judgement),),
             )
         )
-        sections.append(coverage_section(records, statistical=statistical_coverage))
+        statistical = None if judgement.oracle is None else judgement.oracle.coverage
+        sections.append(coverage_section(list(records), statistical=statistical))
         sections.append(
             Section(
                 title="Checks per implementation",
@@ -271,17 +246,6 @@ def comparison_sections(
             )
         )
     return sections
-
-
-def _role(name: str, roles: Roles) -> tuple[str, str]:
-    """``(role, what it is held to)`` of one implementation."""
-    if name in roles.expect_fail:
-        return "expected to fail", "fails a lossless check"
-    if name == roles.buggy:
-        return f"buggy side of the pair with {roles.fixed}", "the divergence ledger"
-    if name == roles.fixed:
-        return f"fixed side of the pair with {roles.buggy}", roles.requirement(name).label
-    return "judged", roles.requirement(name).label
 
 
 def _statistical_cell(statistical: Statistical) -> str:
@@ -294,48 +258,35 @@ def _statistical_cell(statistical: Statistical) -> str:
     return "REJECTED" if statistical.rejected else "pass"
 
 
-def _verdicts_table(records: list[CaseRecord], *, roles: Roles, statistical: Statisticals) -> Table:
+def _verdicts_table(judgement: Judgement) -> Table:
     """Implementation, role, requirement, the statistical part, the two verdicts, and why
     not drop-in."""
-    rows = []
-    for name in records[0]["implementations"]:
-        verdict = full_verdict(records, name, statistical)
-        role, required = _role(name, roles)
-        rows.append(
-            [
-                name,
-                role,
-                required,
-                _statistical_cell(verdict.statistical),
-                "yes" if verdict.lossless else "NO",
-                "yes" if verdict.drop_in else "no",
-                verdict.summary(),
-            ]
-        )
+    rows = [
+        [
+            held.name,
+            held.role,
+            held.held_to,
+            _statistical_cell(held.verdict.statistical),
+            "yes" if held.verdict.lossless else "NO",
+            "yes" if held.verdict.drop_in else "no",
+            held.verdict.summary(),
+        ]
+        for held in judgement.held
+    ]
     header = ["implementation", "role", "held to", "statistical", "lossless", "drop-in", "verdict"]
     return Table.of(header, rows, wrap=(None, 24, None, None, None, None, PROSE_WIDTH // 2))
 
 
-def verdicts_json(
-    records: list[CaseRecord],
-    *,
-    roles: Roles,
-    statistical: Statisticals = None,
-    statistical_coverage: StatisticalCoverage | None = None,
-) -> dict[str, Any]:
-    """Per implementation: its two verdicts (the statistical part in them), its role and
-    what it is held to; the roles; what the verdicts covered."""
-    names = list(records[0]["implementations"]) if records else []
-    implementations = {}
-    for name in names:
-        role, required = _role(name, roles)
-        implementations[name] = {
-            **full_verdict(records, name, statistical).to_json(),
-            "role": role,
-            "held_to": required,
-        }
-    coverage = {
-        "matrix": MatrixCoverage.of_records(records).to_json(),
-        "statistical": None if statistical_coverage is None else statistical_coverage.to_json(),
-    }
-    return {"roles": roles.to_json(), "implementations": implementations, "coverage": coverage}
+def judgement_sections(judgement: Judgement) -> list[Section]:
+    """Every section of a judged comparison: the verdict sections, then the statistical
+    oracle's and the eliminated work's where they ran, before the checks table."""
+    from harness.render.statistics import stats_section
+    from harness.render.work import work_section
+
+    sections = comparison_sections(judgement)
+    if judgement.oracle is not None:
+        stats = stats_section(judgement.oracle, roles=judgement.options.roles)
+        sections.insert(max(len(sections) - 1, 0), stats)
+    if judgement.work is not None:
+        sections.insert(max(len(sections) - 1, 0), work_section(judgement.work))
+    return sections

@@ -11,6 +11,7 @@ from typing import Any
 
 from harness.case import Case
 from harness.defaults import DEFAULT_PAIR
+from harness.judgement import WorkVerdict
 from harness.measure.model import MODEL_COUNTERS, lm_head_cost, production_shape, walk_cost
 from harness.measure.work import (
     COUNTERS,
@@ -20,10 +21,10 @@ from harness.measure.work import (
     CounterComparison,
     ModelStatus,
     WorkComparison,
+    plugins_measured,
     surplus_held_exactly,
 )
 from harness.pipeline.runner import WorkCounts
-from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
 from harness.render.sections import Block, Section, Table, right_aligned
 from harness.render.tables import Alignment
 
@@ -235,30 +236,13 @@ def work_json(work: CaseWork) -> dict[str, Any]:
     }
 
 
-def unmeasured_plugins(
-    works: list[CaseWork], plugins: list[str], *, expect_fail: frozenset[str]
-) -> list[tuple[str, int]]:
-    """``(name, case kinds it raised on)`` for every plug-in outside the pair, and not
-    expected to fail, that raised: the pair's raises are held to the work model, and a
-    plug-in's raise is not a measurement."""
-    counts = [
-        (name, sum(w.measured[name].error is not None for w in works if name in w.measured))
-        for name in plugins
-        if name not in expect_fail and all(name not in w.pair for w in works)
-    ]
-    return [(name, count) for name, count in counts if count]
-
-
-def work_section(works: list[CaseWork], *, expect_fail: frozenset[str] = frozenset()) -> Section:
-    """The 'eliminated work' section from measured case works (the pair's comparison;
-    every implementation's counted work when plug-ins took part). A plug-in outside the
-    pair that raised fails the section, unless it is in ``expect_fail``."""
+def work_section(judged: WorkVerdict) -> Section:
+    """The 'eliminated work' section of a judged measurement (the pair's comparison;
+    every implementation's counted work when plug-ins took part)."""
+    works = list(judged.works)
     buggy, fixed = works[0].pair if works else DEFAULT_PAIR
-    agreeing = sum(w.agrees for w in works)
-    ok = agreeing == len(works)
-    plugins = list(
-        dict.fromkeys(n for w in works for n in w.measured if n not in BUILTIN_IMPLEMENTATIONS)
-    )
+    agreeing, ok = judged.agreeing, judged.ok
+    plugins = plugins_measured(works)
     data: dict[str, Any] = {"cases": [work_json(w) for w in works]}
     if plugins:
         data["counted_work"] = counted_work_rows(works)
@@ -272,24 +256,22 @@ def work_section(works: list[CaseWork], *, expect_fail: frozenset[str] = frozens
         blocks: list[Block] = [verdict]
         if plugins:
             blocks += ["counted work per call, every implementation", counted_work_table(works)]
-        return Section(title=WORK_TITLE, ok=False, verdict=verdict, blocks=tuple(blocks), data=data)
+        return Section(title=WORK_TITLE, ok=ok, verdict=verdict, blocks=tuple(blocks), data=data)
     noise = headline.comparison.counter("noise_elements")
     noise_text = f"{noise.legacy:,}:{noise.fixed:,}" if noise else "?"
     verdict = (
         f"{buggy} does exactly one extra Markov walk per call (and gamma extra [bs, V] noise "
         f"draws when folded: {noise_text} elements); counts match the work model in "
         f"{agreeing}/{len(works)} case kinds"
-        if ok
+        if agreeing == len(works)
         else f"work model DISAGREES with the counts in {len(works) - agreeing}/{len(works)} "
         "case kinds"
     )
     if plugins:
         verdict += f"; {', '.join(plugins)}: {ModelStatus.NO_MODEL.value}"
-    unmeasured = unmeasured_plugins(works, plugins, expect_fail=expect_fail)
-    if unmeasured:  # a plug-in outside the pair has no model: a raise is not a measurement
-        ok = False
+    if judged.unmeasured:  # a plug-in outside the pair has no model: a raise is not a measurement
         verdict += "; NOT measured: " + ", ".join(
-            f"{name} raised on {count}/{len(works)} case kinds" for name, count in unmeasured
+            f"{name} raised on {count}/{len(works)} case kinds" for name, count in judged.unmeasured
         )
     shape = headline.case
     blocks = [

@@ -20,12 +20,12 @@ from harness.cli import COMMANDS
 from harness.options import Roles, RunOptions
 from harness.pipeline.compare import compare
 from harness.pipeline.matrix import standard_matrix
-from harness.pipeline.verdicts import full_verdict
+from harness.pipeline.verdicts import implementation_verdict
 from harness.plugins.implementations import builtin_implementations
 from harness.render.report import Report, emit_report
 from harness.render.sections import Section, Table
 from harness.render.verdicts import comparison_sections
-from tests.helpers import REPO_ROOT, run_harness
+from tests.helpers import REPO_ROOT, judged_records, run_harness
 
 SMALL_CASES = ("folded-sampled/vanilla", "no-anchor/gated/folded")
 # a bad option value -> (the command line, the start of its one error line)
@@ -155,7 +155,9 @@ def test_the_verdict_is_the_first_and_the_last_line_on_the_screen(
         Section("fixed", ok=True, verdict="fixed: clean", text="evidence"),
         Section("legacy", ok=ok, verdict="legacy: as documented", text="more\nevidence"),
     ]
-    report = Report(command="report", seed=0, device="cpu", heading="heading", sections=sections)
+    report = Report(
+        command="report", seed=0, device="cpu", heading="heading", ok=ok, sections=sections
+    )
     holds = emit_report(report, out_dir=tmp_path, as_json=False)
     lines = capsys.readouterr().out.splitlines()
     verdict = f"VERDICT: {'PASS' if ok else 'FAIL'}"
@@ -186,7 +188,7 @@ def _words(table: Table) -> Counter[str]:
 def test_no_table_cuts_a_word_it_wraps_long_cells_instead(
     small_comparison: list[dict[str, Any]],
 ) -> None:
-    sections = comparison_sections(small_comparison, require_coverage=False)
+    sections = comparison_sections(judged_records(small_comparison))
     (ledger,) = _tables(sections, "Divergence ledger")
     record = small_comparison[0]
     for row in ledger.rows:
@@ -195,7 +197,7 @@ def test_no_table_cuts_a_word_it_wraps_long_cells_instead(
             assert row[2] == f"{record['label']}: {evidence}"  # the whole evidence
     (verdicts,) = _tables(sections, "Verdicts per implementation")
     for row in verdicts.rows:
-        assert row[-1] == full_verdict(small_comparison, row[0], None).summary()
+        assert row[-1] == implementation_verdict(small_comparison, row[0]).summary()
     for table in (ledger, verdicts):
         header, _rule, *body = table.render("text").splitlines()
         shown = Counter(word for line in (header, *body) for word in line.split())
@@ -208,7 +210,7 @@ def test_the_checks_legend_says_which_failures_are_expected(
     small_comparison: list[dict[str, Any]], expect_fail: tuple[str, ...]
 ) -> None:
     roles = Roles(expect_fail=expect_fail)
-    sections = comparison_sections(small_comparison, require_coverage=False, roles=roles)
+    sections = comparison_sections(judged_records(small_comparison, roles=roles))
     checks = next(s for s in sections if s.title == "Checks per implementation")
     (note,) = [b for b in checks.blocks if isinstance(b, str) and "expected to fail" in b]
     named = note.split(";")[0]

@@ -44,7 +44,7 @@ def _case_files(tmp_path: Path) -> list[str]:
 
 
 def _verdicts(out_dir: Path, command: str) -> dict:
-    return json.loads((out_dir / f"{command}.json").read_text())["verdicts"]["implementations"]
+    return json.loads((out_dir / f"{command}.json").read_text())["judgement"]["implementations"]
 
 
 # -- the Python API ----------------------------------------------------------------------------

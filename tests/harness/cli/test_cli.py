@@ -120,5 +120,5 @@ def test_only_none_runs_the_plug_ins_alone_and_without_one_is_bad_usage(tmp_path
         ["compare", "--only", "none", "--impl", plug_in, *common, "--out-dir", str(tmp_path / "b")]
     )
     report = json.loads(capsys.readouterr().out)
-    assert set(report["verdicts"]["implementations"]) == {"u"}, report["verdicts"]
+    assert set(report["judgement"]["implementations"]) == {"u"}, report["judgement"]
     assert code == 1  # u is lossless but not drop-in, and drop-in is required by default

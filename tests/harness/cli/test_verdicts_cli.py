@@ -37,7 +37,7 @@ def test_other_design_is_lossless_not_drop_in_and_passes_when_lossless_is_requir
     out = capsys.readouterr().out
     assert "pre: lossless on 1/1 cases; not drop-in: noise_budget:" in out
     assert main(_compare(tmp_path, *base, "--require", "lossless", "--json")) == 0
-    verdicts = json.loads(capsys.readouterr().out)["verdicts"]
+    verdicts = json.loads(capsys.readouterr().out)["judgement"]
     assert verdicts["implementations"]["pre"]["lossless"] is True
     assert verdicts["implementations"]["pre"]["drop_in"] is False
     assert verdicts["implementations"]["fixed"]["drop_in"] is True
@@ -88,8 +88,8 @@ def test_any_two_implementations_can_be_held_to_the_ledger(tmp_path: Path, capsy
     )
     assert f"new: clean on {cases}/{cases} cases — lossless and drop-in" in out
     report = json.loads((tmp_path / "compare.json").read_text())
-    assert report["verdicts"]["roles"]["pair"] == ["old", "new"]
-    assert report["verdicts"]["implementations"]["old"]["held_to"] == "the divergence ledger"
+    assert report["judgement"]["roles"]["pair"] == ["old", "new"]
+    assert report["judgement"]["implementations"]["old"]["held_to"] == "the divergence ledger"
     assert all(case["ledger"]["pair"] == ["old", "new"] for case in report["cases"])
 
 

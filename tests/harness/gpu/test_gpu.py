@@ -26,9 +26,8 @@ from harness.pipeline.matrix import standard_matrix
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.graphs import graph_sections
-from harness.render.verdicts import comparison_sections
 from reference.step_samplers import exponential_race, exponential_race_torch
-from tests.helpers import REPO_ROOT, subprocess_env
+from tests.helpers import REPO_ROOT, judged_records, subprocess_env
 
 pytestmark = pytest.mark.gpu
 
@@ -61,7 +60,7 @@ def test_standard_matrix_on_cuda_fixed_is_clean_and_legacy_follows_the_ledger() 
         assert not verdict.failed_checks("reference"), (label, verdict.failed_checks("reference"))
         assert verdict.ledger is not None and verdict.ledger.holds, (label, verdict.ledger)
     records = [case_record(v, key=v.case.label()) for v in verdicts]
-    assert all(section.ok for section in comparison_sections(records, require_coverage=True))
+    assert judged_records(records, require_coverage=True).ok
 
 
 def test_case_inputs_on_cuda_are_the_cpu_numbers_moved() -> None:

@@ -24,6 +24,7 @@ from harness.case import Case, build_inputs, make_case
 from harness.cli import build_parser, main
 from harness.cli import work as work_command
 from harness.defaults import BUILTIN_NAMES, PAIR_SIDES
+from harness.judgement import WorkVerdict
 from harness.measure import callgrind, counters, model, timing, work
 from harness.options import RunOptions
 from harness.pipeline.control_flow import legacy_pass1_error
@@ -173,7 +174,9 @@ def test_measuring_leaves_the_global_rng_untouched() -> None:
 
 def test_the_work_section_is_ok_and_shows_the_comparison() -> None:
     messages: list[str] = []
-    section = work_sections.work_section(work.collect_work(seed=0, progress=messages.append))
+    section = work_sections.work_section(
+        WorkVerdict.of(work.collect_work(seed=0, progress=messages.append))
+    )
     assert section.ok, section.text
     assert section.title == "Eliminated work"
     assert "exactly one extra Markov walk" in section.verdict

@@ -29,6 +29,7 @@ from harness.cli import work as work_command
 from harness.defaults import BUILTIN_NAMES, PAIR_SIDES
 from harness.io import fingerprint
 from harness.io.fingerprint import code_fingerprint
+from harness.judgement import WorkVerdict
 from harness.measure import sweep, time_ratio, timing, work
 from harness.plugins.implementations import Implementation, select_implementations
 from harness.render import work as work_sections
@@ -73,7 +74,9 @@ def test_a_plugin_is_counted_with_its_own_random_draws_and_no_model() -> None:
         assert gumbel.counts.noise_calls == 0  # no exponential_ at all
         for name in BUILTIN_NAMES:  # the built-ins are still held to the model
             assert case_work.model_status(name) == work.ModelStatus.AGREES
-    section = work_sections.work_section(list(upstream_works()), expect_fail=frozenset({"raising"}))
+    section = work_sections.work_section(
+        WorkVerdict.of(list(upstream_works()), expect_fail=frozenset({"raising"}))
+    )
     assert section.ok, section.text
     assert "uniform_ 4x 4,096" in section.text
     assert f"gumbel, before, after, raising: {work.ModelStatus.NO_MODEL.value}" in section.verdict
@@ -88,14 +91,16 @@ def test_a_plugin_that_raises_is_a_recorded_result() -> None:
         assert raising.error == "RuntimeError: planted failure"
         assert raising.counts.walks == 0
         assert case_work.model_status("raising") == work.ModelStatus.NO_MODEL
-    section = work_sections.work_section(list(upstream_works()))
+    section = work_sections.work_section(WorkVerdict.of(list(upstream_works())))
     rows = [r for r in section.data["counted_work"] if r["implementation"] == "raising"]
     assert {r["error"] for r in rows} == {"RuntimeError: planted failure"}
     assert "raises RuntimeError" in section.text
     kinds = len(upstream_works())  # a raise is no measurement: the section fails unless expected
     assert not section.ok
     assert f"NOT measured: raising raised on {kinds}/{kinds} case kinds" in section.verdict
-    assert work_sections.work_section(list(upstream_works()), expect_fail=frozenset({"raising"})).ok
+    assert work_sections.work_section(
+        WorkVerdict.of(list(upstream_works()), expect_fail=frozenset({"raising"}))
+    ).ok
 
 
 def test_the_upstream_pair_shows_exactly_legacys_surplus() -> None:
@@ -117,7 +122,7 @@ def test_the_upstream_pair_shows_exactly_legacys_surplus() -> None:
         for key in STRUCTURAL:  # before vs after == legacy vs fixed, counter by counter
             assert (ours[key].legacy, ours[key].fixed) == (builtin[key].legacy, builtin[key].fixed)
     assert compared == sum(w.comparison is not None for w in default_works()) >= 8
-    section = work_sections.work_section(list(upstream_works()))
+    section = work_sections.work_section(WorkVerdict.of(list(upstream_works())))
     assert "before does exactly one extra Markov walk" in section.verdict
     assert "case kind (before | after)" in section.text
     headline = section.data["cases"][0]["before_vs_after"]
@@ -134,7 +139,7 @@ def test_a_pair_without_the_bug_fails_the_surplus_check() -> None:
     problems = [str(problem) for problem in result.problems]
     assert "after - fixed walks = 0, expected 1" in problems
     assert "folded: noise elements drawn are not exactly 2:1" in problems
-    section = work_sections.work_section([result])
+    section = work_sections.work_section(WorkVerdict.of([result]))
     assert not section.ok
 
 
@@ -154,7 +159,7 @@ def _work_args(out_dir: Path, *argv: str) -> argparse.Namespace:
 def test_the_default_work_output_is_unchanged(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    section = work_sections.work_section(list(default_works()))
+    section = work_sections.work_section(WorkVerdict.of(list(default_works())))
     assert set(section.data) == {"cases"}
     assert all("legacy_vs_fixed" in c for c in section.data["cases"])
     assert "counted work per call" not in section.text

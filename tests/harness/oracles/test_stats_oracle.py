@@ -22,8 +22,8 @@ import torch
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.cli import stats as stats_cli
 from harness.cli.exit_codes import ExitCode
+from harness.judge import judge_oracle
 from harness.options import RunOptions
-from harness.oracles import part as oracle_part
 from harness.oracles import stats
 from harness.oracles.fits import REPEAT, family_size, position_name
 from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, StatsError
@@ -152,7 +152,10 @@ def test_the_repeat_test_does_not_fire_on_fresh_noise(
 @pytest.fixture(scope="module")
 def report() -> tuple[Section, list[str]]:
     lines: list[str] = []
-    return stats_section(oracle_part.report_stats(options=RunOptions(progress=lines.append))), lines
+    judged = judge_oracle(
+        builtin_implementations(), options=RunOptions(progress=lines.append), power=True
+    )
+    return stats_section(judged), lines
 
 
 def test_report_section_shows_the_verdict_coverage_and_the_power_curves(
@@ -179,11 +182,10 @@ def test_report_section_shows_the_verdict_coverage_and_the_power_curves(
 
 
 def test_report_section_holds_plugins_to_passing() -> None:
-    oracle = oracle_part.report_stats(
-        options=RunOptions(progress=lambda _: None),
-        implementations=[FIXED, LEGACY, REUSED_NOISE],
+    judged = judge_oracle(
+        [FIXED, LEGACY, REUSED_NOISE], options=RunOptions(progress=lambda _: None), power=True
     )
-    held = stats_section(oracle)
+    held = stats_section(judged)
     assert not held.ok and held.data["expectations"] == {
         "fixed": True,
         "legacy": True,

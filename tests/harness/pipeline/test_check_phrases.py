@@ -15,6 +15,7 @@ from harness.pipeline.matrix import standard_matrix
 from harness.plugins.implementations import builtin_implementations
 from harness.render.sections import Table
 from harness.render.verdicts import comparison_sections
+from tests.helpers import judged_records
 
 
 def test_every_registered_check_has_one_short_phrase_and_no_other_name_has_one() -> None:
@@ -28,7 +29,7 @@ def legend() -> Table:
     records: list[Any] = compare(cases, builtin_implementations(), options=RunOptions())
     section = next(
         s
-        for s in comparison_sections(records, require_coverage=False)
+        for s in comparison_sections(judged_records(records))
         if s.title == "Checks per implementation"
     )
     return next(b for b in section.blocks if isinstance(b, Table) and b.header[0] == "code")

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from harness.judgement import OracleVerdict
 from harness.options import Roles, RunOptions
 from harness.oracles import part, stats
 from harness.oracles.fits import CountTable, position_name
@@ -24,7 +25,8 @@ from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage
 from harness.pipeline.matrix import standard_matrix
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.coverage import matrix_rows
-from harness.render.verdicts import comparison_sections, verdicts_json
+from harness.render.verdicts import comparison_sections
+from tests.helpers import judged_records
 from tests.plugins.stats_defects import RareArgmaxLastTokenSampler
 
 SMALL = replace(DEFAULT_CONFIG, rows=1_000, head_kinds=("vanilla",))
@@ -163,19 +165,21 @@ def test_the_coverage_is_in_the_text_markdown_and_json_verdicts(oracle: stats.Or
     records = compare(cases, builtin_implementations(("reference", "fixed")), options=RunOptions())
     coverage = part.statistical_coverage(oracle)
     roles = Roles(pair=("reference", "fixed"))
-    sections = comparison_sections(
-        records, require_coverage=False, roles=roles, statistical_coverage=coverage
-    )
+    judged = OracleVerdict(
+        run=oracle, coverage=coverage, statisticals={}, ok=True, wall_s=0.0
+    )  # the oracle's coverage alone, as the judge holds it
+    judgement = judged_records(records, roles=roles, oracle=judged)
+    sections = comparison_sections(judgement)
     block = next(s for s in sections if s.title == "Coverage")
     assert "calls per instance" in block.text and "detection bound" in block.text
     assert "not ruled out" in block.text
     markdown = block.markdown()
     assert re.search(r"^\| position +\| +every head and group +\|", markdown, re.M), markdown
     assert re.search(r"^\| pos 0 +\|", markdown, re.M)
-    body = verdicts_json(records, roles=roles, statistical_coverage=coverage)
+    body = judgement.to_json()
     json.dumps(body, allow_nan=False)
     assert body["coverage"]["matrix"]["cases"] == 2
     assert isinstance(coverage, StatisticalCoverage)
     assert body["coverage"]["statistical"]["bounds"][0]["fraction"] == coverage.bounds[0].fraction
-    no_oracle = comparison_sections(records, require_coverage=False, roles=roles)
+    no_oracle = comparison_sections(judged_records(records, roles=roles))
     assert "not run" in next(s for s in no_oracle if s.title == "Coverage").text

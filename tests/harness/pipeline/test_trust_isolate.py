@@ -54,8 +54,8 @@ def test_under_isolate_a_plugin_tampering_at_import_and_at_exit_cannot_make_a_pa
     assert "VERDICT: FAIL" in (out / "compare.txt").read_text()
     report = json.loads((out / "compare.json").read_text())
     assert not report["ok"] and len(report["cases"]) == 2
-    assert not report["verdicts"]["implementations"]["bad"]["lossless"]
-    assert report["verdicts"]["implementations"]["fixed"]["lossless"]
+    assert not report["judgement"]["implementations"]["bad"]["lossless"]
+    assert report["judgement"]["implementations"]["fixed"]["lossless"]
 
 
 def test_under_isolate_a_correct_file_plugin_passes_and_is_never_imported_by_the_judge(
@@ -162,11 +162,11 @@ def test_a_segfaulting_sampler_under_report_isolate_gives_a_complete_report_and_
     titles = [s["title"] for s in report["sections"]]
     assert any("statistical" in t.lower() for t in titles), titles
     assert any("work" in t.lower() for t in titles), titles
-    planted = report["verdicts"]["implementations"]["planted"]
+    planted = report["judgement"]["implementations"]["planted"]
     assert not planted["lossless"]
     assert "WorkerDied" in planted["statistical"]["error"]
     assert "SIGSEGV" in planted["statistical"]["error"]
-    assert report["verdicts"]["implementations"]["fixed"]["lossless"]
+    assert report["judgement"]["implementations"]["fixed"]["lossless"]
 
 
 def test_a_worker_is_not_told_the_out_dir(tmp_path: Path) -> None:

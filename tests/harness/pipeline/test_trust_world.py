@@ -153,7 +153,7 @@ def test_a_sampler_that_closes_stdout_is_no_traceback(tmp_path: Path) -> None:
     done = _compare(*_one_case(tmp_path), "--impl", impl, "--json", "--out-dir", str(tmp_path))
     assert "Traceback" not in done.stderr
     report = json.loads(done.stdout)  # stdout is back for the judge's report
-    verdicts = report["verdicts"]["implementations"]
+    verdicts = report["judgement"]["implementations"]
     assert all(verdicts[name]["lossless"] for name in ("reference", "fixed"))
     # the oracle calls one instance many times in one guarded block: the second close of
     # fd 1 raises in the sampler, its own recorded failure (a server would see it too)

@@ -23,7 +23,7 @@ from harness.plugins.construct import bind_constructor
 from harness.plugins.conventions import ConstructorConvention, ConventionName, convention_of
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.verdicts import comparison_sections
-from tests.helpers import DefaultReport, small_case
+from tests.helpers import DefaultReport, judged_records, small_case
 from tests.plugins import alternative_samplers, planted_defects_verdicts
 
 SAMPLED = small_case(seed=21, vocab_size=64, hidden_size=16, temperature=0.8, max_bs=5)
@@ -165,7 +165,7 @@ def test_cases_outside_a_contract_are_counted_as_not_run(monkeypatch: pytest.Mon
     assert (verdict.cases, verdict.outside_contract, verdict.judged) == (3, 2, 1)
     assert verdict.lossless and verdict.drop_in
     assert verdict.summary().endswith("(2 of 3 cases not run: outside its contract)")
-    line = comparison_sections(records, require_coverage=False)[0].verdict
+    line = comparison_sections(judged_records(records))[0].verdict
     assert line.startswith("fixed: clean on 1/3 cases (2 not run: outside its contract)")
     assert implementation_verdict(records, "reference").outside_contract == 0
 
@@ -175,9 +175,9 @@ def test_a_verdict_on_no_case_that_ran_claims_nothing(monkeypatch: pytest.Monkey
     verdict = implementation_verdict(records, "fixed")
     assert verdict.judged == 0 and not verdict.lossless and not verdict.drop_in
     assert verdict.summary() == "not run: all 2 cases are outside its contract"
-    section = comparison_sections(records, require_coverage=False)[0]
+    section = comparison_sections(judged_records(records))[0]
     assert not section.ok and section.verdict.startswith("fixed: not run: all 2 cases")
     expected_to_fail = comparison_sections(
-        records, require_coverage=False, roles=Roles(expect_fail=("fixed",))
+        judged_records(records, roles=Roles(expect_fail=("fixed",)))
     )[0]
     assert not expected_to_fail.ok  # nothing ran shows no failure either

@@ -18,15 +18,17 @@ import pytest
 
 from harness.cli import main
 from harness.cli.exit_codes import ExitCode
+from harness.judge import judge_oracle
+from harness.judgement import Judgement, OracleVerdict
 from harness.options import Roles, RunOptions
-from harness.oracles import part as stats_part
 from harness.pipeline.check_result import Tier
 from harness.pipeline.compare import compare
 from harness.pipeline.matrix import standard_matrix
-from harness.pipeline.verdicts import Statistical, implementation_verdict
+from harness.pipeline.verdicts import implementation_verdict
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.sections import Section, Table
-from harness.render.verdicts import comparison_sections, verdicts_json
+from harness.render.verdicts import comparison_sections
+from tests.helpers import judged_records
 from tests.plugins import alternative_samplers
 from tests.plugins.stats_defects import ReusedNoiseSampler
 
@@ -46,34 +48,35 @@ def _plugins() -> list[Implementation]:
 
 
 @pytest.fixture(scope="module")
-def judged() -> tuple[list[dict], dict[str, Statistical]]:
+def judged() -> tuple[list[dict], OracleVerdict]:
     """The standard matrix's records and the oracle's verdicts, for fixed, reference, the
     planted defect and the three alternative designs."""
     implementations = [*builtin_implementations(("reference", "fixed")), *_plugins()]
     records = compare(
         standard_matrix(seed=0), implementations, options=RunOptions(require_observable=True)
     )
-    oracle = stats_part.report_stats(
-        options=RunOptions(roles=Roles(require=Tier.LOSSLESS)), implementations=implementations
+    oracle = judge_oracle(
+        implementations, options=RunOptions(roles=Roles(require=Tier.LOSSLESS)), power=False
     )
-    return records, stats_part.statistical_verdicts(oracle)
+    return records, oracle
 
 
-def _sections(records: list[dict], statistical: dict[str, Statistical] | None) -> dict:
-    roles = Roles(require=Tier.LOSSLESS)
-    sections = comparison_sections(
-        records, require_coverage=False, roles=roles, statistical=statistical
-    )
-    return {s.title: s for s in sections}
+def _judgement(records: list[dict], oracle: OracleVerdict | None) -> Judgement:
+    return judged_records(records, roles=Roles(require=Tier.LOSSLESS), oracle=oracle)
+
+
+def _sections(records: list[dict], oracle: OracleVerdict | None) -> dict:
+    return {s.title: s for s in comparison_sections(_judgement(records, oracle))}
 
 
 def test_a_defect_only_the_oracle_sees_is_not_lossless(judged) -> None:
-    records, statistical = judged
+    records, oracle = judged
+    statistical = oracle.statisticals
     by_checks = implementation_verdict(records, "reused")
     assert by_checks.lossless and not by_checks.replayable  # the checks cannot see it
     part = statistical["reused"]
     assert part.ran and part.rejected and part.p_value is not None and part.p_value < 1e-6
-    section = _sections(records, statistical)["Implementation reused"]
+    section = _sections(records, oracle)["Implementation reused"]
     assert not section.ok
     cases = len(standard_matrix())
     assert section.verdict.startswith(
@@ -85,7 +88,7 @@ def test_a_defect_only_the_oracle_sees_is_not_lossless(judged) -> None:
     assert f"carried by {', '.join(first[:4])} and {len(first) - 4} more)" in section.verdict
     assert all(name.count("/") == 3 for name in first)  # target/head/group/test
     assert "/pos " in first[0]  # the strongest carrier is a position
-    body = verdicts_json(records, roles=Roles(require=Tier.LOSSLESS), statistical=statistical)
+    body = _judgement(records, oracle).to_json()
     entry = body["implementations"]["reused"]
     assert (entry["lossless"], entry["drop_in"]) == (False, False)
     assert entry["statistical"]["rejected"] is True
@@ -96,9 +99,9 @@ def test_a_defect_only_the_oracle_sees_is_not_lossless(judged) -> None:
 def test_alternative_designs_stay_lossless_not_drop_in_with_the_statistical_part_passing(
     judged,
 ) -> None:
-    records, statistical = judged
-    sections = _sections(records, statistical)
-    body = verdicts_json(records, roles=Roles(require=Tier.LOSSLESS), statistical=statistical)
+    records, oracle = judged
+    sections = _sections(records, oracle)
+    body = _judgement(records, oracle).to_json()
     for name in ALTERNATIVES:
         entry = body["implementations"][name]
         assert (entry["lossless"], entry["drop_in"]) == (True, False), entry["summary"]
@@ -121,7 +124,7 @@ def test_without_the_oracle_the_verdict_says_its_statistical_part_was_not_run(ju
     sections = _sections(records, None)
     assert sections["Fixed sampler"].verdict.endswith("checks only; statistical oracle not run")
     assert sections["Implementation reused"].ok  # the checks alone cannot see the defect
-    body = verdicts_json(records, roles=Roles(require=Tier.LOSSLESS))
+    body = _judgement(records, None).to_json()
     for entry in body["implementations"].values():
         assert entry["statistical"] == {
             "ran": False,
@@ -161,7 +164,7 @@ def test_report_command_carries_the_statistical_verdict_into_json_and_exit_code(
     argv += ["--require", "lossless", "--out-dir", str(tmp_path), "--json"]
     assert main([*argv, "--expect-fail", "reused"]) == ExitCode.OK
     body = json.loads(capsys.readouterr().out)
-    verdicts = body["verdicts"]["implementations"]
+    verdicts = body["judgement"]["implementations"]
     assert verdicts["reused"]["lossless"] is False
     assert verdicts["reused"]["statistical"]["rejected"] is True
     assert verdicts["gumbel"]["lossless"] is True
@@ -175,7 +178,8 @@ def test_report_command_carries_the_statistical_verdict_into_json_and_exit_code(
 
 
 def test_a_verdict_takes_the_oracles_part_once(judged) -> None:
-    records, statistical = judged
+    records, oracle = judged
+    statistical = oracle.statisticals
     by_checks = implementation_verdict(records, "fixed")
     judged_once = by_checks.with_statistical(statistical["fixed"])
     assert judged_once.statistical == statistical["fixed"]

@@ -1,0 +1,258 @@
+"""The verdict of a run as one value: ``Judgement``, computed once by ``harness.judge``
+and read by every entry point (each command, the Python API, the pytest plugin, the
+versions table). ``render/`` formats it and decides nothing; the exit code is
+``Judgement.ok``.
+
+A judgement holds, per implementation, its two verdicts (the statistical oracle's part
+inside the lossless one) held to its role (``HeldVerdict``); the divergence ledger
+between the pair (``LedgerVerdict``); the oracle's run with whether each
+implementation met its expectation there (``OracleVerdict``); the eliminated work
+(``WorkVerdict``); and what each covered. ``Judgement.to_json()`` is its serialisation
+in the report (docs/verdicts.md, "The report's JSON").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from harness.options import Roles, RunOptions
+from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage
+from harness.pipeline.ledger import LEDGER_CLASSES
+from harness.pipeline.records import CaseRecord
+from harness.pipeline.verdicts import NOT_RUN, Statistical, Verdict, implementation_verdict
+
+if TYPE_CHECKING:
+    from harness.measure.work import CaseWork
+    from harness.oracles.stats import OracleRun
+
+JUDGEMENT_SCHEMA_VERSION = 2  # 1: sections only; 2: the judgement beside them
+
+
+@dataclass(frozen=True)
+class HeldVerdict:
+    """One implementation's verdicts held to its role: ``ok`` when it meets what the
+    role asks (an implementation expected to fail must fail a lossless check on a case
+    that ran; every other one must meet ``held_to``)."""
+
+    verdict: Verdict
+    role: str  # in words: judged, the buggy or fixed side of the pair, expected to fail
+    held_to: str  # what it must meet, in words
+    expected_to_fail: bool
+    ok: bool
+
+    @property
+    def name(self) -> str:
+        return self.verdict.name
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.verdict.to_json(),
+            "role": self.role,
+            "held_to": self.held_to,
+            "expected_to_fail": self.expected_to_fail,
+            "ok": self.ok,
+        }
+
+
+def hold_to_role(verdict: Verdict, *, roles: Roles) -> HeldVerdict:
+    """``verdict`` held to what ``roles`` ask of its implementation."""
+    name = verdict.name
+    role, held_to = roles.describe(name)
+    if name in roles.expect_fail:
+        ok = not verdict.lossless and verdict.judged > 0  # nothing that ran shows nothing
+        return HeldVerdict(verdict, role, held_to, expected_to_fail=True, ok=ok)
+    required = roles.requirement(name)
+    return HeldVerdict(verdict, role, held_to, expected_to_fail=False, ok=verdict.meets(required))
+
+
+@dataclass(frozen=True)
+class LedgerVerdict:
+    """The divergence ledger between the pair over a comparison's records: ``ok`` when
+    it holds on every case that ran both, and (on the standard matrix) every class it
+    knows was observed somewhere."""
+
+    pair: tuple[str, str]
+    cases: int  # cases that ran both sides
+    broken: tuple[str, ...]  # labels of the cases where it does not hold
+    never_observed: tuple[str, ...]  # classes no case showed (standard matrix only)
+    ok: bool
+
+    @classmethod
+    def of(
+        cls, records: Sequence[CaseRecord], *, roles: Roles, require_coverage: bool
+    ) -> LedgerVerdict:
+        entries = [(r["label"], r["ledger"]) for r in records if r["ledger"] is not None]
+        broken = tuple(label for label, entry in entries if not entry["holds"])
+        seen = {name for _, entry in entries for name in entry["observed"]}
+        never = tuple(sorted(set(LEDGER_CLASSES) - seen)) if require_coverage else ()
+        ok = not broken and not never and bool(entries)
+        return cls(roles.pair, len(entries), broken, never, ok)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pair": list(self.pair),
+            "cases": self.cases,
+            "broken": list(self.broken),
+            "never_observed": list(self.never_observed),
+            "ok": self.ok,
+        }
+
+
+@dataclass(frozen=True)
+class OracleVerdict:
+    """The statistical oracle's run: ``ok`` when every implementation met its
+    expectation under every verifier (``harness.oracles.stats.expectations_hold``)."""
+
+    run: OracleRun
+    coverage: StatisticalCoverage | None
+    statisticals: Mapping[str, Statistical]
+    ok: bool
+    wall_s: float
+
+
+@dataclass(frozen=True)
+class WorkVerdict:
+    """The eliminated work: ``ok`` when a case with sampled rows compared the pair, the
+    counts agree with the work model on every case kind, and no plug-in outside the
+    pair (not expected to fail) raised."""
+
+    works: tuple[CaseWork, ...]
+    agreeing: int  # case kinds whose counts agree with the model
+    unmeasured: tuple[tuple[str, int], ...]  # (plug-in, case kinds it raised on)
+    compared: bool  # some case with sampled rows compared the pair
+    ok: bool
+    wall_s: float
+
+    @classmethod
+    def of(
+        cls,
+        works: Sequence[CaseWork],
+        *,
+        expect_fail: frozenset[str] = frozenset(),
+        wall_s: float = 0.0,
+    ) -> WorkVerdict:
+        from harness.measure.work import unmeasured_plugins
+
+        agreeing = sum(w.agrees for w in works)
+        compared = any(w.comparison is not None and w.case.has_sampled_rows for w in works)
+        unmeasured = tuple(unmeasured_plugins(works, expect_fail=expect_fail))
+        ok = compared and agreeing == len(works) and not unmeasured
+        return cls(tuple(works), agreeing, unmeasured, compared, ok, wall_s)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The verdict of one run: every implementation held to its role, the ledger, the
+    oracle and the eliminated work where they ran, and what they covered. ``ok`` is
+    the run's exit status (0 when it holds)."""
+
+    options: RunOptions
+    records: tuple[CaseRecord, ...]
+    held: tuple[HeldVerdict, ...]
+    ledger: LedgerVerdict | None = None
+    oracle: OracleVerdict | None = None
+    work: WorkVerdict | None = None
+    timing: dict[str, float] = field(default_factory=dict, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        parts = [h.ok for h in self.held if self.judged_by_checks(h.name)]
+        parts += [p.ok for p in (self.ledger, self.oracle, self.work) if p is not None]
+        return all(parts)
+
+    def judged_by_checks(self, name: str) -> bool:
+        """The pair's buggy side is judged by the ledger (and by ``expect_fail``)."""
+        return self.options.roles.judged_by_checks(name)
+
+    @property
+    def names(self) -> list[str]:
+        return [h.name for h in self.held]
+
+    def held_verdict(self, name: str) -> HeldVerdict:
+        return next(h for h in self.held if h.name == name)
+
+    def verdict(self, name: str) -> Verdict:
+        """``name``'s verdicts, the statistical oracle's part in them when it ran."""
+        return self.held_verdict(name).verdict
+
+    def matrix_coverage(self) -> MatrixCoverage:
+        return MatrixCoverage.of_records(self.records)
+
+    def to_json(self) -> dict[str, Any]:
+        """The judgement as JSON: the roles, every implementation's verdicts, the
+        ledger, whether the oracle and the work held, and what was covered."""
+        statistical = None if self.oracle is None else self.oracle.coverage
+        return {
+            "schema_version": JUDGEMENT_SCHEMA_VERSION,
+            "ok": self.ok,
+            "roles": self.options.roles.to_json(),
+            "implementations": {h.name: h.to_json() for h in self.held},
+            "ledger": None if self.ledger is None else self.ledger.to_json(),
+            "oracle": None
+            if self.oracle is None
+            else {"ok": self.oracle.ok, "verifiers": list(self.oracle.run.by_verifier)},
+            "work": None
+            if self.work is None
+            else {
+                "ok": self.work.ok,
+                "agreeing": self.work.agreeing,
+                "case_kinds": len(self.work.works),
+                "unmeasured": [list(u) for u in self.work.unmeasured],
+            },
+            "coverage": {
+                "matrix": self.matrix_coverage().to_json(),
+                "statistical": None if statistical is None else statistical.to_json(),
+            },
+        }
+
+
+def held_verdicts(
+    records: Sequence[CaseRecord],
+    *,
+    roles: Roles,
+    statisticals: Mapping[str, Statistical] | None = None,
+) -> tuple[HeldVerdict, ...]:
+    """Every implementation of ``records`` held to its role, the statistical oracle's
+    part in its lossless verdict when the oracle ran (``statisticals``, by name)."""
+    names = list(records[0]["implementations"]) if records else []
+    held = []
+    for name in names:
+        verdict = implementation_verdict(records, name)
+        if statisticals is not None:
+            verdict = verdict.with_statistical(statisticals.get(name, NOT_RUN))
+        held.append(hold_to_role(verdict, roles=roles))
+    return tuple(held)
+
+
+def judge_records(
+    records: Sequence[CaseRecord],
+    *,
+    options: RunOptions,
+    oracle: OracleVerdict | None = None,
+    work: WorkVerdict | None = None,
+    timing: dict[str, float] | None = None,
+) -> Judgement:
+    """The judgement of a comparison's records (with the oracle's and the work's parts
+    when they ran): every implementation held to its role, and the ledger between the
+    pair when both sides ran (every class required on the standard matrix,
+    ``options.require_observable``)."""
+    roles = options.roles
+    names = list(records[0]["implementations"]) if records else []
+    ledger = None
+    if roles.buggy in names and roles.fixed in names:
+        ledger = LedgerVerdict.of(records, roles=roles, require_coverage=options.require_observable)
+    return Judgement(
+        options=options,
+        records=tuple(records),
+        held=held_verdicts(
+            records,
+            roles=roles,
+            statisticals=None if oracle is None else oracle.statisticals,
+        ),
+        ledger=ledger,
+        oracle=oracle,
+        work=work,
+        timing=dict(timing or {}),
+    )
