@@ -39,7 +39,6 @@ from harness.pipeline.support_scan import (
     nonfinite_behaviour,
     scan_point,
 )
-from harness.plugins.conventions import convention_of
 from harness.plugins.implementations import (
     Implementation,
     builtin_implementations,
@@ -48,6 +47,7 @@ from harness.plugins.implementations import (
 from harness.progress import Progress, no_progress
 from harness.testing import check_sampler
 from harness.upstream import vllm_loader
+from harness.upstream.dispatch import convention_of, provenance
 from harness.upstream.rejection import BLOCKWISE_REJECTION
 from reference.verifier import CHAIN_VERIFIER
 
@@ -261,7 +261,7 @@ def collect_versions(
             for o in rules
             if not o.holds
         ]
-        findings += list(impl.provenance().get("adaptations", []))
+        findings += list(provenance(impl).get("adaptations", []))
         lossless = verdict.lossless and not any(r.hit_count for r in scan)
         why = verdict.summary()
         if verdict.lossless and not lossless:  # the checks pass; the scan does not

@@ -34,7 +34,6 @@ is the package's; the drafter holds the toy weights. See docs/upstream.md ("vLLM
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -57,7 +56,7 @@ from harness.plugins.conventions import (
 )
 from harness.plugins.walks import HeadCounts
 from harness.upstream.vllm_drafter import VllmDrafter, reduced_vocab_state
-from harness.upstream.vllm_loader import LoadedVllm, interpreted, is_speculator_class, load_vllm
+from harness.upstream.vllm_loader import TOPK_ATTRIBUTE, LoadedVllm, interpreted, load_vllm
 from reference.block import prepare_block
 from reference.draft_model import query_rows_per_request
 from reference.sampling_params import SamplingInfo, stage_sampling_params
@@ -66,8 +65,6 @@ from reference.verifier import DraftBlock
 if TYPE_CHECKING:
     from harness.case import Case, CaseInputs
 
-VLLM_FORM = "NAME=vllm, NAME=vllm:dense or NAME=vllm:topk=K (K a positive integer)"
-TOPK_ATTRIBUTE = "harness_draft_topk"  # class attribute: K of the top-k variant, or None
 SEED_BITS = 63
 POSITION_SPACING = 1 << 20  # request b's sequence starts at (b + 1) * this
 # The oracle's decode of this sampler under the interpreter: the far target only, 250
@@ -429,31 +426,6 @@ class VllmConvention(Convention):
         for name, value in state.items():
             setattr(speculator, name, value)
         return VllmSampler(sampler=speculator, model=drafter, case=case, loaded=loaded)
-
-
-def parse_vllm_variant(text: str) -> int | None:
-    """``""`` or ``"dense"`` -> ``None``; ``"topk=K"`` -> ``K``; ``ValueError`` otherwise."""
-    if text in ("", "dense"):
-        return None
-    key, sep, value = text.partition("=")
-    if key == "topk" and sep and value.isdigit() and int(value) > 0:
-        return int(value)
-    raise ValueError(f"unknown vLLM variant {text!r}")
-
-
-@functools.cache
-def variant_class(topk: int | None) -> type[Any]:
-    """The package's ``DSparkSpeculator`` (dense), or a subclass of it that only names
-    ``K`` for the top-``K`` variant (its ``hf_config.dspark_draft_topk`` upstream)."""
-    base = load_vllm().DSparkSpeculator
-    if topk is None:
-        return base
-    return type(f"DSparkSpeculatorTopK{topk}", (base,), {TOPK_ATTRIBUTE: topk})
-
-
-def speaks_vllm_0_33(sampler_class: type[Any]) -> bool:
-    """Whether the class is vLLM's ``DSparkSpeculator`` or a subclass of it."""
-    return isinstance(sampler_class, type) and is_speculator_class(sampler_class)
 
 
 VLLM_0_33 = VllmConvention()
