@@ -91,7 +91,8 @@ class Implementation:
     ``None``: it imports no sglang). ``kind``: ``"class"`` or ``"function"`` (a block
     sampler function wrapped into ``sampler_class``). ``convention`` and
     ``adaptations``: its calling convention and what the harness's adapter works around
-    in it, as its worker found them (``None``: read from ``sampler_class``).
+    in it, as its worker found them (``None``: read from ``sampler_class`` by
+    ``harness.upstream.dispatch.provenance``).
     """
 
     name: str
