@@ -25,10 +25,11 @@ from typing import Literal
 
 import torch
 
+from reference.noise_floor import MIN_NOISE
+from reference.triton_interpreter import use_interpreter_without_cuda
+
 StepSampler = Callable[[torch.Tensor, int], torch.Tensor]
 RaceBackend = Literal["auto", "torch", "triton"]
-# A zero Exp(1) draw is raised to the smallest normal float32: 0/0 would be NaN and win the argmax.
-MIN_NOISE = torch.finfo(torch.float32).tiny
 
 
 def greedy_step(step_logits: torch.Tensor, step_idx: int) -> torch.Tensor:
@@ -90,7 +91,8 @@ def exponential_race(
     """Exponential race with dispatch: Triton on CUDA tensors, torch otherwise.
 
     ``backend="triton"`` forces the kernel (under the Triton interpreter on a
-    machine without CUDA); ``backend="torch"`` forces plain torch.
+    machine without CUDA: ``TRITON_INTERPRET=1`` is set for the process then, before the
+    kernel module is imported); ``backend="torch"`` forces plain torch.
     """
     if backend not in ("auto", "torch", "triton"):
         raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
@@ -99,6 +101,7 @@ def exponential_race(
         return exponential_race_torch(
             logits, temperatures=temperatures, greedy_mask=greedy_mask, noise=noise
         )
+    use_interpreter_without_cuda()  # before Triton's first import: interpreted without CUDA
     from reference.triton_race import exponential_race_triton
 
     return exponential_race_triton(

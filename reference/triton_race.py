@@ -18,24 +18,20 @@ Two kernels do the work:
    wins ties, i.e. the earliest tile among equal scores. The row's first NaN, else its
    first ``+inf``, overrides the winner.
 
-Without CUDA, importing this module sets ``TRITON_INTERPRET=1`` for the process and
-the kernels run under the Triton interpreter on CPU tensors (slowly; keep shapes small).
+Without CUDA the kernels run under the Triton interpreter on CPU tensors (slowly; keep
+shapes small) when ``TRITON_INTERPRET=1`` was set before Triton was first imported:
+``reference.triton_interpreter.use_interpreter_without_cuda()`` sets it, and the race's
+dispatch (``reference.step_samplers.exponential_race``) calls it before importing this
+module. Importing this module changes nothing in the process environment.
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
-
-from reference.step_samplers import MIN_NOISE
-
-if not torch.cuda.is_available():
-    # Set before importing triton (tl.max is @jit'd at import) and kept: a launch re-reads it.
-    os.environ["TRITON_INTERPRET"] = "1"
-
 import triton
 import triton.language as tl
+
+from reference.noise_floor import MIN_NOISE
 
 BLOCK_V = 1024  # vocab tile width; a power of two as tl.arange requires
 _MIN_NOISE = tl.constexpr(MIN_NOISE)  # zero draws are raised to it, as in the torch race
@@ -149,6 +145,12 @@ _INTERPRETED = not isinstance(_race_tiles_kernel, triton.JITFunction)
 _STDLIB_MATCHES = isinstance(tl.max, triton.JITFunction) != _INTERPRETED
 
 
+_NO_INTERPRETER = (
+    "set TRITON_INTERPRET=1 before importing triton to run the race without CUDA "
+    "(reference.triton_interpreter.use_interpreter_without_cuda())"
+)
+
+
 def _for_launch(t: torch.Tensor) -> torch.Tensor:
     """The interpreter has no bfloat16: upcast to float32 (exact) before launch."""
     if _INTERPRETED and t.dtype == torch.bfloat16:
@@ -190,11 +192,14 @@ def _validate(
     if _INTERPRETED and logits.is_cuda:
         raise ValueError("kernels were defined under the Triton interpreter: pass CPU tensors")
     if not _INTERPRETED and not logits.is_cuda:
-        raise ValueError("compiled Triton kernels need CUDA tensors, got CPU tensors")
+        without_cuda = "" if torch.cuda.is_available() else f"; {_NO_INTERPRETER}"
+        raise ValueError(
+            f"compiled Triton kernels need CUDA tensors, got CPU tensors{without_cuda}"
+        )
     if not _STDLIB_MATCHES:
         raise RuntimeError(
-            "triton was imported without TRITON_INTERPRET=1 before reference.triton_race; "
-            "set TRITON_INTERPRET=1 before importing triton to run the race without CUDA"
+            f"triton was imported without TRITON_INTERPRET=1 before reference.triton_race; "
+            f"{_NO_INTERPRETER}"
         )
 
 

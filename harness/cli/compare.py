@@ -69,7 +69,9 @@ def provenance_section(implementations: list[Implementation]) -> Section:
     """Where each sampler came from: its spec, the server era its module was loaded for,
     the calling convention it was built in and what the adapter works around in it
     (docs/plugins.md)."""
-    rows = [implementation.provenance() for implementation in implementations]
+    from harness.upstream.dispatch import provenance
+
+    rows = [provenance(implementation) for implementation in implementations]
     text = table(
         ("implementation", "spec", "kind", "era", "convention"),
         [

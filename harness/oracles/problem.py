@@ -35,7 +35,8 @@ from harness.oracles.defaults import (
     DEFAULT_VOCAB_SIZE,
     GREEDY,
 )
-from harness.plugins.conventions import BuiltSampler, build_for_case
+from harness.plugins.conventions import BuiltSampler
+from harness.upstream.dispatch import build_for_case
 from reference import (
     HEAD_KINDS,
     SamplingInfo,

@@ -60,12 +60,12 @@ from harness.oracles.problem import (
 from harness.pipeline.coverage import BoundRow
 from harness.pipeline.runner import RaisedError, guarded_call
 from harness.pipeline.verdicts import Statistical
-from harness.plugins.conventions import convention_of
 from harness.plugins.implementations import (
     Implementation,
     WorkerOnlySampler,
     builtin_implementations,
 )
+from harness.upstream.dispatch import convention_of
 from reference.verifier import CHAIN_VERIFIER, DecodeResult, Verifier
 
 DEFAULT_ROLES = Roles()

@@ -22,7 +22,7 @@ from harness.defaults import DEFAULT_PAIR
 from harness.io.fingerprint import run_fingerprint
 from harness.io.journal import Journal, canonical
 from harness.options import RunOptions
-from harness.pipeline.checks import CheckResult, Subject, judge, tier_of
+from harness.pipeline.checks import CheckResult, Subject, run_checks, tier_of
 from harness.pipeline.ledger import LedgerEntry, observe_divergence
 from harness.pipeline.memory import check_cases_fit
 from harness.pipeline.records import (
@@ -67,7 +67,7 @@ def evaluate_run(
     run: CaseRun, *, require_observable: bool, pair: tuple[str, str] = DEFAULT_PAIR
 ) -> CaseVerdict:
     """Checks per implementation and, when both sides of the pair ran, the ledger."""
-    checks = {name: judge(Subject(run, result)) for name, result in run.results.items()}
+    checks = {name: run_checks(Subject(run, result)) for name, result in run.results.items()}
     ledger = None
     buggy, fixed = pair
     if buggy in run.results and fixed in run.results:

@@ -64,6 +64,7 @@ from harness.plugins.implementations import (
     split_impl_spec,
 )
 from harness.progress import no_progress
+from harness.upstream.dispatch import provenance
 
 ANSWER_GRACE_S = 10.0  # beyond the in-worker limit: clean-up, the answer, a busy machine
 START_LIMIT_S = 600.0  # a worker's start and the inputs of one case
@@ -260,12 +261,12 @@ def _describe(spec: str) -> PluginDescription:
         loaded = parse_impl_spec(spec)
     except ImplementationError as error:
         return PluginDescription(error=str(error))
-    provenance = loaded.provenance()
+    described = provenance(loaded)
     return PluginDescription(
         kind=loaded.kind,
-        era=provenance["era"],
-        convention=provenance["convention"],
-        adaptations=tuple(provenance["adaptations"]),
+        era=described["era"],
+        convention=described["convention"],
+        adaptations=tuple(described["adaptations"]),
     )
 
 

@@ -21,13 +21,13 @@ import torch
 from harness.case import Case
 from harness.defaults import FIXED, LEGACY
 from harness.pipeline.check_result import MAX_LISTED
-from harness.pipeline.checks import (
+from harness.pipeline.checks.subject import (
     Subject,
-    check_teacher_forcing,
     exact_comparison,
     near_tie_mask,
     positions_differ,
 )
+from harness.pipeline.checks.walk import check_teacher_forcing
 from harness.pipeline.control_flow import control_flow, legacy_pass1_cause, legacy_pass1_error
 from harness.pipeline.runner import CaseRun, ImplResult, RaisedError
 from reference import teacher_forced_logits

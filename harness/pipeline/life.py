@@ -31,8 +31,9 @@ from harness.pipeline.runner import (
     guarded_call,
     latest_draws,
 )
-from harness.plugins.conventions import TOKEN_SENTINEL, BuiltSampler, convention_of
+from harness.plugins.conventions import TOKEN_SENTINEL, BuiltSampler
 from harness.plugins.implementations import Implementation
+from harness.upstream.dispatch import convention_of
 from reference import SamplingInfo
 
 MIN_REPLAYS = 8  # replays of one bucket in the standard matrix's lives

@@ -46,12 +46,11 @@ from harness.plugins.conventions import (
     CallOutputs,
     NoiseCounter,
     StagedParams,
-    build_for_case,
-    convention_of,
 )
 from harness.plugins.implementations import Implementation
 from harness.plugins.protocol import DraftSampler
 from harness.plugins.walks import HeadCounts
+from harness.upstream.dispatch import build_for_case, convention_of
 from harness.world import WorldChanges, implementation_world, take_thread_blame
 from reference import BlockInputs
 

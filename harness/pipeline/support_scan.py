@@ -30,9 +30,10 @@ import torch
 from harness.case import Case, CaseError, build_inputs, make_case
 from harness.devices import intra_op_threads
 from harness.io.files import write_atomically
-from harness.plugins.conventions import BuiltSampler, build_for_case
+from harness.plugins.conventions import BuiltSampler
 from harness.plugins.implementations import Implementation
 from harness.progress import Progress, no_progress
+from harness.upstream.dispatch import build_for_case
 from reference import HEAD_KINDS, PrecomputedBaseLogits
 
 FAR_GAP = 1.0e4  # far-apart rows: the second token sits this far below the top one

@@ -369,32 +369,3 @@ class ConstructorConvention(Convention):
         return CorrectedOutSampler(
             sampler=sampler, model=drafter, convention=self.name, server_out=out
         )
-
-
-def convention_of(sampler_class: type[DraftSampler]) -> Convention:
-    """The convention a sampler class speaks: sglang 0.5.23's for the package's own
-    ``DsparkDraftSampler`` and its subclasses, vLLM 0.33's for its ``DSparkSpeculator``
-    and its subclasses, else what its constructor says."""
-    from harness.upstream.sglang_convention import SGLANG_0_5_23, speaks_sglang_0_5_23
-    from harness.upstream.vllm_convention import VLLM_0_33, speaks_vllm_0_33
-
-    if speaks_sglang_0_5_23(sampler_class):
-        return SGLANG_0_5_23
-    if speaks_vllm_0_33(sampler_class):
-        return VLLM_0_33
-    return ConstructorConvention(ConventionName(bind_constructor(sampler_class).convention))
-
-
-def build_for_case(
-    sampler_class: type[DraftSampler],
-    *,
-    case: Case,
-    inputs: CaseInputs,
-    model: torch.nn.Module | None = None,
-    out: torch.Tensor | None = None,
-) -> BuiltSampler:
-    """A sampler for the case in the class's own convention (``out``: the server's token
-    buffer, where the constructor takes one); nothing staged yet."""
-    return convention_of(sampler_class).build(
-        sampler_class, case=case, inputs=inputs, model=model, out=out
-    )

@@ -14,6 +14,9 @@ other sampler joins with ``--impl``:
   (dense, or its top-``K`` variant), loaded by ``harness.upstream.vllm_loader`` and
   built in its convention (``harness.upstream.vllm_convention``).
 
+The released packages are found and named through their loaders, which import nothing
+of the harness; which convention a class speaks is ``harness.upstream.dispatch``'s.
+
 A file or module target may name its server era after ``@`` (``harness.plugins.eras``).
 
 Every class is bound against its constructor once, here, before the first case.
@@ -34,7 +37,6 @@ from typing import Any, Literal, cast
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.defaults import BUILTIN_NAMES
 from harness.plugins.construct import bind_constructor
-from harness.plugins.conventions import convention_of
 from harness.plugins.eras import Era, split_era
 from harness.plugins.errors import ImplementationError
 from harness.plugins.functional import functional_sampler_class
@@ -52,11 +54,14 @@ from harness.plugins.specs import (
     parse_names,
     split_name,
 )
-from harness.upstream.sglang_convention import speaks_sglang_0_5_23
-from harness.upstream.sglang_loader import UpstreamUnavailable, load_sglang
-from harness.upstream.vllm_convention import VLLM_FORM, parse_vllm_variant, speaks_vllm_0_33
-from harness.upstream.vllm_convention import variant_class as vllm_variant_class
-from harness.upstream.vllm_loader import VllmUnavailable
+from harness.upstream.sglang_loader import UpstreamUnavailable, load_sglang, speaks_sglang_0_5_23
+from harness.upstream.vllm_loader import (
+    VLLM_FORM,
+    VllmUnavailable,
+    parse_vllm_variant,
+    speaks_vllm_0_33,
+)
+from harness.upstream.vllm_loader import variant_class as vllm_variant_class
 from harness.world import import_world
 from legacy import DsparkDraftSampler as LegacySampler
 from reference import ReferenceDraftSampler
@@ -92,7 +97,8 @@ class Implementation:
     ``None``: it imports no sglang). ``kind``: ``"class"`` or ``"function"`` (a block
     sampler function wrapped into ``sampler_class``). ``convention`` and
     ``adaptations``: its calling convention and what the harness's adapter works around
-    in it, as its worker found them (``None``: read from ``sampler_class``).
+    in it, as its worker found them (``None``: read from ``sampler_class`` by
+    ``harness.upstream.dispatch.provenance``).
     """
 
     name: str
@@ -102,22 +108,6 @@ class Implementation:
     kind: ImplementationKind = "class"
     convention: str | None = None
     adaptations: tuple[str, ...] | None = None
-
-    def provenance(self) -> dict[str, Any]:
-        """Where the sampler came from and how it is called, as plain JSON for reports."""
-        if self.convention is None or self.adaptations is None:
-            convention = convention_of(self.sampler_class)
-            name, adaptations = convention.name.value, convention.adaptations()
-        else:
-            name, adaptations = self.convention, self.adaptations
-        return {
-            "name": self.name,
-            "spec": self.spec,
-            "kind": self.kind,
-            "era": None if self.era is None else self.era.value,
-            "convention": name,
-            "adaptations": list(adaptations),
-        }
 
 
 class WorkerOnlySampler:

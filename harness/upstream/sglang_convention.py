@@ -23,7 +23,6 @@ no stream can capture) the call runs with that query answering ``False``.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
@@ -68,21 +67,6 @@ CPU_CAPTURE_FINDING = (
     "DsparkDraftSampler._step_logits calls torch.cuda.is_current_stream_capturing() on its "
     "first call, which raises on a CPU-only torch; the harness's adapter answers False there"
 )
-
-
-def speaks_sglang_0_5_23(sampler_class: type[Any]) -> bool:
-    """Whether the class is built the 0.5.23 way: its constructor takes the ``noise`` and
-    ``greedy_draft`` keywords (the package's ``DsparkDraftSampler``, a subclass, or a
-    working copy of its module loaded as a file)."""
-    try:
-        parameters = inspect.signature(sampler_class).parameters
-    except (TypeError, ValueError):
-        return False
-    keyword = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return all(
-        name in parameters and parameters[name].kind in keyword
-        for name in ("noise", "greedy_draft")
-    )
 
 
 def package_head(head: MarkovHead, *, loaded: LoadedSglang | None = None) -> Any:

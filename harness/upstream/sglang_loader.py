@@ -32,6 +32,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.metadata
 import importlib.util
+import inspect
 import sys
 import types
 from collections.abc import Iterator, Sequence
@@ -429,3 +430,18 @@ def importable(loaded: LoadedSglang) -> Iterator[None]:
     with _scoped_sglang_modules(), _finder_active(_DsparkFinder(loaded.root)):
         sys.modules.update(loaded.scope)
         yield
+
+
+def speaks_sglang_0_5_23(sampler_class: type[Any]) -> bool:
+    """Whether the class is built the 0.5.23 way: its constructor takes the ``noise`` and
+    ``greedy_draft`` keywords (the package's ``DsparkDraftSampler``, a subclass, or a
+    working copy of its module loaded as a file)."""
+    try:
+        parameters = inspect.signature(sampler_class).parameters
+    except (TypeError, ValueError):
+        return False
+    keyword = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return all(
+        name in parameters and parameters[name].kind in keyword
+        for name in ("noise", "greedy_draft")
+    )

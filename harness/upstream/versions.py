@@ -39,7 +39,6 @@ from harness.pipeline.support_scan import (
     nonfinite_behaviour,
     scan_point,
 )
-from harness.plugins.conventions import convention_of
 from harness.plugins.implementations import (
     Implementation,
     builtin_implementations,
@@ -47,6 +46,7 @@ from harness.plugins.implementations import (
 )
 from harness.progress import Progress, no_progress
 from harness.upstream import vllm_loader
+from harness.upstream.dispatch import convention_of, provenance
 
 VERSIONS_VERIFIERS = ("chain", "sglang-blockwise")  # each version under ours and sglang's
 VERSIONS: dict[str, str] = {
@@ -271,7 +271,7 @@ def collect_versions(
             for o in rules
             if not o.holds
         ]
-        findings += list(impl.provenance().get("adaptations", []))
+        findings += list(provenance(impl).get("adaptations", []))
         lossless = verdict.lossless and not any(r.hit_count for r in scan)
         why = verdict.summary()
         if verdict.lossless and not lossless:  # the checks pass; the scan does not

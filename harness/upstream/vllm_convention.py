@@ -34,7 +34,6 @@ is the package's; the drafter holds the toy weights. See docs/upstream.md ("vLLM
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -56,7 +55,8 @@ from harness.plugins.conventions import (
     read_tensor,
 )
 from harness.plugins.walks import HeadCounts
-from harness.upstream.vllm_loader import LoadedVllm, interpreted, is_speculator_class, load_vllm
+from harness.upstream.vllm_drafter import VllmDrafter, reduced_vocab_state
+from harness.upstream.vllm_loader import TOPK_ATTRIBUTE, LoadedVllm, interpreted, load_vllm
 from reference.block import prepare_block
 from reference.draft_model import query_rows_per_request
 from reference.sampling_params import SamplingInfo, stage_sampling_params
@@ -65,8 +65,6 @@ from reference.verifier import DraftBlock
 if TYPE_CHECKING:
     from harness.case import Case, CaseInputs
 
-VLLM_FORM = "NAME=vllm, NAME=vllm:dense or NAME=vllm:topk=K (K a positive integer)"
-TOPK_ATTRIBUTE = "harness_draft_topk"  # class attribute: K of the top-k variant, or None
 SEED_BITS = 63
 POSITION_SPACING = 1 << 20  # request b's sequence starts at (b + 1) * this
 # The oracle's decode of this sampler under the interpreter: the far target only, 250
@@ -103,70 +101,6 @@ def request_seeds(case: Case) -> list[int]:
         digest = hashlib.sha256(f"vllm-seed:{case.seed}:{row}".encode()).digest()
         seeds.append(int.from_bytes(digest[:8], "big") >> (64 - SEED_BITS))
     return seeds
-
-
-class VllmDrafter:
-    """vLLM's DSpark model hooks over the case's toy drafter (vanilla head).
-
-    ``compute_draft_logits`` is the toy's base logits; ``markov_embed`` is ``W1[prev]``
-    (``prev`` a target id) and ``markov_bias`` ``W2 . embed``; ``apply_markov_bias_gathered``
-    writes base plus bias at the chosen candidates of a ``-inf`` row; ``compute_confidence``
-    is the case's linear probe over ``[hidden | embed]``. A drafter with a reduced draft
-    vocabulary (``Case.draft_vocab``) works in draft-width columns as vLLM's does: the
-    logits, the bias and the gathered candidates are the toy's own values at the draft
-    vocabulary's target columns, ``draft_id_to_target_id`` holds vLLM's offsets (target
-    id = draft id + offset) and ``map_draft_to_target`` applies them; with the full
-    vocabulary it is ``None`` and the map the identity. The hooks are model math; the
-    walk, the noise, the scatter to target columns and the sampling that use them are
-    vLLM's.
-    """
-
-    def __init__(self, *, model: Any, confidence_fn: Any) -> None:
-        self.toy = model
-        self.head = model.markov_head
-        self.confidence_fn = confidence_fn
-        self.draft_columns: torch.Tensor | None = model.draft_vocab_ids  # [Vd] target ids
-        self.draft_id_to_target_id: torch.Tensor | None = None
-        if self.draft_columns is not None:
-            draft_ids = torch.arange(self.draft_columns.numel(), device=self.draft_columns.device)
-            self.draft_id_to_target_id = self.draft_columns - draft_ids
-
-    def _draft_width(self, target_width: torch.Tensor) -> torch.Tensor:
-        """``[N, V] -> [N, Vd]``: the draft vocabulary's target columns, in draft order."""
-        if self.draft_columns is None:
-            return target_width
-        return target_width[:, self.draft_columns]
-
-    def compute_draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self._draft_width(self.toy.compute_base_logits(hidden)[0])
-
-    def markov_embed(self, token_ids: torch.Tensor) -> torch.Tensor:
-        return self.head.W1(token_ids)
-
-    def markov_bias(self, markov_embed: torch.Tensor) -> torch.Tensor:
-        return self._draft_width(self.head.W2(markov_embed))
-
-    def map_draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
-        if self.draft_id_to_target_id is None:
-            return draft_ids
-        return draft_ids + self.draft_id_to_target_id[draft_ids]
-
-    def apply_markov_bias_gathered(
-        self,
-        markov_embed: torch.Tensor,
-        logits: torch.Tensor,
-        values: torch.Tensor,
-        index: torch.Tensor,
-    ) -> torch.Tensor:
-        # The toy's bias is one [r, V] projection; gathering its entries keeps each sum
-        # the reference's own (a [K, r] product of the gathered rows rounds differently).
-        bias = self.markov_bias(markov_embed).gather(1, index)  # [bs, K], draft columns
-        return logits.scatter_(1, index, values + bias.to(values.dtype))
-
-    def compute_confidence(self, hidden: torch.Tensor, markov_embed: torch.Tensor) -> torch.Tensor:
-        probe = self.confidence_fn
-        score = hidden.float() @ probe.w_hidden + markov_embed.float() @ probe.w_embedding
-        return torch.sigmoid(score + probe.bias)
 
 
 @dataclass
@@ -492,50 +426,6 @@ class VllmConvention(Convention):
         for name, value in state.items():
             setattr(speculator, name, value)
         return VllmSampler(sampler=speculator, model=drafter, case=case, loaded=loaded)
-
-
-def reduced_vocab_state(
-    drafter: VllmDrafter, *, draft_logits: torch.Tensor | None, max_bs: int
-) -> dict[str, torch.Tensor | None]:
-    """``_d2t_scatter_index`` and ``_draft_scatter_buf`` as vLLM's ``load_draft_model``
-    leaves them: set only when the drafter has a reduced vocabulary and the server keeps
-    a ``draft_logits`` cache (the sampled path scatters the draft-width row into the
-    target columns of a ``-inf`` row before sampling); ``None`` otherwise."""
-    d2t = drafter.draft_id_to_target_id
-    if draft_logits is None or d2t is None:
-        return {"_d2t_scatter_index": None, "_draft_scatter_buf": None}
-    vocab_size = draft_logits.shape[-1]
-    return {
-        "_d2t_scatter_index": torch.arange(d2t.numel(), device=d2t.device) + d2t,
-        "_draft_scatter_buf": torch.full(
-            (max_bs, vocab_size), float("-inf"), dtype=draft_logits.dtype, device=d2t.device
-        ),
-    }
-
-
-def parse_vllm_variant(text: str) -> int | None:
-    """``""`` or ``"dense"`` -> ``None``; ``"topk=K"`` -> ``K``; ``ValueError`` otherwise."""
-    if text in ("", "dense"):
-        return None
-    key, sep, value = text.partition("=")
-    if key == "topk" and sep and value.isdigit() and int(value) > 0:
-        return int(value)
-    raise ValueError(f"unknown vLLM variant {text!r}")
-
-
-@functools.cache
-def variant_class(topk: int | None) -> type[Any]:
-    """The package's ``DSparkSpeculator`` (dense), or a subclass of it that only names
-    ``K`` for the top-``K`` variant (its ``hf_config.dspark_draft_topk`` upstream)."""
-    base = load_vllm().DSparkSpeculator
-    if topk is None:
-        return base
-    return type(f"DSparkSpeculatorTopK{topk}", (base,), {TOPK_ATTRIBUTE: topk})
-
-
-def speaks_vllm_0_33(sampler_class: type[Any]) -> bool:
-    """Whether the class is vLLM's ``DSparkSpeculator`` or a subclass of it."""
-    return isinstance(sampler_class, type) and is_speculator_class(sampler_class)
 
 
 VLLM_0_33 = VllmConvention()

@@ -47,6 +47,8 @@ SPECULATOR_MODULE = "vllm.v1.worker.gpu.spec_decode.dspark.speculator"
 GUMBEL_MODULE = "vllm.v1.worker.gpu.sample.gumbel"
 REJECTION_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
 SPECULATOR_CLASS = f"{SPECULATOR_MODULE}.DSparkSpeculator"
+VLLM_FORM = "NAME=vllm, NAME=vllm:dense or NAME=vllm:topk=K (K a positive integer)"
+TOPK_ATTRIBUTE = "harness_draft_topk"  # class attribute: K of the top-k variant, or None
 
 
 class VllmUnavailable(RuntimeError):
@@ -179,3 +181,28 @@ def interpreter_log1p() -> Iterator[None]:
         yield
     finally:
         libdevice.log1p = original
+
+
+def parse_vllm_variant(text: str) -> int | None:
+    """``""`` or ``"dense"`` -> ``None``; ``"topk=K"`` -> ``K``; ``ValueError`` otherwise."""
+    if text in ("", "dense"):
+        return None
+    key, sep, value = text.partition("=")
+    if key == "topk" and sep and value.isdigit() and int(value) > 0:
+        return int(value)
+    raise ValueError(f"unknown vLLM variant {text!r}")
+
+
+@functools.cache
+def variant_class(topk: int | None) -> type[Any]:
+    """The package's ``DSparkSpeculator`` (dense), or a subclass of it that only names
+    ``K`` for the top-``K`` variant (its ``hf_config.dspark_draft_topk`` upstream)."""
+    base = load_vllm().DSparkSpeculator
+    if topk is None:
+        return base
+    return type(f"DSparkSpeculatorTopK{topk}", (base,), {TOPK_ATTRIBUTE: topk})
+
+
+def speaks_vllm_0_33(sampler_class: type[Any]) -> bool:
+    """Whether the class is vLLM's ``DSparkSpeculator`` or a subclass of it."""
+    return isinstance(sampler_class, type) and is_speculator_class(sampler_class)

@@ -4,6 +4,13 @@ read from the import statements of every module with ``ast``, lazy imports inclu
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from tests.helpers import REPO_ROOT
 
@@ -14,6 +21,37 @@ LOGIC = {"pipeline", "plugins", "upstream", "oracles", "measure", "gpu", "io"}
 PRESENTATION_IN_LOGIC: set[tuple[str, str]] = set()
 # Values every layer reads, below plugins/ and pipeline/: they import only leaves.
 VALUES = {"case"}
+PACKAGES = ("reference", "legacy", "fixed", "harness")
+# The harness's layers, lowest first: a module imports only modules of its own layer or
+# below. A name is a module or package under harness/; a module takes the layer of the
+# longest name that holds it (docs/design.md, "The packages").
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    # import nothing of the harness (the loaders find the released packages, no more)
+    (
+        "leaves",
+        frozenset(
+            {
+                "__init__",
+                "defaults",
+                "devices",
+                "interrupts",
+                "progress",
+                "world",
+                "upstream.sglang_loader",
+                "upstream.vllm_loader",
+            }
+        ),
+    ),
+    # plain values every stage reads: the case, a run's options, a check's result, a cut
+    ("values", frozenset({"case", "options", "pipeline.check_result", "oracles.cut"})),
+    ("plugins", frozenset({"plugins"})),  # implementations and our calling conventions
+    ("upstream", frozenset({"upstream"})),  # the released packages' conventions and verifiers
+    ("logic", frozenset({"pipeline", "oracles", "measure", "gpu", "io"})),
+    ("judge", frozenset({"judgement", "judge"})),  # the one verdict, and what computes it
+    ("api", frozenset({"testing", "upstream.versions"})),  # the Python API and its tables
+    ("render", frozenset({"render"})),
+    ("entry", frozenset({"cli", "pytest_plugin", "__main__"})),
+)
 
 
 def harness_imports() -> set[tuple[str, str]]:
@@ -68,3 +106,161 @@ def test_plugins_import_nothing_of_pipeline() -> None:
 def test_the_values_import_only_leaves() -> None:
     found = {(m, t) for m, t in harness_imports() if package(m) in VALUES}
     assert {(m, t) for m, t in found if package(t) not in LEAVES} == set()
+
+
+def modules_of(package: str) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of a top-level package."""
+    modules = {}
+    for path in sorted((REPO_ROOT / package).rglob("*.py")):
+        parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def module_imports() -> dict[str, set[str]]:
+    """Module -> the modules of the four packages it imports (module-level granularity:
+    ``from a.b import c`` imports ``a.b.c`` where that is a module, else ``a.b``; relative,
+    lazy and type-checking imports included)."""
+    modules = {name: path for package in PACKAGES for name, path in modules_of(package).items()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = here[: len(here) - node.level + 1] if node.level else []
+                source = ".".join([*base, *([node.module] if node.module else [])])
+                for alias in node.names:
+                    submodule = f"{source}.{alias.name}"
+                    imported.add(submodule if submodule in modules else source)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+        graph[name] = {target for target in imported if target in modules and target != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every set of modules that import each other round a circle (the strongly connected
+    components of more than one module, Tarjan's), each sorted, in sorted order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
+def one_circle(graph: dict[str, set[str]], component: list[str]) -> list[str]:
+    """A shortest way round the component from its first module back to it."""
+    start, members = component[0], set(component)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        step = []
+        for module in frontier:
+            for target in sorted(graph[module] & members):
+                if target == start:
+                    return [*paths[module], start]
+                if target not in paths:
+                    paths[target] = [*paths[module], target]
+                    step.append(target)
+        frontier = step
+    raise AssertionError(f"{component} is not a circle")
+
+
+def describe_circles(graph: dict[str, set[str]], found: list[list[str]]) -> str:
+    return "\n".join(
+        f"{len(c)} modules: {' -> '.join(one_circle(graph, c))} (all: {', '.join(c)})"
+        for c in found
+    )
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_the_import_graph_of_each_package_has_no_circle(package: str) -> None:
+    graph = module_imports()
+    found = [c for c in circles(graph) if any(m.split(".")[0] == package for m in c)]
+    assert found == [], "import circles:\n" + describe_circles(graph, found)
+
+
+def layer_of(module: str) -> int:
+    """The index in ``LAYERS`` of a harness module (dotted, ``harness.`` prefixed)."""
+    name = module.removeprefix("harness").removeprefix(".") or "__init__"
+    best: tuple[int, int] | None = None  # (length of the name that holds it, layer)
+    for layer, (_, members) in enumerate(LAYERS):
+        for member in members:
+            if (name == member or name.startswith(member + ".")) and (
+                best is None or len(member) > best[0]
+            ):
+                best = (len(member), layer)
+    assert best is not None, f"{module} is in no layer of LAYERS"
+    return best[1]
+
+
+def test_every_harness_module_imports_no_module_of_a_higher_layer() -> None:
+    graph = module_imports()
+    upward = sorted(
+        f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+        for module, targets in graph.items()
+        if module.split(".")[0] == "harness"
+        for target in targets
+        if target.split(".")[0] == "harness" and layer_of(target) > layer_of(module)
+    )
+    assert upward == []
+
+
+def every_module() -> Iterator[str]:
+    for package in PACKAGES:
+        yield from modules_of(package)
+
+
+# Imports each module named on the command line in turn and prints, as JSON, the
+# variables each import added, removed or changed.
+_IMPORT_EACH = """
+import importlib, json, os, sys
+before, changed = dict(os.environ), {}
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+    now = dict(os.environ)
+    if now != before:
+        changed[name] = sorted(k for k in set(now) | set(before) if now.get(k) != before.get(k))
+        before = now
+print(json.dumps(changed))
+"""
+
+
+def test_importing_every_module_leaves_the_process_environment_unchanged() -> None:
+    """In a fresh process with a clean environment (nothing of this one's: no
+    ``TRITON_INTERPRET`` set by the test suite), no import writes ``os.environ``."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORT_EACH, *every_module()],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == {}

@@ -19,7 +19,8 @@ import torch
 from fixed import DsparkDraftSampler as FixedSampler
 from reference import exponential_race
 from reference.block import BlockInputs
-from reference.step_samplers import MIN_NOISE, StepSampler
+from reference.noise_floor import MIN_NOISE
+from reference.step_samplers import StepSampler
 
 
 class _RaceOnNoise(FixedSampler):

@@ -217,7 +217,10 @@ print(t.tolist())
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter fallback is CPU-only")
 def test_fresh_cpu_process_imports_and_runs_the_kernels_interpreted() -> None:
     result = _run_python(
-        "import os, reference.triton_race as tr\n"
+        "import os\n"
+        "from reference.triton_interpreter import use_interpreter_without_cuda\n"
+        "use_interpreter_without_cuda()\n"
+        "import reference.triton_race as tr\n"
         "print(os.environ['TRITON_INTERPRET'], tr._INTERPRETED)\n" + _SMALL_RACE
     )
     assert result.returncode == 0, result.stderr
@@ -229,3 +232,38 @@ def test_triton_imported_first_without_interpreter_gives_a_clear_error() -> None
     result = _run_python("import triton\n" + _SMALL_RACE)
     assert result.returncode != 0
     assert "set TRITON_INTERPRET=1 before importing triton" in result.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter fallback is CPU-only")
+def test_importing_the_kernels_leaves_the_environment_and_the_dispatch_sets_the_interpreter() -> (
+    None
+):
+    result = _run_python(
+        "import os\n"
+        "import reference.triton_race\n"
+        "print('TRITON_INTERPRET' in os.environ)\n"
+        "import torch\n"
+        "from reference.step_samplers import exponential_race\n"
+        "t = exponential_race(torch.tensor([[0.0, 2.0, 1.0]]), temperatures=torch.ones(1),\n"
+        "    greedy_mask=torch.ones(1, dtype=torch.bool), noise=torch.ones(1, 3),\n"
+        "    backend='triton')\n"
+        "print(t.tolist())\n"
+    )
+    assert result.returncode != 0  # the kernels were defined compiled: no interpreter was asked for
+    assert "set TRITON_INTERPRET=1 before importing triton" in result.stderr
+    assert result.stdout.split() == ["False"]  # the import changed nothing
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter fallback is CPU-only")
+def test_the_race_dispatch_asks_for_the_interpreter_before_the_kernels_are_imported() -> None:
+    result = _run_python(
+        "import os, torch\n"
+        "from reference.step_samplers import exponential_race\n"
+        "print('TRITON_INTERPRET' in os.environ)\n"
+        "t = exponential_race(torch.tensor([[0.0, 2.0, 1.0]]), temperatures=torch.ones(1),\n"
+        "    greedy_mask=torch.ones(1, dtype=torch.bool), noise=torch.ones(1, 3),\n"
+        "    backend='triton')\n"
+        "print(os.environ['TRITON_INTERPRET'], t.tolist())\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "1", "[1]"]

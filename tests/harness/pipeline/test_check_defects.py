@@ -1,9 +1,10 @@
 """Every check fails on the defect aimed at it, and on nothing else.
 
-The registry (``harness.pipeline.checks.CHECKS``) declares, with each check, its
-planted-defect sampler (``tests/plugins``), the case of this table that exposes it and
-the other checks it must fail with; one test per registered check runs it. Add a check
-by declaring it there.
+Each check of the registry (``harness.pipeline.checks.CHECKS``) has exactly one planted
+defect in ``tests/plugins/check_defects.py``: its sampler (``tests/plugins``), the case of
+this table that exposes it and the other checks it must fail with; one test per
+registered check runs it. Add a check by declaring it in the registry and its defect
+there.
 
 Self-checks need no second implementation, so a defect runs alone unless
 ``against_reference``: a defect that changes the emitted tokens, logits or confidence
@@ -20,10 +21,11 @@ import importlib
 import pytest
 
 from harness.case import Case, make_case
-from harness.pipeline.checks import CHECKS, Check, CheckResult, PlantedDefect
+from harness.pipeline.checks import CHECKS, Check, CheckResult
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
+from tests.plugins.check_defects import PLANTED_DEFECTS, PlantedDefect
 from tests.plugins.planted_defects import DroppedLogitSampler
 
 SHAPE = {"bs": 4, "gamma": 4, "vocab_size": 64, "hidden_size": 16, "markov_rank": 8}
@@ -60,11 +62,20 @@ def _checks_of_defect(defect: PlantedDefect, *, case: Case | None = None) -> lis
     return evaluate_run(run, require_observable=False).checks[DEFECT]
 
 
+def test_every_registered_check_has_exactly_one_planted_defect() -> None:
+    assert list(PLANTED_DEFECTS) == [check.name for check in CHECKS]  # one each, in order
+
+
+def test_every_planted_defect_sampler_is_aimed_at_one_check() -> None:
+    samplers = [defect.sampler for defect in PLANTED_DEFECTS.values()]
+    assert len(set(samplers)) == len(samplers)
+
+
 @pytest.mark.parametrize("check", CHECKS, ids=lambda check: check.name)
 def test_each_planted_defect_fails_exactly_its_checks(check: Check) -> None:
-    checks = _checks_of_defect(check.defect)
+    checks = _checks_of_defect(PLANTED_DEFECTS[check.name])
     failed = {c.name for c in checks if c.failed}
-    assert failed == {check.name, *check.defect.also_fails}, [
+    assert failed == {check.name, *PLANTED_DEFECTS[check.name].also_fails}, [
         (c.name, c.status, c.detail) for c in checks
     ]
 
@@ -72,7 +83,7 @@ def test_each_planted_defect_fails_exactly_its_checks(check: Check) -> None:
 def test_every_registered_check_runs_in_registry_order() -> None:
     # the matches_reference defect is self-consistent and has a life, so every check runs
     (full,) = [check for check in CHECKS if check.name == "matches_reference"]
-    names = [c.name for c in _checks_of_defect(full.defect)]
+    names = [c.name for c in _checks_of_defect(PLANTED_DEFECTS[full.name])]
     assert names == [check.name for check in CHECKS]
 
 
@@ -87,10 +98,10 @@ def test_fixed_passes_every_check_on_the_defect_cases(case: Case) -> None:
 def test_a_reduced_draft_vocabulary_changes_no_checks_meaning(check: Check) -> None:
     """The same defect on its case with a reduced draft vocabulary (24 of the 64 ids) fails
     the same checks, and nothing else: no check reads the option."""
-    case = CASES[check.defect.case]
-    checks = _checks_of_defect(check.defect, case=case.with_changes(draft_vocab=24))
+    case = CASES[PLANTED_DEFECTS[check.name].case]
+    checks = _checks_of_defect(PLANTED_DEFECTS[check.name], case=case.with_changes(draft_vocab=24))
     failed = {c.name for c in checks if c.failed}
-    assert failed == {check.name, *check.defect.also_fails}, [
+    assert failed == {check.name, *PLANTED_DEFECTS[check.name].also_fails}, [
         (c.name, c.status, c.detail) for c in checks
     ]
 

@@ -20,9 +20,10 @@ from harness.pipeline.records import CaseRecord
 from harness.pipeline.runner import run_case
 from harness.pipeline.verdicts import implementation_verdict
 from harness.plugins.construct import bind_constructor
-from harness.plugins.conventions import ConstructorConvention, ConventionName, convention_of
+from harness.plugins.conventions import ConstructorConvention, ConventionName
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.verdicts import comparison_sections
+from harness.upstream.dispatch import convention_of
 from tests.helpers import DefaultReport, judged_records, small_case
 from tests.plugins import alternative_samplers, planted_defects_verdicts
 

@@ -13,9 +13,8 @@ from harness.plugins.conventions import (
     TOKEN_SENTINEL,
     ConventionName,
     OutputError,
-    build_for_case,
-    convention_of,
 )
+from harness.upstream.dispatch import build_for_case, convention_of
 from tests.harness.plugins.test_plugins_construct import ServerStyleSampler
 from tests.plugins.broken_samplers import WrongShapeSampler
 

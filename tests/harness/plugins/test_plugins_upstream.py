@@ -24,6 +24,7 @@ from harness.pipeline.runner import CaseRun, ImplResult, run_case
 from harness.plugins.eras import Era
 from harness.plugins.implementations import parse_impl_spec, select_implementations
 from harness.plugins.sglang_surface import SURFACE
+from harness.upstream.dispatch import provenance
 from reference import VanillaMarkovHead
 
 UPSTREAM = Path("tests/plugins/upstream")
@@ -61,7 +62,7 @@ def test_server_modules_load_on_the_harness_surface_and_leave_sys_modules_as_fou
     assert (after_fix.era, before_fix.era) == (Era.PR36934, Era.PR36934)  # detected
     assert (after_fix.kind, before_fix.kind) == ("class", "class")
     assert _sglang_modules() == before == []
-    assert after_fix.provenance() == {
+    assert provenance(after_fix) == {
         "name": "after",
         "spec": AFTER,
         "kind": "class",

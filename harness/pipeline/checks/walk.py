@@ -1,0 +1,190 @@
+"""Whether the tokens follow one walk: teacher forcing (the kept step logits are
+those rebuilt from the emitted tokens, the direct check of the double walk), greedy
+tokens are the argmax of their own step logits, every sampled token is in the support
+of its ``q`` (lossless tier); one walk per proposal and equality with the single-pass
+reference (drop-in tier)."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.defaults import REFERENCE
+from harness.pipeline.check_result import CheckResult, Skip, failed, passed, skipped
+from harness.pipeline.checks.subject import (
+    Subject,
+    contract_logits,
+    counter_noise,
+    exact_comparison,
+    near_tie_mask,
+    positions_differ,
+    staged_parameters,
+)
+from harness.pipeline.diffs import max_abs_diff_text
+from harness.pipeline.runner import ImplResult
+from reference import teacher_forced_logits
+from reference.verifier import draft_distribution
+
+
+def check_teacher_forcing(subject: Subject) -> CheckResult:
+    """The kept step logits (``corrected_out``; sglang 0.5.23's ``step_logits``) must equal
+    the logits rebuilt from the emitted tokens, rounded to the sampler's own step dtype."""
+    run, result = subject.run, subject.result
+    name = "teacher_forcing"
+    if not run.case.folded_sampling:
+        return skipped(
+            name, "no corrected logits without folded sampling", code=Skip.NOT_APPLICABLE
+        )
+    if result.tokens is None:
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
+    if result.corrected is None:
+        return failed(name, "folded sampling but corrected_out was not written")
+    with torch.inference_mode():
+        rebuilt = contract_logits(
+            result,
+            teacher_forced_logits(model=run.inputs.model, block=run.block, tokens=result.tokens),
+        ).to(result.corrected.dtype)  # [bs, gamma, V] in the step dtype
+    differ = positions_differ(result.corrected, rebuilt, exact=exact_comparison(run))
+    if differ.any():
+        return failed(
+            name,
+            f"corrected_out differs from the logits rebuilt from the emitted tokens "
+            f"({max_abs_diff_text(result.corrected, rebuilt)})",
+            differ,
+        )
+    return passed(name)
+
+
+def check_greedy_consistency(subject: Subject) -> CheckResult:
+    """Greedy folds: token ``k`` is the argmax of its own teacher-forced step logits.
+
+    In float32 through the step loop this is exact. The fused path (fp32 accumulate)
+    and reduced precision may pick another token only at a near-tie.
+    """
+    run, result = subject.run, subject.result
+    name = "greedy_consistency"
+    case = run.case
+    if case.folded_sampling:
+        return skipped(name, "folded sampling: covered by noise_replay", code=Skip.NOT_APPLICABLE)
+    if result.tokens is None:
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
+    with torch.inference_mode():
+        rebuilt = contract_logits(
+            result,
+            teacher_forced_logits(model=run.inputs.model, block=run.block, tokens=result.tokens),
+        )
+    differ = rebuilt.argmax(dim=-1) != result.tokens
+    if exact_comparison(run) and not case.fused_path_available:
+        allowed = torch.zeros_like(differ)
+    else:
+        allowed = near_tie_mask(rebuilt, result.tokens)
+    bad = differ & ~allowed
+    if bad.any():
+        return failed(name, "emitted token is not the argmax of its step logits", bad)
+    ties = int((differ & allowed).sum())
+    return passed(name, f"{ties} near-tie(s) resolved differently" if ties else "")
+
+
+def check_greedy_rows_argmax(subject: Subject) -> CheckResult:
+    """Folded sampling: a greedy row's token is a maximum of its own corrected logits."""
+    run, result = subject.run, subject.result
+    name = "greedy_rows_argmax"
+    case = run.case
+    if not case.folded_sampling:
+        return skipped(name, "greedy fold: covered by greedy_consistency", code=Skip.NOT_APPLICABLE)
+    if result.tokens is None or result.corrected is None:
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
+    _, greedy_mask = staged_parameters(run, result)
+    top = result.corrected.amax(dim=-1)  # [bs, gamma]
+    picked = result.corrected.gather(-1, result.tokens.unsqueeze(-1)).squeeze(-1)
+    bad = (picked != top) & greedy_mask.unsqueeze(1)
+    if bad.any():
+        return failed(name, "greedy row's token is not the argmax of its corrected logits", bad)
+    return passed(name)
+
+
+def check_support(subject: Subject) -> CheckResult:
+    """Every token of a sampled row has non-zero probability under its own ``q``."""
+    run, result = subject.run, subject.result
+    name = "support"
+    if not run.case.folded_sampling:
+        return skipped(name, "no q without folded sampling", code=Skip.NOT_APPLICABLE)
+    if result.tokens is None or result.corrected is None:
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
+    temperatures, greedy_mask = staged_parameters(run, result)
+    q = draft_distribution(
+        result.corrected, temperatures=temperatures, greedy_mask=greedy_mask
+    )  # [bs, gamma, V], the verifier's q
+    q_token = q.gather(-1, result.tokens.unsqueeze(-1)).squeeze(-1)  # [bs, gamma]
+    outside = ~(q_token > 0) & ~greedy_mask.unsqueeze(1)
+    if outside.any():
+        return failed(name, "emitted token has zero probability under its q", outside)
+    return passed(name)
+
+
+def check_single_walk(subject: Subject) -> CheckResult:
+    """One proposal, one walk: at most one ``sample_block`` or fused call, and at most
+    ``gamma`` Markov head steps (an implementation with its own loop counts by steps)."""
+    run, result = subject.run, subject.result
+    name = "single_walk"
+    work, gamma = result.work, run.case.gamma
+    if work.walks + work.fused_calls > 1 or work.head_steps > gamma:
+        return failed(
+            name,
+            f"{work.walks} walk(s), {work.fused_calls} fused call(s) and {work.head_steps} "
+            f"head steps for one proposal of gamma={gamma}",
+        )
+    return passed(name)
+
+
+# -- differential --------------------------------------------------------------------------
+def contract_differences(result: ImplResult, reference: ImplResult) -> list[str]:
+    """The differences of contract a drop-in mismatch comes from, each named: the noise
+    source, the step-dtype policy, and the rule for NaN (docs/numerics.md)."""
+    differences = []
+    if counter_noise(result) is not None and counter_noise(reference) is None:
+        differences.append(
+            "noise source: counter-based noise (key, counter) where the reference "
+            "draws torch exponential_ noise"
+        )
+    mine, theirs = result.corrected, reference.corrected
+    if mine is not None and theirs is not None and mine.dtype != theirs.dtype:
+        differences.append(
+            f"step-dtype policy: step logits in {mine.dtype} where the reference keeps "
+            f"{theirs.dtype} (the base dtype)"
+        )
+    if mine is not None and theirs is not None and bool(theirs.isnan().any()):
+        nan_rows = mine.isnan().any(dim=-1) != theirs.isnan().any(dim=-1)
+        if bool(nan_rows.any()):
+            differences.append("NaN rule: NaN step logits in other positions than the reference's")
+    return differences
+
+
+def check_matches_reference(subject: Subject) -> CheckResult:
+    """Same tokens, corrected logits and confidence as the single-pass reference."""
+    run, result = subject.run, subject.result
+    reference = run.results[REFERENCE]
+    name = "matches_reference"
+    if reference.error is not None:
+        return failed(name, f"the reference itself raised {reference.error.summary()}")
+    if result.tokens is None or reference.tokens is None:
+        return skipped(name, "no output", code=Skip.NO_OUTPUT)
+    exact = exact_comparison(run)
+    differences = contract_differences(result, reference)
+    named = f" ({'; '.join(differences)})" if differences else ""
+    token_diff = result.tokens != reference.tokens
+    if token_diff.any():
+        return failed(name, f"tokens differ from the reference{named}", token_diff)
+    pairs = [
+        ("corrected_out", result.corrected, reference.corrected),
+        ("confidence_out", result.confidence, reference.confidence),
+    ]
+    for label, mine, theirs in pairs:
+        if (mine is None) != (theirs is None):
+            return failed(name, f"{label} written by one side only")
+        if mine is not None and theirs is not None:
+            if mine.dtype != theirs.dtype:
+                return failed(name, f"{label} differs from the reference{named}")
+            differ = positions_differ(mine.unsqueeze(-1), theirs.unsqueeze(-1), exact=exact)
+            if differ.any():
+                return failed(name, f"{label} differs from the reference{named}", differ)
+    return passed(name, "bit-exact" if exact else "within dtype tolerance")
