@@ -8,7 +8,8 @@ import math
 import torch
 
 from harness.case import make_case
-from harness.pipeline.checks import Subject, check_teacher_forcing
+from harness.pipeline.checks import Subject
+from harness.pipeline.checks.walk import check_teacher_forcing
 from harness.pipeline.diffs import max_abs_diff_text
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import builtin_implementations
