@@ -254,6 +254,12 @@ def _common_options(spec: CommandSpec) -> CommandLineParser:
     )
     common.add_argument("--quiet", action="store_true", help="no progress output on stderr")
     common.add_argument(
+        "--long",
+        action="store_true",
+        help="print the whole evidence (every case, every test's p-value), as report.md "
+        "and the .txt file hold it; by default the terminal gets what fits 100 columns",
+    )
+    common.add_argument(
         "--threads",
         type=int,
         default=DEFAULT_OPTIONS.threads,

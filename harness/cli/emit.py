@@ -68,5 +68,10 @@ def emit(
         timing=timing or {},
         judgement=None if judgement is None else judgement.to_json(),
     )
-    holds = emit_report(report, out_dir=Path(args.out_dir), as_json=bool(args.json))
+    holds = emit_report(
+        report,
+        out_dir=Path(args.out_dir),
+        as_json=bool(args.json),
+        long=bool(getattr(args, "long", False)),
+    )
     return ExitCode.OK if holds else ExitCode.FAIL

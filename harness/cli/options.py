@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, DEFAULT_TIME_LIMIT_S
+from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S
 from harness.options import Roles, RolesError, RunOptions
 from harness.pipeline.check_result import TIER_LABELS, Tier
 from harness.render.progress import progress_printer
@@ -215,7 +215,7 @@ def run_options(args: argparse.Namespace, *, require_observable: bool = False) -
         stats=not getattr(args, "no_stats", False),
         verifiers=getattr(args, "verifiers", None),
         resume=bool(getattr(args, "resume", False)),
-        threads=args.threads or None,
+        threads=getattr(args, "threads", DEFAULT_THREADS) or None,
         progress=progress_printer(quiet=args.quiet),
     )
 

@@ -286,5 +286,5 @@ def command(args: argparse.Namespace) -> ExitCode:
         sections=[section],
         timing={"scan_s": round(time.perf_counter() - started, 3)},
     )
-    ok = emit_report(report, out_dir=args.out_dir, as_json=args.json)
+    ok = emit_report(report, out_dir=args.out_dir, as_json=args.json, long=args.long)
     return ExitCode.OK if ok else ExitCode.FAIL

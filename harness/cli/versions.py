@@ -58,5 +58,5 @@ def command(args: argparse.Namespace) -> ExitCode:
         sections=[versions_section(versions)],
         timing={"versions_s": round(time.perf_counter() - started, 3)},
     )
-    ok = emit_report(report, out_dir=args.out_dir, as_json=args.json)
+    ok = emit_report(report, out_dir=args.out_dir, as_json=args.json, long=args.long)
     return ExitCode.OK if ok else ExitCode.FAIL

@@ -3,11 +3,12 @@ table of what was exercised, the oracle's detection bound and its table, and the
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
 from harness.pipeline.coverage import MatrixCoverage, Span, StatisticalCoverage
 from harness.pipeline.records import CaseRecord
-from harness.render.sections import Section, Table
+from harness.render.sections import TERMINAL_WIDTH, Section, Table
 
 
 def _span_text(span: Span) -> str:
@@ -106,11 +107,21 @@ def coverage_section(
     else:
         rows += statistical_rows(statistical)
         bound = (bound_sentence(statistical), bound_table(statistical))
+    brief_bound = bound
+    if statistical is not None:
+        sentence = textwrap.fill(
+            f"detection bound ({statistical.implementation}'s rows, each test at "
+            f"{statistical.level:.3g}): the smallest fraction of rows committing a fixed token "
+            f"at one position that is seen with probability {statistical.power:g}",
+            width=TERMINAL_WIDTH,
+        )
+        brief_bound = (sentence, bound_table(statistical))
     return Section(
         title="Coverage",
         ok=True,
         verdict="",
         blocks=(Table.of(["exercised", "covered"], rows), *bound),
+        brief=(Table.of(["exercised", "covered"], rows, wrap=(None, 60)), *brief_bound),
         data={
             "matrix": matrix.to_json(),
             "statistical": None if statistical is None else statistical.to_json(),

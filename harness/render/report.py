@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import platform
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.io.files import write_atomically
-from harness.render.sections import Section
+from harness.render.sections import TERMINAL_WIDTH, Section
 
 REPORT_SCHEMA = "dspark-harness/report"
 # 2: the judgement of a run that judged implementations (``"judgement"``,
@@ -46,21 +47,38 @@ def verdict_line(ok: bool) -> str:
 
 
 def render_text(
-    *, heading: str, ok: bool, sections: list[Section], written: Sequence[Path] = ()
+    *,
+    heading: str,
+    ok: bool,
+    sections: list[Section],
+    written: Sequence[Path] = (),
+    long: bool = True,
 ) -> str:
-    """Verdict first (one line per section), then the evidence of each section, the
+    """Verdict first (one line per section, wrapped to the terminal's width), then the
+    evidence of each section (without ``long``, what each section shows by default), the
     files ``written`` when given, and the verdict again as the last line, where a
     terminal leaves it in view."""
     lines = [heading, "", verdict_line(ok)]
     for section in sections:
         if section.verdict:
-            lines.append(f"  [{'ok' if section.ok else 'FAIL'}] {section.verdict}")
+            mark = f"  [{'ok' if section.ok else 'FAIL'}] "
+            lines += textwrap.wrap(
+                section.verdict,
+                width=TERMINAL_WIDTH,
+                initial_indent=mark,
+                subsequent_indent=" " * len(mark),
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
     for section in sections:
-        if not section.text:
+        evidence = section.text if long else section.brief_text()
+        if not evidence:
             continue
-        lines += ["", f"== {section.title} ==", section.text]
+        lines += ["", f"== {section.title} ==", evidence]
     if written:
         lines += ["", f"written: {', '.join(str(path) for path in written)}"]
+    if not long and any(s.brief is not None for s in sections):
+        lines.append("the whole evidence (every case, every test): report.md, or --long")
     lines += ["", verdict_line(ok)]
     return "\n".join(lines) + "\n"
 
@@ -134,9 +152,10 @@ def write_report(
     return paths
 
 
-def emit_report(report: Report, *, out_dir: Path, as_json: bool) -> bool:
-    """Write ``COMMAND.{json,md,txt}`` under ``out_dir``, print the text (or the JSON),
-    and return whether the report holds (``Report.ok``)."""
+def emit_report(report: Report, *, out_dir: Path, as_json: bool, long: bool = False) -> bool:
+    """Write ``COMMAND.{json,md,txt}`` under ``out_dir`` (the text whole), print the
+    text (the sections' default evidence unless ``long``) or the JSON, and return
+    whether the report holds (``Report.ok``)."""
     data = report_json(report)
     heading, sections, ok = report.heading, report.sections, report.ok
     text = render_text(heading=heading, ok=ok, sections=sections)
@@ -145,5 +164,6 @@ def emit_report(report: Report, *, out_dir: Path, as_json: bool) -> bool:
     if as_json:
         print(json.dumps(data, indent=2))
     else:
-        print(render_text(heading=heading, ok=ok, sections=sections, written=paths), end="")
+        shown = render_text(heading=heading, ok=ok, sections=sections, written=paths, long=long)
+        print(shown, end="")
     return report.ok

@@ -9,6 +9,8 @@ from typing import Any
 
 from harness.render.tables import Alignment, TableFormat, table
 
+TERMINAL_WIDTH = 100  # what the default terminal report fits; --long and report.md hold it all
+
 
 @dataclass(frozen=True)
 class Table:
@@ -82,9 +84,11 @@ def render_blocks(blocks: Sequence[Block], *, fmt: TableFormat) -> str:
 class Section:
     """One part of the report.
 
-    ``ok`` feeds the exit code; ``verdict`` is the one line shown first; ``blocks`` are
-    the evidence (prose and tables); ``text`` is that evidence as terminal text (given
-    directly by sections without tables); ``data`` goes to JSON.
+    ``ok`` is the judgement's, copied (it decides nothing here); ``verdict`` is the one
+    line shown first; ``blocks`` are the evidence (prose and tables); ``text`` is that
+    evidence as terminal text (given directly by sections without tables); ``brief`` is
+    what the terminal shows of it by default (``None``: all of it; ``--long`` shows all
+    of it, and ``report.md`` and ``report.txt`` always do); ``data`` goes to JSON.
     """
 
     title: str
@@ -93,6 +97,11 @@ class Section:
     text: str = ""
     data: dict[str, Any] = field(default_factory=dict)
     blocks: tuple[Block, ...] = ()
+    brief: tuple[Block, ...] | None = None
+
+    def brief_text(self) -> str:
+        """The evidence the terminal shows by default."""
+        return self.text if self.brief is None else render_blocks(self.brief, fmt="text")
 
     def __post_init__(self) -> None:
         if self.blocks and not self.text:

@@ -5,6 +5,7 @@ number comes from the run."""
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -27,7 +28,7 @@ from harness.oracles.stats import (
 )
 from harness.pipeline.verdicts import MAX_CARRIERS
 from harness.render.figures import render_png
-from harness.render.sections import Section
+from harness.render.sections import TERMINAL_WIDTH, Block, Section, Table
 from harness.render.tables import Alignment, TableFormat, table
 
 TITLE = "Statistical losslessness (docs/statistics.md)"
@@ -43,6 +44,15 @@ def carriers(result: StatsResult) -> str:
     named = ", ".join(f"{where(s)} (p={p_text(s.p_value)})" for s in rejections[:MAX_CARRIERS])
     more = len(rejections) - MAX_CARRIERS
     return named + (f" and {more} more" if more > 0 else "")
+
+
+def strongest(result: StatsResult) -> str:
+    """The rejection with the smallest p-value, or ``-``."""
+    rejections = result.rejections()
+    if not rejections:
+        return "-"
+    first = min(rejections, key=lambda s: s.p_value)
+    return f"{where(first)} (p={p_text(first.p_value)})"
 
 
 def verdict_word(result: StatsResult) -> str:
@@ -284,13 +294,13 @@ def oracle_text(oracle: OracleRun) -> str:
         "",
         results_table(oracle.every_result()),
     ]
+    tables: dict[str, list[str]] = {}  # a table, and the results that share it
     for result in oracle.every_result():
         if result.statistics:
-            parts += [
-                "",
-                f"{result.name} under {result.verifier}: p-values per head and group (* rejected)",
-                detail_table(result, config=config),
-            ]
+            shown = detail_table(result, config=config)
+            tables.setdefault(shown, []).append(f"{result.name} under {result.verifier}")
+    for shown, names in tables.items():
+        parts += ["", f"{', '.join(names)}: p-values per head and group (* rejected)", shown]
     if oracle.curves:
         parts += ["", power_text(oracle.curves)]
     return "\n".join(parts)
@@ -305,7 +315,6 @@ def oracle_json(oracle: OracleRun, *, roles: Roles = DEFAULT_ROLES) -> dict[str,
                 for verifier, results in oracle.by_verifier.items()
             },
             "family_size": family_size(oracle.config),
-            "results": {name: r.to_json_dict() for name, r in oracle.results.items()},
             "verifiers": list(oracle.by_verifier),
             "by_verifier": {
                 verifier: {name: r.to_json_dict() for name, r in results.items()}
@@ -350,7 +359,66 @@ def stats_section(judged: OracleVerdict, *, roles: Roles = DEFAULT_ROLES) -> Sec
         verdict="; ".join(lines),
         text=oracle_text(oracle),
         data={**oracle_json(oracle, roles=roles), "ok": ok},
+        brief=oracle_brief(oracle),
     )
+
+
+def oracle_brief(oracle: OracleRun) -> tuple[Block, ...]:
+    """What the terminal shows of the oracle by default: its configuration, each
+    implementation's verdict under each verifier with its strongest rejections, and the
+    rows each head needs for the target power; every test's p-value is in the whole
+    evidence."""
+    rows = [
+        [
+            r.name,
+            r.verifier,
+            "not run"
+            if not r.ran
+            else "not judged"
+            if r.not_judged
+            else "ERROR"
+            if r.error
+            else ("REJECTED" if r.rejected else "pass"),
+            p_text(r.p_value),
+            str(len(r.rejections())),
+            strongest(r),
+        ]
+        for r in oracle.every_result()
+    ]
+    config = oracle.config
+    blocks: list[Block] = [
+        textwrap.fill(
+            f"V={config.vocab_size}, gamma={config.gamma}, H={config.hidden_size}, "
+            f"r={config.markov_rank}, {config.rounds} rounds per row, family alpha "
+            f"{config.alpha:g}, seed {config.seed}; targets and rows: Coverage",
+            width=TERMINAL_WIDTH,
+        ),
+        *cut_lines(oracle),
+        Table.of(
+            ["impl", "verifier", "verdict", "family p", "rejected tests", "strongest rejection"],
+            rows,
+        ),
+    ]
+    if oracle.curves:
+        first = oracle.curves[0]
+        blocks.append(
+            Table.of(
+                [
+                    "head",
+                    f"rows for power {first.target_power:g} vs {first.name}: predicted",
+                    "measured",
+                ],
+                [
+                    [
+                        c.head,
+                        str(c.rows_for_target_power or "not reached"),
+                        str(c.measured_rows_for_target_power or "not reached"),
+                    ]
+                    for c in oracle.curves
+                ],
+            )
+        )
+    return tuple(blocks)
 
 
 MEASURED_MARKERS = ("o", "s", "^")  # one shape per head kind, nested by size

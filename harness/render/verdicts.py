@@ -7,7 +7,9 @@ terminal and Markdown tables in a report. Every pass and fail is the judgement's
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 
 from harness.defaults import FIXED, REFERENCE
 from harness.judgement import HeldVerdict, Judgement, LedgerVerdict
@@ -127,16 +129,19 @@ def _ledger_section(records: Sequence[CaseRecord], ledger: LedgerVerdict) -> Sec
         if not entries:
             parts.append(f"{buggy} and {fixed} were not both run")
         verdict = f"{buggy}: does NOT reproduce the documented bug — " + "; ".join(parts)
+    pair_line = f"pair: {buggy} (buggy) vs {fixed} (fixed)"
     return Section(
         title=f"Divergence ledger: {buggy} vs {fixed}",
         ok=ledger.ok,
         verdict=verdict,
-        blocks=(f"pair: {buggy} (buggy) vs {fixed} (fixed)", classes_table, "\n".join(lines)),
+        blocks=(pair_line, classes_table, "\n".join(lines)),
         data={"pair": list(ledger.pair)},
+        brief=(replace(classes_table, wrap=(None, None, BRIEF_PROSE_WIDTH)),),
     )
 
 
 PROSE_WIDTH = 88  # where a table's prose cell wraps on the terminal (whole in Markdown)
+BRIEF_PROSE_WIDTH = 66  # the same in the default terminal report, whose tables fit 100 columns
 
 
 def _checks_of(record: CaseRecord, name: str) -> list[CheckRecord]:
@@ -233,6 +238,7 @@ def comparison_sections(judgement: Judgement) -> list[Section]:
                 ok=True,
                 verdict="",
                 blocks=(_verdicts_table(judgement),),
+                brief=(_verdicts_table(judgement, brief=True),),
             )
         )
         statistical = None if judgement.oracle is None else judgement.oracle.coverage
@@ -243,6 +249,7 @@ def comparison_sections(judgement: Judgement) -> list[Section]:
                 ok=True,
                 verdict="",
                 blocks=_checks_table(records, names, roles=roles),
+                brief=(_checks_summary(records, names, roles=roles),),
             )
         )
     return sections
@@ -258,9 +265,9 @@ def _statistical_cell(statistical: Statistical) -> str:
     return "REJECTED" if statistical.rejected else "pass"
 
 
-def _verdicts_table(judgement: Judgement) -> Table:
+def _verdicts_table(judgement: Judgement, *, brief: bool = False) -> Table:
     """Implementation, role, requirement, the statistical part, the two verdicts, and why
-    not drop-in."""
+    not drop-in; ``brief``: without the role, narrow enough for 100 columns."""
     rows = [
         [
             held.name,
@@ -274,7 +281,42 @@ def _verdicts_table(judgement: Judgement) -> Table:
         for held in judgement.held
     ]
     header = ["implementation", "role", "held to", "statistical", "lossless", "drop-in", "verdict"]
+    if brief:  # the verdicts' reasons are the verdict lines above the evidence
+        header, rows = header[:1] + header[2:-1], [row[:1] + row[2:-1] for row in rows]
+        return Table.of(header, rows)
     return Table.of(header, rows, wrap=(None, 24, None, None, None, None, PROSE_WIDTH // 2))
+
+
+def _checks_summary(records: Sequence[CaseRecord], names: list[str], *, roles: Roles) -> Table:
+    """Per implementation: on how many cases it passed every check, and which checks
+    failed how often (the per-case table is the whole evidence)."""
+    rows = []
+    for name in names:
+        failed: Counter[str] = Counter()
+        ran = clean = 0
+        for record in records:
+            checks = _checks_of(record, name)
+            if not checks:
+                continue
+            ran += 1
+            failing = [
+                CHECK_CODES.get(c["name"], c["name"]) for c in checks if c["status"] == "fail"
+            ]
+            clean += not failing
+            failed.update(failing)
+        expected = " (expected)" if name == roles.buggy or name in roles.expect_fail else ""
+        rows.append(
+            [
+                name + expected,
+                f"{clean}/{ran}",
+                ", ".join(f"{code} x{count}" for code, count in failed.items()) or "-",
+            ]
+        )
+    return Table.of(
+        ["implementation", "cases clean", "failed checks (code x cases)"],
+        rows,
+        wrap=(None, None, BRIEF_PROSE_WIDTH - 10),
+    )
 
 
 def judgement_sections(judgement: Judgement) -> list[Section]:

@@ -274,13 +274,19 @@ def work_section(judged: WorkVerdict) -> Section:
             f"{name} raised on {count}/{len(works)} case kinds" for name, count in judged.unmeasured
         )
     shape = headline.case
-    blocks = [
+    stated = (
         f"per call, {buggy} | {fixed} (counts exact); shapes bs={shape.bs} gamma={shape.gamma} "
         f"V={shape.vocab_size} r={shape.markov_rank} H={HIDDEN_DIVISIBLE} "
-        f"(no-anchor g∤H: H={HIDDEN_NOT_DIVISIBLE}), {shape.dtype}, {shape.device}",
+        f"(no-anchor g∤H: H={HIDDEN_NOT_DIVISIBLE}), {shape.dtype}, {shape.device}"
+    )
+    counters, operators = comparison_tables(headline.comparison)
+    headline_line = f"{headline.kind}: {buggy} vs {fixed}"
+    blocks = [
+        stated,
         overview_table(works),
-        f"{headline.kind}: {buggy} vs {fixed}",
-        *comparison_tables(headline.comparison),
+        headline_line,
+        counters,
+        operators,
         "work model: " + format_model(headline.case),
     ]
     if not surplus_held_exactly(headline.comparison.pair):
@@ -308,4 +314,5 @@ def work_section(judged: WorkVerdict) -> Section:
         verdict=verdict,
         blocks=tuple(blocks),
         data=data,
+        brief=(headline_line, counters),
     )

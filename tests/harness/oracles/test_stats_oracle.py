@@ -164,7 +164,7 @@ def test_report_section_shows_the_verdict_coverage_and_the_power_curves(
     part, lines = report
     assert part.ok
     json.dumps(part.data, allow_nan=False)
-    assert set(part.data["results"]) == {"reference", "fixed", "legacy"}
+    assert set(part.data["by_verifier"]["chain"]) == {"reference", "fixed", "legacy"}
     curves = part.data["power_curves"]
     assert [c["head"] for c in curves] == list(HEAD_KINDS)
     for curve in curves:
@@ -213,7 +213,7 @@ def test_stats_command_exits_0_on_the_default_prints_json_and_writes_out_dir(
     assert stats_cli.command(stats_args(tmp_path, "--json")) == ExitCode.OK
     body = json.loads(capsys.readouterr().out)
     data = body["sections"][0]["data"]
-    assert body["ok"] and data["results"]["legacy"]["rejected"]
+    assert body["ok"] and data["by_verifier"]["chain"]["legacy"]["rejected"]
     assert data["config"]["alpha"] == ALPHA
     assert json.loads((tmp_path / "stats.json").read_text())["ok"]
     assert (tmp_path / "stats.md").exists() and (tmp_path / "stats.txt").exists()

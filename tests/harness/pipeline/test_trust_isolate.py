@@ -145,7 +145,7 @@ def test_a_slow_sampler_that_reaches_the_time_limit_in_the_oracle_is_not_judged(
     assert "slow not judged (time limit reached" in stdout
     assert "slow REJECTED" not in stdout and "slow raised" not in stdout
     section = json.loads((out / "stats.json").read_text())["sections"][0]
-    result = section["data"]["results"]["slow"]
+    result = section["data"]["by_verifier"]["chain"]["slow"]
     assert result["error"] is None and "time limit" in result["not_judged"]
 
 

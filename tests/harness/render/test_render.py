@@ -41,7 +41,7 @@ def test_a_table_is_aligned_text_and_a_markdown_table_with_escaped_pipes() -> No
 def test_report_markdown_has_real_tables_and_fences_only_preformatted_text() -> None:
     with_table = Section("work", ok=True, verdict="fine", blocks=("one line", TABLE, "a\nb"))
     text_only = Section("ledger", ok=True, verdict="holds", text="x  y\n1  2")
-    markdown = render_markdown(heading="h", sections=[with_table, text_only])
+    markdown = render_markdown(heading="h", ok=True, sections=[with_table, text_only])
     assert "one line\n\n| case (legacy \\| fixed)" in markdown
     assert "```\na\nb\n```" in markdown and "```\nx  y\n1  2\n```" in markdown
     assert with_table.text == "one line\n\n" + TABLE.render("text") + "\n\na\nb"
@@ -127,7 +127,7 @@ def test_the_report_embeds_its_power_figure_in_markdown(tmp_path: Path) -> None:
         data={"power_curves": _power_curves(("vanilla",))},
     )
     write_power_plot(tmp_path, [stats], progress=lambda message: None)
-    markdown = render_markdown(heading="h", sections=[stats])
+    markdown = render_markdown(heading="h", ok=True, sections=[stats])
     assert "](report-power.png)" in markdown and markdown.count("![") == 1
     assert "```\nrows  p\n8     0.5\n```" in markdown  # the evidence keeps its layout
     assert "figure: report-power.png" in stats.text
