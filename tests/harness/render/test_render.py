@@ -45,7 +45,7 @@ def test_report_markdown_has_real_tables_and_fences_only_preformatted_text() -> 
     assert "one line\n\n| case (legacy \\| fixed)" in markdown
     assert "```\na\nb\n```" in markdown and "```\nx  y\n1  2\n```" in markdown
     assert with_table.text == "one line\n\n" + TABLE.render("text") + "\n\na\nb"
-    assert TABLE.render("text") in render_text(heading="h", sections=[with_table])
+    assert TABLE.render("text") in render_text(heading="h", ok=True, sections=[with_table])
 
 
 def test_figures_need_matplotlib_and_say_so(without_matplotlib: None) -> None:
