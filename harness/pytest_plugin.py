@@ -132,6 +132,7 @@ class DsparkCaseItem(DsparkItem):
 
     def runtest(self) -> None:
         from harness.defaults import REFERENCE
+        from harness.executor import IN_PROCESS
         from harness.pipeline.checks import tier_of
         from harness.pipeline.compare import evaluate_run
         from harness.pipeline.runner import run_case
@@ -140,7 +141,7 @@ class DsparkCaseItem(DsparkItem):
         options = self.options
         require = options.roles.require
         implementations = [*builtin_implementations((REFERENCE,)), self.implementation]
-        run = run_case(self.case, implementations, options=options)
+        run = run_case(self.case, implementations, options=options, executor=IN_PROCESS)
         verdict = evaluate_run(run, require_observable=options.require_observable)
         checks = verdict.checks[self.implementation.name]
         failing = [c for c in checks if c.failed and require.includes(tier_of(c.name))]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.case import Case
 from harness.defaults import DEFAULT_TIME_LIMIT_S
+from harness.executor import IN_PROCESS
 from harness.options import Roles, RunOptions
 from harness.pipeline.check_result import Tier
 from harness.pipeline.verdicts import Statistical, Verdict
@@ -88,6 +89,7 @@ def check_sampler(
         chosen,
         [*builtin_implementations((REFERENCE,)), implementation],
         options=RunOptions(time_limit_s=time_limit_s),
+        executor=IN_PROCESS,
     )
     verdict = implementation_verdict(records, implementation.name)
     if stats:
@@ -110,7 +112,7 @@ def oracle_verdict(
     options = RunOptions(
         device=device, roles=Roles(require=Tier.LOSSLESS), time_limit_s=time_limit_s
     )
-    part = statistical_part(implementations=[implementation], options=options)
+    part = statistical_part(implementations=[implementation], options=options, executor=IN_PROCESS)
     return part.verdicts[implementation.name]
 
 

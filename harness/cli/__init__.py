@@ -136,19 +136,15 @@ def _run(args: argparse.Namespace) -> int:
     """Validate the options, claim ``--out-dir`` and run the command; bad input,
     a stop request and a closed stdout each end the way the module docstring says."""
     from harness.cli.validate import validate_global_options
-    from harness.pipeline.isolation import shutdown_workers
 
     try:
         with stop_on_signals():
-            try:
-                module = command_module(args.command)
-                validate_global_options(args)
-                if hasattr(module, "validate"):
-                    module.validate(args)
-                with claim_out_dir(args.out_dir):
-                    return int(module.command(args))
-            finally:
-                shutdown_workers()
+            module = command_module(args.command)
+            validate_global_options(args)
+            if hasattr(module, "validate"):
+                module.validate(args)
+            with claim_out_dir(args.out_dir):
+                return int(module.command(args))
     except _bad_input() as error:
         return usage_error(str(error))
     except StopRequested as stop:

@@ -45,25 +45,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def command(args: argparse.Namespace) -> ExitCode:
     from harness.case import Case
     from harness.pipeline.compare import compare
+    from harness.pipeline.isolation import make_executor
     from harness.plugins.implementations import parse_names
 
     options = run_options(args, require_observable=not args.case)
-    implementations = judged_implementations(args, parse_names(args.only), roles=options.roles)
-    if args.case:
-        cases = [Case.load(path) for path in args.case]
-        if args.device != "cpu":
-            cases = [c.with_changes(device=args.device) for c in cases]
-    else:
-        cases = matrix_cases(args)
-    started = time.perf_counter()
-    records = compare(
-        cases,
-        implementations,
-        options=options,
-        journal=journal_path(args.out_dir, command="compare"),
-    )
-    timing = {"compare_s": round(time.perf_counter() - started, 3)}
-    judged = judged_sections(records, implementations=implementations, options=options)
+    with make_executor(isolate=options.isolate) as executor:  # stopped before the report
+        implementations = judged_implementations(
+            args, parse_names(args.only), roles=options.roles, executor=executor
+        )
+        if args.case:
+            cases = [Case.load(path) for path in args.case]
+            if args.device != "cpu":
+                cases = [c.with_changes(device=args.device) for c in cases]
+        else:
+            cases = matrix_cases(args)
+        started = time.perf_counter()
+        records = compare(
+            cases,
+            implementations,
+            options=options,
+            journal=journal_path(args.out_dir, command="compare"),
+            executor=executor,
+        )
+        timing = {"compare_s": round(time.perf_counter() - started, 3)}
+        judged = judged_sections(
+            records, implementations=implementations, options=options, executor=executor
+        )
     if judged.stats_s is not None:
         timing["stats_s"] = judged.stats_s
     judged.sections.append(provenance_section(implementations))

@@ -39,11 +39,9 @@ def emit(
     """Emit a command's report with the common options in ``args`` (``--out-dir``,
     ``--json``, ``--seed``, ``--device``): ``OK`` when every section holds, else ``FAIL``.
 
-    Every worker is stopped first: the report and the exit status are the judge's
-    alone. A plug-in run in process is said to share the judge."""
-    from harness.pipeline.isolation import shutdown_workers  # here: --help needs no torch
-
-    shutdown_workers()
+    A command that runs implementations elsewhere (``--isolate``) has stopped its
+    executor, and every worker with it, before it comes here: the report and the exit
+    status are the judge's alone. A plug-in run in process is said to share the judge."""
     if getattr(args, "impl", None) and not getattr(args, "isolate", False):
         heading += f" ({IN_PROCESS_NOTE})"
     report = Report(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from harness.render.progress import progress_printer
 
 if TYPE_CHECKING:  # the options are offered without importing what runs them (torch)
     from harness.case import Case
+    from harness.executor import Executor
     from harness.pipeline.records import CaseRecord
     from harness.plugins.implementations import Implementation
     from harness.render.sections import Section
@@ -233,19 +235,22 @@ def judged_sections(
     *,
     implementations: Sequence[Implementation],
     options: RunOptions,
+    executor: Executor,
     power: bool = False,
 ) -> JudgedSections:
     """The verdict sections of ``records`` with the statistical oracle's part in every
     lossless verdict (unless ``--no-stats``), as ``report`` and ``compare`` state them;
-    under ``--isolate`` the oracle runs implementations in the worker too. On the
-    standard matrix (``options.require_observable``) the ledger must show every class."""
+    the oracle runs implementations on ``executor`` too. On the standard matrix
+    (``options.require_observable``) the ledger must show every class."""
     from harness.oracles.part import statistical_part
     from harness.render.statistics import stats_section
     from harness.render.verdicts import comparison_sections, verdicts_json
 
     part = None
     if options.stats:
-        part = statistical_part(implementations=implementations, options=options, power=power)
+        part = statistical_part(
+            implementations=implementations, options=options, power=power, executor=executor
+        )
     statistical = None if part is None else part.verdicts
     coverage = None if part is None else part.coverage
     roles = options.roles
@@ -273,17 +278,20 @@ def journal_path(out_dir: Path, *, command: str) -> Path:
 
 
 def selected_implementations(
-    args: argparse.Namespace, names: Sequence[str]
+    args: argparse.Namespace, names: Sequence[str], *, executor: Executor | None = None
 ) -> list[Implementation]:
-    """The built-ins ``names`` and every ``--impl`` of the command line (under
-    ``--isolate``, each plug-in loaded in its own worker only)."""
+    """The built-ins ``names`` and every ``--impl`` of the command line, each plug-in
+    loaded where ``executor`` runs its tasks: here when it runs them in this process (or
+    none is given), else there only (``--isolate``: in its own worker)."""
+    from harness.executor import InProcessExecutor
     from harness.plugins.implementations import parse_impl_spec, select_implementations
+    from harness.plugins.worker_only import worker_only
 
-    if getattr(args, "isolate", False):
-        from harness.pipeline.isolation import worker_only
-
-        return select_implementations(names, args.impl, load=worker_only)
-    return select_implementations(names, args.impl, load=parse_impl_spec)
+    if executor is None or isinstance(executor, InProcessExecutor):
+        return select_implementations(names, args.impl, load=parse_impl_spec)
+    return select_implementations(
+        names, args.impl, load=functools.partial(worker_only, executor=executor)
+    )
 
 
 def pair_implementations(
@@ -299,10 +307,10 @@ def pair_implementations(
 
 
 def judged_implementations(
-    args: argparse.Namespace, names: Sequence[str], *, roles: Roles
+    args: argparse.Namespace, names: Sequence[str], *, roles: Roles, executor: Executor
 ) -> list[Implementation]:
-    """The implementations, checked against the roles they are held to; nothing to judge
-    is bad usage."""
-    implementations = selected_implementations(args, names)
+    """The implementations (plug-ins loaded where ``executor`` runs them), checked against
+    the roles they are held to; nothing to judge is bad usage."""
+    implementations = selected_implementations(args, names, executor=executor)
     roles.validate([i.name for i in implementations])
     return implementations

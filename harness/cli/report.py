@@ -47,38 +47,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def command(args: argparse.Namespace) -> ExitCode:
     from harness.pipeline.compare import compare
+    from harness.pipeline.isolation import make_executor
 
     options = run_options(args, require_observable=True)
     progress = options.progress
     started = time.perf_counter()
     cases = matrix_cases(args)
-    implementations = judged_implementations(args, list(BUILTIN_NAMES), roles=options.roles)
-    records = compare(
-        cases,
-        implementations,
-        options=options,
-        journal=journal_path(args.out_dir, command="report"),
-    )
-    timing = {"matrix_s": round(time.perf_counter() - started, 3)}
-    judged = judged_sections(records, implementations=implementations, options=options, power=True)
-    sections = judged.sections
-    if judged.stats_s is not None:
-        timing["stats_s"] = judged.stats_s
-    if not args.no_work:
-        from harness.measure import work
-        from harness.render.work import work_section
-
-        progress("eliminated work ...")
-        started = time.perf_counter()
-        works = work.collect_work(  # small shapes: a few seconds
-            seed=options.seed,
-            progress=progress,
-            implementations=implementations,
-            pair=options.roles.pair,
-            isolate=options.isolate,
+    with make_executor(isolate=options.isolate) as executor:  # stopped before the report
+        implementations = judged_implementations(
+            args, list(BUILTIN_NAMES), roles=options.roles, executor=executor
         )
-        sections.insert(-1, work_section(works, expect_fail=frozenset(options.roles.expect_fail)))
-        timing["work_s"] = round(time.perf_counter() - started, 3)
+        records = compare(
+            cases,
+            implementations,
+            options=options,
+            journal=journal_path(args.out_dir, command="report"),
+            executor=executor,
+        )
+        timing = {"matrix_s": round(time.perf_counter() - started, 3)}
+        judged = judged_sections(
+            records, implementations=implementations, options=options, executor=executor, power=True
+        )
+        sections = judged.sections
+        if judged.stats_s is not None:
+            timing["stats_s"] = judged.stats_s
+        if not args.no_work:
+            from harness.measure import work
+            from harness.render.work import work_section
+
+            progress("eliminated work ...")
+            started = time.perf_counter()
+            works = work.collect_work(  # small shapes: a few seconds
+                seed=options.seed,
+                progress=progress,
+                implementations=implementations,
+                pair=options.roles.pair,
+                executor=executor,
+            )
+            expect_fail = frozenset(options.roles.expect_fail)
+            sections.insert(-1, work_section(works, expect_fail=expect_fail))
+            timing["work_s"] = round(time.perf_counter() - started, 3)
     heading = (
         f"DSpark draft-sampler harness: standard matrix ({len(cases)} cases, "
         f"seed {args.seed}, {args.device})"

@@ -138,19 +138,12 @@ def command(args: argparse.Namespace) -> int:
     from harness.oracles.problem import DEFAULT_CONFIG, StatsError
     from harness.oracles.stats import default_implementations
     from harness.oracles.verifiers import verifiers_named
+    from harness.pipeline.isolation import make_executor
     from harness.plugins.implementations import ImplementationError
     from harness.render.statistics import power_curves_png, stats_section
 
     try:
         options = run_options(args)
-        progress, roles = options.progress, options.roles
-        extras = selected_implementations(args, [])
-        implementations = [*default_implementations(roles), *extras]
-        names = [impl.name for impl in implementations]
-        if len(set(names)) != len(names):
-            raise ImplementationError(f"--impl names must differ, got {names}")
-        roles.validate(names)
-        verifiers = verifiers_named(args.verifiers or STATS_VERIFIERS)
         config = replace(
             DEFAULT_CONFIG,
             rows=args.rows,
@@ -165,17 +158,31 @@ def command(args: argparse.Namespace) -> int:
             model_seed=args.model_seed,
             device=args.device,
         )
-    except (ImplementationError, StatsError, RolesError) as error:
+    except (StatsError, RolesError) as error:
         print(f"error: {error}", file=sys.stderr)
         return ExitCode.USAGE
-    started = time.perf_counter()
-    oracle = run_statistics(
-        config,
-        implementations=implementations,
-        power=args.power,
-        options=options,
-        verifiers=verifiers,
-    )
+    progress, roles = options.progress, options.roles
+    with make_executor(isolate=options.isolate) as executor:  # stopped before the report
+        try:
+            extras = selected_implementations(args, [], executor=executor)
+            implementations = [*default_implementations(roles), *extras]
+            names = [impl.name for impl in implementations]
+            if len(set(names)) != len(names):
+                raise ImplementationError(f"--impl names must differ, got {names}")
+            roles.validate(names)
+            verifiers = verifiers_named(args.verifiers or STATS_VERIFIERS)
+        except (ImplementationError, StatsError, RolesError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return ExitCode.USAGE
+        started = time.perf_counter()
+        oracle = run_statistics(
+            config,
+            implementations=implementations,
+            power=args.power,
+            options=options,
+            verifiers=verifiers,
+            executor=executor,
+        )
     section = stats_section(oracle, roles=roles)
     if oracle.curves:
         png = power_curves_png([curve.to_json_dict() for curve in oracle.curves])

@@ -65,32 +65,34 @@ def command(args: argparse.Namespace) -> ExitCode:
     from harness.measure.time_ratio import time_ratio
     from harness.measure.timing import PRODUCTION_HIDDEN
     from harness.measure.work import collect_work
+    from harness.pipeline.isolation import make_executor
     from harness.render.timing import timing_section
     from harness.render.work import work_section
 
-    implementations = selected_implementations(args, BUILTIN_NAMES)
-    pair = pair_implementations(implementations, args.pair)
     progress = progress_printer(quiet=args.quiet)
-    works = collect_work(
-        seed=args.seed,
-        device=args.device,
-        progress=progress,
-        implementations=implementations,
-        pair=args.pair,
-        isolate=args.isolate,
-    )
-    sections = [work_section(works)]
-    if args.timing:
-        timed = time_ratio(
+    with make_executor(isolate=args.isolate) as executor:  # stopped before the report
+        implementations = selected_implementations(args, BUILTIN_NAMES, executor=executor)
+        pair = pair_implementations(implementations, args.pair)
+        works = collect_work(
             seed=args.seed,
             device=args.device,
-            repeats=args.repeats,
-            hidden_size=args.hidden_size or PRODUCTION_HIDDEN,
-            callgrind=not args.no_callgrind,
             progress=progress,
-            pair=pair,
-            isolate=args.isolate,
+            implementations=implementations,
+            pair=args.pair,
+            executor=executor,
         )
-        sections.append(timing_section(timed))
+        sections = [work_section(works)]
+        if args.timing:
+            timed = time_ratio(
+                seed=args.seed,
+                device=args.device,
+                repeats=args.repeats,
+                hidden_size=args.hidden_size or PRODUCTION_HIDDEN,
+                callgrind=not args.no_callgrind,
+                progress=progress,
+                pair=pair,
+                executor=executor,
+            )
+            sections.append(timing_section(timed))
     heading = f"DSpark draft-sampler harness: eliminated work (seed {args.seed}, {args.device})"
     return emit(args, command="work", heading=heading, sections=sections)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from harness.defaults import LEGACY
+from harness.executor import IN_PROCESS, Executor
 from harness.options import DEFAULT_OPTIONS, Roles, RunOptions
 from harness.oracles.power import TARGET_POWER, run_power_curves
 from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, group_label, life_batches
@@ -112,12 +113,17 @@ def run_statistics(
     power: bool,
     options: RunOptions = DEFAULT_OPTIONS,
     verifiers: Sequence[Verifier] = (CHAIN_VERIFIER,),
+    executor: Executor = IN_PROCESS,
 ) -> OracleRun:
     """Run the oracle on ``implementations`` (default: fixed and legacy) under every
-    verifier (with ``options.isolate``, each in its worker), with ``power`` also legacy's
+    verifier (each on ``executor`` in its trust domain), with ``power`` also legacy's
     power curve per head kind (first verifier)."""
     oracle = run_oracle(
-        config, implementations=implementations, options=options, verifiers=verifiers
+        config,
+        implementations=implementations,
+        options=options,
+        verifiers=verifiers,
+        executor=executor,
     )
     legacy = oracle.results.get(LEGACY)
     if power and legacy is not None and legacy.error is None and legacy.not_judged is None:
@@ -136,6 +142,7 @@ def report_stats(
     options: RunOptions = DEFAULT_OPTIONS,
     implementations: Sequence[Implementation] | None = None,
     power: bool = True,
+    executor: Executor = IN_PROCESS,
 ) -> OracleRun:
     """The statistical part of the main report: ``implementations`` (default: the
     built-ins; plug-ins given with ``--impl`` belong here too) at the default config on
@@ -152,6 +159,7 @@ def report_stats(
         implementations=chosen,
         power=power,
         options=options,
+        executor=executor,
         verifiers=(
             available_verifiers()
             if options.verifiers is None
@@ -177,15 +185,18 @@ def statistical_part(
     implementations: Sequence[Implementation],
     options: RunOptions,
     power: bool = False,
+    executor: Executor = IN_PROCESS,
 ) -> StatisticalPart:
     """The statistical oracle at the report's defaults on ``implementations`` under
     ``options``, as every command that states a lossless verdict (``report``,
     ``compare``, the Python API, the pytest plugin) runs it; ``power`` adds the power
-    curves (the report's figure), and ``options.isolate`` runs each implementation's
-    decode in the worker process."""
+    curves (the report's figure), and each implementation's decode runs on ``executor``
+    in its trust domain."""
     options.progress("statistical oracle ...")
     started = time.perf_counter()
-    oracle = report_stats(options=options, implementations=implementations, power=power)
+    oracle = report_stats(
+        options=options, implementations=implementations, power=power, executor=executor
+    )
     return StatisticalPart(
         oracle=oracle,
         verdicts=statistical_verdicts(oracle),

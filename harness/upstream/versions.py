@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 from harness.case import Case, make_case
 from harness.defaults import FIXED
+from harness.executor import IN_PROCESS
 from harness.measure.timing import ab_timing
 from harness.options import RunOptions
 from harness.oracles.part import combined_statistical
@@ -187,7 +188,7 @@ def version_plan(implementation: Implementation, *, plan: ScanPlan, repeats: int
 
 
 def call_work(implementation: Implementation, *, seed: int) -> CallWork | None:
-    run = run_case(work_case(seed=seed), [implementation])
+    run = run_case(work_case(seed=seed), [implementation], executor=IN_PROCESS)
     result = run.results[implementation.name]
     if result.error is not None:
         return None
@@ -244,6 +245,7 @@ def collect_versions(
         implementations=list(implementations.values()),
         verifiers=(CHAIN_VERIFIER, BLOCKWISE_REJECTION),
         options=RunOptions(progress=progress, time_limit_s=None),
+        executor=IN_PROCESS,  # the versions table runs every version in process
     )
     plan = full_plan(triples_per_point=scan_triples_per_point, seed=seed)
     rows = []

@@ -87,12 +87,18 @@ def test_a_scope_is_its_cuts_and_the_heads_left_out(cut_convention: None) -> Non
 
 
 def test_under_isolate_the_scope_of_a_worker_only_plug_in_is_its_workers() -> None:
-    from harness.pipeline.isolation import isolated_scope, worker_only
+    from harness.oracles.scope import scope_in_domain
+    from harness.pipeline.isolation import make_executor
+    from harness.plugins.worker_only import worker_only
 
-    plug_in = worker_only("u=tests/plugins/alternative_samplers.py:UniformGumbelSampler")
-    for verifier in (CHAIN_VERIFIER, SlowChain()):
-        asked = isolated_scope(plug_in, config=DEFAULT_CONFIG, verifier=verifier)
-        assert asked == stats.scope_under(DEFAULT_CONFIG, verifier=verifier)  # ours: no cut
+    spec = "u=tests/plugins/alternative_samplers.py:UniformGumbelSampler"
+    with make_executor(isolate=True) as executor:
+        plug_in = worker_only(spec, executor=executor)
+        for verifier in (CHAIN_VERIFIER, SlowChain()):
+            asked = scope_in_domain(
+                DEFAULT_CONFIG, verifier=verifier, implementation=plug_in, executor=executor
+            )
+            assert asked == stats.scope_under(DEFAULT_CONFIG, verifier=verifier)  # ours: no cut
     assert asked.cuts == (VERIFIER_CUT,)
 
 
