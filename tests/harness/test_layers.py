@@ -68,3 +68,87 @@ def test_plugins_import_nothing_of_pipeline() -> None:
 def test_the_values_import_only_leaves() -> None:
     found = {(m, t) for m, t in harness_imports() if package(m) in VALUES}
     assert {(m, t) for m, t in found if package(t) not in LEAVES} == set()
+
+
+# -- where implementation code runs ---------------------------------------------------------
+ISOLATION = "pipeline.isolation"  # the isolated executor: only entry points choose it
+STAGES = {
+    "pipeline.runner",
+    ISOLATION,
+    "oracles.stats",
+    "measure.timing",
+    "measure.counters",
+    "pipeline.life",
+    "measure.work",
+    "measure.time_ratio",
+}
+
+
+def module_imports() -> dict[str, set[str]]:
+    """Every harness module (dotted, without "harness.") and the harness modules it imports,
+    as ``harness_imports`` reads them, ``from harness.pipeline import isolation`` read as an
+    import of ``pipeline.isolation``."""
+    modules = {
+        path.relative_to(HARNESS).with_suffix("").as_posix().replace("/", "."): path
+        for path in sorted(HARNESS.rglob("*.py"))
+    }
+    modules = {name.removesuffix(".__init__"): path for name, path in modules.items()}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                imported = [alias.name for alias in node.names]
+            else:
+                continue
+            found = {i.removeprefix("harness.") for i in imported if i.startswith("harness.")}
+            graph[name] |= {target for target in found if target in modules}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph[module]:
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = set()
+            while True:
+                member = stack.pop()
+                component.add(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_stage_imports_the_isolation_machinery_and_the_stages_form_no_circle() -> None:
+    graph = module_imports()
+    assert {"executor", "wire"} <= set(graph)
+    for leaf in ("executor", "wire"):  # below every stage: they import only leaves
+        assert {t for t in graph[leaf] if package(t) not in LEAVES} == set(), leaf
+    users = {
+        module
+        for module, targets in graph.items()
+        if ISOLATION in targets and package(module) in {"pipeline", "oracles", "measure"}
+    }
+    assert users == set()  # a stage takes an executor; where it runs is its caller's choice
+    assert set(graph) >= STAGES
+    assert [c for c in circles(graph) if c & STAGES] == []
