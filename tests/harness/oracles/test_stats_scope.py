@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 
+from harness.oracles import scope as oracle_scope
 from harness.oracles import stats
 from harness.oracles.cut import OracleCut
 from harness.oracles.problem import DEFAULT_CONFIG, FAR
@@ -59,7 +60,7 @@ def cut_convention(monkeypatch: pytest.MonkeyPatch) -> None:
     def declared(sampler_class: type) -> CutConvention:
         return CutConvention(ConventionName(bind_constructor(sampler_class).convention))
 
-    monkeypatch.setattr(stats, "convention_of", declared)
+    monkeypatch.setattr(oracle_scope, "convention_of", declared)  # where scope_under reads it
 
 
 def test_the_conventions_cut_and_contract_make_the_scope(cut_convention: None) -> None:
