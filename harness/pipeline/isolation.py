@@ -24,6 +24,7 @@ neither ``--out-dir`` nor where the journal key lives.
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import importlib
 import multiprocessing
@@ -31,6 +32,7 @@ import os
 import pickle
 import signal
 import sys
+import weakref
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
@@ -116,6 +118,16 @@ def _death(process: multiprocessing.process.BaseProcess) -> str:
     return f"the worker process exited with status {code} before returning a result"
 
 
+_started: weakref.WeakSet[WorkerExecutor] = weakref.WeakSet()
+
+
+def _stop_every_worker() -> None:
+    """At exit, kill every worker left running (one that ignores SIGTERM would keep
+    ``multiprocessing``'s own exit hook waiting for it)."""
+    for worker in list(_started):
+        worker.shutdown()
+
+
 class WorkerExecutor(concurrent.futures.Executor):
     """One persistent worker process of one trust domain, replaced after it dies or hangs.
     ``submit`` returns once the answer is in: a worker serves one task at a time."""
@@ -140,6 +152,9 @@ class WorkerExecutor(concurrent.futures.Executor):
                 sys.argv = command_line
             child.close()
             self._connection = parent
+            _started.add(self)
+            atexit.unregister(_stop_every_worker)  # once, and after multiprocessing's own
+            atexit.register(_stop_every_worker)  # exit hook, so that it runs before it
         return self._connection
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
