@@ -85,3 +85,35 @@ def test_isolated_domains_run_apart_and_a_task_without_an_answer_is_a_worker_fai
         with pytest.raises(WorkerFailure, match=r"WorkerDied: .*exited with status 3"):
             plugin.submit(exits).result()
         assert plugin.submit(process_id).result() != first  # a fresh worker
+
+
+def test_a_result_of_every_declared_type_crosses_the_wire_unchanged() -> None:
+    from harness import wire
+    from harness.pipeline.results import (
+        GreedyMix,
+        ImplResult,
+        Life,
+        LifeReplay,
+        LifeStep,
+        RaisedError,
+    )
+    from harness.plugins.conventions import NoiseCounter, StagedParams
+
+    staged = StagedParams(torch.tensor([0.5, 1.0]), torch.tensor([False, True]), None)
+    step = LifeStep(0, 2, GreedyMix.MIXED, (0.5, 1.0), (False, True), 17)
+    replay = ImplResult(name="fixed", tokens=torch.arange(6).reshape(2, 3), staged=staged)
+    result = ImplResult(
+        name="fixed",
+        tokens=torch.arange(6).reshape(2, 3),
+        noise_counter=NoiseCounter(key=7, start=1, end=3),
+        life=Life(replays=[LifeReplay(step=step, result=replay)], planned=1, out_passed=True),
+        second_call=ImplResult(name="fixed", error=RaisedError("CallTimeout", "late", "x:1")),
+    )
+    back = wire.read_answer(wire.write_answer(result))
+    assert type(back) is ImplResult and back.noise_counter == result.noise_counter
+    assert back.life is not None and back.life.replays[0].step == step
+    assert torch.equal(back.life.replays[0].result.staged.greedy_mask, staged.greedy_mask)
+    assert back.second_call is not None and back.second_call.error == RaisedError(
+        "CallTimeout", "late", "x:1"
+    )
+    assert back.second_call.error.timed_out
