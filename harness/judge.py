@@ -1,7 +1,8 @@
 """``judge()``: the one function every entry point calls for a verdict.
 
-It takes the cases, the implementations, the options and (later stages' business) where
-implementation code runs, runs the stages (the comparison, the statistical oracle, the
+It takes the cases, the implementations, the options and the executor that runs the
+implementations' code (``harness.executor``: in process, or a worker per trust domain,
+chosen once by the caller), runs the stages (the comparison, the statistical oracle, the
 eliminated work) and returns a ``Judgement`` (``harness.judgement``). The command line,
 the Python API (``harness.testing``), the pytest plugin and the versions table read
 their verdicts from it, so "lossless" means the same on every path. The run's intra-op
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.devices import intra_op_threads
+from harness.executor import IN_PROCESS, Executor
 from harness.judgement import Judgement, OracleVerdict, WorkVerdict, judge_records
 from harness.options import RunOptions
 
@@ -31,6 +33,7 @@ def judge(
     implementations: Sequence[Implementation],
     *,
     options: RunOptions,
+    executor: Executor = IN_PROCESS,
     power: bool = False,
     work: bool = False,
     oracle_config: StatsConfig | None = None,
@@ -52,16 +55,24 @@ def judge(
             from harness.pipeline.compare import compare
 
             started = time.perf_counter()
-            records = compare(list(cases), list(implementations), options=options, journal=journal)
+            records = compare(
+                list(cases),
+                list(implementations),
+                options=options,
+                journal=journal,
+                executor=executor,
+            )
             timing["matrix_s"] = round(time.perf_counter() - started, 3)
         oracle = None
         if options.stats:
             decoded = [i for i in implementations if oracle_on is None or i.name in oracle_on]
-            oracle = judge_oracle(decoded, options=options, power=power, config=oracle_config)
+            oracle = judge_oracle(
+                decoded, options=options, executor=executor, power=power, config=oracle_config
+            )
             timing["stats_s"] = round(oracle.wall_s, 3)
         eliminated = None
         if work:
-            eliminated = judge_work(implementations, options=options)
+            eliminated = judge_work(implementations, options=options, executor=executor)
             timing["work_s"] = round(eliminated.wall_s, 3)
     return judge_records(records, options=options, oracle=oracle, work=eliminated, timing=timing)
 
@@ -70,6 +81,7 @@ def judge_oracle(
     implementations: Sequence[Implementation],
     *,
     options: RunOptions,
+    executor: Executor = IN_PROCESS,
     power: bool,
     config: StatsConfig | None = None,
 ) -> OracleVerdict:
@@ -88,7 +100,12 @@ def judge_oracle(
         available_verifiers() if options.verifiers is None else verifiers_named(options.verifiers)
     )
     run = run_statistics(
-        chosen, implementations=implementations, power=power, options=options, verifiers=verifiers
+        chosen,
+        implementations=implementations,
+        power=power,
+        options=options,
+        verifiers=verifiers,
+        executor=executor,
     )
     roles = options.roles
     return OracleVerdict(
@@ -100,7 +117,12 @@ def judge_oracle(
     )
 
 
-def judge_work(implementations: Sequence[Implementation], *, options: RunOptions) -> WorkVerdict:
+def judge_work(
+    implementations: Sequence[Implementation],
+    *,
+    options: RunOptions,
+    executor: Executor = IN_PROCESS,
+) -> WorkVerdict:
     """The work the fix eliminates, counted on the options' device for every
     implementation, the pair compared."""
     from harness.measure.work import collect_work
@@ -113,7 +135,7 @@ def judge_work(implementations: Sequence[Implementation], *, options: RunOptions
         progress=options.progress,
         implementations=implementations,
         pair=options.roles.pair,
-        isolate=options.isolate,
+        executor=executor,
     )
     return WorkVerdict.of(
         works,

@@ -344,17 +344,14 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         with stop_on_signals():
-            try:
-                module = command_module(args.command)
-                validate_global_options(args)
-                if hasattr(module, "validate"):
-                    module.validate(args)
-                from harness.devices import intra_op_threads  # torch: after validation
+            module = command_module(args.command)
+            validate_global_options(args)
+            if hasattr(module, "validate"):
+                module.validate(args)
+            from harness.devices import intra_op_threads  # torch: after validation
 
-                with claim_out_dir(args.out_dir), intra_op_threads(args.threads or None):
-                    return int(module.command(args))
-            finally:
-                _shutdown_workers()
+            with claim_out_dir(args.out_dir), intra_op_threads(args.threads or None):
+                return int(module.command(args))
     except BAD_INPUT as error:
         return usage_error(str(error))
     except _case_error() as error:
@@ -364,14 +361,6 @@ def _run(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # stdout closed early (``--json | head``): nothing left to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return BROKEN_PIPE
-
-
-def _shutdown_workers() -> None:
-    """Stop every worker process; none runs unless the isolation module was loaded, and
-    loading it (torch) only to learn that would slow every refusal of bad usage."""
-    isolation = sys.modules.get("harness.pipeline.isolation")
-    if isolation is not None:
-        isolation.shutdown_workers()
 
 
 def _case_error() -> type[Exception]:

@@ -43,23 +43,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def command(args: argparse.Namespace) -> ExitCode:
     from harness.case import Case
     from harness.judge import judge
+    from harness.pipeline.isolation import make_executor
     from harness.plugins.implementations import parse_names
     from harness.render.verdicts import judgement_sections
 
     options = run_options(args, require_observable=not args.case)
-    implementations = judged_implementations(args, parse_names(args.only), roles=options.roles)
     if args.case:
         cases = [Case.load(path) for path in args.case]
         if args.device != "cpu":
             cases = [c.with_changes(device=args.device) for c in cases]
     else:
         cases = matrix_cases(args)
-    judgement = judge(
-        cases,
-        implementations,
-        options=options,
-        journal=journal_path(args.out_dir, command="compare"),
-    )
+    with make_executor(isolate=options.isolate) as executor:  # stopped before the report
+        implementations = judged_implementations(
+            args, parse_names(args.only), roles=options.roles, executor=executor
+        )
+        judgement = judge(
+            cases,
+            implementations,
+            options=options,
+            executor=executor,
+            journal=journal_path(args.out_dir, command="compare"),
+        )
     sections = [*judgement_sections(judgement), provenance_section(implementations)]
     heading = f"DSpark draft-sampler harness: compare ({len(cases)} cases, {args.device})"
     return emit(args, command="compare", heading=heading, sections=sections, judgement=judgement)

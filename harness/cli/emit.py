@@ -45,11 +45,9 @@ def emit(
     ``ok``, else the ``ok`` the command decided), else ``FAIL``. A judgement brings its
     records, its wall times and its JSON.
 
-    Every worker is stopped first: the report and the exit status are the judge's
-    alone. A plug-in run in process is said to share the judge."""
-    from harness.pipeline.isolation import shutdown_workers  # here: --help needs no torch
-
-    shutdown_workers()
+    A command that runs implementations elsewhere (``--isolate``) has stopped its
+    executor, and every worker with it, before it comes here: the report and the exit
+    status are the judge's alone. A plug-in run in process is said to share the judge."""
     if getattr(args, "impl", None) and not getattr(args, "isolate", False):
         heading += f" ({IN_PROCESS_NOTE})"
     if judgement is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -14,6 +15,7 @@ from harness.render.progress import progress_printer
 
 if TYPE_CHECKING:  # the options are offered without importing what runs them (torch)
     from harness.case import Case
+    from harness.executor import Executor
     from harness.plugins.implementations import Implementation
 
 T = TypeVar("T", int, float)
@@ -226,17 +228,20 @@ def journal_path(out_dir: Path, *, command: str) -> Path:
 
 
 def selected_implementations(
-    args: argparse.Namespace, names: Sequence[str]
+    args: argparse.Namespace, names: Sequence[str], *, executor: Executor | None = None
 ) -> list[Implementation]:
-    """The built-ins ``names`` and every ``--impl`` of the command line (under
-    ``--isolate``, each plug-in loaded in its own worker only)."""
+    """The built-ins ``names`` and every ``--impl`` of the command line, each plug-in
+    loaded where ``executor`` runs its tasks: here when it runs them in this process (or
+    none is given), else there only (``--isolate``: in its own worker)."""
+    from harness.executor import InProcessExecutor
+    from harness.pipeline.worker_only import worker_only
     from harness.plugins.implementations import parse_impl_spec, select_implementations
 
-    if getattr(args, "isolate", False):
-        from harness.pipeline.isolation import worker_only
-
-        return select_implementations(names, args.impl, load=worker_only)
-    return select_implementations(names, args.impl, load=parse_impl_spec)
+    if executor is None or isinstance(executor, InProcessExecutor):
+        return select_implementations(names, args.impl, load=parse_impl_spec)
+    return select_implementations(
+        names, args.impl, load=functools.partial(worker_only, executor=executor)
+    )
 
 
 def pair_implementations(
@@ -252,10 +257,10 @@ def pair_implementations(
 
 
 def judged_implementations(
-    args: argparse.Namespace, names: Sequence[str], *, roles: Roles
+    args: argparse.Namespace, names: Sequence[str], *, roles: Roles, executor: Executor
 ) -> list[Implementation]:
-    """The implementations, checked against the roles they are held to; nothing to judge
-    is bad usage."""
-    implementations = selected_implementations(args, names)
+    """The implementations (plug-ins loaded where ``executor`` runs them), checked against
+    the roles they are held to; nothing to judge is bad usage."""
+    implementations = selected_implementations(args, names, executor=executor)
     roles.validate([i.name for i in implementations])
     return implementations

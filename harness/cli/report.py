@@ -45,19 +45,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def command(args: argparse.Namespace) -> ExitCode:
     from harness.judge import judge
+    from harness.pipeline.isolation import make_executor
     from harness.render.verdicts import judgement_sections
 
     options = run_options(args, require_observable=True)
     cases = matrix_cases(args)
-    implementations = judged_implementations(args, list(BUILTIN_NAMES), roles=options.roles)
-    judgement = judge(
-        cases,
-        implementations,
-        options=options,
-        power=True,
-        work=not args.no_work,
-        journal=journal_path(args.out_dir, command="report"),
-    )
+    with make_executor(isolate=options.isolate) as executor:  # stopped before the report
+        implementations = judged_implementations(
+            args, list(BUILTIN_NAMES), roles=options.roles, executor=executor
+        )
+        judgement = judge(
+            cases,
+            implementations,
+            options=options,
+            executor=executor,
+            power=True,
+            work=not args.no_work,
+            journal=journal_path(args.out_dir, command="report"),
+        )
     sections = judgement_sections(judgement)
     heading = (
         f"DSpark draft-sampler harness: standard matrix ({len(cases)} cases, "

@@ -136,18 +136,13 @@ def command(args: argparse.Namespace) -> int:
     from harness.oracles.problem import DEFAULT_CONFIG, StatsError
     from harness.oracles.stats import default_implementations
     from harness.oracles.verifiers import verifiers_named
+    from harness.pipeline.isolation import make_executor
     from harness.plugins.implementations import ImplementationError
     from harness.render.statistics import power_curves_png, stats_section
 
     try:
         options = run_options(args)
         progress, roles = options.progress, options.roles
-        extras = selected_implementations(args, [])
-        implementations = [*default_implementations(roles), *extras]
-        names = [impl.name for impl in implementations]
-        if len(set(names)) != len(names):
-            raise ImplementationError(f"--impl names must differ, got {names}")
-        roles.validate(names)
         verifiers = args.verifiers or STATS_VERIFIERS
         verifiers_named(verifiers)  # an unknown name is bad usage, before any work
         options = replace(options, verifiers=verifiers, stats=True)
@@ -165,10 +160,24 @@ def command(args: argparse.Namespace) -> int:
             model_seed=args.model_seed,
             device=args.device,
         )
+        with make_executor(isolate=options.isolate) as executor:  # stopped before the report
+            extras = selected_implementations(args, [], executor=executor)
+            implementations = [*default_implementations(roles), *extras]
+            names = [impl.name for impl in implementations]
+            if len(set(names)) != len(names):
+                raise ImplementationError(f"--impl names must differ, got {names}")
+            roles.validate(names)
+            judgement = judge(
+                [],
+                implementations,
+                options=options,
+                executor=executor,
+                power=args.power,
+                oracle_config=config,
+            )
     except (ImplementationError, StatsError, RolesError) as error:
         print(f"error: {error}", file=sys.stderr)
         return ExitCode.USAGE
-    judgement = judge([], implementations, options=options, power=args.power, oracle_config=config)
     assert judgement.oracle is not None  # the stats command always runs the oracle
     section = stats_section(judgement.oracle, roles=roles)
     oracle = judgement.oracle.run

@@ -66,29 +66,31 @@ def command(args: argparse.Namespace) -> ExitCode:
     from harness.judge import judge
     from harness.measure.time_ratio import time_ratio
     from harness.measure.timing import PRODUCTION_HIDDEN
+    from harness.pipeline.isolation import make_executor
     from harness.render.timing import timing_section
     from harness.render.work import work_section
 
     options = replace(run_options(args), stats=False)
-    implementations = selected_implementations(args, BUILTIN_NAMES)
-    pair = pair_implementations(implementations, options.roles.pair)
-    judgement = judge([], implementations, options=options, work=True)
-    assert judgement.work is not None  # asked for
-    sections = [work_section(judgement.work)]
-    ok = judgement.ok
-    if args.timing:
-        timed = time_ratio(
-            seed=options.seed,
-            device=options.device,
-            repeats=args.repeats,
-            hidden_size=args.hidden_size or PRODUCTION_HIDDEN,
-            callgrind=not args.no_callgrind,
-            progress=options.progress,
-            pair=pair,
-            isolate=options.isolate,
-        )
-        sections.append(timing_section(timed))
-        ok = ok and timed.ok
+    with make_executor(isolate=options.isolate) as executor:  # stopped before the report
+        implementations = selected_implementations(args, BUILTIN_NAMES, executor=executor)
+        pair = pair_implementations(implementations, options.roles.pair)
+        judgement = judge([], implementations, options=options, executor=executor, work=True)
+        assert judgement.work is not None  # asked for
+        sections = [work_section(judgement.work)]
+        ok = judgement.ok
+        if args.timing:
+            timed = time_ratio(
+                seed=options.seed,
+                device=options.device,
+                repeats=args.repeats,
+                hidden_size=args.hidden_size or PRODUCTION_HIDDEN,
+                callgrind=not args.no_callgrind,
+                progress=options.progress,
+                pair=pair,
+                executor=executor,
+            )
+            sections.append(timing_section(timed))
+            ok = ok and timed.ok
     heading = f"DSpark draft-sampler harness: eliminated work (seed {args.seed}, {args.device})"
     return emit(
         args,

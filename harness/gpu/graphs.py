@@ -46,19 +46,18 @@ import torch
 from harness.case import Case, CaseInputs, build_inputs, case_block
 from harness.devices import synchronize
 from harness.gpu.shapes import DEFAULT_REPLAYS
-from harness.pipeline.compare import CaseVerdict, case_record, evaluate_run
-from harness.pipeline.observe import DispatchObserver
-from harness.pipeline.records import CaseRecord
-from harness.pipeline.runner import (
-    CaseRun,
-    ImplResult,
-    RaisedError,
+from harness.pipeline.call import (
     build_sampler,
     guarded_call,
     record_outputs,
     same_rng_start,
     work_counts,
 )
+from harness.pipeline.compare import CaseVerdict, case_record, evaluate_run
+from harness.pipeline.observe import DispatchObserver
+from harness.pipeline.records import CaseRecord
+from harness.pipeline.results import ImplResult, RaisedError
+from harness.pipeline.runner import CaseRun
 from harness.plugins.conventions import BuiltSampler
 from harness.plugins.implementations import (
     Implementation,

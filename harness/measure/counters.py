@@ -17,13 +17,15 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import flop_registry
 
-from harness.case import Case, CaseInputs, case_block
+from harness.case import Case, CaseInputs, build_inputs, case_block
 from harness.defaults import FIXED
 from harness.devices import synchronize
+from harness.pipeline.call import build_sampler, guarded_call, same_rng_start
 from harness.pipeline.observe import DispatchObserver, EagerDispatchMode
-from harness.pipeline.runner import WorkCounts, build_sampler, guarded_call, same_rng_start
-from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS
+from harness.pipeline.results import WorkCounts
+from harness.plugins.implementations import BUILTIN_IMPLEMENTATIONS, Implementation
 from harness.plugins.protocol import DraftSampler
+from harness.wire import answer_types
 
 
 class FlopCounter(EagerDispatchMode):
@@ -171,6 +173,15 @@ def cost_of_call(sampler_class: type[DraftSampler], *, case: Case, inputs: CaseI
         return instrumented_call(
             lambda: sampler(inputs.hidden_states, inputs.input_ids), device=device
         )
+
+
+def cost_task(implementation: Implementation, *, case: Case) -> CallCost:
+    """A task: ``cost_of_call`` of the implementation on inputs built from the case's seed
+    where it runs."""
+    return cost_of_call(implementation.sampler_class, case=case, inputs=build_inputs(case))
+
+
+answer_types(CallCost)
 
 
 def measure_one_walk(case: Case, *, inputs: CaseInputs) -> CallCost:

@@ -1,14 +1,17 @@
 """The A/B time ratio of the pair at the production-like shape, as data: the paired
-timing (in a worker with ``isolate``) or why it failed, and the callgrind instruction
-counts of the built-in pair where they can be taken, or why not. The "time ratio"
-section of ``python -m harness work --timing`` presents it (``harness.render.timing``)."""
+timing (a task on the caller's executor, ``timing_in_domain``) or why it failed, and the
+callgrind instruction counts of the built-in pair where they can be taken, or why not.
+The "time ratio" section of ``python -m harness work --timing`` presents it
+(``harness.render.timing``)."""
 
 from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass
 
+from harness.case import Case
 from harness.defaults import DEFAULT_PAIR
+from harness.executor import BUILTINS, IN_PROCESS, Executor, TimeLimited, WorkerFailure, for_domain
 from harness.measure.callgrind import (
     CallgrindCounts,
     callgrind_case,
@@ -20,11 +23,13 @@ from harness.measure.timing import (
     WALK_RATIO_RANGE,
     ABTiming,
     Pair,
+    PairedTimes,
     TimingError,
-    ab_timing,
     default_pair,
     production_like_case,
+    timing_task,
 )
+from harness.pipeline.results import RaisedError
 from harness.progress import Progress, no_progress
 
 
@@ -48,6 +53,40 @@ class TimeRatio:
         return low <= self.timing.times["walk_only"]["wall"].summary()["ratio_median"] <= high
 
 
+def timing_in_domain(case: Case, *, repeats: int, pair: Pair, executor: Executor) -> ABTiming:
+    """``timing_task`` of the pair on ``executor``, in the one place both run: the timing
+    alternates their calls in one process, so a pair whose trust domains run apart (two
+    plug-ins under ``--isolate``) is not timed. A failure of the pair, or a task that gives
+    no answer, is a ``TimingError``."""
+    places = {i.trust_domain: for_domain(executor, i.trust_domain) for i in pair}
+    plug_ins = [domain for domain in places if domain != BUILTINS]
+    place = places[plug_ins[0]] if plug_ins else places[BUILTINS]  # a plug-in's own place
+    if any(places[domain] is not place for domain in plug_ins):
+        raise TimingError(
+            f"a timed pair runs in one process; {pair[0].name} and {pair[1].name} run apart "
+            "(two plug-ins under --isolate)"
+        )
+    future = place.submit(TimeLimited(timing_task, None), case, repeats=repeats, pair=pair)
+    try:
+        answer = future.result()
+    except WorkerFailure as failure:
+        raise TimingError(str(failure)) from None
+    if isinstance(answer, RaisedError):
+        raise TimingError(answer.message if answer.type == "TimingError" else answer.summary())
+    threads, times = answer if isinstance(answer, tuple) and len(answer) == 2 else (None, None)
+    if not isinstance(threads, int) or not _is_times(times):
+        raise TimingError("BadAnswer: the worker's answer is not a timing")
+    names = (pair[0].name, pair[1].name)
+    return ABTiming(case=case, repeats=repeats, warmup=1, threads=threads, times=times, pair=names)
+
+
+def _is_times(times: object) -> bool:
+    return isinstance(times, dict) and all(
+        isinstance(by_clock, dict) and all(isinstance(t, PairedTimes) for t in by_clock.values())
+        for by_clock in times.values()
+    )
+
+
 def time_ratio(
     *,
     seed: int,
@@ -57,19 +96,16 @@ def time_ratio(
     callgrind: bool = True,
     progress: Progress = no_progress,
     pair: Pair | None = None,
-    isolate: bool = False,
+    executor: Executor = IN_PROCESS,
 ) -> TimeRatio:
-    """A/B timing of the pair (default legacy, fixed) at the production-like shape, with
-    ``isolate`` in a worker, and callgrind of the built-in pair where valgrind exists."""
+    """A/B timing of the pair (default legacy, fixed) at the production-like shape on
+    ``executor``, and callgrind of the built-in pair where valgrind exists."""
     case = production_like_case(seed=seed, device=device, hidden_size=hidden_size)
     progress(f"timing: {case.label()} ({repeats} alternating repetitions)")
     try:
-        if isolate:
-            from harness.pipeline.isolation import isolated_ab_timing
-
-            timing = isolated_ab_timing(case, repeats=repeats, pair=pair or default_pair())
-        else:
-            timing = ab_timing(case, repeats=repeats, progress=progress, pair=pair)
+        timing = timing_in_domain(
+            case, repeats=repeats, pair=pair or default_pair(), executor=executor
+        )
     except TimingError as error:  # a plug-in that raises is a result, not a crash
         return TimeRatio(hidden_size=hidden_size, timing=None, failure=str(error))
     note = ""

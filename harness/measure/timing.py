@@ -39,10 +39,12 @@ import torch
 from harness.case import Case, CaseInputs, build_inputs, case_block, make_case
 from harness.defaults import BUGGY_SIDE, DEFAULT_PAIR, FIXED_SIDE, PAIR_SIDES
 from harness.devices import intra_op_threads, synchronize
-from harness.pipeline.runner import build_sampler, guarded_call, same_rng_start
+from harness.pipeline.call import build_sampler, guarded_call, same_rng_start
+from harness.pipeline.results import RaisedError
 from harness.plugins.conventions import BuiltSampler
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.progress import Progress, no_progress
+from harness.wire import answer_types
 from reference import PrecomputedBaseLogits
 
 PRODUCTION_HIDDEN = 256  # small on purpose: the lm_head must not swamp the walk
@@ -266,3 +268,18 @@ def ab_timing(
     }
     whose = (names[BUGGY_SIDE], names[FIXED_SIDE])
     return ABTiming(case, repeats, warmup, used_threads, times, whose)
+
+
+answer_types(PairedTimes)
+
+
+def timing_task(
+    case: Case, *, repeats: int, pair: Pair
+) -> tuple[int, dict[str, dict[str, PairedTimes]]] | RaisedError:
+    """A task: ``ab_timing`` of the pair, as its threads and times (the caller holds the
+    case and the names), or the pair's failure (``TimingError``) as data."""
+    try:
+        timing = ab_timing(case, repeats=repeats, pair=pair)
+    except TimingError as error:  # a plug-in that raises: a result, not a crash
+        return RaisedError(type="TimingError", message=str(error), where="worker")
+    return timing.threads, timing.times

@@ -30,11 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.case import Case, make_case
-from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, FIXED, LEGACY
-from harness.measure.counters import CallCost, MeasuredWork, cost_of_call, measure_one_walk
+from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, DEFAULT_TIME_LIMIT_S, FIXED, LEGACY
+from harness.executor import IN_PROCESS, Executor, TimeLimited, WorkerFailure, for_domain
+from harness.measure.counters import CallCost, MeasuredWork, cost_task, measure_one_walk
 from harness.measure.model import MODEL_COUNTERS, PredictedWork, predict_work
 from harness.options import RunOptions
-from harness.pipeline.isolation import isolated_cost
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import (
     BUILTIN_IMPLEMENTATIONS,
@@ -202,26 +202,24 @@ def measure_work(
     *,
     implementations: Sequence[Implementation] | None = None,
     pair: tuple[str, str] = DEFAULT_PAIR,
-    isolate: bool = False,
+    executor: Executor = IN_PROCESS,
 ) -> CaseWork:
     """Count every implementation's work on the case (default: the modelled built-ins),
-    hold the modelled ones against the model and compare the pair; with ``isolate``,
-    each implementation's calls run in its worker."""
+    hold the modelled ones against the model and compare the pair; each
+    implementation's calls run on ``executor`` in its trust domain."""
     chosen = (
         list(implementations)
         if implementations is not None
         else builtin_implementations(BUILTIN_NAMES)
     )
-    run = run_case(case, chosen, options=RunOptions(record_noise=False, isolate=isolate))
+    run = run_case(case, chosen, options=RunOptions(record_noise=False), executor=executor)
     measured: dict[str, MeasuredWork] = {}
     for impl in chosen:
         result = run.results[impl.name]
         # A plug-in's failure is already recorded; calling it again could only hang.
         rerun = result.error is None or impl.name in BUILTIN_NAMES
         cost = (
-            isolated_cost(impl, case=case)
-            if rerun and isolate
-            else cost_of_call(impl.sampler_class, case=case, inputs=run.inputs)
+            cost_in_domain(impl, case=case, executor=executor)
             if rerun
             else CallCost(0, 0, None, error=result.error.type if result.error else None)
         )
@@ -248,6 +246,19 @@ def measure_work(
     return CaseWork(
         case, case_kind(case), measured, predicted, one_walk, comparison, problems, pair
     )
+
+
+def cost_in_domain(implementation: Implementation, *, case: Case, executor: Executor) -> CallCost:
+    """``cost_task`` on ``executor`` in the implementation's trust domain; a task that
+    gives no answer is the implementation's failure."""
+    future = for_domain(executor, implementation.trust_domain).submit(
+        TimeLimited(cost_task, DEFAULT_TIME_LIMIT_S), implementation, case=case
+    )
+    try:
+        answer = future.result()
+    except WorkerFailure as failure:
+        return CallCost(0, 0, None, error=failure.type)
+    return answer if isinstance(answer, CallCost) else CallCost(0, 0, None, error="BadAnswer")
 
 
 def _model_problems(
@@ -410,7 +421,7 @@ def collect_work(
     progress: Progress = no_progress,
     implementations: Sequence[Implementation] | None = None,
     pair: tuple[str, str] = DEFAULT_PAIR,
-    isolate: bool = False,
+    executor: Executor = IN_PROCESS,
 ) -> list[CaseWork]:
     """``measure_work`` on every work case (default: the modelled built-ins)."""
     works = []
@@ -418,7 +429,7 @@ def collect_work(
     for index, case in enumerate(cases, 1):
         progress(f"[work {index}/{len(cases)}] {case_kind(case)}")
         works.append(
-            measure_work(case, implementations=implementations, pair=pair, isolate=isolate)
+            measure_work(case, implementations=implementations, pair=pair, executor=executor)
         )
     return works
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from harness.defaults import LEGACY
+from harness.executor import IN_PROCESS, Executor
 from harness.options import DEFAULT_OPTIONS, Roles, RunOptions
 from harness.oracles.power import TARGET_POWER, run_power_curves
 from harness.oracles.problem import StatsConfig, group_label, life_batches
@@ -111,12 +112,17 @@ def run_statistics(
     power: bool,
     options: RunOptions = DEFAULT_OPTIONS,
     verifiers: Sequence[Verifier] = (CHAIN_VERIFIER,),
+    executor: Executor = IN_PROCESS,
 ) -> OracleRun:
     """Run the oracle on ``implementations`` (default: fixed and legacy) under every
-    verifier (with ``options.isolate``, each in its worker), with ``power`` also legacy's
+    verifier (each on ``executor`` in its trust domain), with ``power`` also legacy's
     power curve per head kind (first verifier)."""
     oracle = run_oracle(
-        config, implementations=implementations, options=options, verifiers=verifiers
+        config,
+        implementations=implementations,
+        options=options,
+        verifiers=verifiers,
+        executor=executor,
     )
     legacy = oracle.results.get(LEGACY)
     if power and legacy is not None and legacy.error is None and legacy.not_judged is None:

@@ -19,6 +19,7 @@ import torch
 
 from harness.case import Case
 from harness.defaults import DEFAULT_PAIR
+from harness.executor import IN_PROCESS, Executor
 from harness.io.fingerprint import run_fingerprint
 from harness.io.journal import Journal, canonical
 from harness.options import RunOptions
@@ -104,10 +105,11 @@ def compare(
     *,
     options: RunOptions,
     journal: Path | None = None,
+    executor: Executor = IN_PROCESS,
 ) -> list[CaseRecord]:
     """Run and evaluate every case into a record under ``options`` (the time limit,
-    isolation, the ledger's pair and strictness, the memory limit), reporting progress
-    per case.
+    the ledger's pair and strictness, the memory limit), each implementation on
+    ``executor`` in its trust domain, reporting progress per case.
 
     With a ``journal``, each finished record is appended to it as one durable JSON
     line stamped with the run's fingerprint (code and outcome-changing options); with
@@ -144,7 +146,7 @@ def compare(
             records.append(finished[key])
             continue
         progress(f"[{index}/{len(cases)}] {case.label()}")
-        run = run_case(case, implementations, options=options)
+        run = run_case(case, implementations, options=options, executor=executor)
         verdict = evaluate_run(run, require_observable=require_observable, pair=pair)
         record = case_record(verdict, key=key, pair=pair)
         written = canonical(record) if log is None else log.append(record)

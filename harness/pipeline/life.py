@@ -15,22 +15,16 @@ and parameters (``docs/design.md``, "A server's life").
 
 from __future__ import annotations
 
-import enum
 import functools
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import torch
 
 from harness.case import SEED_LIMIT, TOP_K_ALL, Case, CaseInputs
 from harness.options import RunOptions
+from harness.pipeline.call import guarded_call, latest_draws, observed_call
 from harness.pipeline.observe import DispatchObserver, RandomDraw
-from harness.pipeline.runner import (
-    ImplResult,
-    RaisedError,
-    _observed_call,
-    guarded_call,
-    latest_draws,
-)
+from harness.pipeline.results import GreedyMix, ImplResult, Life, LifeReplay, LifeStep
 from harness.plugins.conventions import TOKEN_SENTINEL, BuiltSampler
 from harness.plugins.implementations import Implementation
 from harness.upstream.dispatch import convention_of
@@ -40,45 +34,12 @@ MIN_REPLAYS = 8  # replays of one bucket in the standard matrix's lives
 LIFE_TEMPERATURES = (0.4, 1.6)  # range of a sampled row's temperature in a life
 
 
-class GreedyMix(enum.Enum):
-    """Which rows of a replay are greedy."""
-
-    ALL_GREEDY = "all-greedy"
-    MIXED = "mixed"
-    ALL_SAMPLED = "all-sampled"
-
-
 # Three orders, so every mix follows every other one over a life.
 MIX_ORDERS = (
     (GreedyMix.MIXED, GreedyMix.ALL_GREEDY, GreedyMix.ALL_SAMPLED),
     (GreedyMix.ALL_SAMPLED, GreedyMix.MIXED, GreedyMix.ALL_GREEDY),
     (GreedyMix.ALL_GREEDY, GreedyMix.ALL_SAMPLED, GreedyMix.MIXED),
 )
-
-
-@dataclass(frozen=True)
-class LifeStep:
-    """One replay of a life: its batch size, greedy mix and staged parameters."""
-
-    index: int
-    bs: int
-    mix: GreedyMix
-    temperatures: tuple[float, ...]  # [bs]; greedy rows are sent as T = 1 with top_k = 1
-    greedy_rows: tuple[bool, ...]  # [bs]
-    input_seed: int  # seed of this replay's hidden states and anchors
-
-    def describe(self) -> str:
-        return f"replay {self.index} (bs={self.bs}, {self.mix.value})"
-
-    def case_of(self, case: Case) -> Case:
-        """The case this replay is: the life's case at this batch and these parameters."""
-        return case.with_changes(
-            bs=self.bs,
-            temperatures=self.temperatures,
-            greedy_rows=self.greedy_rows,
-            replays=0,
-            name=f"{case.label()} / {self.describe()}",
-        )
 
 
 def life_batch_sizes(max_bs: int, replays: int) -> list[int]:
@@ -142,25 +103,6 @@ def replay_inputs(case: Case, step: LifeStep, inputs: CaseInputs) -> CaseInputs:
     )
 
 
-@dataclass
-class LifeReplay:
-    """One replay's step and what the sampler produced (its inputs are regenerated from
-    the step with ``replay_inputs``)."""
-
-    step: LifeStep
-    result: ImplResult
-
-
-@dataclass
-class Life:
-    """A life of one instance: every replay run (it stops at the first that raises)."""
-
-    replays: list[LifeReplay] = field(default_factory=list)
-    planned: int = 0  # replays the schedule asked for
-    out_passed: bool = False  # the constructor took the server's out= buffer
-    error: RaisedError | None = None  # construction raised
-
-
 def run_life(
     implementation: Implementation,
     *,
@@ -203,7 +145,7 @@ def run_life(
         sampler.poison()  # the server's out= too: the buffer the outputs are read from
         replayed = guarded_call(
             functools.partial(
-                _observed_call,
+                observed_call,
                 sampler,
                 case=step_case,
                 inputs=step_inputs,

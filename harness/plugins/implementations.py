@@ -21,8 +21,9 @@ A file or module target may name its server era after ``@`` (``harness.plugins.e
 
 Every class is bound against its constructor once, here, before the first case.
 Under ``--isolate`` a plug-in is loaded in its worker only
-(``harness.pipeline.isolation.worker_only``); the judge holds a ``WorkerOnlySampler``
-in its place.
+(``harness.pipeline.worker_only``); the judge holds a ``WorkerOnlySampler`` in its
+place. An implementation crosses a process line by reference (``Implementation``'s
+pickled form): the process that receives it loads it there, once.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any, Literal, cast
 
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.defaults import BUILTIN_NAMES
+from harness.executor import BUILTINS
 from harness.plugins.construct import bind_constructor
 from harness.plugins.eras import Era, split_era
 from harness.plugins.errors import ImplementationError
@@ -109,6 +111,35 @@ class Implementation:
     convention: str | None = None
     adaptations: tuple[str, ...] | None = None
 
+    @property
+    def trust_domain(self) -> str:
+        """Whose code it is (``harness.executor``): the built-ins share one domain, each
+        plug-in is its own, named by its spec."""
+        return BUILTINS if self.spec == f"builtin:{self.name}" else self.spec
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled by reference, as a task names it to another process: a built-in by its
+        name; a plug-in held here as a ``WorkerOnlySampler``, loaded from a file or of the
+        sglang era (whose modules live in no importable package) by its spec, loaded there
+        once; any other by its fields, its class by its importable name."""
+        if self.trust_domain == BUILTINS and self.name in BUILTIN_IMPLEMENTATIONS:
+            return (builtin_implementation, (self.name,))
+        by_spec = (
+            issubclass(self.sampler_class, WorkerOnlySampler)
+            or ".py" in self.spec
+            or self.era is Era.SGLANG_0_5_23
+        )
+        if by_spec:
+            return (implementation_by_spec, (self.spec,))
+        fields = (self.sampler_class, self.spec, self.era, self.kind)
+        return (Implementation, (self.name, *fields, self.convention, self.adaptations))
+
+    def __copy__(self) -> Implementation:
+        return self  # frozen; a copy must not load a plug-in again
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Implementation:
+        return self
+
 
 class WorkerOnlySampler:
     """Stands in the judge for a plug-in loaded in its worker only (``--isolate``).
@@ -134,9 +165,22 @@ class WorkerOnlySampler:
 def builtin_implementations(
     names: tuple[str, ...] = BUILTIN_NAMES,
 ) -> list[Implementation]:
-    return [
-        Implementation(name, BUILTIN_IMPLEMENTATIONS[name], f"builtin:{name}") for name in names
-    ]
+    return [builtin_implementation(name) for name in names]
+
+
+def builtin_implementation(name: str) -> Implementation:
+    """The built-in implementation ``name``."""
+    return Implementation(name, BUILTIN_IMPLEMENTATIONS[name], f"builtin:{name}")
+
+
+_loaded_specs: dict[str, Implementation] = {}
+
+
+def implementation_by_spec(spec: str) -> Implementation:
+    """The implementation an ``--impl`` spec names, loaded in this process once."""
+    if spec not in _loaded_specs:
+        _loaded_specs[spec] = parse_impl_spec(spec)
+    return _loaded_specs[spec]
 
 
 def check_sampler_class(sampler_class: object, *, spec: str) -> type[DraftSampler]:
@@ -272,7 +316,7 @@ def select_implementations(
     load: Callable[[str], Implementation] = parse_impl_spec,
 ) -> list[Implementation]:
     """Built-in implementations by name, then every ``--impl`` spec as ``load`` gives it
-    (default: imported here; ``harness.pipeline.isolation.worker_only`` loads it in its
+    (default: imported here; ``harness.pipeline.worker_only.worker_only`` loads it in its
     own worker only)."""
     unknown = [n for n in names if n not in BUILTIN_IMPLEMENTATIONS]
     if unknown:

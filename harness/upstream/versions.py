@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 from harness.case import Case, make_case
 from harness.defaults import FIXED, REFERENCE
+from harness.executor import IN_PROCESS
 from harness.judge import judge
 from harness.measure.timing import ab_timing
 from harness.options import Roles, RunOptions
@@ -192,7 +193,7 @@ def version_plan(implementation: Implementation, *, plan: ScanPlan, repeats: int
 
 
 def call_work(implementation: Implementation, *, seed: int) -> CallWork | None:
-    run = run_case(work_case(seed=seed), [implementation])
+    run = run_case(work_case(seed=seed), [implementation], executor=IN_PROCESS)
     result = run.results[implementation.name]
     if result.error is not None:
         return None

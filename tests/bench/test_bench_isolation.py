@@ -21,8 +21,8 @@ from pytest_benchmark.fixture import BenchmarkFixture
 
 from harness.case import Case, make_case
 from harness.options import RunOptions
-from harness.pipeline.isolation import WorkerPool, shutdown_workers
-from harness.pipeline.runner import run_case
+from harness.pipeline.isolation import WorkerExecutor, make_executor
+from harness.pipeline.runner import run_case, run_in_domain
 from harness.plugins.implementations import builtin_implementations
 
 SHAPES: dict[str, Case] = {
@@ -38,15 +38,16 @@ ROUNDS = 5
 def test_bench_case_run(benchmark: BenchmarkFixture, shape: str, isolate: bool) -> None:
     case = SHAPES[shape]
     implementations = builtin_implementations()
-    run_case(case, implementations, options=RunOptions(isolate=isolate))  # warm: the worker is up
-    benchmark.group = f"case run: {shape}"
-    run = benchmark.pedantic(
-        run_case,
-        args=(case, implementations),
-        kwargs={"isolate": isolate},
-        rounds=ROUNDS,
-        iterations=1,
-    )
+    with make_executor(isolate=isolate) as executor:
+        run_case(case, implementations, executor=executor)  # warm: the worker is up
+        benchmark.group = f"case run: {shape}"
+        run = benchmark.pedantic(
+            run_case,
+            args=(case, implementations),
+            kwargs={"executor": executor},
+            rounds=ROUNDS,
+            iterations=1,
+        )
     assert all(result.ok for name, result in run.results.items() if name != "legacy")
 
 
@@ -57,13 +58,13 @@ def test_bench_worker_start(benchmark: BenchmarkFixture) -> None:
     implementations = builtin_implementations(("fixed",))
 
     def first_case_on_a_fresh_worker() -> float:
-        pool = WorkerPool()
         started = time.perf_counter()
-        result = pool.run(implementations[0], case=case, options=RunOptions())
-        pool.shutdown()
+        with WorkerExecutor() as worker:
+            result = run_in_domain(
+                implementations[0], case=case, options=RunOptions(), executor=worker
+            )
         assert result.ok
         return time.perf_counter() - started
 
     benchmark.group = "worker start"
     benchmark.pedantic(first_case_on_a_fresh_worker, rounds=3, iterations=1)
-    shutdown_workers()

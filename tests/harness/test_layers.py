@@ -37,6 +37,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "interrupts",
                 "progress",
                 "world",
+                "executor",
+                "wire",
                 "upstream.sglang_loader",
                 "upstream.vllm_loader",
             }
@@ -264,3 +266,19 @@ def test_importing_every_module_leaves_the_process_environment_unchanged() -> No
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1]) == {}
+
+
+def test_no_stage_imports_the_isolated_executor() -> None:
+    """Where implementation code runs is the caller's choice: a stage takes an executor
+    (``harness.executor``, below every stage with the wire) and never imports the
+    isolated one."""
+    graph = module_imports()
+    for leaf in ("harness.executor", "harness.wire"):
+        assert {t for t in graph[leaf] if layer_of(t) > 0} == set(), leaf
+    users = {
+        module
+        for module, targets in graph.items()
+        if "harness.pipeline.isolation" in targets
+        and module.split(".")[1] in {"pipeline", "oracles", "measure", "gpu", "judge"}
+    }
+    assert users == set()

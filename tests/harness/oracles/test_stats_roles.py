@@ -82,7 +82,10 @@ def test_stats_pair_rejects_the_before_fix_module_and_passes_the_after_fix_one(
     data = section["data"]
     assert code == ExitCode.OK, section["verdict"]
     assert set(data["by_verifier"]["chain"]) == {"fixed", "before", "after"}
-    assert data["by_verifier"]["chain"]["before"]["rejected"] and not data["by_verifier"]["chain"]["after"]["rejected"]
+    assert (
+        data["by_verifier"]["chain"]["before"]["rejected"]
+        and not data["by_verifier"]["chain"]["after"]["rejected"]
+    )
     assert data["expectations"] == {"fixed": True, "before": True, "after": True}
     assert data["roles"]["pair"] == ["before", "after"]
     assert "before REJECTED" in section["verdict"] and "(expected)" in section["verdict"]

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 
+from harness.oracles import scope as oracle_scope
 from harness.oracles import stats
 from harness.oracles.cut import OracleCut
 from harness.oracles.problem import DEFAULT_CONFIG, FAR
@@ -59,7 +60,7 @@ def cut_convention(monkeypatch: pytest.MonkeyPatch) -> None:
     def declared(sampler_class: type) -> CutConvention:
         return CutConvention(ConventionName(bind_constructor(sampler_class).convention))
 
-    monkeypatch.setattr(stats, "convention_of", declared)
+    monkeypatch.setattr(oracle_scope, "convention_of", declared)  # where scope_under reads it
 
 
 def test_the_conventions_cut_and_contract_make_the_scope(cut_convention: None) -> None:
@@ -87,12 +88,18 @@ def test_a_scope_is_its_cuts_and_the_heads_left_out(cut_convention: None) -> Non
 
 
 def test_under_isolate_the_scope_of_a_worker_only_plug_in_is_its_workers() -> None:
-    from harness.pipeline.isolation import isolated_scope, worker_only
+    from harness.oracles.scope import scope_in_domain
+    from harness.pipeline.isolation import make_executor
+    from harness.pipeline.worker_only import worker_only
 
-    plug_in = worker_only("u=tests/plugins/alternative_samplers.py:UniformGumbelSampler")
-    for verifier in (CHAIN_VERIFIER, SlowChain()):
-        asked = isolated_scope(plug_in, config=DEFAULT_CONFIG, verifier=verifier)
-        assert asked == stats.scope_under(DEFAULT_CONFIG, verifier=verifier)  # ours: no cut
+    spec = "u=tests/plugins/alternative_samplers.py:UniformGumbelSampler"
+    with make_executor(isolate=True) as executor:
+        plug_in = worker_only(spec, executor=executor)
+        for verifier in (CHAIN_VERIFIER, SlowChain()):
+            asked = scope_in_domain(
+                DEFAULT_CONFIG, verifier=verifier, implementation=plug_in, executor=executor
+            )
+            assert asked == stats.scope_under(DEFAULT_CONFIG, verifier=verifier)  # ours: no cut
     assert asked.cuts == (VERIFIER_CUT,)
 
 

@@ -12,8 +12,8 @@ import torch
 from harness.cli import main
 from harness.options import RunOptions
 from harness.pipeline.compare import evaluate_run
-from harness.pipeline.isolation import worker_for
-from harness.pipeline.runner import run_case
+from harness.pipeline.isolation import make_executor
+from harness.pipeline.runner import run_case, run_in_domain
 from harness.plugins.implementations import Implementation, builtin_implementations
 from tests.helpers import small_case
 from tests.plugins import broken_samplers, untrusted_samplers
@@ -90,13 +90,14 @@ def test_under_isolate_a_sampler_that_swallows_every_timeout_is_killed_and_recor
     run in their own worker under the default limit, so a loaded machine cannot time them
     out too."""
     unstoppable = Implementation("unstoppable", untrusted_samplers.UnstoppableSampler, "tests")
-    killed = worker_for(unstoppable).run(
-        unstoppable, case=CASE, options=RunOptions(time_limit_s=1.0)
-    )
-    error = killed.error
-    assert error is not None and error.type == "CallTimeout"
-    assert "the worker process was killed" in error.message
-    run = run_case(CASE, builtin_implementations(), options=RunOptions(isolate=True))
+    with make_executor(isolate=True) as executor:
+        killed = run_in_domain(
+            unstoppable, case=CASE, options=RunOptions(time_limit_s=1.0), executor=executor
+        )
+        error = killed.error
+        assert error is not None and error.type == "CallTimeout"
+        assert "the worker process was killed" in error.message
+        run = run_case(CASE, builtin_implementations(), executor=executor)
     run.results = {"unstoppable": killed, **run.results}
     verdict = evaluate_run(run, require_observable=False)
     assert verdict.failed_checks("unstoppable")
@@ -109,8 +110,9 @@ def test_under_isolate_a_sampler_that_ignores_sigalrm_and_hangs_is_killed_and_re
     """In process nothing stops it (it turned the time limit's signal off); its worker is
     killed once the limit and the answer's grace have passed, long before it would end."""
     ignoring = Implementation("ignoring", untrusted_samplers.AlarmIgnoringSampler, "tests")
-    killed = worker_for(ignoring).run(ignoring, case=CASE, options=RunOptions(time_limit_s=0.5))
-    error = killed.error
+    with make_executor(isolate=True) as executor:
+        run = run_case(CASE, [ignoring], options=RunOptions(time_limit_s=0.5), executor=executor)
+    error = run.results["ignoring"].error
     assert error is not None and error.type == "CallTimeout"
     assert "the worker process was killed" in error.message
 
@@ -118,7 +120,8 @@ def test_under_isolate_a_sampler_that_ignores_sigalrm_and_hangs_is_killed_and_re
 def test_isolated_results_equal_in_process_results() -> None:
     implementations = builtin_implementations()
     here = run_case(CASE, implementations)
-    there = run_case(CASE, implementations, options=RunOptions(isolate=True))
+    with make_executor(isolate=True) as executor:
+        there = run_case(CASE, implementations, executor=executor)
     for name in here.results:
         mine, theirs = here.results[name], there.results[name]
         for field in ("tokens", "corrected", "confidence"):

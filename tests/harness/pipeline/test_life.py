@@ -20,6 +20,7 @@ from harness.cli import main
 from harness.options import RunOptions
 from harness.pipeline.checks import Tier, tier_of
 from harness.pipeline.compare import compare, evaluate_run
+from harness.pipeline.isolation import make_executor
 from harness.pipeline.life import MIN_REPLAYS, GreedyMix, life_schedule
 from harness.pipeline.matrix import standard_matrix, thorough_matrix
 from harness.pipeline.memory import check_cases_fit
@@ -273,9 +274,8 @@ def test_the_thorough_shapes_pass_fixed_and_hold_the_ledger(case: Case) -> None:
 def test_a_life_crosses_the_isolation_boundary_unchanged() -> None:
     implementations = builtin_implementations(("fixed",))
     here = run_case(LIFE_CASE, implementations).results["fixed"].life
-    there = (
-        run_case(LIFE_CASE, implementations, options=RunOptions(isolate=True)).results["fixed"].life
-    )
+    with make_executor(isolate=True) as executor:
+        there = run_case(LIFE_CASE, implementations, executor=executor).results["fixed"].life
     assert here is not None and there is not None
     assert [r.step for r in there.replays] == [r.step for r in here.replays]
     for mine, theirs in zip(here.replays, there.replays, strict=True):

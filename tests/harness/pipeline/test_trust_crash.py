@@ -9,6 +9,7 @@ from harness.case import make_case
 from harness.interrupts import stop_on_signals
 from harness.options import DEFAULT_OPTIONS, RunOptions
 from harness.pipeline.compare import evaluate_run
+from harness.pipeline.isolation import make_executor
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
 from tests.plugins import untrusted_samplers
@@ -19,8 +20,8 @@ CASE = make_case(bs=2, gamma=3, vocab_size=40, hidden_size=8, markov_rank=4, see
 def _run_planted(sampler_class: type, *, options: RunOptions = DEFAULT_OPTIONS) -> dict[str, str]:
     planted = Implementation("planted", sampler_class, "tests")
     implementations = [planted, *builtin_implementations()]
-    with stop_on_signals():
-        run = run_case(CASE, implementations, options=options)
+    with stop_on_signals(), make_executor(isolate=options.isolate) as executor:
+        run = run_case(CASE, implementations, options=options, executor=executor)
     verdict = evaluate_run(run, require_observable=False)
     assert not verdict.failed_checks("fixed") and not verdict.failed_checks("reference")
     return {c.name: c.detail for c in verdict.failed_checks("planted")}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness import wire
 from harness.case import make_case
 from harness.cli import main
-from harness.options import RunOptions
-from harness.pipeline import isolation
 from harness.pipeline.compare import evaluate_run
+from harness.pipeline.isolation import make_executor
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
 from tests.helpers import run_harness, subprocess_env
@@ -83,9 +82,8 @@ def test_in_process_the_report_says_plugin_code_shares_the_judge(
 @pytest.mark.parametrize("isolate", [False, True])
 def test_tensor_subclass_outputs_are_refused_with_or_without_isolate(isolate: bool) -> None:
     subclass = Implementation("subclass", untrusted_samplers.TensorSubclassSampler, "tests")
-    run = run_case(
-        CASE, [*builtin_implementations(), subclass], options=RunOptions(isolate=isolate)
-    )
+    with make_executor(isolate=isolate) as executor:
+        run = run_case(CASE, [*builtin_implementations(), subclass], executor=executor)
     error = run.results["subclass"].error
     assert error is not None and error.type == "OutputError"
     assert "plain torch.Tensor" in error.message
@@ -189,12 +187,16 @@ def test_answers_cross_as_plain_data_and_plain_tensors_only() -> None:
         torch.tensor(3.5),
     ]
     for tensor in tensors:
-        back = isolation.from_wire(pickle.loads(pickle.dumps(isolation.to_wire(tensor))))
+        back = wire.read_answer(wire.write_answer(tensor))
         assert type(back) is torch.Tensor and back.dtype == tensor.dtype
         assert torch.equal(back, tensor)
-    with pytest.raises(isolation.WireError, match=r"not a plain torch\.Tensor"):
-        isolation.to_wire(torch.zeros(2).as_subclass(untrusted_samplers.AlwaysEqualTensor))
-    with pytest.raises(pickle.UnpicklingError, match="refused"):  # a class reference
-        isolation._DataOnly(io.BytesIO(pickle.dumps(torch.arange(3)))).load()
-    with pytest.raises(isolation.WireError, match="may not cross"):
-        isolation.from_wire({"\0dataclass": "Popen", "args": ["sh"]})
+    with pytest.raises(wire.WireError, match=r"not a plain torch\.Tensor"):
+        wire.write_answer(torch.zeros(2).as_subclass(untrusted_samplers.AlwaysEqualTensor))
+    subclass = io.BytesIO()  # written by a worker that does not refuse it: the reader does
+    torch.save([torch.zeros(2).as_subclass(untrusted_samplers.AlwaysEqualTensor)], subclass)
+    with pytest.raises(wire.WireError, match=r"may not cross.*AlwaysEqualTensor"):
+        wire.read_answer(subclass.getvalue())
+    popen = io.BytesIO()  # a class reference
+    torch.save({"args": ["sh"], "class": subprocess.Popen}, popen)
+    with pytest.raises(wire.WireError, match=r"may not cross.*Popen"):
+        wire.read_answer(popen.getvalue())

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.pipeline import runner
-from harness.pipeline.runner import CallTimeout, time_limit
+from harness.pipeline import call
+from harness.pipeline.call import CallTimeout, time_limit
 
 PERIOD_S = 0.02  # a short timer period for these tests: no pass/fail on timing
 PERIODS_AFTER = 10  # how many periods a test listens for a stray timeout after a block
@@ -52,7 +52,7 @@ def test_an_alarm_that_lands_in_the_limits_clean_up_raises_nothing_after_the_blo
             signal.raise_signal(signal.SIGALRM)
         return real_setitimer(which, seconds, interval)
 
-    monkeypatch.setattr(runner.signal, "setitimer", alarm_at_disarm)
+    monkeypatch.setattr(call.signal, "setitimer", alarm_at_disarm)
     handler = signal.getsignal(signal.SIGALRM)
     with time_limit(60.0):
         pass  # done long before the limit

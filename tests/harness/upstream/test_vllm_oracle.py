@@ -47,14 +47,21 @@ def test_the_speculators_cut_and_contract_make_its_scope() -> None:
 
 
 def test_under_isolate_the_speculators_scope_is_read_in_its_worker() -> None:
-    from harness.pipeline.isolation import isolated_scope, worker_only
+    from harness.oracles.scope import scope_in_domain
+    from harness.pipeline.isolation import make_executor
+    from harness.pipeline.worker_only import worker_only
     from harness.upstream.vllm_rejection import VLLM_REJECTION
 
-    stand_in, loaded = worker_only("v=vllm"), parse_impl_spec("v=vllm")
-    for verifier in (CHAIN_VERIFIER, VLLM_REJECTION):
-        asked = isolated_scope(stand_in, config=DEFAULT_CONFIG, verifier=verifier)
-        assert asked == stats.scope_under(DEFAULT_CONFIG, verifier=verifier, implementation=loaded)
-        assert [kind for kind, _ in asked.heads_not_run] == ["gated", "rnn"]
+    with make_executor(isolate=True) as executor:
+        stand_in, loaded = worker_only("v=vllm", executor=executor), parse_impl_spec("v=vllm")
+        for verifier in (CHAIN_VERIFIER, VLLM_REJECTION):
+            asked = scope_in_domain(
+                DEFAULT_CONFIG, verifier=verifier, implementation=stand_in, executor=executor
+            )
+            assert asked == stats.scope_under(
+                DEFAULT_CONFIG, verifier=verifier, implementation=loaded
+            )
+            assert [kind for kind, _ in asked.heads_not_run] == ["gated", "rnn"]
 
 
 @pytest.mark.slow
