@@ -140,3 +140,17 @@ def judged_records(
 
     options = RunOptions(roles=roles or Roles(), require_observable=require_coverage)
     return judge_records(records, options=options, oracle=oracle)
+
+
+def assert_fresh_process_passes(probe: str) -> None:
+    """Run ``probe`` (Python source) in a fresh interpreter on this checkout; it must exit
+    0 (its assertion's message otherwise)."""
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr

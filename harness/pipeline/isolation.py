@@ -18,8 +18,8 @@ inside its ``Future``, which the stage records as the implementation's failure: 
 worker died (segfault, abort, ``os._exit``, CUDA error, OOM kill: ``WorkerDied``, with
 its signal or exit status), did not answer within the task's time limit plus
 ``ANSWER_GRACE_S`` (``CallTimeout``; it is killed), or answered what cannot cross
-(``BadAnswer``; it is killed). The next task starts a fresh worker. The worker is told
-neither ``--out-dir`` nor where the journal key lives.
+(``BadAnswer``; it is killed). The next task starts a fresh worker. The worker is not
+told ``--out-dir``.
 """
 
 from __future__ import annotations
@@ -76,9 +76,14 @@ def _named(name: str) -> Any:
 
 
 # -- the worker ----------------------------------------------------------------------------
-def _worker_main(connection: Connection) -> None:
-    """Serve tasks until the judge closes the connection; the worker's stdout is its
-    stderr, so nothing it prints lands in the judge's report (``--json``)."""
+def _worker_main(connection: Connection, threads: int | None) -> None:
+    """Serve tasks until the judge closes the connection, on the judge's intra-op thread
+    count; the worker's stdout is its stderr, so nothing it prints lands in the judge's
+    report (``--json``)."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     with stop_on_signals():  # so a KeyboardInterrupt the implementation raises is its own
@@ -141,8 +146,13 @@ class WorkerExecutor(concurrent.futures.Executor):
         if self._process is None or not self._process.is_alive() or self._connection is None:
             self.shutdown()
             parent, child = self._context.Pipe()
+            torch = sys.modules.get("torch")  # the judge's threads, where it set them
+            threads = None if torch is None else torch.get_num_threads()
             self._process = self._context.Process(
-                target=_worker_main, args=(child,), daemon=True, name="harness-worker"
+                target=_worker_main,
+                args=(child, threads),
+                daemon=True,
+                name="harness-worker",
             )
             command_line = sys.argv
             sys.argv = command_line[:1]  # spawn hands argv on: the worker gets no --out-dir

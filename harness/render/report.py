@@ -54,14 +54,18 @@ def render_text(
     written: Sequence[Path] = (),
     long: bool = True,
 ) -> str:
-    """Verdict first (one line per section, wrapped to the terminal's width), then the
-    evidence of each section (without ``long``, what each section shows by default), the
-    files ``written`` when given, and the verdict again as the last line, where a
-    terminal leaves it in view."""
+    """Verdict first (one line per section; without ``long``, wrapped to the terminal's
+    width), then the evidence of each section (without ``long``, what each section shows
+    by default), the files ``written`` when given, and the verdict again as the last
+    line, where a terminal leaves it in view."""
     lines = [heading, "", verdict_line(ok)]
     for section in sections:
-        if section.verdict:
-            mark = f"  [{'ok' if section.ok else 'FAIL'}] "
+        if not section.verdict:
+            continue
+        mark = f"  [{'ok' if section.ok else 'FAIL'}] "
+        if long:  # whole lines, as report.txt keeps them for grep
+            lines.append(mark + section.verdict)
+        else:
             lines += textwrap.wrap(
                 section.verdict,
                 width=TERMINAL_WIDTH,

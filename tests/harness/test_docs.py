@@ -10,6 +10,7 @@ from harness.cli import COMMANDS, build_parser
 from tests.helpers import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text()
+USAGE = (REPO_ROOT / "docs" / "usage.md").read_text()  # the README's second half
 DESIGN = (REPO_ROOT / "docs" / "design.md").read_text()
 SOURCES = [
     path
@@ -26,7 +27,7 @@ def _subparsers() -> dict[str, argparse.ArgumentParser]:
 
 
 def test_readme_command_table_lists_exactly_the_commands() -> None:
-    table = README[README.index("| command | what it does |") :].split("\n\n")[0]
+    table = USAGE[USAGE.index("| command | what it does |") :].split("\n\n")[0]
     listed = {re.match(r"\| `([\w-]+)", row).group(1) for row in table.splitlines()[2:]}  # type: ignore[union-attr]
     assert listed == set(COMMANDS)
     assert set(_subparsers()) == set(COMMANDS)
@@ -41,7 +42,7 @@ def test_every_option_the_readme_names_exists() -> None:
     }
     plugin = (REPO_ROOT / "harness" / "pytest_plugin.py").read_text()
     options |= set(re.findall(r'"(--dspark-[a-z-]+)"', plugin))  # the pytest plugin's own
-    named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", README))
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", README + USAGE))
     other_tools = {
         "--benchmark-compare",
         "--benchmark-compare-fail",
@@ -55,7 +56,7 @@ def test_every_option_the_readme_names_exists() -> None:
 def test_the_own_environment_install_uses_the_constraints_file() -> None:
     """Without it, pip pulls an unpinned (multi-GB CUDA) torch; only the GPU section,
     whose torch is installed first on purpose, installs without it."""
-    own = README[README.index("In your own environment") : README.index("## What the report")]
+    own = USAGE[USAGE.index("In your own environment") : USAGE.index("## What the report")]
     installs = re.findall(r"`(pip install [^`]+)`", own)
     assert installs, own
     for command in installs:

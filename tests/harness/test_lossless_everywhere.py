@@ -88,7 +88,7 @@ def test_compare_require_lossless_rejects_what_only_the_oracle_sees(
 ) -> None:
     argv = ["compare", *_case_files(tmp_path), "--only", "reference", "--require", "lossless"]
     argv += ["--impl", f"reused={REUSED_UNIFORM}", "--impl", f"observed={OBSERVED_ONLY}"]
-    assert main([*argv, "--quiet", "--out-dir", str(tmp_path / "out")]) == 1
+    assert main([*argv, "--quiet", "--long", "--out-dir", str(tmp_path / "out")]) == 1
     out = capsys.readouterr().out
     assert "reused: passes every lossless check on 2/2 cases, but NOT lossless" in out
     assert "observed: passes every lossless check on 2/2 cases, but NOT lossless" in out
@@ -98,7 +98,9 @@ def test_compare_require_lossless_rejects_what_only_the_oracle_sees(
         assert verdicts[name]["statistical"]["rejected"] is True
     assert verdicts["reference"]["lossless"] and verdicts["reference"]["statistical"]["ran"]
 
-    assert main([*argv, "--no-stats", "--quiet", "--out-dir", str(tmp_path / "checks")]) == 0
+    assert (
+        main([*argv, "--no-stats", "--quiet", "--long", "--out-dir", str(tmp_path / "checks")]) == 0
+    )
     out = capsys.readouterr().out
     for name in ("reused", "observed"):
         line = next(line for line in out.splitlines() if f"] {name}: " in line)  # its verdict

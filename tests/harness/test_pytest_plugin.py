@@ -141,8 +141,8 @@ def test_the_installed_plugin_is_named_after_its_module() -> None:
 def test_the_readme_command_works_as_written(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    readme = (REPO_ROOT / "README.md").read_text()
-    block = readme.split("#### Use it from pytest", 1)[1].split("```sh\n", 1)[1].split("```")[0]
+    usage = (REPO_ROOT / "docs" / "usage.md").read_text()
+    block = usage.split("#### Use it from pytest", 1)[1].split("```sh\n", 1)[1].split("```")[0]
     argv = shlex.split(block.replace("\\\n", " "))
     assert argv[:3] == ["pytest", "-p", "harness.pytest_plugin"], argv
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))  # its sampler is the checkout's

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -33,7 +31,7 @@ from harness.plugins.implementations import builtin_implementations
 from harness.render import work as work_sections
 from harness.render.sections import render_blocks
 from harness.render.timing import timing_blocks
-from tests.helpers import REPO_ROOT, subprocess_env
+from tests.helpers import assert_fresh_process_passes
 
 EXHAUSTIVE = work.work_cases(seed=0, exhaustive=True)
 BFLOAT16 = work.work_cases(seed=1, dtype="bfloat16")
@@ -153,15 +151,7 @@ def test_flop_counter_counts_gemms_as_torch_does_without_importing_dynamo() -> N
         "assert c.gemm_flops == 2 * 3 * 5 * 7, c.gemm_flops; "
         "assert 'torch._dynamo' not in sys.modules, 'torch._dynamo imported'"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=REPO_ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    assert_fresh_process_passes(probe)
 
 
 def test_measuring_leaves_the_global_rng_untouched() -> None:

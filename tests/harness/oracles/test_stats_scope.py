@@ -154,6 +154,7 @@ def test_no_head_inside_the_contract_is_not_run_and_never_a_pass(cut_convention:
 
 
 def test_the_oracles_text_shows_a_cut_result_at_what_it_ran(cut_convention: None) -> None:
+    from harness.judgement import OracleVerdict
     from harness.oracles.part import statistical_coverage, statistical_verdicts
     from harness.render.statistics import oracle_text, stats_section
 
@@ -161,7 +162,9 @@ def test_the_oracles_text_shows_a_cut_result_at_what_it_ran(cut_convention: None
         replace(DEFAULT_CONFIG, rows=300), implementations=[FIXED], verifiers=(CHAIN_VERIFIER,)
     )
     text = oracle_text(oracle)  # the config has three targets and heads; the result one each
-    section = stats_section(oracle)  # as compare and report build it
+    held = stats.expectations_hold(oracle.results)
+    judged = OracleVerdict(run=oracle, coverage=None, statisticals={}, ok=held, wall_s=0.0)
+    section = stats_section(judged)  # as compare and report build it, from the judged run
     assert section.ok and text in section.text
     assert "fixed passes (p=" in section.verdict and "[of 28 tests: its scope]" in section.verdict
     assert statistical_coverage(oracle) is None  # nothing ran at the full config

@@ -220,7 +220,7 @@ def test_compare_require_lossless_judges_the_life(
     sampler: str, code: int, tmp_path: Path, capsys: Any
 ) -> None:
     argv = ["compare", "--impl", f"{sampler}={PLUGIN_FILE}:{sampler}", "--require", "lossless"]
-    assert main([*argv, "--quiet", "--out-dir", str(tmp_path)]) == code
+    assert main([*argv, "--quiet", "--long", "--out-dir", str(tmp_path)]) == code
     out = capsys.readouterr().out
     expected = "NOT lossless: life_replays" if code else "lossless; not drop-in: noise_budget"
     assert expected in out
@@ -233,7 +233,7 @@ def test_the_default_report_calls_each_life_defect_not_lossless(
 ) -> None:
     spec = f"{defect.sampler}={PLUGIN_FILE}:{defect.sampler}"
     argv = ["--impl", spec, "--require", "lossless", "--no-work", "--quiet"]
-    assert main([*argv, "--out-dir", str(tmp_path)]) == 1
+    assert main([*argv, "--long", "--out-dir", str(tmp_path)]) == 1
     verdict_line = next(
         line for line in capsys.readouterr().out.splitlines() if f"{defect.sampler}:" in line
     )
@@ -248,7 +248,7 @@ def test_the_default_report_passes_the_correct_designs_lossless(
     name: str, tmp_path: Path, capsys: Any
 ) -> None:
     argv = ["--impl", f"{name}={PLUGIN_FILE}:{name}", "--require", "lossless", "--no-work"]
-    assert main([*argv, "--quiet", "--out-dir", str(tmp_path)]) == 0
+    assert main([*argv, "--quiet", "--long", "--out-dir", str(tmp_path)]) == 0
     assert "lossless; not drop-in: noise_budget" in capsys.readouterr().out
 
 

@@ -3,8 +3,6 @@ elements; and importing the observer changes nothing."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import torch
@@ -14,7 +12,7 @@ from harness.case import make_case
 from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation
 from reference import SamplingInfo
-from tests.helpers import REPO_ROOT, subprocess_env
+from tests.helpers import assert_fresh_process_passes
 
 CASE = make_case(bs=2, gamma=3, vocab_size=16, hidden_size=8, markov_rank=4, seed=5)
 
@@ -83,12 +81,4 @@ def test_observing_a_call_leaves_the_environment_and_modules_as_found() -> None:
         "assert dict(os.environ) == before, 'environment changed'; "
         "assert 'torch._dynamo' not in sys.modules, 'torch._dynamo imported'"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=REPO_ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    assert_fresh_process_passes(probe)
