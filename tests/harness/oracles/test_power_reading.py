@@ -13,6 +13,16 @@ from harness.oracles.power import PowerCurve, PowerPoint, wilson_interval
 from harness.render.statistics import power_curves_png, power_text
 
 
+@pytest.mark.parametrize(("successes", "trials"), [(23, 24), (9, 24), (5, 6), (1, 3), (0, 12)])
+def test_the_interval_is_scipys_wilson_interval(successes: int, trials: int) -> None:
+    from scipy.stats import binomtest
+
+    expected = binomtest(successes, trials).proportion_ci(0.95, method="wilson")
+    low, high = wilson_interval(successes, trials)
+    assert low == pytest.approx(expected.low, abs=1e-12)
+    assert high == pytest.approx(expected.high, abs=1e-12)
+
+
 def test_the_interval_holds_its_share_at_the_edges_and_is_undefined_without_trials() -> None:
     assert wilson_interval(12, 12) == (pytest.approx(0.7575, abs=1e-4), 1.0)
     assert wilson_interval(0, 24)[0] == 0.0
