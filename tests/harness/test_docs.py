@@ -49,6 +49,7 @@ def test_every_option_the_readme_names_exists() -> None:
         "--index-url",
         "--no-index",
         "--no-deps",  # pip's, for the upstream package
+        "--jobs",  # scripts/time_jobs.py's
     }
     assert named - other_tools <= options, sorted(named - other_tools - options)
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import fixed
 import legacy
+from harness.pipeline.observe import EagerDispatchMode
 from reference import (
     HEAD_KINDS,
     DraftSamplerBase,
@@ -185,7 +185,7 @@ def test_fixed_equals_the_reference_sampler_bit_for_bit_in_float32(
 # -- noise draws ----------------------------------------------------------------------------
 
 
-class _CountExponentialDraws(TorchDispatchMode):
+class _CountExponentialDraws(EagerDispatchMode):  # no torch._dynamo import
     """Counts in-place ``Exp(1)`` refills (``aten.exponential_``) while active."""
 
     def __init__(self) -> None:

@@ -29,10 +29,15 @@ from harness.gpu import clocks, graphs, host_sync, kernel_bandwidth
 from harness.gpu import figures as gpu_figures
 from harness.gpu.graphs import (
     EagerReplay,
+    GraphCaseResult,
     GraphRunner,
     capture_and_replay,
+    redraws_hold,
     replay_inputs,
+    replay_records,
 )
+from harness.judgement import Judgement, judge_records
+from harness.options import RunOptions
 from harness.pipeline.matrix import standard_matrix
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.gpu_figures import figures_section, sampler_time_blocks
@@ -107,15 +112,23 @@ def test_gpu_modules_import_in_a_fresh_process_without_touching_cuda() -> None:
 
 
 # -- the graph path with EagerReplay standing in -----------------------------------------------
+def _judged(results: list[GraphCaseResult], *, require_coverage: bool) -> Judgement:
+    """The judgement of every replay's records, as the graphs command forms it."""
+    records = [record for result in results for record in replay_records(result.replays)]
+    return judge_records(records, options=RunOptions(require_observable=require_coverage))
+
+
 def test_graph_path_passes_fixed_and_holds_the_ledger_on_the_whole_standard_matrix() -> None:
     results = [
         capture_and_replay(case, ALL, replays=2, runner_factory=eager_replay_runner)
         for case in standard_matrix()
     ]
-    sections = graph_sections(results, require_coverage=True)
-    assert all(section.ok for section in sections), [
+    judgement = _judged(results, require_coverage=True)
+    sections = graph_sections(results, judgement=judgement)
+    assert judgement.ok and redraws_hold(results), [
         (s.title, s.verdict, s.text) for s in sections if not s.ok
     ]
+    assert all(section.ok for section in sections)  # each section shows its part's ok
     assert sections[0].title == "CUDA graph replays: Fixed sampler"
     assert "noise redrawn" in sections[-2].title
     for result in results:
@@ -237,7 +250,9 @@ def test_planted_defects_are_named_through_the_graph_path(
     for verdict in result.replays:
         assert failing_check in {c.name for c in verdict.failed_checks("broken")}
         assert not verdict.failed_checks("fixed")
-    assert not all(section.ok for section in graph_sections([result], require_coverage=False))
+    judgement = _judged([result], require_coverage=False)
+    assert not judgement.ok
+    assert not all(section.ok for section in graph_sections([result], judgement=judgement))
 
 
 def test_an_implementation_that_raises_is_recorded_on_every_replay() -> None:
