@@ -4,7 +4,8 @@ to the README and docs/performance.md, never into a pass/fail threshold.
 
     python scripts/time_jobs.py                      # the main job, quiet and loaded
     python scripts/time_jobs.py --jobs main suite    # and the fast suite (pytest -n auto)
-    python scripts/time_jobs.py --jobs tox           # tox run -e tests on a fresh clone
+    python scripts/time_jobs.py --jobs tox --repeat 1 --conditions quiet
+                                  # the README's two commands on a fresh clone, set-up included
     python scripts/time_jobs.py --repeat 3 --json times.json
 
 Each job runs ``--repeat`` times per condition, alternating quiet and loaded, and the
@@ -85,16 +86,22 @@ def job_command(job: str, *, threads: int | None, out_dir: Path) -> tuple[list[s
         return argv, ROOT
     if job == "suite":
         return [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto"], ROOT
-    if job == "tox":
+    if job in ("tox-report", "tox-tests"):  # the README's two commands, on a fresh clone
         clone = out_dir / "clone"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-        return [python, "-m", "tox", "run", "-e", "tests"], clone
-    raise SystemExit(f"unknown job {job!r}; expected main, suite or tox")
+        return [python, "-m", "tox", "run", "-e", job.removeprefix("tox-")], clone
+    raise SystemExit(f"unknown job {job!r}; expected main, suite, tox-report or tox-tests")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", nargs="+", default=["main"], choices=["main", "suite", "tox"])
+    parser.add_argument(
+        "--jobs",
+        nargs="+",
+        default=["main"],
+        choices=["main", "suite", "tox", "tox-report", "tox-tests"],
+        help="tox: tox-report and tox-tests",
+    )
     parser.add_argument("--repeat", type=int, default=2, help="runs per job and condition")
     parser.add_argument("--conditions", nargs="+", default=["quiet", "loaded"])
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads to ask for")
@@ -104,7 +111,10 @@ def main() -> int:
     if args.threads is not None:
         env["OMP_NUM_THREADS"] = str(args.threads)
     runs: list[Timing] = []
-    for job in args.jobs:
+    jobs = [
+        j for job in args.jobs for j in (("tox-report", "tox-tests") if job == "tox" else (job,))
+    ]
+    for job in jobs:
         for _ in range(args.repeat):
             for condition in args.conditions:
                 out_dir = Path(tempfile.mkdtemp(prefix=f"time-{job}-"))
@@ -120,7 +130,7 @@ def main() -> int:
                     f"exit {runs[-1].returncode}",
                     flush=True,
                 )
-    for job in args.jobs:
+    for job in jobs:
         for condition in args.conditions:
             mine = [r for r in runs if r.job == job and r.condition == condition]
             print(
