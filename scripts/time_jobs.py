@@ -4,8 +4,8 @@ to the README and docs/performance.md, never into a pass/fail threshold.
 
     python scripts/time_jobs.py                      # the main job, quiet and loaded
     python scripts/time_jobs.py --jobs main suite    # and the fast suite (pytest -n auto)
-    python scripts/time_jobs.py --jobs tox --repeat 1 --conditions quiet
-                                  # the README's two commands on a fresh clone, set-up included
+    python scripts/time_jobs.py --jobs tox           # the README's two commands on a fresh
+                                                     # clone, set-up included, once, quiet
     python scripts/time_jobs.py --repeat 3 --json times.json
 
 Each job runs ``--repeat`` times per condition, alternating quiet and loaded, and the
@@ -115,8 +115,9 @@ def main() -> int:
         j for job in args.jobs for j in (("tox-report", "tox-tests") if job == "tox" else (job,))
     ]
     for job in jobs:
-        for _ in range(args.repeat):
-            for condition in args.conditions:
+        once = job.startswith("tox-")  # a fresh clone's set-up is the point: once, quiet
+        for _ in range(1 if once else args.repeat):
+            for condition in ("quiet",) if once else args.conditions:
                 out_dir = Path(tempfile.mkdtemp(prefix=f"time-{job}-"))
                 try:
                     argv, cwd = job_command(job, threads=args.threads, out_dir=out_dir)
@@ -133,6 +134,8 @@ def main() -> int:
     for job in jobs:
         for condition in args.conditions:
             mine = [r for r in runs if r.job == job and r.condition == condition]
+            if not mine:
+                continue
             print(
                 f"median {job:5} {condition:6} wall "
                 f"{statistics.median(r.wall_s for r in mine):7.1f} s  cpu "
