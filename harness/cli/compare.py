@@ -84,6 +84,10 @@ def provenance_section(implementations: list[Implementation]) -> Section:
             for row in rows
         ],
     )
+    brief = table(  # the specs, wide, are in the whole evidence
+        ("implementation", "kind", "era", "convention"),
+        [(row["name"], row["kind"], row["era"] or "-", row["convention"]) for row in rows],
+    )
     adapted = [
         f"{row['name']}: the harness's adapter works around: {adaptation}"
         for row in rows
@@ -95,4 +99,5 @@ def provenance_section(implementations: list[Implementation]) -> Section:
         verdict="where each sampler came from (era: the sglang its module was loaded with)",
         text="\n".join([text, *adapted]),
         data={"implementations": rows},
+        brief=("\n".join([brief, *adapted]),),
     )

@@ -49,7 +49,7 @@ def emit(
     executor, and every worker with it, before it comes here: the report and the exit
     status are the judge's alone. A plug-in run in process is said to share the judge."""
     if getattr(args, "impl", None) and not getattr(args, "isolate", False):
-        heading += f" ({IN_PROCESS_NOTE})"
+        heading += f"\n({IN_PROCESS_NOTE})"
     if judgement is not None:
         ok, cases = judgement.ok, judgement.records
         timing = {**judgement.timing, **(timing or {})}

@@ -7,6 +7,7 @@ terminal and Markdown tables in a report. Every pass and fail is the judgement's
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -23,7 +24,7 @@ from harness.pipeline.verdicts import (
     Statistical,
 )
 from harness.render.coverage import coverage_section
-from harness.render.sections import Block, Section, Table
+from harness.render.sections import TERMINAL_WIDTH, Block, Section, Table
 
 
 def _verdict_section(held: HeldVerdict, *, title: str) -> Section:
@@ -55,7 +56,12 @@ def _verdict_section(held: HeldVerdict, *, title: str) -> Section:
         if lossless_failures or verdict.lossless:  # else the reason is the oracle's already
             line += f"; {statistical_line}"
         return Section(
-            title=title, ok=held.ok, verdict=line, text="\n".join(lines).strip(), data=data
+            title=title,
+            ok=held.ok,
+            verdict=line,
+            text="\n".join(lines).strip(),
+            data=data,
+            brief=_first_failures(lines),
         )
     if verdict.cases and not verdict.judged:
         line = f"{name}: {verdict.summary()}"
@@ -84,7 +90,20 @@ def _verdict_section(held: HeldVerdict, *, title: str) -> Section:
         verdict=line,
         text="\n".join(lines).strip(),
         data={**data, "required": held.held_to},
+        brief=_first_failures(lines),
     )
+
+
+BRIEF_FAILURES = 6  # failing checks an implementation's section shows by default
+
+
+def _first_failures(lines: list[str]) -> tuple[Block, ...]:
+    """The first failing checks, each cut to the terminal's width, and how many more."""
+    failures = [line for line in lines if line]
+    shown = [textwrap.shorten(f, width=TERMINAL_WIDTH, placeholder=" ...") for f in failures]
+    more = len(failures) - BRIEF_FAILURES
+    tail = [f"... and {more} more (report.md, or --long)"] if more > 0 else []
+    return ("\n".join([*shown[:BRIEF_FAILURES], *tail]),) if failures else ()
 
 
 def _ledger_section(records: Sequence[CaseRecord], ledger: LedgerVerdict) -> Section:
