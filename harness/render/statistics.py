@@ -105,6 +105,17 @@ def coverage_text(config: StatsConfig) -> str:
     )
 
 
+def verdict_cell(result: StatsResult) -> str:
+    """One result's verdict in a table's cell."""
+    if not result.ran:
+        return "not run"
+    if result.not_judged:
+        return "not judged"
+    if result.error:
+        return "ERROR"
+    return "REJECTED" if result.rejected else "pass"
+
+
 def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") -> str:
     header = [
         "impl",
@@ -117,15 +128,7 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
     ]
     rows = []
     for r in results:
-        verdict = (
-            "not run"
-            if not r.ran
-            else "not judged"
-            if r.not_judged
-            else "ERROR"
-            if r.error
-            else ("REJECTED" if r.rejected else "pass")
-        )
+        verdict = verdict_cell(r)
         accepted = "; ".join(
             f"{target}: " + ", ".join(f"{h} {v:.2f}" for h, v in heads.items())
             for target, heads in r.mean_accepted_length.items()
@@ -372,13 +375,7 @@ def oracle_brief(oracle: OracleRun) -> tuple[Block, ...]:
         [
             r.name,
             r.verifier,
-            "not run"
-            if not r.ran
-            else "not judged"
-            if r.not_judged
-            else "ERROR"
-            if r.error
-            else ("REJECTED" if r.rejected else "pass"),
+            verdict_cell(r),
             p_text(r.p_value),
             str(len(r.rejections())),
             strongest(r),
