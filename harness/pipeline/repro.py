@@ -166,6 +166,18 @@ def shrink(
         raise ValueError(
             f"{implementation.name} does not fail {check or 'a check'} on {case.label()}"
         )
+    return _shrunk(case, outcome, implementation, check=check, options=options)
+
+
+def _shrunk(
+    case: Case,
+    outcome: Outcome,
+    implementation: Implementation,
+    *,
+    check: str | None,
+    options: RunOptions,
+) -> tuple[Case, Outcome]:
+    """``case`` (failing as ``outcome`` says) shrunk greedily."""
     kept = check or outcome.signature
     improved = True
     while improved:
@@ -188,16 +200,15 @@ def find_smallest_failure(
     options: RunOptions = DEFAULT_OPTIONS,
 ) -> tuple[Case, Outcome] | None:
     """The smallest case among ``cases`` failing ``check`` (any check when ``None``),
-    shrunk further; None if none does."""
-    failing = []
-    for case in cases:
+    shrunk further; None if none does. Cases are tried smallest first, so the search
+    stops at the first failure (a sampler that hangs costs one time limit per case
+    tried, not one per case of the matrix)."""
+    for case in sorted(cases, key=_size):  # stable: equal sizes keep the matrix's order
         options.progress(f"trying {case.label()}")
-        if outcome_of(case, implementation, options=options).fails(check):
-            failing.append(case)
-    if not failing:
-        return None
-    smallest = min(failing, key=_size)
-    return shrink(smallest, implementation, check=check, options=options)
+        outcome = outcome_of(case, implementation, options=options)
+        if outcome.fails(check):
+            return _shrunk(case, outcome, implementation, check=check, options=options)
+    return None
 
 
 def implementation_spec(implementation: Implementation) -> str:
