@@ -182,6 +182,7 @@ print(sorted(set(os.environ.items()) ^ set(before.items())))
 """
 
 
+@pytest.mark.e2e
 def test_first_run_in_a_fresh_process_leaves_the_environment_as_found() -> None:
     env = subprocess_env(without=("TORCHINDUCTOR_CACHE_DIR",))
     result = subprocess.run(

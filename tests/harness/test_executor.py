@@ -55,6 +55,7 @@ def test_in_process_runs_at_once_and_keeps_exceptions_in_the_future() -> None:
     assert TimeLimited(doubled, 1.0)(4) == 8
 
 
+@pytest.mark.e2e
 def test_a_process_pool_fits_the_interface_and_runs_every_domain_alike() -> None:
     with concurrent.futures.ProcessPoolExecutor(max_workers=1) as pool:
         assert isinstance(pool, Executor) and not isinstance(pool, DomainExecutor)
@@ -68,6 +69,7 @@ def test_a_task_must_be_named_by_its_module_level_name() -> None:
         task_name(lambda: None)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_isolated_domains_run_apart_and_a_task_without_an_answer_is_a_worker_failure() -> None:
     with make_executor(isolate=True) as executor:

@@ -252,6 +252,7 @@ print(json.dumps(changed))
 """
 
 
+@pytest.mark.e2e
 def test_importing_every_module_leaves_the_process_environment_unchanged() -> None:
     """In a fresh process with a clean environment (nothing of this one's: no
     ``TRITON_INTERPRET`` set by the test suite), no import writes ``os.environ``."""

@@ -131,6 +131,7 @@ def test_report_rejects_the_reused_uniform_sampler_as_compare_does(
     assert verdict["lossless"] is False and verdict["statistical"]["rejected"] is True
 
 
+@pytest.mark.e2e
 def test_under_isolate_the_oracle_runs_in_the_worker_and_rejects_as_in_process(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -51,6 +51,7 @@ def one_oracle(monkeypatch: pytest.MonkeyPatch, oracle_once: OracleVerdict) -> l
     return asked
 
 
+@pytest.mark.e2e
 def test_compare_the_api_and_the_plugin_give_the_same_verdicts(
     one_oracle: list[list[str]],
     tmp_path: Path,

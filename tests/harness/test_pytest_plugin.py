@@ -13,6 +13,8 @@ import pytest
 from harness.pipeline.matrix import standard_matrix
 from tests.helpers import REPO_ROOT
 
+pytestmark = pytest.mark.e2e  # every test here runs pytest again, in a subprocess
+
 pytest_plugins = ["pytester"]
 # Two cases of the matrix and the oracle's test: what -m and -k keep of one sampler's items.
 SELECT = ["-m", "dspark", "-k", "folded-sampled/vanilla or statistical-oracle"]

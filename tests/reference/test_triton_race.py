@@ -214,6 +214,7 @@ print(t.tolist())
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter fallback is CPU-only")
 def test_fresh_cpu_process_imports_and_runs_the_kernels_interpreted() -> None:
     result = _run_python(
@@ -227,6 +228,7 @@ def test_fresh_cpu_process_imports_and_runs_the_kernels_interpreted() -> None:
     assert result.stdout.split() == ["1", "True", "[1]"]
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter fallback is CPU-only")
 def test_triton_imported_first_without_interpreter_gives_a_clear_error() -> None:
     result = _run_python("import triton\n" + _SMALL_RACE)
@@ -234,6 +236,7 @@ def test_triton_imported_first_without_interpreter_gives_a_clear_error() -> None
     assert "set TRITON_INTERPRET=1 before importing triton" in result.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter fallback is CPU-only")
 def test_importing_the_kernels_leaves_the_environment_and_the_dispatch_sets_the_interpreter() -> (
     None
@@ -254,6 +257,7 @@ def test_importing_the_kernels_leaves_the_environment_and_the_dispatch_sets_the_
     assert result.stdout.split() == ["False"]  # the import changed nothing
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter fallback is CPU-only")
 def test_the_race_dispatch_asks_for_the_interpreter_before_the_kernels_are_imported() -> None:
     result = _run_python(

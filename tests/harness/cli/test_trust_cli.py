@@ -197,6 +197,7 @@ def test_a_stop_is_one_line_with_exit_130_or_143_and_a_resumable_journal(
     assert len(records) >= 2  # every line complete
 
 
+@pytest.mark.e2e
 def test_a_closed_stdout_is_not_a_traceback(tmp_path: Path) -> None:
     """``--json | head``: the reader is gone before the report is printed."""
     process = start_harness(

@@ -94,6 +94,7 @@ def test_a_cuda_case_on_a_machine_without_cuda_says_there_is_none() -> None:
         host_sync.no_host_sync(case, ALL[1])
 
 
+@pytest.mark.e2e
 def test_gpu_modules_import_in_a_fresh_process_without_touching_cuda() -> None:
     code = (
         "import torch, harness.gpu.graphs, harness.gpu.figures; print(torch.cuda.is_initialized())"
@@ -434,6 +435,7 @@ def _run_script(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
     )
 
 
+@pytest.mark.e2e
 def test_gpu_check_script_parses() -> None:
     done = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
@@ -469,6 +471,7 @@ def test_gpu_check_script_without_cuda_stops_early_but_writes_its_results(tmp_pa
     assert "no CUDA device" in (tmp_path / "out" / "log.txt").read_text()
 
 
+@pytest.mark.e2e
 @NO_CUDA
 def test_gpu_check_script_runs_every_stage_and_records_each_outcome(tmp_path: Path) -> None:
     out = tmp_path / "out"

@@ -146,6 +146,7 @@ def _sweep_args(out: Path, *extra: str) -> list[str]:
     return ["sweep", *files, *grid, *extra]
 
 
+@pytest.mark.e2e
 def test_a_killed_sweep_resumes_without_losing_or_recomputing_points(tmp_path: Path) -> None:
     process = start_harness(*_sweep_args(tmp_path))
     assert process.stderr is not None

@@ -142,6 +142,7 @@ def test_allocation_counter_counts_fresh_storage_only() -> None:
     assert counter.allocated_bytes == 4 * 8 * 4 + 3 * 8
 
 
+@pytest.mark.e2e
 def test_flop_counter_counts_gemms_as_torch_does_without_importing_dynamo() -> None:
     probe = (
         "import sys, torch; from harness.measure.counters import FlopCounter; "

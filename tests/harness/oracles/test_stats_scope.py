@@ -87,6 +87,7 @@ def test_a_scope_is_its_cuts_and_the_heads_left_out(cut_convention: None) -> Non
         assert again == scope  # what an implementation's worker answers rebuilds it
 
 
+@pytest.mark.e2e
 def test_under_isolate_the_scope_of_a_worker_only_plug_in_is_its_workers() -> None:
     from harness.oracles.scope import scope_in_domain
     from harness.pipeline.isolation import make_executor

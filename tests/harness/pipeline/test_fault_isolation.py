@@ -85,6 +85,7 @@ def test_under_isolate_a_process_crash_is_a_recorded_failure_in_a_complete_repor
         assert record["ledger"]["holds"]
 
 
+@pytest.mark.e2e
 def test_under_isolate_a_sampler_that_swallows_every_timeout_is_killed_and_recorded() -> None:
     """Only the unstoppable sampler meets the tight limit; the built-ins of the same case
     run in their own worker under the default limit, so a loaded machine cannot time them
@@ -106,6 +107,7 @@ def test_under_isolate_a_sampler_that_swallows_every_timeout_is_killed_and_recor
     assert verdict.ledger is not None and verdict.ledger.holds
 
 
+@pytest.mark.e2e
 def test_under_isolate_a_sampler_that_ignores_sigalrm_and_hangs_is_killed_and_recorded() -> None:
     """In process nothing stops it (it turned the time limit's signal off); its worker is
     killed once the limit and the answer's grace have passed, long before it would end."""
@@ -117,6 +119,7 @@ def test_under_isolate_a_sampler_that_ignores_sigalrm_and_hangs_is_killed_and_re
     assert "the worker process was killed" in error.message
 
 
+@pytest.mark.e2e
 def test_isolated_results_equal_in_process_results() -> None:
     implementations = builtin_implementations()
     here = run_case(CASE, implementations)

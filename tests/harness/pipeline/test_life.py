@@ -271,6 +271,7 @@ def test_the_thorough_shapes_pass_fixed_and_hold_the_ledger(case: Case) -> None:
     assert not failed, [(c.name, c.detail) for c in failed]
 
 
+@pytest.mark.e2e
 def test_a_life_crosses_the_isolation_boundary_unchanged() -> None:
     implementations = builtin_implementations(("fixed",))
     here = run_case(LIFE_CASE, implementations).results["fixed"].life

@@ -23,6 +23,8 @@ from harness.plugins.implementations import Implementation, builtin_implementati
 from tests.helpers import run_harness, subprocess_env
 from tests.plugins import untrusted_samplers
 
+pytestmark = pytest.mark.e2e  # worker processes (--isolate) and subprocesses
+
 PLANTED = "tests.plugins.untrusted_samplers"
 HOSTILE_FILE = "tests/plugins/hostile/tampers_with_the_judge.py"
 CORRECT_FILE = "tests/plugins/upstream/dspark_after_fix.py"
@@ -69,7 +71,6 @@ def test_under_isolate_a_correct_file_plugin_passes_and_is_never_imported_by_the
     assert "dspark_impl_only_there" not in sys.modules
 
 
-@pytest.mark.e2e
 def test_in_process_the_report_says_plugin_code_shares_the_judge(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -147,7 +148,6 @@ def test_a_slow_sampler_that_reaches_the_time_limit_in_the_oracle_is_not_judged(
     assert result["error"] is None and "time limit" in result["not_judged"]
 
 
-@pytest.mark.e2e
 def test_a_segfaulting_sampler_under_report_isolate_gives_a_complete_report_and_exit_1(
     tmp_path: Path,
 ) -> None:

@@ -161,6 +161,7 @@ def test_a_sampler_that_closes_stdout_is_no_traceback(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
 
 
+@pytest.mark.e2e
 def test_a_chdir_at_import_does_not_move_a_relative_out_dir(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -176,6 +177,7 @@ def _heard_stop(said: list[str]) -> bool:
     return any(line.startswith("interrupted by SIGTERM") for line in said)
 
 
+@pytest.mark.e2e
 def test_a_plugin_that_ignores_sigterm_does_not_make_the_harness_unkillable(
     tmp_path: Path,
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 
 from fixed import DsparkDraftSampler as FixedSampler
@@ -71,6 +72,7 @@ def test_the_call_alone_is_counted_as_work() -> None:
     assert work.op_counts["aten.multinomial"] == 1
 
 
+@pytest.mark.e2e
 def test_observing_a_call_leaves_the_environment_and_modules_as_found() -> None:
     probe = (
         "import os, sys; before = dict(os.environ); import torch; "

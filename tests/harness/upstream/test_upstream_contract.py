@@ -179,6 +179,7 @@ def test_finding_the_first_call_asks_cuda_whether_it_is_capturing(samplers: Modu
         built.sampler(inputs.hidden_states, inputs.input_ids)  # without the adapter's answer
 
 
+@pytest.mark.e2e
 def test_the_pytest_plugin_judges_the_package_sampler_and_a_planted_defect(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -46,6 +46,7 @@ def test_the_speculators_cut_and_contract_make_its_scope() -> None:
         assert under_theirs.cuts == (VERIFIER_CUT, SAMPLER_CUT)
 
 
+@pytest.mark.e2e
 def test_under_isolate_the_speculators_scope_is_read_in_its_worker() -> None:
     from harness.oracles.scope import scope_in_domain
     from harness.pipeline.isolation import make_executor
