@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 from hypothesis import HealthCheck, settings
 
 from harness.defaults import DEFAULT_THREADS
@@ -115,11 +118,23 @@ def no_leaked_global_state() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def default_report(tmp_path_factory: pytest.TempPathFactory) -> DefaultReport:
     """The default report without the work section, run once a session for the tests
-    that only read it. It runs before any test's leak guard, so it checks the same
-    global state itself (and leaves the CPU RNG as it found it)."""
+    that only read it: by the first xdist worker that asks, the others read what it left
+    (pytest-xdist's recipe for a session fixture computed once). It runs before any
+    test's leak guard, so it checks the same global state itself (and leaves the CPU RNG
+    as it found it)."""
+    shared = tmp_path_factory.getbasetemp().parent  # one directory for every worker
+    out_dir, answer = shared / "default-report", shared / "default-report.json"
+    with FileLock(str(shared / "default-report.lock")):
+        if not answer.is_file():
+            code, stdout = _run_default_report(out_dir)
+            answer.write_text(json.dumps({"exit_code": code, "stdout": stdout}))
+        ran = json.loads(answer.read_text())
+    return DefaultReport(exit_code=ran["exit_code"], stdout=ran["stdout"], out_dir=out_dir)
+
+
+def _run_default_report(out_dir: Path) -> tuple[int, str]:
     from harness.cli import main
 
-    out_dir = tmp_path_factory.mktemp("default-report")
     rng_state, dtype, environ = torch.get_rng_state(), torch.get_default_dtype(), _environment()
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
@@ -127,4 +142,4 @@ def default_report(tmp_path_factory: pytest.TempPathFactory) -> DefaultReport:
     torch.set_rng_state(rng_state)
     changed = _restore_environment(environ)
     assert not changed and torch.get_default_dtype() == dtype, (changed, dtype)
-    return DefaultReport(exit_code=code, stdout=stdout.getvalue(), out_dir=out_dir)
+    return code, stdout.getvalue()

@@ -38,10 +38,10 @@ def test_another_design_is_lossless_not_drop_in_with_the_reason() -> None:
         False,
     )
     assert verdict.summary().startswith("lossless; not drop-in: noise_budget: drew 4 x uniform_")
-    assert check_sampler(GUMBEL, cases=CASES, require="lossless").ok
-    assert_lossless(GUMBEL, cases=CASES)
+    # what is required changes ok, not the verdicts: the oracle ran once above
+    assert check_sampler(GUMBEL, cases=CASES, require="lossless", stats=False).ok
     with pytest.raises(AssertionError, match=r"matches_reference \[drop_in\]"):
-        assert_drop_in(GUMBEL, cases=CASES)
+        assert_drop_in(GUMBEL, cases=CASES, stats=False)
 
 
 def test_assert_lossless_lists_the_failing_check() -> None:

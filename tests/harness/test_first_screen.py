@@ -93,6 +93,7 @@ def _run_harness(*argv: str) -> tuple[int, set[str]]:
     return run.returncode, imported
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("argv", "status"),
     [
@@ -112,6 +113,7 @@ def test_help_and_bad_usage_answer_without_importing_torch(argv: list[str], stat
     assert "torch" not in imported, f"python -m harness {' '.join(argv)} imported torch"
 
 
+@pytest.mark.e2e
 def test_top_level_help_imports_no_command_module() -> None:
     _, imported = _run_harness("--help")
     modules = {f"harness.cli.{name.replace('-', '_')}" for name in COMMANDS}
@@ -137,6 +139,7 @@ def refusals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, s
     return {name: tuple(json.loads(line)) for name, line in zip(BAD_VALUES, lines, strict=True)}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", BAD_VALUES)
 def test_a_bad_option_value_is_one_line_and_exit_2_without_torch(
     name: str, refusals: dict[str, tuple[int, str, bool]]

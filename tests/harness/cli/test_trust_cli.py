@@ -50,7 +50,12 @@ def test_a_sampler_raising_system_exit_zero_gets_exit_1_and_a_complete_report(
 ) -> None:
     impl = f"planted={PLANTED}:SystemExitSampler"
     out = tmp_path / "out"
-    assert main(["compare", *_case_args(tmp_path), "--impl", impl, "--out-dir", str(out)]) == 1
+    assert (
+        main(
+            ["compare", "--no-stats", *_case_args(tmp_path), "--impl", impl, "--out-dir", str(out)]
+        )
+        == 1
+    )
     stdout = capsys.readouterr().out
     assert "planted: FAILS 2 lossless check(s) on 2 of 2 cases" in stdout
     assert "raised SystemExit: 0" in stdout
@@ -64,7 +69,12 @@ def test_a_mutating_plugin_is_blamed_alone_in_the_report(
 ) -> None:
     impl = f"planted={PLANTED}:HiddenStatesMutatingSampler"
     out = tmp_path / "out"
-    assert main(["compare", *_case_args(tmp_path), "--impl", impl, "--out-dir", str(out)]) == 1
+    assert (
+        main(
+            ["compare", "--no-stats", *_case_args(tmp_path), "--impl", impl, "--out-dir", str(out)]
+        )
+        == 1
+    )
     verdicts = {s["title"]: s for s in _report(out)["sections"]}
     assert verdicts["Fixed sampler"]["ok"] and verdicts["Reference oracle"]["ok"]
     assert verdicts["Divergence ledger: legacy vs fixed"]["ok"]
@@ -102,11 +112,11 @@ def test_a_resumed_report_is_byte_identical_to_a_fresh_one(
 ) -> None:
     cases = _case_args(tmp_path, count=3)
     fresh, resumed = tmp_path / "fresh", tmp_path / "resumed"
-    assert main(["compare", *cases, "--quiet", "--out-dir", str(fresh)]) == 0
+    assert main(["compare", "--no-stats", *cases, "--quiet", "--out-dir", str(fresh)]) == 0
     lines = (fresh / JOURNAL).read_text().splitlines(keepends=True)
     resumed.mkdir()
     (resumed / JOURNAL).write_text("".join(lines[:2]))  # stopped after two cases
-    assert main(["compare", *cases, "--resume", "--out-dir", str(resumed)]) == 0
+    assert main(["compare", "--no-stats", *cases, "--resume", "--out-dir", str(resumed)]) == 0
     assert capsys.readouterr().err.count("(finished earlier)") == 2
     for name in ("compare.txt", "compare.md"):
         assert (resumed / name).read_bytes() == (fresh / name).read_bytes()
@@ -120,8 +130,17 @@ def test_a_changed_time_limit_recomputes_the_records(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cases = _case_args(tmp_path)
-    assert main(["compare", *cases, "--quiet", "--out-dir", str(tmp_path)]) == 0
-    argv = ["compare", *cases, "--resume", "--time-limit", "60", "--out-dir", str(tmp_path)]
+    assert main(["compare", "--no-stats", *cases, "--quiet", "--out-dir", str(tmp_path)]) == 0
+    argv = [
+        "compare",
+        "--no-stats",
+        *cases,
+        "--resume",
+        "--time-limit",
+        "60",
+        "--out-dir",
+        str(tmp_path),
+    ]
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert "2 finished case record(s) will be recomputed" in err
@@ -132,11 +151,13 @@ def test_a_run_refused_for_bad_input_keeps_the_previous_journal(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cases = _case_args(tmp_path)
-    assert main(["compare", *cases, "--quiet", "--out-dir", str(tmp_path)]) == 0
+    assert main(["compare", "--no-stats", *cases, "--quiet", "--out-dir", str(tmp_path)]) == 0
     before = (tmp_path / JOURNAL).read_bytes()
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    assert main(["compare", *cases, "--case", str(bad), "--out-dir", str(tmp_path)]) == 2
+    assert (
+        main(["compare", "--no-stats", *cases, "--case", str(bad), "--out-dir", str(tmp_path)]) == 2
+    )
     assert (tmp_path / JOURNAL).read_bytes() == before
     capsys.readouterr()
 
@@ -164,6 +185,7 @@ def _wait_for_case(process: subprocess.Popen[str], number: int) -> list[str]:
     raise AssertionError("the run ended early: " + "".join(seen))
 
 
+@pytest.mark.e2e
 def test_a_second_run_on_one_out_dir_is_refused_naming_the_holder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -172,7 +194,9 @@ def test_a_second_run_on_one_out_dir_is_refused_naming_the_holder(
     try:
         _wait_for_case(holder, 3)  # two cases journaled: the folder is locked
         journal = (out_dir / JOURNAL).read_bytes()
-        assert main(["compare", *_case_args(tmp_path), "--out-dir", str(out_dir)]) == 2
+        assert (
+            main(["compare", "--no-stats", *_case_args(tmp_path), "--out-dir", str(out_dir)]) == 2
+        )
         assert f"in use by another harness run (pid {holder.pid})" in capsys.readouterr().err
         assert (out_dir / JOURNAL).read_bytes()[: len(journal)] == journal  # nothing deleted
     finally:
@@ -180,6 +204,7 @@ def test_a_second_run_on_one_out_dir_is_refused_naming_the_holder(
         holder.wait(timeout=60)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_stop_is_one_line_with_exit_130_or_143_and_a_resumable_journal(
     tmp_path: Path, signum: int, code: int
@@ -216,11 +241,15 @@ def test_a_closed_stdout_is_not_a_traceback(tmp_path: Path) -> None:
     assert _report(tmp_path / "out")["cases"]  # the files were written before the print
 
 
+@pytest.mark.e2e
 def test_a_run_killed_before_its_first_record_keeps_the_previous_journal(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out_dir = tmp_path / "out"
-    assert main(["compare", *_case_args(tmp_path), "--quiet", "--out-dir", str(out_dir)]) == 0
+    assert (
+        main(["compare", "--no-stats", *_case_args(tmp_path), "--quiet", "--out-dir", str(out_dir)])
+        == 0
+    )
     previous = (out_dir / JOURNAL).read_bytes()
     process = _start_slow_run(tmp_path, out_dir)  # validated, running its first case
     _wait_for_case(process, 1)

@@ -33,13 +33,13 @@ def test_a_torn_last_journal_line_is_dropped_and_its_case_rerun(
 ) -> None:
     cases = _case_files(tmp_path)
     fresh, resumed = tmp_path / "fresh", tmp_path / "resumed"
-    assert main(["compare", *cases, "--quiet", "--out-dir", str(fresh)]) == 0
+    assert main(["compare", "--no-stats", *cases, "--quiet", "--out-dir", str(fresh)]) == 0
     lines = (fresh / JOURNAL).read_text().splitlines(keepends=True)
     assert len(lines) == 3
     resumed.mkdir()
     (resumed / JOURNAL).write_text(lines[0] + lines[1][: len(lines[1]) // 2])  # killed mid-write
     capsys.readouterr()
-    assert main(["compare", *cases, "--resume", "--out-dir", str(resumed)]) == 0
+    assert main(["compare", "--no-stats", *cases, "--resume", "--out-dir", str(resumed)]) == 0
     progress = capsys.readouterr().err
     assert progress.count("(finished earlier)") == 1
     assert _cases_of(resumed) == _cases_of(fresh)
@@ -50,8 +50,8 @@ def test_without_resume_the_journal_starts_over(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cases = _case_files(tmp_path)
-    assert main(["compare", *cases, "--quiet", "--out-dir", str(tmp_path)]) == 0
-    assert main(["compare", *cases, "--out-dir", str(tmp_path)]) == 0
+    assert main(["compare", "--no-stats", *cases, "--quiet", "--out-dir", str(tmp_path)]) == 0
+    assert main(["compare", "--no-stats", *cases, "--out-dir", str(tmp_path)]) == 0
     assert "(finished earlier)" not in capsys.readouterr().err
     assert len((tmp_path / JOURNAL).read_text().splitlines()) == 3
 
@@ -60,10 +60,13 @@ def test_a_damaged_journal_line_before_the_last_is_bad_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cases = _case_files(tmp_path)
-    assert main(["compare", *cases, "--quiet", "--out-dir", str(tmp_path)]) == 0
+    assert main(["compare", "--no-stats", *cases, "--quiet", "--out-dir", str(tmp_path)]) == 0
     lines = (tmp_path / JOURNAL).read_text().splitlines(keepends=True)
     (tmp_path / JOURNAL).write_text("garbage\n" + "".join(lines[1:]))
-    assert main(["compare", *cases, "--resume", "--quiet", "--out-dir", str(tmp_path)]) == 2
+    assert (
+        main(["compare", "--no-stats", *cases, "--resume", "--quiet", "--out-dir", str(tmp_path)])
+        == 2
+    )
     assert "not a case record" in capsys.readouterr().err
 
 

@@ -23,8 +23,6 @@ from harness.plugins.implementations import Implementation, builtin_implementati
 from tests.helpers import run_harness, subprocess_env
 from tests.plugins import untrusted_samplers
 
-pytestmark = pytest.mark.e2e  # worker processes (--isolate) and subprocesses
-
 PLANTED = "tests.plugins.untrusted_samplers"
 HOSTILE_FILE = "tests/plugins/hostile/tampers_with_the_judge.py"
 CORRECT_FILE = "tests/plugins/upstream/dspark_after_fix.py"
@@ -45,6 +43,7 @@ def _harness(*args: str) -> subprocess.CompletedProcess[str]:
     return run_harness(*args, env=subprocess_env(), timeout=900)
 
 
+@pytest.mark.e2e
 def test_under_isolate_a_plugin_tampering_at_import_and_at_exit_cannot_make_a_pass(
     tmp_path: Path,
 ) -> None:
@@ -59,6 +58,7 @@ def test_under_isolate_a_plugin_tampering_at_import_and_at_exit_cannot_make_a_pa
     assert report["judgement"]["implementations"]["fixed"]["lossless"]
 
 
+@pytest.mark.e2e
 def test_under_isolate_a_correct_file_plugin_passes_and_is_never_imported_by_the_judge(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -80,7 +80,7 @@ def test_in_process_the_report_says_plugin_code_shares_the_judge(
     assert "in-process: plug-in code shares the judge" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("isolate", [False, True])
+@pytest.mark.parametrize("isolate", [False, pytest.param(True, marks=pytest.mark.e2e)])
 def test_tensor_subclass_outputs_are_refused_with_or_without_isolate(isolate: bool) -> None:
     subclass = Implementation("subclass", untrusted_samplers.TensorSubclassSampler, "tests")
     with make_executor(isolate=isolate) as executor:
@@ -100,24 +100,18 @@ TIMING = ["work", "--timing", "--repeats", "1", "--hidden-size", "64", "--no-cal
 
 @pytest.mark.parametrize(
     ("command", "sampler"),
-    [
-        (["report", "--no-work"], "SystemExitSampler"),
-        (["report", "--no-work"], "SystemExitAtStatsSizeSampler"),
-        (["stats", *SMALL_STATS], "SystemExitSampler"),
+    [  # one command per stage the exit can happen in: matrix, oracle, work, timing
+        (["report", "--no-work", "--no-stats"], "SystemExitSampler"),
         (["stats", *SMALL_STATS], "SystemExitAtStatsSizeSampler"),
         (["work"], "SystemExitSampler"),
         ([*TIMING, "--pair", "planted,fixed"], "SystemExitSampler"),
-        ([*TIMING, "--isolate", "--pair", "planted,fixed"], "SystemExitSampler"),
+        pytest.param(
+            [*TIMING, "--isolate", "--pair", "planted,fixed"],
+            "SystemExitSampler",
+            marks=pytest.mark.e2e,
+        ),
     ],
-    ids=[
-        "report",
-        "report-at-stats-size",
-        "stats",
-        "stats-at-stats-size",
-        "work",
-        "timing",
-        "timing-isolate",
-    ],
+    ids=["report", "stats-at-stats-size", "work", "timing", "timing-isolate"],
 )
 def test_a_system_exit_zero_sampler_makes_every_command_exit_1_with_a_complete_report(
     command: list[str], sampler: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -148,6 +142,7 @@ def test_a_slow_sampler_that_reaches_the_time_limit_in_the_oracle_is_not_judged(
     assert result["error"] is None and "time limit" in result["not_judged"]
 
 
+@pytest.mark.e2e
 def test_a_segfaulting_sampler_under_report_isolate_gives_a_complete_report_and_exit_1(
     tmp_path: Path,
 ) -> None:
@@ -167,6 +162,7 @@ def test_a_segfaulting_sampler_under_report_isolate_gives_a_complete_report_and_
     assert report["judgement"]["implementations"]["fixed"]["lossless"]
 
 
+@pytest.mark.e2e
 def test_a_worker_is_not_told_the_out_dir(tmp_path: Path) -> None:
     out = tmp_path / "out"
     argv = ["compare", *_case_args(tmp_path, 1), "--only", "reference,fixed", "--isolate"]

@@ -139,6 +139,7 @@ def _one_case(tmp_path: Path) -> list[str]:
     return ["--case", str(path)]
 
 
+@pytest.mark.e2e
 def test_a_sampler_that_prints_leaves_json_stdout_valid(tmp_path: Path) -> None:
     impl = f"chatty={PLANTED}:PrintingSampler"
     done = _compare(*_one_case(tmp_path), "--impl", impl, "--json", "--out-dir", str(tmp_path))
@@ -148,6 +149,7 @@ def test_a_sampler_that_prints_leaves_json_stdout_valid(tmp_path: Path) -> None:
         assert said in done.stderr
 
 
+@pytest.mark.e2e
 def test_a_sampler_that_closes_stdout_is_no_traceback(tmp_path: Path) -> None:
     impl = f"closer={PLANTED}:StdoutClosingSampler"
     done = _compare(*_one_case(tmp_path), "--impl", impl, "--json", "--out-dir", str(tmp_path))
