@@ -42,7 +42,9 @@ class TemperatureGreedyMask(Sampler):
         greedy = sampling_info.temperatures.view(-1)[:bs] == 0  # planted
         params.greedy_mask[:bs].copy_(greedy)
         params.step_temperatures[:bs].copy_(
-            torch.where(greedy, torch.zeros_like(params.temperatures[:bs]), params.temperatures[:bs])
+            torch.where(
+                greedy, torch.zeros_like(params.temperatures[:bs]), params.temperatures[:bs]
+            )
         )
 
 
