@@ -53,7 +53,7 @@ def observe_counter_reads(loaded: LoadedSglang) -> Iterator[CounterRecorder]:
     """Record the counters read while the block runs (module docstring)."""
     recorder = CounterRecorder()
     step_class = loaded.MarkovSampleStep
-    module = loaded.modules[MARKOV_SAMPLE_MODULE]
+    module: Any = loaded.modules[MARKOV_SAMPLE_MODULE]  # its names are the package's
     execute, descriptor = step_class.execute, step_class.__dict__["execute"]
     philox = module._philox
 

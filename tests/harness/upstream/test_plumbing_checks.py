@@ -110,7 +110,7 @@ def test_float32_kept_logits_over_a_bfloat16_base_are_rebuilt_in_float32(
 def test_a_draw_at_a_counter_handed_out_before_stays_a_lossless_failure(
     samplers: ModuleType,
 ) -> None:
-    result, checks = _run(FLOAT32, samplers.StepsAfterTheFirstAtCounterZero)
+    _, checks = _run(FLOAT32, samplers.StepsAfterTheFirstAtCounterZero)
     assert checks["noise_replay"].status == "pass"  # its first call: counter 0 is fresh
     assert _failing(checks, "lossless") == {"fresh_noise"}
     assert "second call: noise_replay: draws at counter(s) [0] handed out before this call" in (
