@@ -250,6 +250,7 @@ class Sglang0523Sampler(BuiltSampler):
         # step_logits is sized on the first call: only a later call's tail is judged.
         self._step_logits_poisoned = buffers["step_logits"] is not None
         self._counter_start = self.counter()
+        self._reads = None  # a graph replay runs no Python: its reads are not seen
 
     def observe_walks(self) -> AbstractContextManager[HeadCounts]:
         return observe_package_walks(self.model.markov_head, self.tp_sync)
