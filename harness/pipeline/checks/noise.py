@@ -1,8 +1,8 @@
 """What the recorded draws say (lossless tier, but the budget): the draws replay the
 tokens with the kept step logits wherever they are replayable, a second call draws
-fresh noise, a declared noise counter's stream replays its tokens; drop-in: the
-reference's noise budget. Draws the harness cannot see are a skip that leaves the
-verdict to the statistical oracle."""
+fresh noise, a declared noise counter's stream replays its tokens at the call's fresh
+counters; drop-in: the reference's noise budget. Draws the harness cannot see are a
+skip that leaves the verdict to the statistical oracle."""
 
 from __future__ import annotations
 
