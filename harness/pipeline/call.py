@@ -168,6 +168,9 @@ def record_outputs(outputs: CallOutputs, result: ImplResult) -> None:
     result.staged = outputs.staged
     result.noise_counter = outputs.noise_counter
     result.counter_replay = outputs.counter_replay
+    result.requested = outputs.requested
+    result.stream_replays = outputs.stream_replays
+    result.counter_reads = outputs.counter_reads
     result.verify_ids = outputs.verify_ids
     result.candidates = outputs.candidates
 

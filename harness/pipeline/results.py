@@ -13,7 +13,7 @@ import torch
 
 from harness.case import Case
 from harness.pipeline.observe import RandomDraw
-from harness.plugins.conventions import NoiseCounter, StagedParams
+from harness.plugins.conventions import CounterReads, NoiseCounter, StagedParams
 from harness.wire import answer_types
 
 
@@ -67,6 +67,9 @@ class ImplResult:
     staged: StagedParams | None = None  # the sampler's own staging, where it exposes it
     noise_counter: NoiseCounter | None = None  # counter-based noise the harness owns
     counter_replay: torch.Tensor | None = None  # [bs, gamma]: tokens of the declared stream
+    requested: StagedParams | None = None  # the requests as the server stages them
+    stream_replays: dict[int, torch.Tensor] | None = None  # counter -> [bs, gamma] tokens
+    counter_reads: CounterReads | None = None  # counters the call's draws read, if observed
     verify_ids: torch.Tensor | None = None  # [bs, gamma + 1]: anchor then drafts
     candidates: torch.Tensor | None = None  # [bs, gamma, V] bool: the contract's draft support
     error: RaisedError | None = None
@@ -150,6 +153,7 @@ answer_types(
     RandomDraw,
     StagedParams,  # a convention's staging, as read (sglang 0.5.23)
     NoiseCounter,
+    CounterReads,  # the counters a call's draws read (sglang 0.5.23, in torch)
     Life,
     LifeReplay,
     LifeStep,

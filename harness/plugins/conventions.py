@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from harness.oracles.cut import OracleCut
 
 TOKEN_SENTINEL = -1  # never a token id: shows an unwritten ``out`` entry
+# How many counters from a call's start a counter replay tries (docs/upstream.md).
+COUNTER_SEARCH = 8
 
 
 class ConventionName(enum.Enum):
@@ -76,6 +78,26 @@ class NoiseCounter:
     def advances(self) -> int:
         return self.end - self.start
 
+    @property
+    def fresh(self) -> range:
+        """The counters the stream had not handed out before the call, up to where the
+        call left it (at least the one it began at: a call that does not advance still
+        draws there, and ``fresh_noise`` judges that)."""
+        return range(self.start, max(self.end, self.start + 1))
+
+
+@dataclass(frozen=True)
+class CounterReads:
+    """The counters a call's draws read from its declared counter stream, as observed
+    where the stream's words are computed in torch (``None`` where they are not)."""
+
+    own: tuple[int, ...]  # read by the convention's own transform (sglang's Gumbel race)
+    other: tuple[int, ...]  # read by any other use of the stream's words
+
+    @property
+    def counters(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.own) | set(self.other)))
+
 
 @dataclass(frozen=True)
 class CallOutputs:
@@ -88,6 +110,13 @@ class CallOutputs:
     noise_counter: NoiseCounter | None  # None: noise from torch's RNG (observed as draws)
     counter_replay: torch.Tensor | None  # [bs, gamma]: tokens the declared stream gives
     verify_ids: torch.Tensor | None = None  # [bs, gamma + 1]: anchor, then the drafts
+    # The requests as the server stages them (its own rule, from the batch it sends);
+    # None: the reference's rule (``top_k <= 1`` greedy, clamped temperatures).
+    requested: StagedParams | None = None
+    # Counter -> [bs, gamma]: the tokens the declared stream's own transform gives with
+    # the kept step logits at that counter (the fresh counters and the observed reads).
+    stream_replays: dict[int, torch.Tensor] | None = None
+    counter_reads: CounterReads | None = None  # None: the reads were not observed
     # [bs, gamma, V] bool: the entries the convention's draft law may weigh (vLLM's top-K
     # variant: the K largest base logits of each position), computed by the harness from
     # the call's inputs; None: every entry.

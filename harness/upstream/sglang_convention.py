@@ -32,10 +32,12 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from harness.plugins.construct import environment_variable
 from harness.plugins.conventions import (
+    COUNTER_SEARCH,
     BuiltSampler,
     CallOutputs,
     Convention,
     ConventionName,
+    CounterReads,
     NoiseCounter,
     OutputError,
     StagedParams,
@@ -46,6 +48,7 @@ from harness.plugins.conventions import (
     rows_written,
 )
 from harness.plugins.walks import HeadCounts, wrapped_on_instance
+from harness.upstream.sglang_counters import observe_counter_reads
 from harness.upstream.sglang_loader import LoadedSglang, load_sglang
 from reference import MarkovHead
 from reference.sampling_params import SamplingInfo
@@ -194,6 +197,8 @@ class Sglang0523Sampler(BuiltSampler):
         self.tp_sync = tp_sync
         self._counter_start = self.counter()
         self._step_logits_poisoned = False
+        self._requested: StagedParams | None = None  # the server's staging of the requests
+        self._reads: CounterReads | None = None  # the counters the last call read
 
     def counter(self) -> int:
         return int(self.noise.offset.item())
@@ -212,11 +217,23 @@ class Sglang0523Sampler(BuiltSampler):
         )
 
     def stage_sampling_params(self, *, bs: int, sampling_info: SamplingInfo | None) -> None:
-        self.sampler.stage_sampling_params(bs=bs, sampling_info=server_sampling_info(sampling_info))
+        sent = server_sampling_info(sampling_info)
+        # What the server means by the batch, through the package's own rule (the
+        # verifier's greedy rows are these), whatever the sampler stages for itself.
+        params = self.loaded.resolve_draft_params(
+            sampling_info=sent, bs=bs, device=self.noise.offset.device
+        )
+        self._requested = StagedParams(
+            temperatures=params.temperatures.clone(),
+            greedy_mask=params.greedy_mask.clone(),
+            step_temperatures=params.step_temperatures.clone(),
+        )
+        self.sampler.stage_sampling_params(bs=bs, sampling_info=sent)
 
     def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
-        with _capture_query_on_cpu_only_torch():
+        with _capture_query_on_cpu_only_torch(), observe_counter_reads(self.loaded) as reads:
             self.sampler(hidden_states, input_ids)
+        self._reads = reads.reads()
 
     def _buffers(self) -> dict[str, torch.Tensor | None]:
         return {
@@ -233,6 +250,7 @@ class Sglang0523Sampler(BuiltSampler):
         # step_logits is sized on the first call: only a later call's tail is judged.
         self._step_logits_poisoned = buffers["step_logits"] is not None
         self._counter_start = self.counter()
+        self._reads = None  # a graph replay runs no Python: its reads are not seen
 
     def observe_walks(self) -> AbstractContextManager[HeadCounts]:
         return observe_package_walks(self.model.markov_head, self.tp_sync)
@@ -246,8 +264,9 @@ class Sglang0523Sampler(BuiltSampler):
             step_temperatures=params.step_temperatures[: case.bs].clone(),
         )
         counter = NoiseCounter(key=self.noise.key, start=self._counter_start, end=self.counter())
+        requested = self._requested_rows(case)
         step_logits = None
-        replay = None
+        replays: dict[int, torch.Tensor] | None = None
         if case.folded_sampling:
             kept = read_tensor(self.sampler, "step_logits")
             expected = (case.gamma, case.vocab_size)
@@ -263,15 +282,33 @@ class Sglang0523Sampler(BuiltSampler):
                     f"{'missing' if kept is None else tuple(kept.shape)}"
                 )
             step_logits = kept[: case.bs].clone()
-            replay = self.counter_stream_tokens(step_logits, staged=staged, counter=counter)
+            replays = {
+                at: self.counter_stream_tokens(step_logits, staged=requested or staged, counter=at)
+                for at in searched_counters(counter, self._reads)
+            }
         return CallOutputs(
             tokens=tokens,
             step_logits=step_logits,
             confidence=read_confidence(read_tensor(self.sampler, "confidence_out"), case),
             staged=staged,
             noise_counter=counter,
-            counter_replay=replay,
+            counter_replay=None if replays is None else replays[counter.start],
             verify_ids=self._verify_ids(case),
+            requested=requested,
+            stream_replays=replays,
+            counter_reads=self._reads,
+        )
+
+    def _requested_rows(self, case: Case) -> StagedParams | None:
+        """The live rows of the server's staging of the requests (``None``: not staged)."""
+        requested = self._requested
+        if requested is None or requested.temperatures.shape[0] < case.bs:
+            return None
+        assert requested.step_temperatures is not None
+        return StagedParams(
+            temperatures=requested.temperatures[: case.bs],
+            greedy_mask=requested.greedy_mask[: case.bs],
+            step_temperatures=requested.step_temperatures[: case.bs],
         )
 
     def _verify_ids(self, case: Case) -> torch.Tensor | None:
@@ -290,13 +327,13 @@ class Sglang0523Sampler(BuiltSampler):
         return verify_ids[: case.bs].clone()
 
     def counter_stream_tokens(
-        self, step_logits: torch.Tensor, *, staged: StagedParams, counter: NoiseCounter
+        self, step_logits: torch.Tensor, *, staged: StagedParams, counter: int
     ) -> torch.Tensor:
         """``[bs, gamma]``: the token each kept step row gives under the declared stream
-        (key, counter at the call's start, step, row, token), through the package's own
-        ``MarkovSampleStep`` torch path with a zero bias."""
+        (key, ``counter``, step, row, token) at the server's step temperatures, through
+        the package's own ``MarkovSampleStep`` torch path with a zero bias."""
         assert staged.step_temperatures is not None
-        offset = torch.tensor([counter.start], dtype=torch.int64, device=step_logits.device)
+        offset = torch.tensor([counter], dtype=torch.int64, device=step_logits.device)
         steps = []
         for step in range(step_logits.shape[1]):
             logits = step_logits[:, step].contiguous()  # [bs, V], already in the step dtype
@@ -305,7 +342,7 @@ class Sglang0523Sampler(BuiltSampler):
                     base_logits=logits,
                     bias=torch.zeros_like(logits),
                     temperatures=staged.step_temperatures.contiguous(),
-                    key=counter.key,
+                    key=self.noise.key,
                     offset=offset,
                     step=step,
                     step_dtype=logits.dtype,
@@ -328,6 +365,14 @@ class Sglang0523Sampler(BuiltSampler):
             if count:
                 written[name] = count
         return written
+
+
+def searched_counters(counter: NoiseCounter, reads: CounterReads | None) -> list[int]:
+    """The counters a replay tries: the call's fresh ones (at most ``COUNTER_SEARCH``)
+    and those its draws were seen to read (at most as many), in order."""
+    fresh = list(counter.fresh)[:COUNTER_SEARCH]
+    read = [] if reads is None else [c for c in reads.counters if c >= 0][:COUNTER_SEARCH]
+    return sorted(set(fresh) | set(read))
 
 
 @contextmanager

@@ -269,6 +269,7 @@ class VllmSampler(BuiltSampler):
             noise_counter=counter,
             counter_replay=replay,
             candidates=self._candidates,
+            requested=staged,  # the slots' temperatures are the server's own staging
         )
 
     def declared_stream_tokens(self, step_logits: torch.Tensor, *, bs: int) -> torch.Tensor:

@@ -1,8 +1,8 @@
 """What the recorded draws say (lossless tier, but the budget): the draws replay the
 tokens with the kept step logits wherever they are replayable, a second call draws
-fresh noise, a declared noise counter's stream replays its tokens; drop-in: the
-reference's noise budget. Draws the harness cannot see are a skip that leaves the
-verdict to the statistical oracle."""
+fresh noise, a declared noise counter's stream replays its tokens at the call's fresh
+counters; drop-in: the reference's noise budget. Draws the harness cannot see are a
+skip that leaves the verdict to the statistical oracle."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from harness.pipeline.checks.subject import (
     Subject,
     call_draws,
     counter_noise,
-    staged_parameters,
+    requested_parameters,
+    staging_disagrees,
 )
 from harness.pipeline.checks.walk import check_teacher_forcing
 from harness.pipeline.observe import NOISE_OP, RandomDraw
@@ -72,7 +73,7 @@ def replay_noise(run: CaseRun, draws: list[RandomDraw]) -> list[torch.Tensor] | 
 def race_tokens(run: CaseRun, result: ImplResult, noise: list[torch.Tensor]) -> torch.Tensor:
     """``[bs, gamma]``: the tokens the race gives on ``noise`` with the staged parameters."""
     assert result.corrected is not None
-    temperatures, greedy_mask = staged_parameters(run, result)
+    temperatures, greedy_mask = requested_parameters(run, result)
     return torch.stack(
         [
             exponential_race_torch(
@@ -133,7 +134,7 @@ def check_noise_replay(subject: Subject) -> CheckResult:
     if result.tokens is None or result.corrected is None:
         return skipped(name, "no output", code=Skip.NO_OUTPUT)
     if result.counter_replay is not None and counter_noise(result) is not None:
-        return counter_stream_replay(result)  # declared counter noise: no torch draw to replay
+        return counter_stream_replay(run, result)  # declared counter noise: no torch draw
     replayed = replay(run, result)
     if replayed.contradicted is not None:
         return failed(
@@ -171,22 +172,108 @@ def used_noise(run: CaseRun, result: ImplResult) -> list[torch.Tensor] | None:
     return values if values and len(values) == len(call_draws(result)) else None
 
 
-def counter_stream_replay(result: ImplResult) -> CheckResult:
-    """Counter-based noise declared by the convention (sglang 0.5.23's ``DraftNoise``):
-    the tokens must be what the declared stream gives for the kept step logits at the
-    counter the call began with (docs/upstream.md, "Replaying counter-based noise")."""
-    name = "noise_replay"
-    assert result.counter_replay is not None and result.noise_counter is not None
-    assert result.tokens is not None
-    differ = result.counter_replay != result.tokens
-    if differ.any():
-        return failed(
-            name,
-            f"the declared noise stream (counter {result.noise_counter.start}) with the kept "
-            "step logits does not give out",
-            differ,
+@dataclass(frozen=True)
+class CounterReplay:
+    """What the declared counter stream says about one call's tokens."""
+
+    explained: torch.Tensor  # [bs, gamma] bool: given by the stream's own race at a fresh counter
+    counters: tuple[int, ...]  # the fresh counters those positions were drawn at, in order
+    outside: tuple[int, ...]  # counters the call was seen to read outside its fresh range
+    other: tuple[int, ...]  # fresh counters read through another transform of the words
+
+
+def replay_counters(result: ImplResult) -> CounterReplay:
+    """Search, for each position, the call's fresh counters (those the stream had not
+    handed out before it, up to where it left the counter) for one whose replay with the
+    kept step logits gives its token; and say which counters the call was seen to read."""
+    counter, tokens = result.noise_counter, result.tokens
+    assert counter is not None and tokens is not None and result.counter_replay is not None
+    replays = result.stream_replays or {counter.start: result.counter_replay}
+    explained = torch.zeros_like(tokens, dtype=torch.bool)
+    counters = []
+    for at in sorted(replays):
+        if at not in counter.fresh:
+            continue
+        hit = torch.eq(replays[at].to(tokens.device), tokens) & ~explained
+        if hit.any():
+            counters.append(at)
+            explained |= hit
+    reads = result.counter_reads
+    outside = () if reads is None else tuple(c for c in reads.counters if c not in counter.fresh)
+    other = () if reads is None else tuple(c for c in reads.other if c in counter.fresh)
+    return CounterReplay(explained, tuple(counters), outside, other)
+
+
+def counter_layout(result: ImplResult, replayed: CounterReplay) -> str:
+    """How the call's draws differ from the package's layout (every step at the block's
+    counter, through its race), named; ``""`` where they do not."""
+    assert result.noise_counter is not None
+    start = result.noise_counter.start
+    notes = []
+    if replayed.counters and replayed.counters != (start,):
+        at = ", ".join(str(c) for c in replayed.counters)
+        notes.append(
+            f"draws at counters {at}: not the package's layout (every step at the block's "
+            f"counter {start})"
         )
-    return passed(name, f"replayed from the declared counter stream ({result.noise_counter.start})")
+    if replayed.other:
+        at = ", ".join(str(c) for c in replayed.other)
+        notes.append(f"another transform of the stream's words at fresh counter(s) {at}")
+    return "; ".join(notes)
+
+
+def _outside_fresh(result: ImplResult, outside: tuple[int, ...]) -> str:
+    assert result.noise_counter is not None
+    fresh = result.noise_counter.fresh
+    before = [c for c in outside if c < fresh.start]
+    after = [c for c in outside if c >= fresh.stop]
+    said = []
+    if before:
+        said.append(f"{before} handed out before this call (reused noise)")
+    if after:
+        said.append(f"{after} past where the call left the counter (the next call's)")
+    return (
+        f"draws at counter(s) {' and '.join(said)}; the call's fresh counters are "
+        f"{fresh.start}..{fresh.stop - 1}"
+    )
+
+
+def counter_stream_replay(run: CaseRun, result: ImplResult) -> CheckResult:
+    """Counter-based noise declared by the convention (sglang 0.5.23's ``DraftNoise``):
+    every draw at a fresh counter of the stream, and the tokens what the stream's race
+    gives there for the kept step logits at the server's step temperatures; draws at
+    other fresh counters, or through another transform of fresh counters' words, are a
+    drop-in difference, named; a read outside the fresh counters fails where a row is
+    sampled (docs/upstream.md, "Replaying counter-based noise")."""
+    name = "noise_replay"
+    replayed = replay_counters(result)
+    unexplained = ~replayed.explained
+    layout = counter_layout(result, replayed)
+    if replayed.outside and run.case.has_sampled_rows:
+        mask = unexplained if unexplained.any() else None
+        return failed(name, _outside_fresh(result, replayed.outside), mask)
+    if not unexplained.any():
+        return passed(
+            name,
+            f"replayed from the declared counter stream: {layout}"
+            if layout
+            else (f"replayed from the declared counter stream ({replayed.counters[0]})"),
+        )
+    if replayed.other:  # seen reading fresh words through a transform the harness lacks
+        return skipped(
+            name,
+            f"tokens drawn by {layout}, not the package's race: {NOT_VISIBLE}",
+            code=Skip.NOT_VISIBLE,
+        )
+    assert result.noise_counter is not None
+    fresh = result.noise_counter.fresh
+    staging = staging_disagrees(run, result, unexplained.any(dim=1))
+    return failed(
+        name,
+        f"no fresh counter of the declared noise stream ({fresh.start}..{fresh.stop - 1}) "
+        f"with the kept step logits gives out{staging}",
+        unexplained,
+    )
 
 
 def _fresh_counter(result: ImplResult, second: ImplResult) -> str | None:
@@ -261,10 +348,14 @@ def check_noise_budget(subject: Subject) -> CheckResult:
         expected, budget = "no random draws in a greedy fold", not draws
     counter = counter_noise(result)
     if counter is not None and case.folded_sampling:
+        layout = ""
+        if result.tokens is not None and result.counter_replay is not None:
+            layout = counter_layout(result, replay_counters(result))
         return failed(
             name,
             f"noise source differs: counter-based noise (key, counter advanced "
-            f"{counter.advances} per call), no torch random draw; the reference draws {expected}",
+            f"{counter.advances} per call), no torch random draw"
+            f"{f'; {layout}' if layout else ''}; the reference draws {expected}",
         )
     if not budget:
         return failed(name, f"drew {describe_draws(draws)}; the reference draws {expected}")

@@ -52,12 +52,13 @@ def positions_differ(actual: torch.Tensor, expected: torch.Tensor, *, exact: boo
     return differ.reshape(*differ.shape[:2], -1).any(dim=-1)
 
 
-def staged_parameters(run: CaseRun, result: ImplResult) -> tuple[torch.Tensor, torch.Tensor]:
-    """The temperatures and greedy mask the tokens were drawn under: the sampler's own
-    staging where its convention exposes it (sglang 0.5.23's ``params``), else what a
-    correct sampler stages for the case (the reference's rule)."""
-    if result.staged is not None:
-        return result.staged.temperatures, result.staged.greedy_mask
+def requested_parameters(run: CaseRun, result: ImplResult) -> tuple[torch.Tensor, torch.Tensor]:
+    """The temperatures and greedy mask the tokens must be drawn under: the requests as
+    the server stages them (its convention's own rule where it has one, else the
+    reference's), never the sampler's own staging (docs/design.md, "What the checks
+    compare against")."""
+    if result.requested is not None:
+        return result.requested.temperatures, result.requested.greedy_mask
     case = run.case
     temperatures = torch.ones(case.bs, dtype=torch.float32, device=run.block.base_logits.device)
     greedy_mask = torch.ones(case.bs, dtype=torch.bool, device=temperatures.device)
@@ -68,6 +69,23 @@ def staged_parameters(run: CaseRun, result: ImplResult) -> tuple[torch.Tensor, t
         greedy_mask=greedy_mask,
     )
     return temperatures, greedy_mask
+
+
+def staging_disagrees(run: CaseRun, result: ImplResult, rows: torch.Tensor) -> str:
+    """Where the sampler's own staging (its convention exposes one) calls a greedy
+    request of ``rows`` (``[bs]`` bool) sampled, said; else ``""``."""
+    if result.staged is None:
+        return ""
+    _, greedy = requested_parameters(run, result)
+    own = result.staged.greedy_mask.to(greedy.device)
+    sampled = (rows.to(greedy.device) & greedy & ~own).nonzero().flatten().tolist()
+    if not sampled:
+        return ""
+    temperatures = result.staged.temperatures[sampled].tolist()
+    return (
+        f"; the sampler staged greedy request(s) {sampled} (top_k <= 1, as the server "
+        f"stages them) as sampled at T = {', '.join(f'{t:g}' for t in temperatures)}"
+    )
 
 
 def contract_logits(result: ImplResult, logits: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,8 @@ reference (drop-in tier)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from harness.defaults import REFERENCE
@@ -17,17 +19,39 @@ from harness.pipeline.checks.subject import (
     exact_comparison,
     near_tie_mask,
     positions_differ,
-    staged_parameters,
+    requested_parameters,
+    staging_disagrees,
 )
 from harness.pipeline.diffs import max_abs_diff_text
-from harness.pipeline.runner import ImplResult
+from harness.pipeline.runner import CaseRun, ImplResult
 from reference import teacher_forced_logits
 from reference.verifier import draft_distribution
 
 
+def rebuilt_logits(run: CaseRun, result: ImplResult) -> torch.Tensor:
+    """``[bs, gamma, V]``: the step logits rebuilt from the emitted tokens in the dtype the
+    sampler kept them in. Kept no wider than the base: rebuilt in the base dtype and
+    rounded to it; kept wider (float32 over a bfloat16 base): each step's base logits
+    plus its bias summed in that dtype, as a sampler keeping it does (the bias: the
+    teacher-forced walk on zero base logits of the kept dtype, exact)."""
+    assert result.tokens is not None and result.corrected is not None
+    model, block, tokens = run.inputs.model, run.block, result.tokens
+    kept, base = result.corrected.dtype, block.base_logits.dtype
+    if kept == base or torch.promote_types(kept, base) != kept:
+        rebuilt = teacher_forced_logits(model=model, block=block, tokens=tokens)
+    else:
+        zero = dataclasses.replace(
+            block, base_logits=torch.zeros_like(block.base_logits, dtype=kept)
+        )
+        bias = teacher_forced_logits(model=model, block=zero, tokens=tokens)
+        rebuilt = block.base_logits.to(kept) + bias.to(kept)
+    return contract_logits(result, rebuilt).to(kept)
+
+
 def check_teacher_forcing(subject: Subject) -> CheckResult:
     """The kept step logits (``corrected_out``; sglang 0.5.23's ``step_logits``) must equal
-    the logits rebuilt from the emitted tokens, rounded to the sampler's own step dtype."""
+    the logits rebuilt from the emitted tokens in the dtype the sampler kept them in
+    (``rebuilt_logits``); a kept dtype other than the convention's is named, not failed."""
     run, result = subject.run, subject.result
     name = "teacher_forcing"
     if not run.case.folded_sampling:
@@ -39,10 +63,7 @@ def check_teacher_forcing(subject: Subject) -> CheckResult:
     if result.corrected is None:
         return failed(name, "folded sampling but corrected_out was not written")
     with torch.inference_mode():
-        rebuilt = contract_logits(
-            result,
-            teacher_forced_logits(model=run.inputs.model, block=run.block, tokens=result.tokens),
-        ).to(result.corrected.dtype)  # [bs, gamma, V] in the step dtype
+        rebuilt = rebuilt_logits(run, result)  # [bs, gamma, V] in the kept dtype
     differ = positions_differ(result.corrected, rebuilt, exact=exact_comparison(run))
     if differ.any():
         return failed(
@@ -51,7 +72,17 @@ def check_teacher_forcing(subject: Subject) -> CheckResult:
             f"({max_abs_diff_text(result.corrected, rebuilt)})",
             differ,
         )
-    return passed(name)
+    return passed(name, kept_dtype_note(run, result))
+
+
+def kept_dtype_note(run: CaseRun, result: ImplResult) -> str:
+    """The kept dtype, named where it is not the base's (a step-dtype policy of its own:
+    a drop-in difference, never a lossless one)."""
+    assert result.corrected is not None
+    kept, base = result.corrected.dtype, run.block.base_logits.dtype
+    if kept == base:
+        return ""
+    return f"rebuilt in the kept dtype {kept} over a {base} base (a step-dtype policy)"
 
 
 def check_greedy_consistency(subject: Subject) -> CheckResult:
@@ -93,12 +124,16 @@ def check_greedy_rows_argmax(subject: Subject) -> CheckResult:
         return skipped(name, "greedy fold: covered by greedy_consistency", code=Skip.NOT_APPLICABLE)
     if result.tokens is None or result.corrected is None:
         return skipped(name, "no output", code=Skip.NO_OUTPUT)
-    _, greedy_mask = staged_parameters(run, result)
+    _, greedy_mask = requested_parameters(run, result)
     top = result.corrected.amax(dim=-1)  # [bs, gamma]
     picked = result.corrected.gather(-1, result.tokens.unsqueeze(-1)).squeeze(-1)
     bad = (picked != top) & greedy_mask.unsqueeze(1)
     if bad.any():
-        return failed(name, "greedy row's token is not the argmax of its corrected logits", bad)
+        staging = staging_disagrees(run, result, bad.any(dim=1))
+        drafted = f"{staging}: greedy requests drafted as samples" if staging else ""
+        return failed(
+            name, f"greedy row's token is not the argmax of its corrected logits{drafted}", bad
+        )
     return passed(name)
 
 
@@ -110,7 +145,7 @@ def check_support(subject: Subject) -> CheckResult:
         return skipped(name, "no q without folded sampling", code=Skip.NOT_APPLICABLE)
     if result.tokens is None or result.corrected is None:
         return skipped(name, "no output", code=Skip.NO_OUTPUT)
-    temperatures, greedy_mask = staged_parameters(run, result)
+    temperatures, greedy_mask = requested_parameters(run, result)
     q = draft_distribution(
         result.corrected, temperatures=temperatures, greedy_mask=greedy_mask
     )  # [bs, gamma, V], the verifier's q
