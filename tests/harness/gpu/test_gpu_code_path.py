@@ -460,6 +460,7 @@ def _script_env() -> dict[str, str]:
     }
 
 
+@pytest.mark.e2e
 @NO_CUDA
 def test_gpu_check_script_without_cuda_stops_early_but_writes_its_results(tmp_path: Path) -> None:
     done = _run_script(str(tmp_path / "out"), env=_script_env())
