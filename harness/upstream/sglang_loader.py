@@ -401,7 +401,7 @@ class LoadedSglang:
     resolve_draft_params: Any
     MarkovSampleStep: type[Any]
     MarkovGreedyStep: type[Any]
-    BlockwiseRejection: type[Any]
+    BlockwiseRejection: type[Any] | None  # None: a release without the module (0.5.22)
     make_rejection_noise: Any
     VanillaMarkov: type[Any]
     GatedMarkovHead: type[Any]
@@ -443,13 +443,11 @@ def load_sglang() -> LoadedSglang:
         modules = {name: importlib.import_module(name) for name in finder.modules}
         scope = {n: m for n, m in sys.modules.items() if n.split(".")[0] == "sglang"}
     # A release without one of the modules (0.5.22 ships no blockwise_rejection) has None.
-    exported = {
+    exported: dict[str, Any] = {
         name: getattr(modules[module], name) if module in modules else None
         for name, module in EXPORTS.items()
     }
-    return LoadedSglang(
-        version=finder.version, root=root, modules=modules, scope=scope, **exported
-    )
+    return LoadedSglang(version=finder.version, root=root, modules=modules, scope=scope, **exported)
 
 
 @contextmanager
