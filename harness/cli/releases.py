@@ -61,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default: fetch into {DEFAULT_CACHE})",
     )
     parser.add_argument(
+        "--scan-triples",
+        type=int,
+        default=4096,
+        help="support-scan triples per point and release (12 points; 0: no scan; default 4096)",
+    )
+    parser.add_argument(
         "--jobs", type=int, default=2, help="releases judged at once, each in its own process"
     )
     parser.add_argument(
@@ -97,6 +103,8 @@ def validate(args: argparse.Namespace) -> None:
             _checked_selection(text, option=f"--{package}")
     if args.all and any(getattr(args, p) is not None for p in PACKAGES):
         raise UsageError("--all judges every release; give it without --sglang/--vllm")
+    if args.scan_triples < 0:
+        raise UsageError(f"--scan-triples must be 0 or more, got {args.scan_triples}")
     if args.jobs < 1:
         raise UsageError(f"--jobs must be a positive integer, got {args.jobs}")
     if args.ray_address and args.executor != "ray":
@@ -150,11 +158,19 @@ def command(args: argparse.Namespace) -> ExitCode:
                 cache=str(cache),
                 offline=args.wheel_dir is not None,
                 seed=args.seed,
+                scan_triples=args.scan_triples,
             )
             for v in versions
         ]
     tasks += [
-        ReleaseTask(package="impl", version=spec, cache=str(cache), offline=True, seed=args.seed)
+        ReleaseTask(
+            package="impl",
+            version=spec,
+            cache=str(cache),
+            offline=True,
+            seed=args.seed,
+            scan_triples=args.scan_triples,
+        )
         for spec in args.impl
     ]
     sweep = run_sweep(

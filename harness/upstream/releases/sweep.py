@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from harness.executor import Executor
 from harness.progress import Progress, no_progress
@@ -30,10 +30,15 @@ from harness.upstream.releases.eras import (
     nearest_era,
     unknown_contract,
 )
+
+if TYPE_CHECKING:
+    from harness.plugins.implementations import Implementation
+
 from harness.upstream.releases.wheels import NotFetched, Wheel, extract, fetch, version_key
 
 CHAIN = "chain"
 ORACLE_CLASS = "statistical oracle"  # the class of a finding the oracle makes
+SCAN_CLASS = "support scan"  # a draft outside the support (docs/upstream.md, "The scan")
 
 
 # One defect class a release shows, its first evidence and the command that replays it
@@ -71,6 +76,7 @@ class ReleaseTask:
     cache: str  # the wheel cache folder
     offline: bool  # --wheel-dir given: never fetch
     seed: int = 0
+    scan_triples: int = 4096  # the support scan's triples per point (0: no scan)
 
 
 def repro_command(task: ReleaseTask) -> str:
@@ -80,7 +86,7 @@ def repro_command(task: ReleaseTask) -> str:
     other = "vllm" if task.package == "sglang" else "sglang"
     return (
         f"python -m harness releases --{task.package} {task.version} --{other} none "
-        f"--wheel-dir {task.cache} --seed {task.seed}"
+        f"--wheel-dir {task.cache} --seed {task.seed} --scan-triples {task.scan_triples}"
     )
 
 
@@ -182,7 +188,7 @@ def _judged_row(
     task: ReleaseTask,
     *,
     era: str,
-    implementation: object,
+    implementation: Implementation,
     verifier: str,
     not_covered: list[str],
     started: float,
@@ -193,9 +199,8 @@ def _judged_row(
     from harness.options import Roles, RunOptions
     from harness.pipeline.check_result import Tier
     from harness.pipeline.matrix import standard_matrix
-    from harness.plugins.implementations import Implementation, builtin_implementations
+    from harness.plugins.implementations import builtin_implementations
 
-    assert isinstance(implementation, Implementation)
     matrix = standard_matrix(seed=task.seed)
     cases = [c for c in matrix if _layout(c.sample_from_anchor) in layouts]
     if len(cases) < len(matrix):
@@ -232,17 +237,34 @@ def _judged_row(
                 "repro": repro_command(task),
             }
         )
+    scan_hits = _support_scan(implementation, task=task)
+    if scan_hits:
+        findings.append({"class": SCAN_CLASS, "evidence": scan_hits, "repro": repro_command(task)})
+    if not task.scan_triples:
+        not_covered = [*not_covered, "the support scan (--scan-triples 0)"]
     return _row(
         task,
         era=era,
         started=started,
         judged=True,
-        lossless=verdict.lossless,
+        lossless=verdict.lossless and not scan_hits,
         drop_in=verdict.drop_in,
         verifier=verifier,
         findings=findings,
         not_covered=not_covered,
     )
+
+
+def _support_scan(implementation: Implementation, *, task: ReleaseTask) -> str:
+    """The support scan's first hit in words (empty: none, or no scan asked for)."""
+    if not task.scan_triples:
+        return ""
+    from harness.pipeline.support_scan import full_plan, scan_point
+    from harness.upstream.versions import scan_findings
+
+    plan = full_plan(triples_per_point=task.scan_triples, seed=task.seed)
+    found = scan_findings([scan_point(implementation, point) for point in plan.points()])
+    return found[0].removeprefix(f"{SCAN_CLASS}: ") if found else ""
 
 
 def _layout(sample_from_anchor: bool) -> str:

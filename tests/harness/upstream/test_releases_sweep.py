@@ -110,7 +110,8 @@ def test_an_era_without_a_convention_says_why(tmp_path: Path) -> None:
 
 def test_the_repro_command_judges_that_release_alone(tmp_path: Path) -> None:
     assert repro_command(_task(tmp_path, "0.5.19")) == (
-        f"python -m harness releases --sglang 0.5.19 --vllm none --wheel-dir {tmp_path} --seed 0"
+        f"python -m harness releases --sglang 0.5.19 --vllm none --wheel-dir {tmp_path} --seed 0 "
+        "--scan-triples 4096"
     )
 
 
@@ -157,3 +158,23 @@ def test_the_command_judges_each_release_from_its_wheel_and_resumes(
     assert main([*argv, "--resume"]) == 0  # the journal's rows, judged again by no one
     again = json.loads(capsys.readouterr().out)["sections"][0]["data"]
     assert again == first
+
+
+@pytest.mark.e2e
+def test_a_plug_in_file_is_a_row_of_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lazy = AFTER_FIX.with_name("dspark_after_fix_lazy.py")
+    argv = [
+        "releases", "--sglang", "none", "--vllm", "none", "--impl", f"up_f={lazy}",
+        "--jobs", "1", "--out-dir", str(tmp_path), "--json", "--quiet",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    (row,) = json.loads(capsys.readouterr().out)["sections"][0]["data"]["releases"]
+    assert (row["package"], row["era"], row["judged"], row["lossless"]) == (
+        "impl",
+        "pr36934",
+        True,
+        True,
+    )
+    assert row["verifier"] == "chain"
