@@ -160,7 +160,7 @@ def era_imports(era: Era | None) -> Iterator[None]:
 def era_of_contract(module: types.ModuleType) -> Era:
     """The era of a module whose ``sglang`` imports all sit inside functions: today's
     release if a sampler class it defines takes ``noise`` and ``greedy_draft``, else the
-    PR era's surface (docs/plugins.md, "Server eras")."""
+    PR era's surface (docs/plugins.md, "File plug-ins and the server eras")."""
     defined = [
         value
         for value in vars(module).values()
@@ -201,7 +201,7 @@ class LazySglangImports:
         what = f"{module}.{name}" if name else module
         return ImportError(
             f"{self.filename} imports {what} where it runs; the {era} era does not serve "
-            "it (docs/plugins.md, 'Server eras')",
+            "it (docs/plugins.md, 'File plug-ins and the server eras')",
             name=module,
         )
 
