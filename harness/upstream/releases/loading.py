@@ -6,8 +6,10 @@
   release's DSpark modules from the extracted folder (``sglang_loader.use_release``),
   with its stand-ins; a module the release lacks is left out (0.5.22 ships no
   block-wise rejection, so its oracle runs under chain, said so);
-- ``Loading.VLLM_PACKAGE``: vLLM's modules import its whole package; the release is
-  judged only where its light dependencies are installed as pinned.
+- ``Loading.VLLM_PACKAGE``: vLLM's modules import its whole package: the extracted
+  folder joins ``sys.path`` (``vllm_loader.use_release``) and its dense speculator is
+  judged, only where its light dependencies are installed as pinned and the vLLM
+  loader's own conditions hold (Triton's interpreter and its variables on a CPU).
 
 First of all, the era's light dependencies (``ReleaseEra.light_deps``) must be
 installed at their pinned versions: a missing one is the reason it is not judged.
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.plugins.implementations import Implementation, ImplementationError, parse_impl_spec
-from harness.upstream import sglang_loader
+from harness.upstream import sglang_loader, vllm_loader
 from harness.upstream.releases.eras import Loading, ReleaseEra
 from harness.upstream.releases.wheels import Wheel
 
@@ -80,12 +82,23 @@ def load_release(era: ReleaseEra, *, files: Callable[[], Wheel], name: str) -> L
             )
         if era.loading is Loading.SGLANG_PACKAGE:
             return _sglang_package(era, files=files(), name=name)
+        return _vllm_package(era, files=files(), name=name)
     except ImplementationError as error:
         return f"its sampler did not load: {error}"
-    return (
-        "loading vLLM from an extracted wheel is not part of the harness yet (only the "
-        "installed vLLM 0.33, `--impl NAME=vllm`)"
+
+
+def _vllm_package(era: ReleaseEra, *, files: Wheel, name: str) -> LoadedRelease | str:
+    vllm_loader.use_release(vllm_loader.VllmRelease(root=files.extracted, version=files.version))
+    reason = vllm_loader.unavailable_reason()
+    if reason is not None:
+        return reason
+    implementation = parse_impl_spec(f"{name}=vllm:dense")
+    notes = tuple(
+        f"its {variant} path (the sweep judges the dense one)"
+        for variant in era.variants
+        if variant != "dense"
     )
+    return LoadedRelease(implementation, era.verifier or "chain", notes)
 
 
 def _sglang_package(era: ReleaseEra, *, files: Wheel, name: str) -> LoadedRelease:

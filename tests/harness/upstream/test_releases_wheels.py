@@ -132,3 +132,31 @@ def test_a_version_in_no_era_says_what_differs_from_the_nearest(tmp_path: Path) 
     assert "constructor adds draft_plan" in said
     assert "lacks stage_sampling_params" in said
     assert "also has plan" in said
+
+
+def test_a_vllm_release_is_imported_from_its_extracted_folder(tmp_path: Path) -> None:
+    """In a process of its own (the release joins ``sys.path`` there): the loader holds the
+    release's version, and its modules come from the extracted folder."""
+    import subprocess
+    import sys
+
+    speculator = tmp_path / "vllm/v1/worker/gpu/spec_decode/dspark/speculator.py"
+    speculator.parent.mkdir(parents=True)
+    speculator.write_text("class DSparkSpeculator:\n    pass\n")
+    script = (
+        "import importlib, sys\n"
+        "from pathlib import Path\n"
+        "from harness.upstream import vllm_loader\n"
+        f"vllm_loader.use_release(vllm_loader.VllmRelease(root=Path({str(tmp_path)!r}), "
+        "version='0.25.0'))\n"
+        "print(vllm_loader.installed_version())\n"
+        "print(importlib.import_module(vllm_loader.SPECULATOR_MODULE).__file__)\n"
+        "print(vllm_loader.unavailable_reason())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    version, origin, reason = done.stdout.splitlines()
+    assert version == "0.25.0"
+    assert origin == str(speculator)
+    assert "0.33.0 only" not in reason  # the release's version, not the installed one's
