@@ -5,11 +5,12 @@ Commands, each in its own module of this package with ``add_arguments(parser)``,
 work, ``validate(args)`` (run after the shared options' checks of
 ``harness.cli.validate``): ``report`` (the default: the standard matrix, the
 statistical oracle and the eliminated work), ``compare``, ``repro``, ``stats``,
-``scan``, ``versions``, ``work``, ``sweep``, ``graphs``, ``gpu-figures``, each declared
-once in ``COMMAND_TABLE`` (its module, its help's description and examples, what it
-writes in ``--out-dir``). Every command ends through ``harness.cli.emit`` and returns an
-``ExitCode`` (``harness.cli.exit_codes``): 0 when every expectation holds, 1 when any
-fails, 2 on bad usage or bad input (an unknown command included).
+``scan``, ``versions``, ``releases``, ``work``, ``sweep``, ``graphs``,
+``gpu-figures``, each declared once in ``COMMAND_TABLE`` (its module, its help's
+description and examples, what it writes in ``--out-dir``). Every command ends
+through ``harness.cli.emit`` and returns an ``ExitCode`` (``harness.cli.exit_codes``):
+0 when every expectation holds, 1 when any fails, 2 on bad usage or bad input (an
+unknown command included).
 """
 
 from __future__ import annotations
@@ -147,6 +148,25 @@ COMMAND_TABLE: dict[str, CommandSpec] = {
         "lossless and the after-fix module is; 1 otherwise.",
         examples=("python -m harness versions --scan-triples 4096 --repeats 3",),
         out_dir="folder for versions.{json,md,txt}",
+    ),
+    "releases": CommandSpec(
+        module="releases",
+        summary="every released sglang and vLLM DSpark sampler, judged from its wheel",
+        description="Every released DSpark sampler (sglang 0.5.16 and later, vLLM 0.25.0 "
+        "and later), each fetched as a wheel without dependencies into a cache, loaded "
+        "unchanged under its own era's contract and judged in a process of its own: the "
+        "checks on the standard matrix and the statistical oracle under its own server's "
+        "verifier (chain where the harness has none, said so). A release the harness "
+        "cannot judge says why (unknown contract, not fetched, missing light "
+        "dependencies). Then the advisory: per defect class, the affected releases (first, "
+        "last) and the first fixed. Exit 0 when every release has a row; 1 when a "
+        "release's task gave no answer.",
+        examples=(
+            "python -m harness releases --sglang 0.5.19,0.5.21-0.5.23 --vllm none",
+            "python -m harness releases --all --jobs 2 --resume",
+            "python -m harness releases --sglang none --vllm none --impl up=dspark_sampler.py",
+        ),
+        out_dir="folder for releases.{json,md,txt} and releases-journal.jsonl",
     ),
     "work": CommandSpec(
         module="work",

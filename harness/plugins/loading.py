@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.interrupts import StopRequested
-from harness.plugins.eras import Era, detect_era, era_imports
+from harness.plugins.eras import (
+    Era,
+    LazySglangImports,
+    detect_era,
+    era_imports,
+    era_of_contract,
+    sglang_imports,
+)
 from harness.plugins.errors import ImplementationError
 from harness.plugins.specs import FILE_FORM, MODULE_FORM
 from harness.upstream.sglang_loader import unavailable_reason
@@ -75,8 +82,14 @@ def load_source_file(
         raise ImplementationError(f"--impl {spec}: {path_text!r} is not a Python source file")
     loader = module_spec.loader
 
+    # Its sglang imports inside functions run later, resolved from the same era.
+    lazy = LazySglangImports(filename=path_text, era=file_era)
+    imports_sglang = bool(sglang_imports(source, filename=path_text))
+
     def load() -> types.ModuleType:
         module = importlib.util.module_from_spec(module_spec)
+        if imports_sglang:
+            vars(module)["__builtins__"] = lazy.builtins_for_module()
         sys.modules[module_name] = module  # dataclasses and pickling look the module up
         try:
             with era_imports(file_era):
@@ -86,7 +99,10 @@ def load_source_file(
             raise
         return module
 
-    return LoadedModule(_run_import(load, what=repr(path_text), spec=spec), file_era)
+    module = _run_import(load, what=repr(path_text), spec=spec)
+    if file_era is None and imports_sglang:
+        file_era = lazy.era = era_of_contract(module)
+    return LoadedModule(module, file_era)
 
 
 def import_named_module(module_name: str, *, spec: str, era: Era | None = None) -> LoadedModule:

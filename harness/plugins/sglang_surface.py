@@ -189,7 +189,7 @@ SURFACE: dict[str, dict[str, Any]] = {
 }
 
 
-def _surface_modules() -> dict[str, types.ModuleType]:
+def surface_modules() -> dict[str, types.ModuleType]:
     """Every surface module plus its parent packages, freshly made."""
     modules: dict[str, types.ModuleType] = {}
     for full_name, names in SURFACE.items():
@@ -211,7 +211,7 @@ def _surface_modules() -> dict[str, types.ModuleType]:
 def harness_import_surface() -> Iterator[None]:
     """Put the harness's ``sglang`` modules in ``sys.modules``; restore it on exit."""
     saved = {name: module for name, module in sys.modules.items() if name.split(".")[0] == "sglang"}
-    modules = _surface_modules()
+    modules = surface_modules()
     sys.modules.update(modules)
     try:
         yield

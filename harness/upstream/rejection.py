@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.upstream.sglang_loader import load_sglang
+from harness.upstream.sglang_loader import UpstreamUnavailable, load_sglang
 from reference.verifier import (
     VerifyResult,
     VerifyRound,
@@ -53,6 +53,9 @@ class BlockwiseRejectionVerifier:
 
     def start(self, *, seed: int, device: torch.device) -> VerifyStep:
         loaded = load_sglang()
+        rejection = loaded.BlockwiseRejection
+        if rejection is None:  # a release from before the module (0.5.22)
+            raise UpstreamUnavailable(f"sglang {loaded.version} ships no block-wise rejection")
         noise = loaded.make_rejection_noise(seed, device)  # its key and step counter
         greedy_generator = torch.Generator(device).manual_seed(seed)  # never decides a draw
 
@@ -66,7 +69,7 @@ class BlockwiseRejectionVerifier:
             if bool(sampled.any()):
                 rows = sampled.nonzero().squeeze(1)
                 target_logits = target.transition_logits[candidates[rows]]  # [n, gamma+1, V]
-                length, token, _ = loaded.BlockwiseRejection.execute(
+                length, token, _ = rejection.execute(
                     candidates=candidates[rows],
                     target_logits=target_logits.reshape(-1, target.vocab_size).float(),
                     draft_logits=draft.step_logits[rows],

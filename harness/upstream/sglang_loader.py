@@ -19,6 +19,12 @@ modules of the version's list (``STAND_INS``) are replaced by stand-ins:
 - any other ``sglang`` module fails the load, naming itself: a new version's new
   import is a loud error, never a silent fake.
 
+By default the files are the installed package's. ``use_release(SglangRelease(...))``
+points the process at a release's files extracted from its wheel instead
+(``harness.upstream.releases``): that version, its own list of DSpark modules and its
+own stand-ins; a process judges one release (each version runs in a process of its
+own), and every later ``load_sglang()`` of that process loads it.
+
 The modules are registered in ``sys.modules`` only while they load; afterwards the
 process's ``sglang`` entries are put back as they were (the loaded modules keep what
 they imported), so loading the upstream sampler never makes ``import sglang`` work
@@ -203,7 +209,7 @@ class _BoundaryMeta(type):
 
     def _refuse(cls, what: str) -> BoundaryUsed:
         return BoundaryUsed(
-            f"sglang {SUPPORTED_VERSION} boundary stand-in {cls._boundary} was {what}; the "
+            f"sglang {installed_version()} boundary stand-in {cls._boundary} was {what}; the "
             "harness loads this module as a stand-in because the DSpark draft call never "
             "executes it (docs/upstream.md, 'Loading')"
         )
@@ -244,8 +250,36 @@ def _refuse_torch_build() -> None:
         )
 
 
+@dataclass(frozen=True)
+class SglangRelease:
+    """A release's files, extracted from its wheel: the ``sglang`` package folder, the
+    version, its DSpark modules and its boundary stand-ins."""
+
+    root: Path
+    version: str
+    modules: tuple[str, ...] = DSPARK_MODULES
+    stand_ins: tuple[StandInModule, ...] = STAND_INS
+
+
+_RELEASE: list[SglangRelease] = []  # the release this process judges (at most one)
+
+
+def use_release(release: SglangRelease | None) -> None:
+    """Load ``release``'s files from now on in this process (``None``: the installed
+    package again); what was loaded before is forgotten."""
+    _RELEASE[:] = [] if release is None else [release]
+    load_sglang.cache_clear()
+
+
+def _release() -> SglangRelease | None:
+    return _RELEASE[0] if _RELEASE else None
+
+
 def installed_version() -> str | None:
-    """The installed sglang distribution's version, or ``None`` (nothing is imported)."""
+    """The sglang version the loader loads: the release in use, else the installed
+    distribution's, or ``None`` (nothing is imported)."""
+    if _RELEASE:
+        return _RELEASE[0].version
     try:
         return importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
@@ -257,7 +291,7 @@ def unavailable_reason() -> str | None:
     version = installed_version()
     if version is None:
         return f"sglang is not installed ({INSTALL_HINT})"
-    if version != SUPPORTED_VERSION:
+    if version != SUPPORTED_VERSION and _release() is None:
         return f"sglang {version} is installed; the loader supports {SUPPORTED_VERSION} only"
     if importlib.util.find_spec("msgspec") is None:
         return f"msgspec is not installed ({INSTALL_HINT})"
@@ -265,6 +299,9 @@ def unavailable_reason() -> str | None:
 
 
 def _package_root() -> Path:
+    release = _release()
+    if release is not None:
+        return release.root
     found = importlib.util.find_spec("sglang")  # locates the package; runs nothing
     if found is None or not found.submodule_search_locations:
         raise UpstreamUnavailable(f"sglang is not installed ({INSTALL_HINT})")
@@ -275,8 +312,12 @@ class _DsparkFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Serves every ``sglang`` import while the DSpark modules load."""
 
     def __init__(self, root: Path) -> None:
+        release = _release()
         self.root = root
-        self.stand_ins = {module.name: module for module in STAND_INS}
+        self.version = SUPPORTED_VERSION if release is None else release.version
+        self.modules = DSPARK_MODULES if release is None else release.modules
+        listed = STAND_INS if release is None else release.stand_ins
+        self.stand_ins = {module.name: module for module in listed}
 
     def _folder(self, name: str) -> Path:
         return self.root.parent.joinpath(*name.split("."))
@@ -288,7 +329,7 @@ class _DsparkFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if fullname.split(".")[0] != "sglang":
             return None
         folder = self._folder(fullname)
-        if fullname in DSPARK_MODULES:
+        if fullname in self.modules:
             return importlib.util.spec_from_file_location(fullname, folder.with_suffix(".py"))
         if fullname in self.stand_ins or folder.is_dir():
             spec = importlib.machinery.ModuleSpec(fullname, self, is_package=folder.is_dir())
@@ -296,7 +337,7 @@ class _DsparkFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                 spec.submodule_search_locations = [str(folder)]
             return spec
         raise ImportError(
-            f"the sglang {SUPPORTED_VERSION} loader was asked for {fullname}, which is "
+            f"the sglang {self.version} loader was asked for {fullname}, which is "
             "neither a DSpark module it loads nor a listed stand-in (docs/upstream.md)",
             name=fullname,
         )
@@ -360,7 +401,7 @@ class LoadedSglang:
     resolve_draft_params: Any
     MarkovSampleStep: type[Any]
     MarkovGreedyStep: type[Any]
-    BlockwiseRejection: type[Any]
+    BlockwiseRejection: type[Any] | None  # None: a release without the module (0.5.22)
     make_rejection_noise: Any
     VanillaMarkov: type[Any]
     GatedMarkovHead: type[Any]
@@ -399,12 +440,14 @@ def load_sglang() -> LoadedSglang:
     root = _package_root()
     finder = _DsparkFinder(root)
     with _scoped_sglang_modules(), _finder_active(finder):
-        modules = {name: importlib.import_module(name) for name in DSPARK_MODULES}
+        modules = {name: importlib.import_module(name) for name in finder.modules}
         scope = {n: m for n, m in sys.modules.items() if n.split(".")[0] == "sglang"}
-    exported = {name: getattr(modules[module], name) for name, module in EXPORTS.items()}
-    return LoadedSglang(
-        version=SUPPORTED_VERSION, root=root, modules=modules, scope=scope, **exported
-    )
+    # A release without one of the modules (0.5.22 ships no blockwise_rejection) has None.
+    exported: dict[str, Any] = {
+        name: getattr(modules[module], name) if module in modules else None
+        for name, module in EXPORTS.items()
+    }
+    return LoadedSglang(version=finder.version, root=root, modules=modules, scope=scope, **exported)
 
 
 @contextmanager

@@ -21,6 +21,11 @@ uses it): ``interpreter_log1p()`` gives it one, numpy's ``log1p``, for the durat
 a call. Importing vLLM writes defaults of its own into ``os.environ``
 (``TORCHINDUCTOR_COMPILE_THREADS``, ``TRITON_CACHE_AUTOTUNING`` and others); the loader
 puts the environment back as it found it. See docs/upstream.md ("vLLM 0.33").
+
+``use_release(VllmRelease(root, version))`` points the process at a release's files
+extracted from its wheel instead (``harness.upstream.releases``): ``root`` joins the
+front of ``sys.path`` for the rest of the process (a process judges one release), and
+the version checks hold that release, not the installed one.
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -65,8 +72,31 @@ class LoadedVllm:
     rejection_sample: Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
+@dataclass(frozen=True)
+class VllmRelease:
+    """A release's files, extracted from its wheel: the folder holding ``vllm/``."""
+
+    root: Path
+    version: str
+
+
+_RELEASE: list[VllmRelease] = []  # the release this process judges (at most one)
+
+
+def use_release(release: VllmRelease) -> None:
+    """Import ``release``'s files from now on in this process (before any vLLM import)."""
+    _RELEASE[:] = [release]
+    if str(release.root) not in sys.path:
+        sys.path.insert(0, str(release.root))
+    load_vllm.cache_clear()
+    variant_class.cache_clear()
+
+
 def installed_version() -> str | None:
-    """The installed vllm distribution's version, or ``None`` (nothing is imported)."""
+    """The vllm version the loader loads: the release in use, else the installed
+    distribution's, or ``None`` (nothing is imported)."""
+    if _RELEASE:
+        return _RELEASE[0].version
     try:
         return importlib.metadata.version("vllm")
     except importlib.metadata.PackageNotFoundError:
@@ -90,14 +120,14 @@ def unavailable_reason() -> str | None:
     version = installed_version()
     if version is None:
         return f"vllm is not installed ({INSTALL_HINT})"
-    if version != SUPPORTED_VERSION:
+    if version != SUPPORTED_VERSION and not _RELEASE:
         return f"vllm {version} is installed; the loader supports {SUPPORTED_VERSION} only"
     if not interpreted():
         return None
     triton = _triton_version() or "none"
     if not triton.startswith(SUPPORTED_TRITON + "."):
         return (
-            f"vllm {SUPPORTED_VERSION} under Triton's interpreter needs triton "
+            f"vllm {version} under Triton's interpreter needs triton "
             f"{SUPPORTED_TRITON}.x, found {triton} (3.9's interpreter mis-types a boolean "
             "mask and-ed with a scalar; `tox run -e vllm` pins it)"
         )
@@ -130,7 +160,7 @@ def load_vllm() -> LoadedVllm:
         os.environ.clear()
         os.environ.update(environment)
     return LoadedVllm(
-        version=SUPPORTED_VERSION,
+        version=installed_version() or SUPPORTED_VERSION,
         DSparkSpeculator=speculator.DSparkSpeculator,
         gumbel_sample=gumbel.gumbel_sample,
         rejection_sample=rejection.rejection_sample,

@@ -41,6 +41,9 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "wire",
                 "upstream.sglang_loader",
                 "upstream.vllm_loader",
+                "upstream.releases.__init__",
+                "upstream.releases.wheels",
+                "upstream.releases.eras",
             }
         ),
     ),
@@ -50,7 +53,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("upstream", frozenset({"upstream"})),  # the released packages' conventions and verifiers
     ("logic", frozenset({"pipeline", "oracles", "measure", "gpu", "io"})),
     ("judge", frozenset({"judgement", "judge"})),  # the one verdict, and what computes it
-    ("api", frozenset({"testing", "upstream.versions"})),  # the Python API and its tables
+    # the Python API and its tables
+    ("api", frozenset({"testing", "upstream.versions", "upstream.releases.sweep"})),
     ("render", frozenset({"render"})),
     ("entry", frozenset({"cli", "pytest_plugin", "__main__"})),
 )

@@ -22,6 +22,7 @@ from harness.plugins.sglang_surface import SURFACE, harness_import_surface
 from reference import VanillaMarkovHead
 
 AFTER_FIX = Path("tests/plugins/upstream/dspark_after_fix.py").resolve()
+AFTER_FIX_LAZY = Path("tests/plugins/upstream/dspark_after_fix_lazy.py").resolve()
 
 
 def _write(path: Path, source: str) -> Path:
@@ -105,6 +106,100 @@ def test_an_unknown_flag_names_itself() -> None:
 )
 def test_sglang_imports_reads_the_source(source: str, found: list[tuple[str, str | None]]) -> None:
     assert sglang_imports(source, filename="x.py") == found
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ("from sglang.srt.utils import is_npu\n", [("sglang.srt.utils", "is_npu")]),
+        ("def f():\n    from sglang.x import y\n", []),
+        ("if TYPE_CHECKING:\n    from sglang.x import y\n", []),
+        (
+            "if typing.TYPE_CHECKING:\n    import sglang.x\nelse:\n    import sglang.z\n",
+            [("sglang.z", None)],
+        ),
+        (
+            "try:\n    import sglang.x\nexcept ImportError:\n    import sglang.y\n",
+            [
+                ("sglang.x", None),
+                ("sglang.y", None),
+            ],
+        ),
+        (
+            "class A:\n    from sglang.x import y\n    def f(self):\n        import sglang.z\n",
+            [("sglang.x", "y")],
+        ),
+    ],
+    ids=["module-level", "in-function", "type-checking", "else-branch", "try", "class-body"],
+)
+def test_the_imports_that_run_at_load_leave_out_functions_and_type_checking(
+    source: str, found: list[tuple[str, str | None]]
+) -> None:
+    assert sglang_imports(source, filename="x.py", running_only=True) == found
+
+
+def test_a_file_with_a_lazy_npu_import_loads_without_an_era_tag() -> None:
+    implementation = parse_impl_spec(f"lazy={AFTER_FIX_LAZY}")
+    assert implementation.era is Era.PR36934
+    assert _sglang_modules() == []
+
+
+def test_a_lazy_import_is_resolved_from_the_era_when_it_runs(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "lazy_site.py",
+        """
+        from sglang.srt.utils import is_npu
+
+        def site():
+            from sglang.srt.speculative.spec_tp_sync import SpecTpSyncSite
+            return SpecTpSyncSite
+
+        def npu_only():
+            from sglang.srt.hardware_backend.npu.dspark import npu_draft_block
+            return npu_draft_block
+
+        class DsparkDraftSampler:
+            def __init__(self, *, model, gamma, max_bs, device, out=None):
+                pass
+
+            def stage_sampling_params(self, *, bs, sampling_info):
+                pass
+
+            def __call__(self, hidden_states, input_ids):
+                pass
+        """,
+    )
+    implementation = parse_impl_spec(f"lazy={path}")
+    module = sys.modules[implementation.sampler_class.__module__]
+    served = SURFACE["sglang.srt.speculative.spec_tp_sync"]["SpecTpSyncSite"]
+    assert module.site() is served
+    assert _sglang_modules() == []
+    with pytest.raises(
+        ImportError,
+        match=r"lazy_site\.py imports sglang\.srt\.hardware_backend\.npu\.dspark where it "
+        r"runs; the pr36934 era does not serve it",
+    ):
+        module.npu_only()
+
+
+def test_a_module_with_only_lazy_imports_takes_its_era_from_its_constructor(
+    tmp_path: Path,
+) -> None:
+    path = _write(
+        tmp_path / "newer_lazy.py",
+        """
+        class DsparkDraftSampler:
+            def __init__(self, *, model, gamma, max_bs, device, noise, tp_sync, greedy_draft):
+                pass
+
+            def __call__(self, hidden_states, input_ids):
+                from sglang.srt.speculative.dspark_components.dspark_draft import (
+                    draft_markov_block,
+                )
+                return draft_markov_block
+        """,
+    )
+    assert parse_impl_spec(f"newer={path}").era is Era.SGLANG_0_5_23
 
 
 def test_a_module_that_fits_no_era_asks_for_one(tmp_path: Path) -> None:

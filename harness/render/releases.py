@@ -1,0 +1,89 @@
+"""The advisory as a report section: one row per release (its era, lossless, drop-in,
+the verifier its oracle ran under, its findings' classes, what was not covered, the
+time) and one row per defect class (affected versions, first and last, first fixed),
+then each finding's evidence and the command that replays it. It formats the rows
+``harness.upstream.releases.sweep`` made and decides nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from harness.render.sections import Block, Section, Table
+from harness.upstream.releases.sweep import Advisory, ReleaseRow
+
+TITLE = "Releases (docs/releases.md)"
+
+
+def _yes_no(value: bool | None) -> str:
+    return "-" if value is None else ("yes" if value else "NO")
+
+
+def release_table(rows: Sequence[ReleaseRow]) -> Table:
+    return Table.of(
+        ["package", "version", "era", "lossless", "drop-in", "oracle under", "findings",
+         "not judged / not covered", "s"],
+        [
+            [
+                row["package"],
+                row["version"],
+                row["era"],
+                _yes_no(row["lossless"]) if row["judged"] else "not judged",
+                _yes_no(row["drop_in"]) if row["judged"] else "-",
+                row["verifier"] or "-",
+                ", ".join(f["class"] for f in row["findings"]) or "-",
+                "; ".join(row["not_covered"]) or "-",
+                f"{row['seconds']:.0f}",
+            ]
+            for row in rows
+        ],
+        wrap=[None, None, None, None, None, None, 24, 48, None],
+    )  # fmt: skip
+
+
+def advisory_table(advisories: Sequence[Advisory]) -> Table:
+    return Table.of(
+        ["class", "package", "affected", "first", "last", "first fixed"],
+        [
+            [
+                a["class"],
+                a["package"],
+                ", ".join(str(v) for v in a["affected"]["versions"]),  # type: ignore[attr-defined]
+                str(a["affected"]["first"]),
+                str(a["affected"]["last"]),
+                a["fixed_in"] or "not fixed in the judged releases",
+            ]
+            for a in advisories
+        ],
+        wrap=[None, None, 30, None, None, None],
+    )
+
+
+def releases_section(
+    rows: Sequence[ReleaseRow], advisories: Sequence[Advisory], *, ok: bool
+) -> Section:
+    """The advisory; ``ok`` (every release judged or given a reason, as the sweep
+    decided) is shown, not decided."""
+    judged = [r for r in rows if r["judged"]]
+    defective = [r for r in judged if r["findings"] or r["lossless"] is False]
+    verdict = (
+        f"{len(judged)} of {len(rows)} releases judged; "
+        f"{len(defective)} not lossless; {len(advisories)} defect classes"
+    )
+    evidence = "\n".join(
+        f"- {row['package']} {row['version']}: {f['class']}: {f['evidence']}\n  repro: {f['repro']}"
+        for row in rows
+        for f in row["findings"]
+    )
+    blocks: list[Block] = [release_table(rows)]
+    if advisories:
+        blocks.append(advisory_table(advisories))
+    if evidence:
+        blocks.append(f"Findings, first evidence and repro:\n{evidence}")
+    return Section(
+        title=TITLE,
+        ok=ok,
+        verdict=verdict,
+        blocks=tuple(blocks),
+        brief=tuple(blocks[:2]),
+        data={"releases": list(rows), "advisories": list(advisories)},
+    )

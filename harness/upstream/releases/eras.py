@@ -1,0 +1,301 @@
+"""The contracts the DSpark releases ship, as data: one ``ReleaseEra`` per era.
+
+Read from the wheels themselves (``pip download --no-deps``; docs/releases.md has the
+table in words). Each era says once where its sampler lives in the wheel, its
+constructor, how the server stages parameters, where its noise comes from, what it
+writes, which of the harness's verifiers is its own server's, how the harness loads it
+(``Loading``) and the light dependencies its modules import. A new patch release of a
+known era is one more version in ``versions``; a version in no era, or whose files do
+not fit its era's contract (``contract_differences``), is not judged: "unknown
+contract", with what differs.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.upstream.releases.wheels import version_key
+
+
+class Loading(enum.Enum):
+    """How the harness loads an era's sampler from the extracted wheel."""
+
+    # The sampler module itself, as a file plug-in: its few ``sglang`` imports get the
+    # bug era's surface (docs/plugins.md), its own code runs unchanged.
+    SERVER_FILE = "server-file"
+    # The DSpark modules through the sglang loader, with the era's stand-ins.
+    SGLANG_PACKAGE = "sglang-package"
+    # The whole package imported from the extracted folder (vLLM's own imports).
+    VLLM_PACKAGE = "vllm-package"
+    NONE = "none"  # the harness has no convention for this contract
+
+
+@dataclass(frozen=True)
+class ReleaseEra:
+    """One contract and the released versions that ship it."""
+
+    name: str
+    package: str
+    versions: tuple[str, ...]
+    sampler_file: str  # the sampler's module, inside the wheel
+    sampler_class: str
+    constructor: tuple[str, ...]  # the keywords every version of the era takes
+    later_keywords: tuple[str, ...]  # keywords a later version of the era adds
+    methods: tuple[str, ...]  # the methods the harness relies on
+    staging: str
+    noise: str
+    outputs: str
+    verifier: str | None  # the harness's verifier that is this server's own; None: chain
+    loading: Loading
+    light_deps: str  # the requirements file of what its modules import (beyond torch)
+    members: tuple[str, ...]  # the wheel's folders the loader reads
+    variants: tuple[str, ...] = ("",)  # vLLM: "dense", "topk=4"
+    layouts: tuple[str, ...] = ("anchor", "no-anchor")  # the query layouts it serves
+    not_covered: tuple[str, ...] = ()  # what of the release the judgement does not run
+    why_not_judged: str = ""  # Loading.NONE: why
+
+    @property
+    def first(self) -> str:
+        return self.versions[0]
+
+    @property
+    def last(self) -> str:
+        return self.versions[-1]
+
+
+_SERVER_FILE = "sglang/srt/speculative/dspark_components/dspark_draft_sampler.py"
+_SURFACE_STANDS_IN = (
+    "the wheel's SampleStepTokens kernel, Markov heads and environment flags: the "
+    "harness's surface (reference) stands in for them; the sampler's own code is the wheel's"
+)
+_PR_STAGING = "stage_sampling_params: temperatures clamped >= 1e-5, greedy_mask = top_k <= 1"
+_PR_OUTPUTS = "out[: bs*gamma]; corrected_out (the kept step logits); confidence_out"
+
+ERAS: tuple[ReleaseEra, ...] = (
+    ReleaseEra(
+        name="sglang-0.5.16",
+        package="sglang",
+        versions=("0.5.16",),
+        sampler_file="sglang/srt/speculative/dspark_components/dspark_draft.py",
+        sampler_class="DsparkDraftSampler",
+        constructor=("model", "gamma", "max_bs", "device", "confidence_fn", "out"),
+        later_keywords=(),
+        methods=("__call__",),
+        staging="none: the graph-folded sampler is greedy only",
+        noise="the eager path (sample_draft_block) draws exponential_ noise",
+        outputs="out[: bs*gamma]; confidence_out",
+        verifier=None,
+        loading=Loading.NONE,
+        light_deps="requirements/sglang-dspark.txt",
+        members=("sglang/",),
+        why_not_judged=(
+            "no convention for this contract: the folded sampler is greedy only and has no "
+            "stage_sampling_params; sampled rows are drawn outside any sampler object"
+        ),
+    ),
+    ReleaseEra(
+        name="sglang-0.5.17-0.5.18",
+        package="sglang",
+        versions=("0.5.17", "0.5.18"),
+        sampler_file=_SERVER_FILE,
+        sampler_class="DsparkDraftSampler",
+        constructor=(
+            "model",
+            "gamma",
+            "max_bs",
+            "device",
+            "confidence_fn",
+            "out",
+            "folded_sampling",
+        ),
+        later_keywords=(),
+        methods=("stage_sampling_params", "__call__"),
+        staging=_PR_STAGING,
+        noise="torch's generator: exp_noise.exponential_() in the graph, one sample_block",
+        outputs=_PR_OUTPUTS,
+        verifier=None,
+        loading=Loading.SERVER_FILE,
+        light_deps="requirements/sglang-dspark.txt",
+        members=(_SERVER_FILE,),
+        layouts=("anchor",),  # the sampler has no sample_from_anchor: gamma rows a request
+        not_covered=(_SURFACE_STANDS_IN, "its server's verifier: the harness has none"),
+    ),
+    ReleaseEra(
+        name="sglang-0.5.19-0.5.21",
+        package="sglang",
+        versions=("0.5.19", "0.5.20", "0.5.21"),
+        sampler_file=_SERVER_FILE,
+        sampler_class="DsparkDraftSampler",
+        constructor=(
+            "model",
+            "gamma",
+            "max_bs",
+            "device",
+            "tp_sync",
+            "confidence_fn",
+            "out",
+            "folded_sampling",
+        ),
+        later_keywords=(),
+        methods=("stage_sampling_params", "__call__"),
+        staging=_PR_STAGING,
+        noise="torch's generator: exp_noise.exponential_() in the graph, one sample_block",
+        outputs=_PR_OUTPUTS,
+        verifier=None,
+        loading=Loading.SERVER_FILE,
+        light_deps="requirements/sglang-dspark.txt",
+        members=(_SERVER_FILE,),
+        not_covered=(_SURFACE_STANDS_IN, "its server's verifier: the harness has none"),
+    ),
+    ReleaseEra(
+        name="sglang-0.5.22-0.5.23",
+        package="sglang",
+        versions=("0.5.22", "0.5.23"),
+        sampler_file=_SERVER_FILE,
+        sampler_class="DsparkDraftSampler",
+        constructor=(
+            "model",
+            "gamma",
+            "max_bs",
+            "device",
+            "noise",
+            "tp_sync",
+            "greedy_draft",
+            "out",
+        ),
+        later_keywords=("megakernel_sampler",),
+        methods=("stage_sampling_params", "__call__"),
+        staging="DraftParams: temperatures >= 1e-5, greedy_mask = top_k <= 1",
+        noise="counter-based Philox: DraftNoise(key, offset), the offset advanced per block",
+        outputs="out[: bs*gamma]; step_logits; confidence_out; verify_ids (0.5.23)",
+        verifier="sglang-blockwise",
+        loading=Loading.SGLANG_PACKAGE,
+        light_deps="requirements/sglang-dspark.txt",
+        members=("sglang/",),
+        not_covered=("the megakernel path (NVIDIA only)",),
+    ),
+    ReleaseEra(
+        name="vllm-0.25-0.27",
+        package="vllm",
+        versions=("0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1"),
+        sampler_file="vllm/v1/worker/gpu/spec_decode/dspark/speculator.py",
+        sampler_class="DSparkSpeculator",
+        constructor=("vllm_config", "device"),
+        later_keywords=(),
+        methods=("load_draft_model", "_sample_sequential", "_generate_draft"),
+        staging="per request: temperature, seed, positions",
+        noise="Gumbel keyed by request seed and position (gumbel_sample)",
+        outputs="draft tokens; the draft logits cache written by the sampling call",
+        verifier="vllm-rejection",
+        loading=Loading.VLLM_PACKAGE,
+        light_deps="requirements/vllm-0.33.txt",
+        members=("vllm/",),
+        variants=("dense",),
+    ),
+    ReleaseEra(
+        name="vllm-0.28-0.33",
+        package="vllm",
+        versions=("0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"),
+        sampler_file="vllm/v1/worker/gpu/spec_decode/dspark/speculator.py",
+        sampler_class="DSparkSpeculator",
+        constructor=("vllm_config", "device"),
+        later_keywords=(),
+        methods=(
+            "load_draft_model",
+            "_sample_logits",
+            "_sample_sequential",
+            "_sample_sequential_topk",
+            "_generate_draft",
+        ),
+        staging="per request: temperature, seed, positions; top-k",
+        noise="Gumbel keyed by request seed and position (gumbel_sample)",
+        outputs="draft tokens; the draft logits cache written by the sampling call",
+        verifier="vllm-rejection",
+        loading=Loading.VLLM_PACKAGE,
+        light_deps="requirements/vllm-0.33.txt",
+        members=("vllm/",),
+        variants=("dense", "topk=4"),
+    ),
+)
+
+FIRST_WITH_DSPARK = {"sglang": "0.5.16", "vllm": "0.25.0"}
+
+
+def known_versions(package: str) -> tuple[str, ...]:
+    """Every version the era table lists for ``package``, oldest first."""
+    found = [v for era in ERAS if era.package == package for v in era.versions]
+    return tuple(sorted(found, key=version_key))
+
+
+def era_of(package: str, version: str) -> ReleaseEra | None:
+    """The era whose versions list ``version`` (``None``: no era does)."""
+    return next((era for era in ERAS if era.package == package and version in era.versions), None)
+
+
+def nearest_era(package: str, version: str) -> ReleaseEra:
+    """The latest era of ``package`` released at or before ``version`` (else its first)."""
+    eras = [era for era in ERAS if era.package == package]
+    earlier = [e for e in eras if version_key(e.first) <= version_key(version)]
+    return (earlier or eras)[-1]
+
+
+@dataclass(frozen=True)
+class SamplerShape:
+    """What a release's sampler file says of its class: constructor keywords, methods."""
+
+    keywords: tuple[str, ...]
+    methods: tuple[str, ...]
+
+
+def read_shape(path: Path, *, class_name: str) -> SamplerShape | None:
+    """The class's constructor parameters and methods, read (never run) from the file;
+    ``None``: the file or the class is absent."""
+    if not path.is_file():
+        return None
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            methods = [m for m in node.body if isinstance(m, ast.FunctionDef)]
+            init = next((m for m in methods if m.name == "__init__"), None)
+            keywords: list[str] = []
+            if init is not None:
+                keywords = [a.arg for a in [*init.args.args[1:], *init.args.kwonlyargs]]
+            return SamplerShape(tuple(keywords), tuple(m.name for m in methods))
+    return None
+
+
+def contract_differences(era: ReleaseEra, *, files: Path) -> list[str]:
+    """How the sampler in the extracted ``files`` differs from the era's contract (empty:
+    it fits)."""
+    shape = read_shape(files / era.sampler_file, class_name=era.sampler_class)
+    if shape is None:
+        return [f"no class {era.sampler_class} in {era.sampler_file}"]
+    missing = [k for k in era.constructor if k not in shape.keywords]
+    extra = [k for k in shape.keywords if k not in era.constructor and k not in era.later_keywords]
+    lacking = [m for m in era.methods if m not in shape.methods]
+    differences = []
+    if missing:
+        differences.append(f"constructor lacks {', '.join(missing)}")
+    if extra:
+        differences.append(f"constructor adds {', '.join(extra)}")
+    if lacking:
+        differences.append(f"{era.sampler_class} lacks {', '.join(lacking)}")
+    return differences
+
+
+def unknown_contract(package: str, version: str, *, files: Path | None) -> str:
+    """Why a version that no era lists is not judged: its files against the nearest era."""
+    era = nearest_era(package, version)
+    if files is None:
+        return f"{package} {version} is in no era of the table (nearest: {era.name})"
+    differences = contract_differences(era, files=files)
+    shape = read_shape(files / era.sampler_file, class_name=era.sampler_class)
+    if shape is not None:
+        known = set(era.methods) | {"__init__"}
+        new = [m for m in shape.methods if m not in known and not m.startswith("__")]
+        differences += [f"{era.sampler_class} also has {', '.join(new)}"] if new else []
+    said = "; ".join(differences) or "its sampler's signature fits, its behaviour is unread"
+    return f"{package} {version} is in no era of the table; against {era.name}: {said}"

@@ -1,0 +1,122 @@
+"""A release's sampler, loaded unchanged from its extracted wheel the way its era says.
+
+- ``Loading.SERVER_FILE`` (sglang 0.5.17-0.5.21): the wheel's sampler module is a file
+  plug-in (``harness.plugins``); its ``sglang`` imports get the bug era's surface;
+- ``Loading.SGLANG_PACKAGE`` (sglang 0.5.22 and later): the sglang loader reads the
+  release's DSpark modules from the extracted folder (``sglang_loader.use_release``),
+  with its stand-ins; a module the release lacks is left out (0.5.22 ships no
+  block-wise rejection, so its oracle runs under chain, said so);
+- ``Loading.VLLM_PACKAGE``: vLLM's modules import its whole package: the extracted
+  folder joins ``sys.path`` (``vllm_loader.use_release``) and its dense speculator is
+  judged, only where its light dependencies are installed as pinned and the vLLM
+  loader's own conditions hold (Triton's interpreter and its variables on a CPU).
+
+First of all, the era's light dependencies (``ReleaseEra.light_deps``) must be
+installed at their pinned versions: a missing one is the reason it is not judged.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.plugins.implementations import Implementation, ImplementationError, parse_impl_spec
+from harness.upstream import sglang_loader, vllm_loader
+from harness.upstream.releases.eras import Loading, ReleaseEra
+from harness.upstream.releases.wheels import Wheel
+
+# The checkout the requirement files live in (the working directory is tried first).
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class LoadedRelease:
+    implementation: Implementation
+    verifier: str  # the harness verifier its oracle runs under
+    notes: tuple[str, ...]  # what of its server the judgement leaves out
+
+
+def missing_light_deps(requirements: str) -> list[str]:
+    """``name==version`` pins of the requirements file that are not installed as pinned."""
+    path = next(
+        (p for p in (Path(requirements), PROJECT_ROOT / requirements) if p.is_file()),
+        PROJECT_ROOT / requirements,
+    )
+    if not path.is_file():
+        return [f"{requirements} (the file is not in this checkout)"]
+    missing = []
+    for line in path.read_text().splitlines():
+        pin = re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)", line.strip())
+        if pin is None:
+            continue
+        name, version = pin.groups()
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(f"{name}=={version} (not installed)")
+            continue
+        if installed != version:
+            missing.append(f"{name}=={version} ({installed} installed)")
+    return missing
+
+
+def load_release(era: ReleaseEra, *, files: Callable[[], Wheel], name: str) -> LoadedRelease | str:
+    """The release's sampler as an implementation, or why it is not judged here
+    (``files``: the era's folders of the wheel, extracted once the rest is known to
+    be in place)."""
+    if era.loading is Loading.NONE:
+        return era.why_not_judged
+    missing = missing_light_deps(era.light_deps)
+    if missing:
+        shown = ", ".join(missing[:3]) + (
+            f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        )
+        return f"its light dependencies are not installed as pinned: {shown} ({era.light_deps})"
+    try:
+        if era.loading is Loading.SERVER_FILE:
+            return LoadedRelease(
+                parse_impl_spec(f"{name}={files().extracted / era.sampler_file}"), "chain", ()
+            )
+        if era.loading is Loading.SGLANG_PACKAGE:
+            return _sglang_package(era, files=files(), name=name)
+        return _vllm_package(era, files=files(), name=name)
+    except ImplementationError as error:
+        return f"its sampler did not load: {error}"
+
+
+def _vllm_package(era: ReleaseEra, *, files: Wheel, name: str) -> LoadedRelease | str:
+    vllm_loader.use_release(vllm_loader.VllmRelease(root=files.extracted, version=files.version))
+    reason = vllm_loader.unavailable_reason()
+    if reason is not None:
+        return reason
+    implementation = parse_impl_spec(f"{name}=vllm:dense")
+    notes = tuple(
+        f"its {variant} path (the sweep judges the dense one)"
+        for variant in era.variants
+        if variant != "dense"
+    )
+    return LoadedRelease(implementation, era.verifier or "chain", notes)
+
+
+def _sglang_package(era: ReleaseEra, *, files: Wheel, name: str) -> LoadedRelease:
+    root = files.extracted / "sglang"
+    modules = tuple(
+        module
+        for module in sglang_loader.DSPARK_MODULES
+        if files.extracted.joinpath(*module.split(".")).with_suffix(".py").is_file()
+    )
+    sglang_loader.use_release(
+        sglang_loader.SglangRelease(root=root, version=files.version, modules=modules)
+    )
+    implementation = parse_impl_spec(f"{name}=sglang")
+    absent = [m.rsplit(".", 1)[1] for m in sglang_loader.DSPARK_MODULES if m not in modules]
+    if era.verifier is not None and sglang_loader.load_sglang().BlockwiseRejection is not None:
+        return LoadedRelease(implementation, era.verifier, ())
+    return LoadedRelease(
+        implementation,
+        "chain",
+        (f"its server's verifier: the wheel has no {', '.join(absent)} (oracle under chain)",),
+    )

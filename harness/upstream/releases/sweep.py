@@ -1,0 +1,415 @@
+"""One release judged in a process of its own, the sweep's journal, and the advisory.
+
+``judge_release(task)`` is the task an executor runs (module-level, plain arguments,
+plain answer): it fetches the version's wheel into the cache, extracts it, checks its
+files against its era's contract, loads its sampler unchanged the way its era says
+(``eras.Loading``), and judges it with ``harness.judge.judge`` on the standard matrix
+with the statistical oracle under its own server's verifier (chain where the harness
+has none, said so in ``not_covered``). A release the harness cannot judge is a row with
+``judged`` false and the reason, never a pass. ``advisories(rows)`` turns the rows into
+the per-class table: the affected versions, the first and the last, and the first
+later judged version that is free of the class.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import multiprocessing
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
+
+from harness.executor import Executor
+from harness.progress import Progress, no_progress
+from harness.upstream.releases.eras import (
+    contract_differences,
+    era_of,
+    nearest_era,
+    unknown_contract,
+)
+
+if TYPE_CHECKING:
+    from harness.plugins.implementations import Implementation
+
+from harness.upstream.releases.wheels import NotFetched, Wheel, extract, fetch, version_key
+
+CHAIN = "chain"
+ORACLE_CLASS = "statistical oracle"  # the class of a finding the oracle makes
+SCAN_CLASS = "support scan"  # a draft outside the support (docs/upstream.md, "The scan")
+
+
+# One defect class a release shows, its first evidence and the command that replays it
+# ("class" is a keyword: the functional form keeps the JSON name).
+Finding = TypedDict("Finding", {"class": str, "evidence": str, "repro": str})
+
+
+class ReleaseRow(TypedDict):
+    """One release (or one ``--impl`` file) in the advisory."""
+
+    package: str
+    version: str
+    era: str
+    judged: bool
+    lossless: bool | None
+    drop_in: bool | None
+    verifier: str | None
+    findings: list[Finding]
+    not_covered: list[str]
+    seconds: float
+
+
+Advisory = TypedDict(
+    "Advisory",
+    {"class": str, "package": str, "affected": dict[str, object], "fixed_in": str | None},
+)
+
+
+@dataclass(frozen=True)
+class ReleaseTask:
+    """What one task judges: a release of a package (or a plug-in file, ``impl``)."""
+
+    package: str  # "sglang", "vllm" or "impl"
+    version: str  # the release's version, or the --impl spec of a file
+    cache: str  # the wheel cache folder
+    offline: bool  # --wheel-dir given: never fetch
+    seed: int = 0
+    scan_triples: int = 4096  # the support scan's triples per point (0: no scan)
+
+
+def repro_command(task: ReleaseTask) -> str:
+    """The command that judges this one release again (the same seed, the same cache)."""
+    if task.package == "impl":
+        return f"python -m harness releases --sglang none --vllm none --impl {task.version}"
+    other = "vllm" if task.package == "sglang" else "sglang"
+    return (
+        f"python -m harness releases --{task.package} {task.version} --{other} none "
+        f"--wheel-dir {task.cache} --seed {task.seed} --scan-triples {task.scan_triples}"
+    )
+
+
+def _row(
+    task: ReleaseTask, *, era: str, started: float, reason: str = "", **judged: object
+) -> ReleaseRow:
+    row: ReleaseRow = {
+        "package": task.package,
+        "version": task.version,
+        "era": era,
+        "judged": False,
+        "lossless": None,
+        "drop_in": None,
+        "verifier": None,
+        "findings": [],
+        "not_covered": [reason] if reason else [],
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    row.update(judged)  # type: ignore[typeddict-item]
+    return row
+
+
+def _release_files(task: ReleaseTask, members: tuple[str, ...]) -> Wheel:
+    wheel = fetch(task.package, task.version, cache=Path(task.cache), offline=task.offline)
+    return extract(task.package, task.version, wheel=wheel, members=members)
+
+
+def judge_release(task: ReleaseTask) -> ReleaseRow:
+    """The task: one release (or ``--impl`` file) judged in this process."""
+    started = time.perf_counter()
+    if task.package == "impl":
+        return _judge_file(task, started=started)
+    era = era_of(task.package, task.version)
+    contract = era or nearest_era(task.package, task.version)
+    try:  # the sampler's file first: the contract is read before anything is loaded
+        files = _release_files(task, (contract.sampler_file,))
+    except NotFetched as error:
+        return _row(
+            task,
+            era=era.name if era else "?",
+            started=started,
+            reason=(f"not judged: not fetched: {error}"),
+        )
+    if era is None:
+        why = unknown_contract(task.package, task.version, files=files.extracted)
+        return _row(task, era="?", started=started, reason=f"not judged: unknown contract: {why}")
+    differences = contract_differences(era, files=files.extracted)
+    if differences:
+        return _row(
+            task,
+            era=era.name,
+            started=started,
+            reason=(
+                f"not judged: unknown contract: its files differ from {era.name}: "
+                + "; ".join(differences)
+            ),
+        )
+    from harness.upstream.releases.loading import load_release
+
+    loaded = load_release(
+        era, files=lambda: _release_files(task, era.members), name=_impl_name(task)
+    )
+    if isinstance(loaded, str):
+        return _row(task, era=era.name, started=started, reason=f"not judged: {loaded}")
+    return _judged_row(
+        task,
+        era=era.name,
+        implementation=loaded.implementation,
+        verifier=loaded.verifier,
+        not_covered=[*era.not_covered, *loaded.notes],
+        started=started,
+        layouts=era.layouts,
+    )
+
+
+def _impl_name(task: ReleaseTask) -> str:
+    return f"{task.package}-{task.version}".replace(".", "_")
+
+
+def _judge_file(task: ReleaseTask, *, started: float) -> ReleaseRow:
+    from harness.plugins.implementations import ImplementationError, parse_impl_spec
+
+    try:
+        implementation = parse_impl_spec(task.version)
+    except ImplementationError as error:
+        return _row(task, era="?", started=started, reason=f"not judged: {error}")
+    era = implementation.era.value if implementation.era is not None else "-"
+    return _judged_row(
+        task,
+        era=era,
+        implementation=implementation,
+        verifier=CHAIN,
+        not_covered=["its server's verifier: the harness has none for this era (chain)"],
+        started=started,
+    )
+
+
+def _judged_row(
+    task: ReleaseTask,
+    *,
+    era: str,
+    implementation: Implementation,
+    verifier: str,
+    not_covered: list[str],
+    started: float,
+    layouts: tuple[str, ...] = ("anchor", "no-anchor"),
+) -> ReleaseRow:
+    from harness.defaults import REFERENCE
+    from harness.judge import judge
+    from harness.options import Roles, RunOptions
+    from harness.pipeline.check_result import Tier
+    from harness.pipeline.matrix import standard_matrix
+    from harness.plugins.implementations import builtin_implementations
+
+    matrix = standard_matrix(seed=task.seed)
+    cases = [c for c in matrix if _layout(c.sample_from_anchor) in layouts]
+    if len(cases) < len(matrix):
+        left_out = sorted({_layout(c.sample_from_anchor) for c in matrix} - set(layouts))
+        not_covered = [
+            f"the {', '.join(left_out)} layout: outside its era's contract "
+            f"({len(matrix) - len(cases)} of {len(matrix)} cases not run)",
+            *not_covered,
+        ]
+    judgement = judge(
+        cases,
+        [*builtin_implementations((REFERENCE,)), implementation],
+        options=RunOptions(
+            seed=task.seed,
+            roles=Roles(require=Tier.LOSSLESS),
+            verifiers=(verifier,),
+            time_limit_s=None,
+        ),
+    )
+    verdict = judgement.verdict(implementation.name)
+    findings: list[Finding] = []
+    seen: set[str] = set()
+    for failure in verdict.failures:  # defects only: a drop-in difference is drop_in's
+        if failure.lossless and failure.check not in seen:
+            seen.add(failure.check)
+            findings.append(
+                {"class": failure.check, "evidence": failure.line(), "repro": repro_command(task)}
+            )
+    if verdict.statistical.failed:
+        findings.append(
+            {
+                "class": ORACLE_CLASS,
+                "evidence": f"{verifier}: {verdict.statistical.describe()}",
+                "repro": repro_command(task),
+            }
+        )
+    scan_hits = _support_scan(implementation, task=task)
+    if scan_hits:
+        findings.append({"class": SCAN_CLASS, "evidence": scan_hits, "repro": repro_command(task)})
+    if not task.scan_triples:
+        not_covered = [*not_covered, "the support scan (--scan-triples 0)"]
+    return _row(
+        task,
+        era=era,
+        started=started,
+        judged=True,
+        lossless=verdict.lossless and not scan_hits,
+        drop_in=verdict.drop_in,
+        verifier=verifier,
+        findings=findings,
+        not_covered=not_covered,
+    )
+
+
+def _support_scan(implementation: Implementation, *, task: ReleaseTask) -> str:
+    """The support scan's first hit in words (empty: none, or no scan asked for)."""
+    if not task.scan_triples:
+        return ""
+    from harness.pipeline.support_scan import full_plan, scan_point
+    from harness.upstream.versions import scan_findings
+
+    plan = full_plan(triples_per_point=task.scan_triples, seed=task.seed)
+    found = scan_findings([scan_point(implementation, point) for point in plan.points()])
+    return found[0].removeprefix(f"{SCAN_CLASS}: ") if found else ""
+
+
+def _layout(sample_from_anchor: bool) -> str:
+    return "anchor" if sample_from_anchor else "no-anchor"
+
+
+# -- the journal ---------------------------------------------------------------------------
+JOURNAL = "releases-journal.jsonl"
+
+
+def journal_key(row: ReleaseRow) -> tuple[str, str]:
+    return row["package"], row["version"]
+
+
+def read_journal(out_dir: Path) -> dict[tuple[str, str], ReleaseRow]:
+    """The rows an earlier run finished (its last row per release)."""
+    path = out_dir / JOURNAL
+    if not path.is_file():
+        return {}
+    rows: dict[tuple[str, str], ReleaseRow] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row: ReleaseRow = json.loads(line)
+            rows[journal_key(row)] = row
+    return rows
+
+
+def append_journal(out_dir: Path, row: ReleaseRow) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with (out_dir / JOURNAL).open("a") as journal:
+        journal.write(json.dumps(row, sort_keys=True) + "\n")
+
+
+# -- the sweep -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Sweep:
+    """Every task's row, in the order asked; ``ok``: every task answered."""
+
+    rows: tuple[ReleaseRow, ...]
+    ok: bool
+
+
+def release_executor(*, jobs: int, executor: str, ray_address: str | None) -> Executor:
+    """``jobs`` local processes, a fresh one for every release (``max_tasks_per_child``),
+    or a Ray cluster (``harness.upstream.releases.ray_executor``)."""
+    if executor == "ray":
+        from harness.upstream.releases.ray_executor import RayExecutor
+
+        return RayExecutor(address=ray_address, num_cpus=jobs)
+    return concurrent.futures.ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=multiprocessing.get_context("spawn"),
+        max_tasks_per_child=1,
+    )
+
+
+def _key(task: ReleaseTask) -> tuple[str, str]:
+    return task.package, task.version
+
+
+def run_sweep(
+    tasks: Sequence[ReleaseTask],
+    *,
+    jobs: int,
+    executor: str = "local",
+    ray_address: str | None = None,
+    out_dir: Path,
+    resume: bool = False,
+    progress: Progress = no_progress,
+) -> Sweep:
+    """Judge every task through the executor, each release in a process of its own;
+    each finished row goes to the journal in ``out_dir`` at once (``resume``: the rows
+    already there are reused, not judged again)."""
+    done = read_journal(out_dir) if resume else {}
+    if not resume:
+        (out_dir / JOURNAL).unlink(missing_ok=True)
+    rows = {key: row for key, row in done.items() if key in {_key(t) for t in tasks}}
+    pending = [task for task in tasks if _key(task) not in rows]
+    ok = True
+    if pending:
+        with release_executor(jobs=jobs, executor=executor, ray_address=ray_address) as pool:
+            futures = {pool.submit(judge_release, task): task for task in pending}
+            for future in concurrent.futures.as_completed(futures):
+                task = futures[future]
+                try:
+                    row = future.result()
+                except Exception as error:  # the task's process died or raised: its row says so
+                    ok = False
+                    row = _row(
+                        task,
+                        era="?",
+                        started=time.perf_counter(),
+                        reason=f"not judged: the task failed: {type(error).__name__}: {error}",
+                    )
+                append_journal(out_dir, row)
+                rows[_key(task)] = row
+                progress(f"releases: {task.package} {task.version}: {_said(row)}")
+    return Sweep(rows=tuple(rows[_key(t)] for t in tasks), ok=ok)
+
+
+def _said(row: ReleaseRow) -> str:
+    if not row["judged"]:
+        return row["not_covered"][0] if row["not_covered"] else "not judged"
+    word = "lossless" if row["lossless"] else "NOT lossless"
+    return f"{word} ({row['seconds']:.0f} s)"
+
+
+# -- the advisory --------------------------------------------------------------------------
+def _release_order(row: ReleaseRow) -> tuple[str, tuple[int, ...], str]:
+    return row["package"], version_key(row["version"]), row["version"]
+
+
+def order_rows(rows: Iterable[ReleaseRow]) -> list[ReleaseRow]:
+    """Releases by package, then version; ``--impl`` rows last, as given."""
+    listed = list(rows)
+    releases = sorted((r for r in listed if r["package"] != "impl"), key=_release_order)
+    return releases + [r for r in listed if r["package"] == "impl"]
+
+
+def advisories(rows: Sequence[ReleaseRow]) -> list[Advisory]:
+    """Per package and defect class: the judged releases that show it (first, last, all)
+    and the first judged release after the last affected one that does not."""
+    found: list[Advisory] = []
+    packages = sorted({r["package"] for r in rows if r["package"] != "impl"})
+    for package in packages:
+        judged = [r for r in order_rows(rows) if r["package"] == package and r["judged"]]
+        classes = sorted({f["class"] for r in judged for f in r["findings"]})
+        for defect in classes:
+            affected = [
+                r["version"] for r in judged if any(f["class"] == defect for f in r["findings"])
+            ]
+            last = version_key(affected[-1])
+            fixed = next((r["version"] for r in judged if version_key(r["version"]) > last), None)
+            found.append(
+                {
+                    "class": defect,
+                    "package": package,
+                    "affected": {"first": affected[0], "last": affected[-1], "versions": affected},
+                    "fixed_in": fixed,
+                }
+            )
+    return found
+
+
+def advisory_json(rows: Sequence[ReleaseRow]) -> dict[str, object]:
+    """``{"releases": [...], "advisories": [...]}``."""
+    ordered = order_rows(rows)
+    return {"releases": ordered, "advisories": advisories(ordered)}

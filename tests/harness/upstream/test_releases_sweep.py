@@ -1,0 +1,180 @@
+"""The releases sweep: rows a release cannot be judged for, the advisory from the rows,
+and the command end to end on wheels of our own modules (the before-fix module as an
+sglang 0.5.18 wheel, the after-fix module as 0.5.19), each judged in its own process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.upstream.releases.sweep import (
+    ReleaseRow,
+    ReleaseTask,
+    advisories,
+    judge_release,
+    order_rows,
+    repro_command,
+)
+from tests.harness.upstream.fake_wheels import AFTER_FIX, BEFORE_FIX, sampler_wheel
+
+
+def _row(version: str, *classes: str, judged: bool = True) -> ReleaseRow:
+    return {
+        "package": "sglang",
+        "version": version,
+        "era": "e",
+        "judged": judged,
+        "lossless": not classes if judged else None,
+        "drop_in": None,
+        "verifier": "chain",
+        "findings": [{"class": c, "evidence": "x", "repro": "r"} for c in classes],
+        "not_covered": [],
+        "seconds": 1.0,
+    }
+
+
+def test_the_advisory_names_first_last_and_first_fixed() -> None:
+    rows = [
+        _row("0.5.21"),
+        _row("0.5.9", "teacher_forcing"),
+        _row("0.5.10", "teacher_forcing", "ran"),
+        _row("0.5.20", judged=False),  # not judged: never "fixed in"
+        _row("0.5.19"),
+    ]
+    assert [r["version"] for r in order_rows(rows)] == [
+        "0.5.9",
+        "0.5.10",
+        "0.5.19",
+        "0.5.20",
+        "0.5.21",
+    ]
+    assert advisories(rows) == [
+        {
+            "class": "ran",
+            "package": "sglang",
+            "affected": {"first": "0.5.10", "last": "0.5.10", "versions": ["0.5.10"]},
+            "fixed_in": "0.5.19",
+        },
+        {
+            "class": "teacher_forcing",
+            "package": "sglang",
+            "affected": {"first": "0.5.9", "last": "0.5.10", "versions": ["0.5.9", "0.5.10"]},
+            "fixed_in": "0.5.19",
+        },
+    ]
+
+
+def test_a_class_still_present_in_the_last_release_is_not_fixed() -> None:
+    (advisory,) = advisories([_row("0.5.19"), _row("0.5.22", "ran")])
+    assert advisory["fixed_in"] is None
+
+
+def _task(tmp_path: Path, version: str, *, package: str = "sglang") -> ReleaseTask:
+    return ReleaseTask(package=package, version=version, cache=str(tmp_path), offline=True)
+
+
+def test_a_release_not_in_the_cache_is_not_judged_not_fetched(tmp_path: Path) -> None:
+    row = judge_release(_task(tmp_path, "0.5.19"))
+    assert not row["judged"] and row["lossless"] is None
+    assert row["not_covered"][0].startswith("not judged: not fetched: no sglang-0.5.19 wheel")
+
+
+def test_a_release_whose_files_differ_from_its_era_is_an_unknown_contract(
+    tmp_path: Path,
+) -> None:
+    sampler_wheel(tmp_path / "sglang-0.5.18", version="0.5.18", source=AFTER_FIX)
+    row = judge_release(_task(tmp_path, "0.5.18"))
+    assert not row["judged"]
+    assert row["not_covered"] == [
+        "not judged: unknown contract: its files differ from sglang-0.5.17-0.5.18: "
+        "constructor adds tp_sync"
+    ]
+
+
+def test_an_era_without_a_convention_says_why(tmp_path: Path) -> None:
+    greedy_only = tmp_path / "greedy_only.py"  # the 0.5.16 shape: no staging, no flag
+    greedy_only.write_text(
+        "class DsparkDraftSampler:\n"
+        "    def __init__(self, *, model, gamma, max_bs, device, confidence_fn=None, out=None):\n"
+        "        pass\n"
+        "    def __call__(self, hidden_states, input_ids):\n        pass\n"
+    )
+    sampler_wheel(tmp_path / "sglang-0.5.16", version="0.5.16", source=greedy_only)
+    row = judge_release(_task(tmp_path, "0.5.16"))
+    assert not row["judged"]
+    assert "not judged: no convention for this contract" in row["not_covered"][0]
+
+
+def test_the_repro_command_judges_that_release_alone(tmp_path: Path) -> None:
+    assert repro_command(_task(tmp_path, "0.5.19")) == (
+        f"python -m harness releases --sglang 0.5.19 --vllm none --wheel-dir {tmp_path} --seed 0 "
+        "--scan-triples 4096"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--sglang", "0.5.x"], "--sglang: expected versions and ranges"),
+        (["--jobs", "0"], "--jobs must be a positive integer"),
+        (["--ray-address", "auto"], "--ray-address needs --executor ray"),
+        (["--all", "--vllm", "none"], "--all judges every release"),
+        (["--wheel-dir", "/definitely/not/here"], "no such folder"),
+    ],
+)
+def test_bad_options_are_refused_before_any_work(
+    argv: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["releases", *argv, "--out-dir", str(tmp_path)]) == 2
+    assert said in capsys.readouterr().err
+
+
+@pytest.mark.e2e
+def test_the_command_judges_each_release_from_its_wheel_and_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "wheels"
+    sampler_wheel(cache, version="0.5.18", source=BEFORE_FIX)
+    sampler_wheel(cache, version="0.5.19", source=AFTER_FIX)
+    argv = [
+        "releases", "--sglang", "0.5.18-0.5.19", "--vllm", "none", "--wheel-dir", str(cache),
+        "--jobs", "2", "--out-dir", str(tmp_path / "out"), "--json", "--quiet",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    first = json.loads(capsys.readouterr().out)["sections"][0]["data"]
+    before, after = first["releases"]
+    assert (before["version"], before["judged"], before["lossless"]) == ("0.5.18", True, False)
+    assert (after["version"], after["judged"], after["lossless"]) == ("0.5.19", True, True)
+    assert before["era"] == "sglang-0.5.17-0.5.18" and after["era"] == "sglang-0.5.19-0.5.21"
+    assert "teacher_forcing" in {f["class"] for f in before["findings"]}
+    assert all(
+        f["repro"].startswith("python -m harness releases --sglang 0.5.18")
+        for f in before["findings"]
+    )
+    assert {a["fixed_in"] for a in first["advisories"]} == {"0.5.19"}
+    assert main([*argv, "--resume"]) == 0  # the journal's rows, judged again by no one
+    again = json.loads(capsys.readouterr().out)["sections"][0]["data"]
+    assert again == first
+
+
+@pytest.mark.e2e
+def test_a_plug_in_file_is_a_row_of_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lazy = AFTER_FIX.with_name("dspark_after_fix_lazy.py")
+    argv = [
+        "releases", "--sglang", "none", "--vllm", "none", "--impl", f"up_f={lazy}",
+        "--jobs", "1", "--out-dir", str(tmp_path), "--json", "--quiet",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    (row,) = json.loads(capsys.readouterr().out)["sections"][0]["data"]["releases"]
+    assert (row["package"], row["era"], row["judged"], row["lossless"]) == (
+        "impl",
+        "pr36934",
+        True,
+        True,
+    )
+    assert row["verifier"] == "chain"
