@@ -176,9 +176,16 @@ class HeadTables:
 
 
 def head_tables(
-    decoded: DecodeResult, *, problem: StatsProblem, head_kind: str, row_group: torch.Tensor
+    decoded: DecodeResult,
+    *,
+    problem: StatsProblem,
+    head_kind: str,
+    row_group: torch.Tensor,
+    marginals: bool = True,
 ) -> HeadTables:
-    """Count what every test of one head kind reads (``row_group`` ``[rows]``)."""
+    """Count what every test of one head kind reads (``row_group`` ``[rows]``); without
+    ``marginals``, only what the family's tests read (the marginals are reported, not
+    tested)."""
     config = problem.config
     vocab, m = config.vocab_size, config.m
     committed = decoded.committed.cpu()
@@ -198,7 +205,7 @@ def head_tables(
             for j in range(config.gamma + 1)
         ]
         repeats.append(repeat_score(decoded, rows=rows, transition=law[g], group=group))
-        for position in range(m):
+        for position in range(m if marginals else 0):
             marginal = marginal_probs(joint_law[g], position=position, m=m, vocab_size=vocab)
             counts = cell_counts(committed[rows, position : position + 1], vocab_size=vocab)
             marginal_tables.append(

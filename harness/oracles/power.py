@@ -332,6 +332,7 @@ def power_curve(
                 problem=problem,
                 head_kind=head_kind,
                 row_group=row_group[block],
+                marginals=False,
             )
             rejections += rejects_somewhere(block_tables, level=level)
         low, high = wilson_interval(rejections, blocks)
