@@ -16,10 +16,15 @@ tokens (and a minimum number of rounds ran); the next round's anchor is the row'
 last committed token. ``draft_distribution`` is the one place ``q = softmax(corrected
 / T)`` is computed.
 
-The verifier is a plain value (``Verifier``): ``CHAIN_VERIFIER`` (``chain_verify``
-with its own generator) by default, or any other model of the server's verifier,
-such as the released server's block-wise rejection (``harness.upstream``). Each
-round hands it one ``VerifyRound``.
+The verifier is a plain value (``Verifier``): ``CHAIN_VERIFIER`` (``chain_verify``)
+by default, or any other model of the server's verifier, such as the released
+server's block-wise rejection (``harness.upstream``). Each round hands it one
+``VerifyRound``. Every random stream of a decode comes from one ``DecodeStreams``
+value: ``independent_streams`` gives the anchors, the drafter (torch's global RNG)
+and the verifier streams of their own; ``shared_torch_streams`` is the PR-era
+server's plumbing, the drafter and the verifier drawing in turn from torch's one
+generator (disjoint because each draw advances it). A server's own plumbing
+(``harness.upstream``) is another such value.
 ``DraftContext`` gives the drafter hidden states that depend on the round's
 context, so ``q`` changes with the anchor as it would in a real drafter (or, when
 ``anchor_dependent`` is off, the same hidden state for every query row, so a
@@ -34,7 +39,7 @@ and the requests of the moment; every row is verified once per round.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -143,24 +148,82 @@ class VerifyRound:
 VerifyStep = Callable[[VerifyRound], VerifyResult]
 
 
+@dataclass(frozen=True)
+class VerifierNoise:
+    """What a verifier draws from in one decode: the seed a verifier with counter-based
+    streams derives them from (the server's), and the torch generator a verifier that
+    draws from torch's RNG reads (on a shared plumbing, the drafter's own)."""
+
+    seed: int
+    generator: torch.Generator = field(compare=False)
+
+
+@dataclass(frozen=True)
+class DecodeStreams:
+    """Every random stream of one decode: the first anchors' seed, the seed torch's
+    global RNG (a drafter drawing from it) starts at, and what the verifier draws from.
+    ``shared``: the drafter's and the verifier's streams come from one source, as a
+    server derives them (otherwise independent, a control)."""
+
+    anchor_seed: int
+    drafter_seed: int
+    verifier: VerifierNoise
+    shared: bool
+
+
+def independent_streams(seed: int, *, device: torch.device) -> DecodeStreams:
+    """Three independent streams from ``seed``: anchors, the drafter's, the verifier's."""
+    anchor_seed, verifier_seed, noise_seed = derived_seeds(seed, 3)
+    return DecodeStreams(
+        anchor_seed=anchor_seed,
+        drafter_seed=noise_seed,
+        verifier=VerifierNoise(
+            seed=verifier_seed, generator=torch.Generator(device).manual_seed(verifier_seed)
+        ),
+        shared=False,
+    )
+
+
+def default_generator(device: torch.device) -> torch.Generator:
+    """Torch's own generator of ``device``: what a draw without ``generator=`` reads."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return torch.cuda.default_generators[index]
+    return torch.default_generator
+
+
+def shared_torch_streams(seed: int, *, device: torch.device) -> DecodeStreams:
+    """The PR-era server's plumbing: torch's generator seeded with the server seed, the
+    drafter's noise and the verifier's draws taken from it in turn (each draw advances
+    it, so the two never read the same numbers unless one rewinds it)."""
+    anchor_seed = derived_seeds(seed, 3)[0]
+    return DecodeStreams(
+        anchor_seed=anchor_seed,
+        drafter_seed=seed,
+        verifier=VerifierNoise(seed=seed, generator=default_generator(device)),
+        shared=True,
+    )
+
+
 class Verifier(Protocol):
     """A model of the server's verifier: ``start`` gives one decode's verify step, its
-    random stream derived from ``seed`` alone (so a decode replays)."""
+    random streams those ``noise`` gives (so a decode replays)."""
 
     @property
     def name(self) -> str: ...
 
-    def start(self, *, seed: int, device: torch.device) -> VerifyStep: ...
+    def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep: ...
 
 
 @dataclass(frozen=True)
 class ChainVerifier:
-    """``chain_verify`` on ``q = draft_distribution(...)`` and the target's block rows."""
+    """``chain_verify`` on ``q = draft_distribution(...)`` and the target's block rows,
+    drawing from the plumbing's torch generator."""
 
     name: str = "chain"
 
-    def start(self, *, seed: int, device: torch.device) -> VerifyStep:
-        generator = torch.Generator(device).manual_seed(seed)
+    def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep:
+        generator = noise.generator
 
         def verify(round_: VerifyRound) -> VerifyResult:
             draft = round_.draft
@@ -277,6 +340,7 @@ class DecodeResult:
     round_anchors: torch.Tensor  # [rounds, rows] int64: the anchor each round drafted from
     round_blocks: torch.Tensor  # [rounds, rows, gamma+1] int64: committed tokens, -1 after
     round_slots: torch.Tensor  # [rounds, rows] int64: the row's slot in the call drafting it
+    shared_noise: bool = False  # drafter and verifier on one plumbing (``DecodeStreams``)
 
     @property
     def mean_accepted_length(self) -> float:
@@ -348,6 +412,7 @@ def speculative_decode(
     batches_of_round: Callable[[int], Sequence[torch.Tensor]] | None = None,
     verifier: Verifier = CHAIN_VERIFIER,
     read_draft: DraftReader = read_draft_block,
+    streams: DecodeStreams | None = None,
 ) -> DecodeResult:
     """Draft with ``sampler``, verify against ``target``, until every row has ``m`` tokens
     and at least ``min_rounds`` rounds ran.
@@ -355,8 +420,10 @@ def speculative_decode(
     ``sampler`` is any ``DsparkDraftSampler``-compatible object built with
     ``max_bs >= rows`` and folded sampling. Rows are ``sampling_info``'s requests,
     staged before every round as the server stages before every graph replay.
-    The seed fixes the first anchors, the verifier's draws and the sampler's
-    noise (the global RNG is forked, so the caller's state is left as it was).
+    ``streams`` gives the first anchors, the sampler's noise (torch's global RNG is
+    seeded with its drafter seed; a counter-based drafter keeps its own) and the
+    verifier's draws (default: ``independent_streams(seed)``); the global RNG is
+    forked, so the caller's state is left as it was.
     Every row takes part in every round; tokens past the first ``m`` are kept in
     ``round_blocks`` only, and only the rounds of rows still short of ``m`` count
     in ``accepted_lengths``. ``batches_of_round(r)`` splits round ``r``'s rows into
@@ -370,12 +437,11 @@ def speculative_decode(
     device = target.device
     rows = int(sampling_info.temperatures.shape[0])
     gamma = int(sampler.gamma)
-    anchor_seed, verifier_seed, noise_seed = derived_seeds(seed, 3)
+    streams = streams if streams is not None else independent_streams(seed, device=device)
     target_temperatures = sampling_info.temperatures.to(device, torch.float64)
     target_greedy = sampling_info.top_ks.to(device) <= 1
-    verify = verifier.start(seed=verifier_seed, device=device)
     anchors = target.sample_anchors(
-        rows, generator=torch.Generator(device).manual_seed(anchor_seed)
+        rows, generator=torch.Generator(device).manual_seed(streams.anchor_seed)
     )  # [rows]
     committed = torch.full((rows, m), -1, dtype=torch.int64, device=device)
     filled = torch.zeros(rows, dtype=torch.int64, device=device)
@@ -387,7 +453,8 @@ def speculative_decode(
     round_slots: list[torch.Tensor] = []  # [rows] each
     fork_devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=fork_devices):
-        torch.manual_seed(noise_seed)
+        torch.manual_seed(streams.drafter_seed)
+        verify = verifier.start(noise=streams.verifier, device=device)
         while bool((filled < m).any()) or len(round_blocks) < min_rounds:
             batches = (
                 batches_of_round(len(round_blocks))
@@ -437,4 +504,5 @@ def speculative_decode(
         round_anchors=torch.stack(round_anchors),
         round_blocks=torch.stack(round_blocks),
         round_slots=torch.stack(round_slots),
+        shared_noise=streams.shared,
     )

@@ -8,7 +8,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S
+from harness.defaults import (
+    BUILTIN_NAMES,
+    DEFAULT_PAIR,
+    DEFAULT_THREADS,
+    DEFAULT_TIME_LIMIT_S,
+    DEFAULT_VERIFIER_NOISE,
+    VerifierNoise,
+)
 from harness.options import Roles, RolesError, RunOptions
 from harness.pipeline.check_result import TIER_LABELS, Tier
 from harness.render.progress import progress_printer
@@ -198,6 +205,16 @@ def add_verifiers_option(parser: argparse.ArgumentParser, *, unnamed: str) -> No
         metavar="NAME[,NAME...]",
         help=f"run the statistical oracle under each of these: {listed} (default: {unnamed})",
     )
+    parser.add_argument(
+        "--verifier-noise",
+        type=VerifierNoise,
+        choices=list(VerifierNoise),
+        default=DEFAULT_VERIFIER_NOISE,
+        metavar="{" + ",".join(VerifierNoise) + "}",
+        help="where the oracle's verifier draws from: shared (default), each server's own "
+        "plumbing, its drafter and verifier streams from one server seed; independent, "
+        "streams of their own (a control)",
+    )
 
 
 def run_options(args: argparse.Namespace, *, require_observable: bool = False) -> RunOptions:
@@ -216,6 +233,7 @@ def run_options(args: argparse.Namespace, *, require_observable: bool = False) -
         max_memory_bytes=check_max_memory(args.max_memory),
         stats=not getattr(args, "no_stats", False),
         verifiers=getattr(args, "verifiers", None),
+        verifier_noise=getattr(args, "verifier_noise", DEFAULT_VERIFIER_NOISE),
         resume=bool(getattr(args, "resume", False)),
         threads=getattr(args, "threads", DEFAULT_THREADS) or None,
         progress=progress_printer(quiet=args.quiet),

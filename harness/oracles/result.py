@@ -35,6 +35,9 @@ class StatsResult:
     not_judged: str | None = None  # why it was not judged (the time limit): never a defect
     cuts: tuple[OracleCut, ...] = ()  # what cut the config it ran (``scope_under``)
     heads_not_run: tuple[tuple[str, str], ...] = ()  # outside its contract: (head kind, why)
+    # every decode on its server's own plumbing (True), on independent streams (False);
+    # None: nothing decoded
+    shared_noise: bool | None = None
     wall_s: float = field(default=0.0, compare=False)
 
     @property

@@ -115,6 +115,7 @@ def fit_decoded(
         },
         bounds=bounds,
         verifier=verifier,
+        shared_noise=all(run.shared_noise for runs in decoded.values() for run in runs.values()),
         wall_s=wall_s,
     )
 

@@ -33,7 +33,7 @@ from harness.plugins.construct import bind_constructor, construct_sampler
 from harness.plugins.protocol import DraftSampler
 from harness.plugins.walks import HeadCounts, observe_head
 from reference.sampling_params import SamplingInfo
-from reference.verifier import DraftBlock, read_draft_block
+from reference.verifier import DecodeStreams, DraftBlock, read_draft_block, shared_torch_streams
 
 if TYPE_CHECKING:
     from harness.case import Case, CaseInputs
@@ -200,6 +200,12 @@ class BuiltSampler(ABC):
         """Put the noise stream at ``counter`` before a call: here torch's RNG, seeded
         with it (a counter-based stream sets its counter)."""
         torch.manual_seed(counter)
+
+    def decode_streams(self, *, seed: int, device: torch.device) -> DecodeStreams:
+        """Every random stream of a decode as this convention's server derives them from
+        its one seed: ours and the PR-era server's draw the drafter's noise and the
+        verifier's draws from torch's one generator, seeded with it."""
+        return shared_torch_streams(seed, device=device)
 
     @abstractmethod
     def draft_block(self, rows: int) -> DraftBlock:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from harness.defaults import VerifierNoise
 from harness.judgement import OracleVerdict
 from harness.options import Roles
 from harness.oracles.fits import JOINT, REPEAT, family_size, position_name
@@ -288,11 +289,30 @@ def _left_out(scope: Scope) -> str:
     return "; ".join(f"{kind} head not run: {why}" for kind, why in scope.heads_not_run)
 
 
+def noise_lines(oracle: OracleRun) -> list[str]:
+    """Where the verifier drew from: the run's choice, and each result decoded otherwise
+    than it asked (a convention whose server plumbing the harness does not model)."""
+    asked = oracle.config.verifier_noise
+    lines = [f"verifier noise: {asked.value}, {asked.description}"]
+    for r in oracle.every_result():
+        if r.shared_noise is None:
+            continue
+        if r.shared_noise:
+            lines.append(f"{r.name} under {r.verifier}: judged on its server's own randomness")
+        elif asked is VerifierNoise.SHARED:
+            lines.append(
+                f"{r.name} under {r.verifier}: judged on independent streams "
+                "(its server's plumbing is not modelled)"
+            )
+    return lines
+
+
 def oracle_text(oracle: OracleRun) -> str:
     config = oracle.config
     parts = [
         config.describe(),
         coverage_text(config),
+        *noise_lines(oracle),
         *cut_lines(oracle),
         "",
         results_table(oracle.every_result()),
@@ -390,6 +410,7 @@ def oracle_brief(oracle: OracleRun) -> tuple[Block, ...]:
             f"{config.alpha:g}, seed {config.seed}; targets and rows: Coverage",
             width=TERMINAL_WIDTH,
         ),
+        noise_lines(oracle)[0],
         *cut_lines(oracle),
         Table.of(
             ["impl", "verifier", "verdict", "family p", "rejected tests", "strongest rejection"],

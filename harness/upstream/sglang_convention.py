@@ -49,7 +49,7 @@ from harness.plugins.walks import HeadCounts, wrapped_on_instance
 from harness.upstream.sglang_loader import LoadedSglang, load_sglang
 from reference import MarkovHead
 from reference.sampling_params import SamplingInfo
-from reference.verifier import DraftBlock
+from reference.verifier import DecodeStreams, DraftBlock, VerifierNoise, derived_seeds
 
 if TYPE_CHECKING:
     from harness.case import Case, CaseInputs
@@ -200,6 +200,25 @@ class Sglang0523Sampler(BuiltSampler):
 
     def seek_noise(self, counter: int) -> None:
         self.noise.offset.fill_(counter)
+
+    def decode_streams(self, *, seed: int, device: torch.device) -> DecodeStreams:
+        """Today's server's plumbing from its random seed: the draft noise keyed by the
+        package's ``draft_noise_key(seed)`` (the key this sampler was built with), its
+        offset advanced by the sampler from 0; the verifier's rejection noise built from
+        the same seed by the package's ``make_rejection_noise`` (``BlockwiseRejection``
+        does that with ``VerifierNoise.seed``); our chain verifier draws from a torch
+        generator seeded with the package's ``rejection_noise_key(seed)``."""
+        if self.loaded.draft_noise_key(seed) != self.noise.key:
+            raise ValueError(f"the sampler's draft noise was not keyed by the server seed {seed}")
+        verifier_key = self.loaded.rejection_noise_key(seed)
+        return DecodeStreams(
+            anchor_seed=derived_seeds(seed, 3)[0],
+            drafter_seed=seed,  # torch's RNG: the package's draft call never reads it
+            verifier=VerifierNoise(
+                seed=seed, generator=torch.Generator(device).manual_seed(verifier_key)
+            ),
+            shared=True,
+        )
 
     def draft_block(self, rows: int) -> DraftBlock:
         gamma = self.sampler.gamma

@@ -20,6 +20,7 @@ from reference.verifier import (
     DecodeResult,
     DraftBlock,
     DraftContext,
+    VerifierNoise,
     VerifyResult,
     VerifyRound,
     VerifyStep,
@@ -367,8 +368,8 @@ class RecordingChain:
     def __init__(self) -> None:
         self.rounds: list[VerifyRound] = []
 
-    def start(self, *, seed: int, device: torch.device) -> VerifyStep:
-        step = CHAIN_VERIFIER.start(seed=seed, device=device)
+    def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep:
+        step = CHAIN_VERIFIER.start(noise=noise, device=device)
 
         def verify(round_: VerifyRound) -> VerifyResult:
             self.rounds.append(round_)
