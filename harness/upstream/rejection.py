@@ -27,9 +27,9 @@ import torch
 
 from harness.upstream.sglang_loader import load_sglang
 from reference.verifier import (
+    VerifierNoise,
     VerifyResult,
     VerifyRound,
-    VerifierNoise,
     VerifyStep,
     chain_verify,
     draft_distribution,

@@ -29,9 +29,9 @@ from reference.verifier import (
     CHAIN_VERIFIER,
     DraftBlock,
     Verifier,
+    VerifierNoise,
     VerifyResult,
     VerifyRound,
-    VerifierNoise,
     VerifyStep,
 )
 
