@@ -77,3 +77,11 @@ class ResidualDrawSampler(ReservedBlockInverseCdfSampler):
         _, residual = self.peek((bs, self.gamma), (bs, 1))  # the planted defect
         block[:, 0] = residual[:, 0]
         return block
+
+
+# The couplings, by the name a report gives them, and the correct design beside them.
+SHARED_STREAM_DEFECTS: dict[str, type[ReservedBlockInverseCdfSampler]] = {
+    "drafter-reads-verifier-uniforms": VerifierUniformsSampler,
+    "verifier-residual-reuses-draft-noise": ResidualDrawSampler,
+}
+SHARED_STREAM_CORRECT = {"reserved-block": ReservedBlockInverseCdfSampler}
