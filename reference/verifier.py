@@ -163,12 +163,14 @@ class DecodeStreams:
     """Every random stream of one decode: the first anchors' seed, the seed torch's
     global RNG (a drafter drawing from it) starts at, and what the verifier draws from.
     ``shared``: the drafter's and the verifier's streams come from one source, as a
-    server derives them (otherwise independent, a control)."""
+    server derives them (otherwise independent, a control); ``server``: the released
+    server whose plumbing this is (``None``: ours, the PR-era server's or none)."""
 
     anchor_seed: int
     drafter_seed: int
     verifier: VerifierNoise
     shared: bool
+    server: str | None = None
 
 
 def independent_streams(seed: int, *, device: torch.device) -> DecodeStreams:
@@ -341,6 +343,7 @@ class DecodeResult:
     round_blocks: torch.Tensor  # [rounds, rows, gamma+1] int64: committed tokens, -1 after
     round_slots: torch.Tensor  # [rounds, rows] int64: the row's slot in the call drafting it
     shared_noise: bool = False  # drafter and verifier on one plumbing (``DecodeStreams``)
+    server: str | None = None  # the released server whose plumbing it was
 
     @property
     def mean_accepted_length(self) -> float:
@@ -505,4 +508,5 @@ def speculative_decode(
         round_blocks=torch.stack(round_blocks),
         round_slots=torch.stack(round_slots),
         shared_noise=streams.shared,
+        server=streams.server,
     )

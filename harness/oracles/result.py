@@ -38,6 +38,7 @@ class StatsResult:
     # every decode on its server's own plumbing (True), on independent streams (False);
     # None: nothing decoded
     shared_noise: bool | None = None
+    server: str | None = None  # the released server whose plumbing it ran on
     wall_s: float = field(default=0.0, compare=False)
 
     @property
@@ -116,7 +117,14 @@ class StatsResult:
             carried_by=self.carrier_names(),
             not_ruled_out="" if self.rejected else not_ruled_out(best_bounds(self.bounds)),
             scope=scope,
+            randomness=self.randomness(),
         )
+
+    def randomness(self) -> str:
+        """What it was judged on, where that is a released server's own randomness."""
+        if self.shared_noise and self.server is not None:
+            return f"judged on {self.server}'s own randomness"
+        return ""
 
     def to_json_dict(self) -> dict[str, Any]:
         """Everything but the wall time, so a report's JSON is the same on every run."""

@@ -218,6 +218,7 @@ class Sglang0523Sampler(BuiltSampler):
                 seed=seed, generator=torch.Generator(device).manual_seed(verifier_key)
             ),
             shared=True,
+            server=f"sglang {self.loaded.version}",
         )
 
     def draft_block(self, rows: int) -> DraftBlock:

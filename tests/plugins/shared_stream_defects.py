@@ -21,9 +21,14 @@ On independent streams (``--verifier-noise independent``) each defect draws fres
 numbers every call (nothing else reads torch's generator, and what it peeks at is
 what its next call draws), so it is lossless there: only the server's own plumbing
 shows it.
+
+``coupled_fraction`` (1 here) couples only the first rows of each call, that fraction
+of them: the coupling's strength, for the detection bound (docs/statistics.md).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -62,20 +67,29 @@ class VerifierUniformsSampler(ReservedBlockInverseCdfSampler):
     """Draws its block, then samples with the block after it: the verifier's acceptance
     uniforms."""
 
+    coupled_fraction = 1.0
+
+    def coupled(self, bs: int) -> int:
+        """How many of the call's first rows the defect reaches."""
+        return math.ceil(self.coupled_fraction * bs)
+
     def uniform_block(self, bs: int) -> torch.Tensor:
-        super().uniform_block(bs)  # moves the generator on by one block
+        block = super().uniform_block(bs)  # moves the generator on by one block
         (after,) = self.peek((bs, self.gamma))  # the planted defect: what the verifier draws
-        return after
+        rows = self.coupled(bs)
+        block[:rows] = after[:rows]
+        return block
 
 
-class ResidualDrawSampler(ReservedBlockInverseCdfSampler):
+class ResidualDrawSampler(VerifierUniformsSampler):
     """Draws its block, then takes step 0's uniform from the verifier's residual draw
     (after the verifier's ``[bs, gamma]`` acceptance uniforms)."""
 
     def uniform_block(self, bs: int) -> torch.Tensor:
-        block = super().uniform_block(bs)
+        block = ReservedBlockInverseCdfSampler.uniform_block(self, bs)
         _, residual = self.peek((bs, self.gamma), (bs, 1))  # the planted defect
-        block[:, 0] = residual[:, 0]
+        rows = self.coupled(bs)
+        block[:rows, 0] = residual[:rows, 0]
         return block
 
 
