@@ -168,6 +168,7 @@ def record_outputs(outputs: CallOutputs, result: ImplResult) -> None:
     result.staged = outputs.staged
     result.noise_counter = outputs.noise_counter
     result.counter_replay = outputs.counter_replay
+    result.verifier_counter = outputs.verifier_counter
     result.verify_ids = outputs.verify_ids
     result.candidates = outputs.candidates
 

@@ -67,6 +67,7 @@ class ImplResult:
     staged: StagedParams | None = None  # the sampler's own staging, where it exposes it
     noise_counter: NoiseCounter | None = None  # counter-based noise the harness owns
     counter_replay: torch.Tensor | None = None  # [bs, gamma]: tokens of the declared stream
+    verifier_counter: NoiseCounter | None = None  # the server verifier's stream, decode so far
     verify_ids: torch.Tensor | None = None  # [bs, gamma + 1]: anchor then drafts
     candidates: torch.Tensor | None = None  # [bs, gamma, V] bool: the contract's draft support
     error: RaisedError | None = None

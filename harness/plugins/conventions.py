@@ -92,6 +92,10 @@ class CallOutputs:
     # variant: the K largest base logits of each position), computed by the harness from
     # the call's inputs; None: every entry.
     candidates: torch.Tensor | None = None
+    # The counter-based stream the server's verifier reads over the decode so far (its
+    # key; counters 0 .. one per drafted block): None where the convention does not
+    # declare one.
+    verifier_counter: NoiseCounter | None = None
 
 
 def plain_tensor(value: object, *, name: str) -> torch.Tensor | None:

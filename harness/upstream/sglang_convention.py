@@ -184,6 +184,7 @@ class Sglang0523Sampler(BuiltSampler):
         noise: Any,
         tp_sync: Any,
         loaded: LoadedSglang,
+        server_seed: int,
         server_out: torch.Tensor | None = None,
     ) -> None:
         self.sampler = sampler
@@ -191,6 +192,7 @@ class Sglang0523Sampler(BuiltSampler):
         self.model = model
         self.loaded = loaded
         self.noise = noise  # the DraftNoise the harness built and owns
+        self.server_seed = server_seed  # what the draft key and the rejection noise derive from
         self.tp_sync = tp_sync
         self._counter_start = self.counter()
         self._step_logits_poisoned = False
@@ -203,13 +205,15 @@ class Sglang0523Sampler(BuiltSampler):
 
     def decode_streams(self, *, seed: int, device: torch.device) -> DecodeStreams:
         """Today's server's plumbing from its random seed: the draft noise keyed by the
-        package's ``draft_noise_key(seed)`` (the key this sampler was built with), its
+        package's ``draft_noise_key(seed)`` (built with this sampler, ``build``), its
         offset advanced by the sampler from 0; the verifier's rejection noise built from
         the same seed by the package's ``make_rejection_noise`` (``BlockwiseRejection``
         does that with ``VerifierNoise.seed``); our chain verifier draws from a torch
         generator seeded with the package's ``rejection_noise_key(seed)``."""
-        if self.loaded.draft_noise_key(seed) != self.noise.key:
-            raise ValueError(f"the sampler's draft noise was not keyed by the server seed {seed}")
+        if seed != self.server_seed:
+            raise ValueError(
+                f"the sampler was built for server seed {self.server_seed}, not {seed}"
+            )
         verifier_key = self.loaded.rejection_noise_key(seed)
         return DecodeStreams(
             anchor_seed=derived_seeds(seed, 3)[0],
@@ -292,6 +296,9 @@ class Sglang0523Sampler(BuiltSampler):
             noise_counter=counter,
             counter_replay=replay,
             verify_ids=self._verify_ids(case),
+            verifier_counter=NoiseCounter(
+                key=self.loaded.rejection_noise_key(self.server_seed), start=0, end=counter.end
+            ),
         )
 
     def _verify_ids(self, case: Case) -> torch.Tensor | None:
@@ -455,6 +462,7 @@ class Sglang0523Convention(Convention):
             noise=noise,
             tp_sync=tp_sync,
             loaded=loaded,
+            server_seed=case.seed,
             server_out=out,
         )
 

@@ -150,6 +150,12 @@ ROWS = (
         BUCKETED,
         frozenset({"no_writes_outside_batch"}),
     ),
+    DefectRow(
+        "noise_shared_with_verifier",
+        "KeyedWithVerifierNoise",
+        BUCKETED,
+        frozenset({"noise_shared_with_verifier"}),
+    ),
 )
 
 
