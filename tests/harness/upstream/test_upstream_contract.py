@@ -230,3 +230,11 @@ def test_each_life_defect_of_the_contract_fails_its_life_check(
     assert {name for name, status in one_call.items() if status == "fail"} == ALWAYS
     _, statuses = _run(LIFE, getattr(samplers, sampler))
     assert statuses[check] == "fail"
+
+
+def test_the_package_sampler_is_judged_on_its_servers_own_randomness() -> None:
+    from harness.testing import implementation_of, oracle_verdict
+
+    statistical = oracle_verdict(implementation_of("sglang=sglang"))
+    assert statistical.ran and not statistical.failed, statistical.describe()
+    assert statistical.describe().endswith("[judged on sglang 0.5.23's own randomness]")
