@@ -36,6 +36,19 @@ def _case_files(tmp_path: Path) -> list[str]:
     return args
 
 
+# -- the option ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["stats", "compare", "report", "versions"])
+def test_verifier_noise_of_another_name_is_bad_usage_before_any_work(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [command, "--verifier-noise", "together", "--out-dir", str(tmp_path)]
+    assert main(argv) == 2
+    assert "--verifier-noise: expected one of shared, independent, got 'together'" in (
+        capsys.readouterr().err
+    )
+    assert not list(tmp_path.iterdir())
+
+
 # -- the Python API ----------------------------------------------------------------------------
 @pytest.mark.parametrize("spec", list(DEFECTS.values()), ids=list(DEFECTS))
 def test_assert_lossless_rejects_a_drafter_reading_the_verifiers_stream(spec: str) -> None:
