@@ -33,8 +33,8 @@ class VerifierNoise(enum.StrEnum):
     @property
     def description(self) -> str:
         if self is VerifierNoise.SHARED:
-            return "the server's own randomness (drafter and verifier from one server seed)"
-        return "independent streams (a control: drafter and verifier never share a source)"
+            return "the server's own randomness: drafter and verifier from one server seed"
+        return "independent streams: a control, drafter and verifier never share a source"
 
 
 DEFAULT_VERIFIER_NOISE = VerifierNoise.SHARED

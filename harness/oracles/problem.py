@@ -46,6 +46,7 @@ from reference import (
     prepare_block,
     teacher_forced_logits,
 )
+from reference.streams import independent_streams
 from reference.target_model import MarkovTargetModel, make_markov_target
 from reference.verifier import (
     CHAIN_VERIFIER,
@@ -54,7 +55,6 @@ from reference.verifier import (
     DraftContext,
     Verifier,
     derived_seeds,
-    independent_streams,
     speculative_decode,
 )
 
@@ -215,7 +215,7 @@ class StatsConfig:
             f"on odd rounds), V={self.vocab_size}, gamma={self.gamma}, "
             f"H={self.hidden_size}, r={self.markov_rank}, family alpha={self.alpha:g}, "
             f"seed={self.seed}, model seed={self.model_seed}, "
-            f"verifier noise {self.verifier_noise.value}"
+            f"verifier noise: {self.verifier_noise.value} ({self.verifier_noise.description})"
         )
 
 

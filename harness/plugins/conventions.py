@@ -33,7 +33,8 @@ from harness.plugins.construct import bind_constructor, construct_sampler
 from harness.plugins.protocol import DraftSampler
 from harness.plugins.walks import HeadCounts, observe_head
 from reference.sampling_params import SamplingInfo
-from reference.verifier import DecodeStreams, DraftBlock, read_draft_block, shared_torch_streams
+from reference.streams import DecodeStreams, shared_torch_streams
+from reference.verifier import DraftBlock, read_draft_block
 
 if TYPE_CHECKING:
     from harness.case import Case, CaseInputs

@@ -290,21 +290,11 @@ def _left_out(scope: Scope) -> str:
 
 
 def noise_lines(oracle: OracleRun) -> list[str]:
-    """Where the verifier drew from: the run's choice, and each result decoded otherwise
-    than it asked (a convention whose server plumbing the harness does not model)."""
-    asked = oracle.config.verifier_noise
-    lines = [f"verifier noise: {asked.value}, {asked.description}"]
-    for r in oracle.every_result():
-        if r.shared_noise is None:
-            continue
-        if r.shared_noise:
-            lines.append(f"{r.name} under {r.verifier}: judged on its server's own randomness")
-        elif asked is VerifierNoise.SHARED:
-            lines.append(
-                f"{r.name} under {r.verifier}: judged on independent streams "
-                "(its server's plumbing is not modelled)"
-            )
-    return lines
+    """Each result's randomness, where the run asked for the servers' own."""
+    shared = oracle.config.verifier_noise is VerifierNoise.SHARED
+    on = {True: "its server's own randomness", False: "independent streams (not modelled)"}
+    results = [r for r in oracle.every_result() if shared and r.shared_noise is not None]
+    return [f"{r.name} under {r.verifier}: judged on {on[bool(r.shared_noise)]}" for r in results]
 
 
 def oracle_text(oracle: OracleRun) -> str:
@@ -407,10 +397,10 @@ def oracle_brief(oracle: OracleRun) -> tuple[Block, ...]:
         textwrap.fill(
             f"V={config.vocab_size}, gamma={config.gamma}, H={config.hidden_size}, "
             f"r={config.markov_rank}, {config.rounds} rounds per row, family alpha "
-            f"{config.alpha:g}, seed {config.seed}; targets and rows: Coverage",
+            f"{config.alpha:g}, seed {config.seed}, verifier noise "
+            f"{config.verifier_noise.value}; targets and rows: Coverage",
             width=TERMINAL_WIDTH,
         ),
-        noise_lines(oracle)[0],
         *cut_lines(oracle),
         Table.of(
             ["impl", "verifier", "verdict", "family p", "rejected tests", "strongest rejection"],

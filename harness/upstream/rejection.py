@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 
 from harness.upstream.sglang_loader import load_sglang
+from reference.streams import VerifierNoise
 from reference.verifier import (
-    VerifierNoise,
     VerifyResult,
     VerifyRound,
     VerifyStep,

@@ -49,7 +49,8 @@ from harness.plugins.walks import HeadCounts, wrapped_on_instance
 from harness.upstream.sglang_loader import LoadedSglang, load_sglang
 from reference import MarkovHead
 from reference.sampling_params import SamplingInfo
-from reference.verifier import DecodeStreams, DraftBlock, VerifierNoise, derived_seeds
+from reference.streams import DecodeStreams, VerifierNoise, derived_seeds
+from reference.verifier import DraftBlock
 
 if TYPE_CHECKING:
     from harness.case import Case, CaseInputs

@@ -60,7 +60,8 @@ from harness.upstream.vllm_loader import TOPK_ATTRIBUTE, LoadedVllm, interpreted
 from reference.block import prepare_block
 from reference.draft_model import query_rows_per_request
 from reference.sampling_params import SamplingInfo, stage_sampling_params
-from reference.verifier import DecodeStreams, DraftBlock, independent_streams
+from reference.streams import DecodeStreams, independent_streams
+from reference.verifier import DraftBlock
 
 if TYPE_CHECKING:
     from harness.case import Case, CaseInputs

@@ -44,7 +44,8 @@ import torch
 
 from harness.oracles.cut import OracleCut
 from harness.upstream.vllm_loader import interpreter_log1p, load_vllm
-from reference.verifier import VerifierNoise, VerifyResult, VerifyRound, VerifyStep
+from reference.streams import VerifierNoise
+from reference.verifier import VerifyResult, VerifyRound, VerifyStep
 
 ROW_CUT = 600  # rows per head (every target) under this verifier: see docs/upstream.md
 VERIFIER_CUT = OracleCut(rows=ROW_CUT, by="vllm-rejection (verifier under Triton's interpreter)")

@@ -32,7 +32,7 @@ import math
 
 import torch
 
-from reference.verifier import default_generator
+from reference.streams import default_generator
 from tests.plugins.alternative_samplers import InverseCdfSampler
 
 

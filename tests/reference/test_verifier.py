@@ -14,13 +14,13 @@ import torch
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.oracles.gof import pearson_fit
 from reference import ReferenceDraftSampler, SamplingInfo, ToyDraftModel, make_toy_draft_model
+from reference.streams import VerifierNoise
 from reference.target_model import MarkovTargetModel, make_markov_target
 from reference.verifier import (
     CHAIN_VERIFIER,
     DecodeResult,
     DraftBlock,
     DraftContext,
-    VerifierNoise,
     VerifyResult,
     VerifyRound,
     VerifyStep,

@@ -25,7 +25,8 @@ from harness.plugins.construct import bind_constructor
 from harness.plugins.conventions import ConstructorConvention, ConventionName
 from harness.plugins.implementations import builtin_implementations
 from harness.render.statistics import cut_lines, results_table
-from reference.verifier import CHAIN_VERIFIER, VerifierNoise, VerifyStep
+from reference.streams import VerifierNoise
+from reference.verifier import CHAIN_VERIFIER, VerifyStep
 
 CUT = OracleCut(rows=250, rounds=12, targets=("far",), by="a test convention (as interpreted)")
 VERIFIER_CUT = OracleCut(rows=600, by="a slow test verifier")

@@ -14,7 +14,8 @@ from harness.defaults import VerifierNoise
 from harness.oracles import stats
 from harness.oracles.problem import DEFAULT_CONFIG, StatsProblem, build_problems
 from harness.plugins.implementations import Implementation
-from reference.verifier import CHAIN_VERIFIER, shared_torch_streams
+from reference.streams import shared_torch_streams
+from reference.verifier import CHAIN_VERIFIER
 from tests.plugins.shared_stream_defects import SHARED_STREAM_CORRECT, SHARED_STREAM_DEFECTS
 
 ALL = {**SHARED_STREAM_DEFECTS, **SHARED_STREAM_CORRECT}

@@ -22,9 +22,9 @@ from harness.oracles.part import combined_statistical
 from harness.oracles.problem import DEFAULT_CONFIG, StatsProblem, build_problems, group_label
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.upstream.rejection import BLOCKWISE_REJECTION, committed_block
+from reference.streams import VerifierNoise
 from reference.verifier import (
     CHAIN_VERIFIER,
-    VerifierNoise,
     VerifyResult,
     VerifyRound,
     VerifyStep,

@@ -24,12 +24,12 @@ from harness.oracles.problem import DEFAULT_CONFIG, FAR, build_problems
 from harness.plugins.implementations import builtin_implementations
 from harness.upstream import vllm_loader
 from harness.upstream.vllm_rejection import ROW_CUT, VLLM_REJECTION, RequestNoise
+from reference.streams import VerifierNoise
 from reference.target_model import MarkovTargetModel
 from reference.verifier import (
     CHAIN_VERIFIER,
     DraftBlock,
     Verifier,
-    VerifierNoise,
     VerifyResult,
     VerifyRound,
     VerifyStep,
