@@ -238,3 +238,19 @@ def test_the_package_sampler_is_judged_on_its_servers_own_randomness() -> None:
     statistical = oracle_verdict(implementation_of("sglang=sglang"))
     assert statistical.ran and not statistical.failed, statistical.describe()
     assert statistical.describe().endswith("[judged on sglang 0.5.23's own randomness]")
+
+
+def test_the_servers_plumbing_derives_both_streams_from_its_one_seed(
+    samplers: ModuleType,
+) -> None:
+    from harness.upstream.sglang_convention import SGLANG_0_5_23
+
+    loaded, cpu, seed = samplers.PACKAGE, torch.device("cpu"), BUCKETED.seed
+    built = SGLANG_0_5_23.build(samplers.Sampler, case=BUCKETED, inputs=build_inputs(BUCKETED))
+    streams = built.decode_streams(seed=seed, device=cpu)
+    assert streams.shared and streams.server == f"sglang {loaded.version}"
+    assert built.noise.key == loaded.draft_noise_key(seed)  # the proposer's key
+    rejection = loaded.make_rejection_noise(streams.verifier.seed, cpu)  # the worker's
+    assert rejection.key == loaded.rejection_noise_key(seed) != built.noise.key
+    with pytest.raises(ValueError, match="built for server seed"):
+        built.decode_streams(seed=seed + 1, device=cpu)
