@@ -254,3 +254,14 @@ def test_the_servers_plumbing_derives_both_streams_from_its_one_seed(
     assert rejection.key == loaded.rejection_noise_key(seed) != built.noise.key
     with pytest.raises(ValueError, match="built for server seed"):
         built.decode_streams(seed=seed + 1, device=cpu)
+
+
+def test_a_drafter_keyed_with_the_verifiers_key_is_not_lossless(samplers: ModuleType) -> None:
+    """The oracle cannot see this coupling (the two keys feed unrelated generators on the
+    CPU); the exact check names it."""
+    verdict = check_sampler(
+        samplers.KeyedWithVerifierNoise, cases=[BUCKETED], require="lossless", stats=False
+    )
+    assert not verdict.lossless and not verdict.ok
+    assert "noise_shared_with_verifier" in verdict.evidence()
+    assert "the verifier reads the same (key, counter)" in verdict.evidence()
