@@ -1,10 +1,12 @@
 """Names and defaults the command line offers before any work, defined once and
 importable without torch (so ``python -m harness --help`` answers at once): the
 built-in implementations, the pair's sides, the model dtypes, the devices' form, the
-seeds' range, the per-call time limit and the intra-op thread count."""
+seeds' range, the per-call time limit, the intra-op thread count and where the oracle's
+verifier draws from."""
 
 from __future__ import annotations
 
+import enum
 import re
 
 LEGACY, FIXED, REFERENCE = "legacy", "fixed", "reference"
@@ -20,3 +22,19 @@ DEFAULT_TIME_LIMIT_S = 120.0  # per construction, staging and call of an impleme
 # Intra-op threads of a run: the shapes are small, and on a shared 2-core machine a second
 # thread per process mostly waits for a busy core (docs/design.md, "Threads").
 DEFAULT_THREADS = 1
+
+
+class VerifierNoise(enum.StrEnum):
+    """Where the verifier's draws come from in the oracle's decodes (``--verifier-noise``)."""
+
+    SHARED = "shared"  # each server's own plumbing: drafter and verifier from one seed
+    INDEPENDENT = "independent"  # streams of their own: a control
+
+    @property
+    def description(self) -> str:
+        if self is VerifierNoise.SHARED:
+            return "the server's own randomness: drafter and verifier from one server seed"
+        return "independent streams: a control, drafter and verifier never share a source"
+
+
+DEFAULT_VERIFIER_NOISE = VerifierNoise.SHARED

@@ -95,7 +95,12 @@ def judge_oracle(
 
     options.progress("statistical oracle ...")
     started = time.perf_counter()
-    chosen = config or replace(DEFAULT_CONFIG, seed=options.seed, device=options.device)
+    chosen = config or replace(
+        DEFAULT_CONFIG,
+        seed=options.seed,
+        device=options.device,
+        verifier_noise=options.verifier_noise,
+    )
     verifiers = (
         available_verifiers() if options.verifiers is None else verifiers_named(options.verifiers)
     )

@@ -192,7 +192,15 @@ class Judgement:
             "ledger": None if self.ledger is None else self.ledger.to_json(),
             "oracle": None
             if self.oracle is None
-            else {"ok": self.oracle.ok, "verifiers": list(self.oracle.run.by_verifier)},
+            else {
+                "ok": self.oracle.ok,
+                "verifiers": list(self.oracle.run.by_verifier),
+                "verifier_noise": self.oracle.run.config.verifier_noise.value,
+                "shared_noise": {
+                    f"{r.name} under {r.verifier}": r.shared_noise
+                    for r in self.oracle.run.every_result()
+                },
+            },
             "work": None
             if self.work is None
             else {

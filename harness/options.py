@@ -19,8 +19,10 @@ from harness.defaults import (
     DEFAULT_PAIR,
     DEFAULT_THREADS,
     DEFAULT_TIME_LIMIT_S,
+    DEFAULT_VERIFIER_NOISE,
     FIXED,
     REFERENCE,
+    VerifierNoise,
 )
 from harness.pipeline.check_result import Tier
 from harness.progress import Progress, no_progress
@@ -114,7 +116,8 @@ class RunOptions:
     runs (without it every lossless verdict says it rests on the checks alone).
     ``verifiers``: the names of the verifiers the oracle of a lossless verdict runs
     under (``harness.oracles.verifiers``; ``None``: every one that runs here at the
-    report's rows)."""
+    report's rows). ``verifier_noise``: where the oracle's verifier draws from (each
+    server's own plumbing, or independent streams as a control)."""
 
     seed: int = 0
     device: str = "cpu"
@@ -126,6 +129,7 @@ class RunOptions:
     max_memory_bytes: int | None = None
     stats: bool = True
     verifiers: tuple[str, ...] | None = None
+    verifier_noise: VerifierNoise = DEFAULT_VERIFIER_NOISE
     resume: bool = False  # reuse the records an interrupted run left in its journal
     threads: int | None = DEFAULT_THREADS  # torch intra-op threads (None: torch's own count)
     progress: Progress = field(default=no_progress, compare=False)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from harness.defaults import DEFAULT_THREADS
+from harness.defaults import DEFAULT_THREADS, DEFAULT_VERIFIER_NOISE, VerifierNoise
 from harness.pipeline.check_result import TIER_LABELS, Tier
 
 if TYPE_CHECKING:
@@ -60,6 +60,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="leave the statistical oracle out (checks only; statistical oracle not run)",
     )
     group.addoption(
+        "--dspark-verifier-noise",
+        choices=[noise.value for noise in VerifierNoise],
+        default=DEFAULT_VERIFIER_NOISE.value,
+        help="where the oracle's verifier draws from: shared (default), each server's own "
+        "plumbing; independent, streams of their own (a control)",
+    )
+    group.addoption(
         "--dspark-threads",
         type=int,
         default=DEFAULT_THREADS,
@@ -84,6 +91,7 @@ def pytest_configure(config: pytest.Config) -> None:
         roles=options.Roles(require=Tier.from_label(config.getoption("dspark_require"))),
         stats=not config.getoption("dspark_no_stats"),
         threads=config.getoption("dspark_threads") or None,
+        verifier_noise=VerifierNoise(config.getoption("dspark_verifier_noise")),
     )
     from harness.plugins.implementations import ImplementationError, parse_impl_spec
 
@@ -180,7 +188,11 @@ class DsparkOracleItem(DsparkItem):
     def runtest(self) -> None:
         from harness.testing import oracle_verdict
 
-        statistical = oracle_verdict(self.implementation, threads=self.options.threads)
+        statistical = oracle_verdict(
+            self.implementation,
+            threads=self.options.threads,
+            verifier_noise=self.options.verifier_noise,
+        )
         if statistical.failed:
             raise SamplerCheckFailure(
                 f"{self.implementation.name} is NOT lossless: {statistical.describe()}"

@@ -23,7 +23,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness.case import Case
-from harness.defaults import DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S
+from harness.defaults import (
+    DEFAULT_THREADS,
+    DEFAULT_TIME_LIMIT_S,
+    DEFAULT_VERIFIER_NOISE,
+    VerifierNoise,
+)
 from harness.options import Roles, RunOptions
 from harness.pipeline.check_result import Tier
 from harness.pipeline.verdicts import Statistical, Verdict
@@ -71,11 +76,14 @@ def check_sampler(
     stats: bool = True,
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
     threads: int | None = DEFAULT_THREADS,
+    verifier_noise: VerifierNoise | str = DEFAULT_VERIFIER_NOISE,
 ) -> Verdict:
     """Run the sampler next to the reference on ``cases`` (default: the standard matrix)
     and, unless ``stats=False``, through the statistical oracle (the report's defaults,
     on the cases' device); its verdicts, with ``ok`` saying whether it meets ``require``
-    (a ``Tier``, or its label: ``"lossless"`` or ``"drop-in"``)."""
+    (a ``Tier``, or its label: ``"lossless"`` or ``"drop-in"``). ``verifier_noise``:
+    the oracle's verifier on each server's own plumbing (``"shared"``, the default) or
+    on independent streams (``"independent"``, a control)."""
     from harness.defaults import REFERENCE
     from harness.judge import judge
     from harness.pipeline.matrix import standard_matrix
@@ -95,6 +103,7 @@ def check_sampler(
             roles=Roles(require=required),
             stats=stats,
             threads=threads,
+            verifier_noise=VerifierNoise(verifier_noise),
         ),
         oracle_on=(implementation.name,),
     )
@@ -107,6 +116,7 @@ def oracle_verdict(
     device: str = "cpu",
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
     threads: int | None = DEFAULT_THREADS,
+    verifier_noise: VerifierNoise | str = DEFAULT_VERIFIER_NOISE,
 ) -> Statistical:
     """The statistical oracle's verdict on one implementation, at the report's defaults
     (its seed) on ``device``, each decode within ``time_limit_s``."""
@@ -117,6 +127,7 @@ def oracle_verdict(
         roles=Roles(require=Tier.LOSSLESS),
         time_limit_s=time_limit_s,
         threads=threads,
+        verifier_noise=VerifierNoise(verifier_noise),
     )
     judgement = judge([], [implementation], options=options)
     assert judgement.oracle is not None  # the options ask for it
@@ -131,6 +142,7 @@ def _assert(
     stats: bool,
     time_limit_s: float | None,
     threads: int | None,
+    verifier_noise: VerifierNoise | str,
 ) -> Verdict:
     verdict = check_sampler(
         spec_or_class,
@@ -139,6 +151,7 @@ def _assert(
         stats=stats,
         time_limit_s=time_limit_s,
         threads=threads,
+        verifier_noise=verifier_noise,
     )
     if not verdict.ok:
         lines = [f"{verdict.name} is {verdict.summary()}", verdict.evidence()]
@@ -153,6 +166,7 @@ def assert_lossless(
     stats: bool = True,
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
     threads: int | None = DEFAULT_THREADS,
+    verifier_noise: VerifierNoise | str = DEFAULT_VERIFIER_NOISE,
 ) -> Verdict:
     """Raise ``AssertionError`` (every failing check listed, and the oracle's verdict)
     unless the sampler is lossless: its checks and the statistical oracle."""
@@ -163,6 +177,7 @@ def assert_lossless(
         stats=stats,
         time_limit_s=time_limit_s,
         threads=threads,
+        verifier_noise=verifier_noise,
     )
 
 
@@ -173,6 +188,7 @@ def assert_drop_in(
     stats: bool = True,
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
     threads: int | None = DEFAULT_THREADS,
+    verifier_noise: VerifierNoise | str = DEFAULT_VERIFIER_NOISE,
 ) -> Verdict:
     """Raise ``AssertionError`` unless the sampler is lossless and drop-in."""
     return _assert(
@@ -182,6 +198,7 @@ def assert_drop_in(
         stats=stats,
         time_limit_s=time_limit_s,
         threads=threads,
+        verifier_noise=verifier_noise,
     )
 
 

@@ -16,10 +16,15 @@ tokens (and a minimum number of rounds ran); the next round's anchor is the row'
 last committed token. ``draft_distribution`` is the one place ``q = softmax(corrected
 / T)`` is computed.
 
-The verifier is a plain value (``Verifier``): ``CHAIN_VERIFIER`` (``chain_verify``
-with its own generator) by default, or any other model of the server's verifier,
-such as the released server's block-wise rejection (``harness.upstream``). Each
-round hands it one ``VerifyRound``.
+The verifier is a plain value (``Verifier``): ``CHAIN_VERIFIER`` (``chain_verify``)
+by default, or any other model of the server's verifier, such as the released
+server's block-wise rejection (``harness.upstream``). Each round hands it one
+``VerifyRound``. Every random stream of a decode comes from one ``DecodeStreams``
+value: ``independent_streams`` gives the anchors, the drafter (torch's global RNG)
+and the verifier streams of their own; ``shared_torch_streams`` is the PR-era
+server's plumbing, the drafter and the verifier drawing in turn from torch's one
+generator (disjoint because each draw advances it). A server's own plumbing
+(``harness.upstream``) is another such value.
 ``DraftContext`` gives the drafter hidden states that depend on the round's
 context, so ``q`` changes with the anchor as it would in a real drafter (or, when
 ``anchor_dependent`` is off, the same hidden state for every query row, so a
@@ -41,6 +46,8 @@ import torch
 
 from reference.draft_model import query_rows_per_request
 from reference.sampling_params import SamplingInfo
+from reference.streams import DecodeStreams, VerifierNoise, independent_streams
+from reference.streams import derived_seeds as derived_seeds
 from reference.target_model import MarkovTargetModel
 
 
@@ -145,22 +152,23 @@ VerifyStep = Callable[[VerifyRound], VerifyResult]
 
 class Verifier(Protocol):
     """A model of the server's verifier: ``start`` gives one decode's verify step, its
-    random stream derived from ``seed`` alone (so a decode replays)."""
+    random streams those ``noise`` gives (so a decode replays)."""
 
     @property
     def name(self) -> str: ...
 
-    def start(self, *, seed: int, device: torch.device) -> VerifyStep: ...
+    def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep: ...
 
 
 @dataclass(frozen=True)
 class ChainVerifier:
-    """``chain_verify`` on ``q = draft_distribution(...)`` and the target's block rows."""
+    """``chain_verify`` on ``q = draft_distribution(...)`` and the target's block rows,
+    drawing from the plumbing's torch generator."""
 
     name: str = "chain"
 
-    def start(self, *, seed: int, device: torch.device) -> VerifyStep:
-        generator = torch.Generator(device).manual_seed(seed)
+    def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep:
+        generator = noise.generator
 
         def verify(round_: VerifyRound) -> VerifyResult:
             draft = round_.draft
@@ -277,16 +285,12 @@ class DecodeResult:
     round_anchors: torch.Tensor  # [rounds, rows] int64: the anchor each round drafted from
     round_blocks: torch.Tensor  # [rounds, rows, gamma+1] int64: committed tokens, -1 after
     round_slots: torch.Tensor  # [rounds, rows] int64: the row's slot in the call drafting it
+    shared_noise: bool = False  # drafter and verifier on one plumbing (``DecodeStreams``)
+    server: str | None = None  # the released server whose plumbing it was
 
     @property
     def mean_accepted_length(self) -> float:
         return float(self.accepted_lengths.double().mean())
-
-
-def derived_seeds(seed: int, count: int) -> list[int]:
-    """Independent seeds for the streams of one run, derived from its seed."""
-    generator = torch.Generator().manual_seed(seed)
-    return [int(s) for s in torch.randint(0, 2**62, (count,), generator=generator)]
 
 
 def plain_buffer(sampler: Any, name: str) -> torch.Tensor:
@@ -348,6 +352,7 @@ def speculative_decode(
     batches_of_round: Callable[[int], Sequence[torch.Tensor]] | None = None,
     verifier: Verifier = CHAIN_VERIFIER,
     read_draft: DraftReader = read_draft_block,
+    streams: DecodeStreams | None = None,
 ) -> DecodeResult:
     """Draft with ``sampler``, verify against ``target``, until every row has ``m`` tokens
     and at least ``min_rounds`` rounds ran.
@@ -355,8 +360,10 @@ def speculative_decode(
     ``sampler`` is any ``DsparkDraftSampler``-compatible object built with
     ``max_bs >= rows`` and folded sampling. Rows are ``sampling_info``'s requests,
     staged before every round as the server stages before every graph replay.
-    The seed fixes the first anchors, the verifier's draws and the sampler's
-    noise (the global RNG is forked, so the caller's state is left as it was).
+    ``streams`` gives the first anchors, the sampler's noise (torch's global RNG is
+    seeded with its drafter seed; a counter-based drafter keeps its own) and the
+    verifier's draws (default: ``independent_streams(seed)``); the global RNG is
+    forked, so the caller's state is left as it was.
     Every row takes part in every round; tokens past the first ``m`` are kept in
     ``round_blocks`` only, and only the rounds of rows still short of ``m`` count
     in ``accepted_lengths``. ``batches_of_round(r)`` splits round ``r``'s rows into
@@ -370,12 +377,11 @@ def speculative_decode(
     device = target.device
     rows = int(sampling_info.temperatures.shape[0])
     gamma = int(sampler.gamma)
-    anchor_seed, verifier_seed, noise_seed = derived_seeds(seed, 3)
+    streams = streams if streams is not None else independent_streams(seed, device=device)
     target_temperatures = sampling_info.temperatures.to(device, torch.float64)
     target_greedy = sampling_info.top_ks.to(device) <= 1
-    verify = verifier.start(seed=verifier_seed, device=device)
     anchors = target.sample_anchors(
-        rows, generator=torch.Generator(device).manual_seed(anchor_seed)
+        rows, generator=torch.Generator(device).manual_seed(streams.anchor_seed)
     )  # [rows]
     committed = torch.full((rows, m), -1, dtype=torch.int64, device=device)
     filled = torch.zeros(rows, dtype=torch.int64, device=device)
@@ -387,7 +393,8 @@ def speculative_decode(
     round_slots: list[torch.Tensor] = []  # [rows] each
     fork_devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=fork_devices):
-        torch.manual_seed(noise_seed)
+        torch.manual_seed(streams.drafter_seed)
+        verify = verifier.start(noise=streams.verifier, device=device)
         while bool((filled < m).any()) or len(round_blocks) < min_rounds:
             batches = (
                 batches_of_round(len(round_blocks))
@@ -437,4 +444,6 @@ def speculative_decode(
         round_anchors=torch.stack(round_anchors),
         round_blocks=torch.stack(round_blocks),
         round_slots=torch.stack(round_slots),
+        shared_noise=streams.shared,
+        server=streams.server,
     )

@@ -8,7 +8,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, DEFAULT_THREADS, DEFAULT_TIME_LIMIT_S
+from harness.defaults import (
+    BUILTIN_NAMES,
+    DEFAULT_PAIR,
+    DEFAULT_THREADS,
+    DEFAULT_TIME_LIMIT_S,
+    DEFAULT_VERIFIER_NOISE,
+    VerifierNoise,
+)
 from harness.options import Roles, RolesError, RunOptions
 from harness.pipeline.check_result import TIER_LABELS, Tier
 from harness.render.progress import progress_printer
@@ -184,6 +191,30 @@ def add_stats_option(parser: argparse.ArgumentParser) -> None:
     add_verifiers_option(parser, unnamed="every one available here but vllm-rejection")
 
 
+def verifier_noise(text: str) -> VerifierNoise:
+    """``--verifier-noise``'s value, refused with the words it takes."""
+    try:
+        return VerifierNoise(text)
+    except ValueError:
+        expected = ", ".join(noise.value for noise in VerifierNoise)
+        raise argparse.ArgumentTypeError(f"expected one of {expected}, got {text!r}") from None
+
+
+def add_verifier_noise_option(parser: argparse.ArgumentParser) -> None:
+    """``--verifier-noise shared|independent``: where the oracle's verifier draws from
+    (``RunOptions.verifier_noise``; checked by argparse, before any work)."""
+    parser.add_argument(
+        "--verifier-noise",
+        type=verifier_noise,
+        choices=list(VerifierNoise),
+        default=DEFAULT_VERIFIER_NOISE,
+        metavar="{" + ",".join(VerifierNoise) + "}",
+        help="where the oracle's verifier draws from: shared (default), each server's own "
+        "plumbing, its drafter and verifier streams from one server seed; independent, "
+        "streams of their own (a control)",
+    )
+
+
 def add_verifiers_option(parser: argparse.ArgumentParser, *, unnamed: str) -> None:
     """``--verifiers NAME[,NAME...]``: the oracle's verifiers by name (checked before any
     work, ``harness.cli.validate.check_verifiers``); not given, it is ``None`` (as
@@ -198,6 +229,7 @@ def add_verifiers_option(parser: argparse.ArgumentParser, *, unnamed: str) -> No
         metavar="NAME[,NAME...]",
         help=f"run the statistical oracle under each of these: {listed} (default: {unnamed})",
     )
+    add_verifier_noise_option(parser)
 
 
 def run_options(args: argparse.Namespace, *, require_observable: bool = False) -> RunOptions:
@@ -216,6 +248,7 @@ def run_options(args: argparse.Namespace, *, require_observable: bool = False) -
         max_memory_bytes=check_max_memory(args.max_memory),
         stats=not getattr(args, "no_stats", False),
         verifiers=getattr(args, "verifiers", None),
+        verifier_noise=getattr(args, "verifier_noise", DEFAULT_VERIFIER_NOISE),
         resume=bool(getattr(args, "resume", False)),
         threads=getattr(args, "threads", DEFAULT_THREADS) or None,
         progress=progress_printer(quiet=args.quiet),

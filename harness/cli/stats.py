@@ -159,6 +159,7 @@ def command(args: argparse.Namespace) -> int:
             seed=args.seed,
             model_seed=args.model_seed,
             device=args.device,
+            verifier_noise=options.verifier_noise,
         )
         with make_executor(isolate=options.isolate) as executor:  # stopped before the report
             extras = selected_implementations(args, [], executor=executor)

@@ -15,6 +15,7 @@ import time
 
 from harness.cli.emit import UsageError
 from harness.cli.exit_codes import ExitCode
+from harness.cli.options import add_verifier_noise_option
 from harness.render.progress import progress_printer
 from harness.render.report import Report, emit_report
 
@@ -27,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="support-scan triples per point and version (12 points; default 65536)",
     )
     parser.add_argument("--repeats", type=int, default=5, help="A/B timing repetitions (default 5)")
+    add_verifier_noise_option(parser)
 
 
 def command(args: argparse.Namespace) -> ExitCode:
@@ -47,6 +49,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         seed=args.seed,
         scan_triples_per_point=args.scan_triples,
         repeats=args.repeats,
+        verifier_noise=args.verifier_noise,
         progress=progress_printer(quiet=args.quiet),
     )
     report = Report(

@@ -15,6 +15,7 @@ DEFAULT_MARKOV_RANK = 8
 DEFAULT_TEMPERATURES = (0.6, 1.0, 1.4, GREEDY)
 DEFAULT_ALPHA = 1e-6  # family-wise level
 DEFAULT_MODEL_SEED = 0
+
 # The verifiers by the names the command line uses, each with what it needs
 # (``harness.oracles.verifiers.VERIFIERS`` holds the verifiers themselves).
 VERIFIER_NAMES = {

@@ -102,6 +102,7 @@ def combined_statistical(results: Sequence[StatsResult]) -> Statistical:
         rejected=False,
         p_value=min(p_values) if p_values else None,
         scope="; ".join(s for s, r in zip(scopes, ran, strict=True) if r.scope()),
+        randomness=next((r.randomness() for r in ran if r.randomness()), ""),
     )
 
 

@@ -56,6 +56,8 @@ def select_rows(decoded: DecodeResult, rows: slice) -> DecodeResult:
         round_anchors=decoded.round_anchors[:, rows],
         round_blocks=decoded.round_blocks[:, rows],
         round_slots=decoded.round_slots[:, rows],
+        shared_noise=decoded.shared_noise,
+        server=decoded.server,
     )
 
 
@@ -69,11 +71,21 @@ def pool_runs(runs: Sequence[DecodeResult]) -> DecodeResult:
         round_anchors=torch.cat([run.round_anchors[:rounds] for run in runs], dim=1),
         round_blocks=torch.cat([run.round_blocks[:rounds] for run in runs], dim=1),
         round_slots=torch.cat([run.round_slots[:rounds] for run in runs], dim=1),
+        shared_noise=all(run.shared_noise for run in runs),
+        server=runs[0].server,
     )
 
 
 def chi2_power_at(table: CountTable, *, scale: float, level: float) -> float:
-    """Predicted power of one chi-square test at ``scale`` times the pooled rows.
+    """Predicted power of one chi-square test at ``scale`` times the pooled rows."""
+    noncentrality, dof = measured_noncentrality(table, scale=scale)
+    if dof == 0:
+        return 0.0  # nothing left to test once every cell is merged
+    return noncentral_chi2_sf(chi2_isf(level, dof), dof=dof, noncentrality=noncentrality)
+
+
+def measured_noncentrality(table: CountTable, *, scale: float) -> tuple[float, int]:
+    """``(noncentrality, dof)`` of one chi-square test at ``scale`` times the pooled rows.
 
     Per stratum: cells merged as the test would merge them at that size; the
     estimated chi-square distance from the law, minus what sampling noise alone
@@ -91,9 +103,7 @@ def chi2_power_at(table: CountTable, *, scale: float, level: float) -> float:
         distance = float(((estimated - exact) ** 2 / exact).sum())
         noncentrality += n * max(0.0, distance - (n_groups - 1) / pooled)
         dof += n_groups - 1
-    if dof == 0:
-        return 0.0  # nothing left to test once every cell is merged
-    return noncentral_chi2_sf(chi2_isf(level, dof), dof=dof, noncentrality=noncentrality)
+    return noncentrality, dof
 
 
 def head_power_at(tables: HeadTables, *, scale: float, level: float) -> float:
@@ -108,6 +118,19 @@ def head_power_at(tables: HeadTables, *, scale: float, level: float) -> float:
         if r.variance > 1e-12
     ]
     return max(powers, default=0.0)
+
+
+def coupling_fraction(table: CountTable, *, level: float, power: float) -> float | None:
+    """The smallest fraction of this test's rows a defect must reach to be seen with
+    probability ``power`` at ``level``, when on every row it moves the law as ``table``
+    measured it (a run with the defect on every row): rows mixed in at fraction ``f``
+    move each cell by ``f`` times as much, the noncentrality by ``f**2``. ``None``: the
+    measured move is within sampling noise, or not even all rows suffice."""
+    noncentrality, dof = measured_noncentrality(table, scale=1.0)
+    if dof == 0 or noncentrality <= 0:
+        return None
+    fraction = math.sqrt(noncentrality_for_power(dof=dof, level=level, power=power) / noncentrality)
+    return fraction if fraction <= 1 else None
 
 
 @functools.lru_cache(maxsize=1024)

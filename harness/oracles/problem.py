@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from harness.case import TOP_K_ALL, Case, CaseInputs
+from harness.defaults import DEFAULT_VERIFIER_NOISE, VerifierNoise
 from harness.devices import intra_op_threads
 from harness.oracles.defaults import (
     DEFAULT_ALPHA,
@@ -45,6 +46,7 @@ from reference import (
     prepare_block,
     teacher_forced_logits,
 )
+from reference.streams import independent_streams
 from reference.target_model import MarkovTargetModel, make_markov_target
 from reference.verifier import (
     CHAIN_VERIFIER,
@@ -109,6 +111,9 @@ class StatsConfig:
     ``restage``: odd rounds draft their rows in several calls of other sizes, each
     with other requests staged in its slots (``life_batches``); off, every round is
     one call of every row in order (one set of parameters for the instance's life).
+    ``verifier_noise``: each sampler's drafter and its verifier on its server's own
+    plumbing, from one seed (``BuiltSampler.decode_streams``), or on independent
+    streams (a control).
     """
 
     rows: int = DEFAULT_ROWS
@@ -128,6 +133,7 @@ class StatsConfig:
     device: str = "cpu"
     targets: tuple[TargetSpec, ...] = DEFAULT_TARGETS
     restage: bool = True
+    verifier_noise: VerifierNoise = DEFAULT_VERIFIER_NOISE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
@@ -136,6 +142,11 @@ class StatsConfig:
         self.validate()
 
     def validate(self) -> None:
+        if not isinstance(self.verifier_noise, VerifierNoise):
+            raise StatsError(
+                f"verifier_noise must be one of {[v.value for v in VerifierNoise]}, "
+                f"got {self.verifier_noise!r}"
+            )
         for name in ("rows", "rounds", "gamma", "vocab_size", "hidden_size", "markov_rank"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -203,7 +214,8 @@ class StatsConfig:
             f"{self.rounds} rounds per row ({'restaged' if self.restage else 'one call'} "
             f"on odd rounds), V={self.vocab_size}, gamma={self.gamma}, "
             f"H={self.hidden_size}, r={self.markov_rank}, family alpha={self.alpha:g}, "
-            f"seed={self.seed}, model seed={self.model_seed}"
+            f"seed={self.seed}, model seed={self.model_seed}, "
+            f"verifier noise: {self.verifier_noise.value} ({self.verifier_noise.description})"
         )
 
 
@@ -425,8 +437,9 @@ def decode_rows(
     """Build the sampler at ``max_bs = rows`` (folded sampling, in the sampler's own
     calling convention, ``harness.plugins.conventions``) and run the decode loop for one
     head kind against its target, the instance living through ``life_batches``, verified
-    by ``verifier``; the loop reads each call's draft through the convention's
-    ``draft_block``."""
+    by ``verifier`` on the streams the config's ``verifier_noise`` names (the
+    convention's server plumbing, ``BuiltSampler.decode_streams``, or independent ones);
+    the loop reads each call's draft through the convention's ``draft_block``."""
     config = problem.config
     decode_seed = head_seed(seed, head_kind=head_kind)
     case = oracle_case(config, head_kind=head_kind, seed=seed)
@@ -439,6 +452,12 @@ def decode_rows(
     )
     with intra_op_threads(cpu_threads(config.device)):
         built = build_for_case(sampler_class, case=case, inputs=inputs)
+        device = torch.device(config.device)
+        streams = (
+            built.decode_streams(seed=decode_seed, device=device)
+            if config.verifier_noise is VerifierNoise.SHARED
+            else independent_streams(decode_seed, device=device)
+        )
         return speculative_decode(
             sampler=built,
             target=problem.targets[head_kind],
@@ -450,6 +469,7 @@ def decode_rows(
             batches_of_round=lambda r: life_batches(problem, r),
             verifier=verifier,
             read_draft=_built_draft_block,
+            streams=streams,
         )
 
 

@@ -35,6 +35,10 @@ class StatsResult:
     not_judged: str | None = None  # why it was not judged (the time limit): never a defect
     cuts: tuple[OracleCut, ...] = ()  # what cut the config it ran (``scope_under``)
     heads_not_run: tuple[tuple[str, str], ...] = ()  # outside its contract: (head kind, why)
+    # every decode on its server's own plumbing (True), on independent streams (False);
+    # None: nothing decoded
+    shared_noise: bool | None = None
+    server: str | None = None  # the released server whose plumbing it ran on
     wall_s: float = field(default=0.0, compare=False)
 
     @property
@@ -113,7 +117,14 @@ class StatsResult:
             carried_by=self.carrier_names(),
             not_ruled_out="" if self.rejected else not_ruled_out(best_bounds(self.bounds)),
             scope=scope,
+            randomness=self.randomness(),
         )
+
+    def randomness(self) -> str:
+        """What it was judged on, where that is a released server's own randomness."""
+        if self.shared_noise and self.server is not None:
+            return f"judged on {self.server}'s own randomness"
+        return ""
 
     def to_json_dict(self) -> dict[str, Any]:
         """Everything but the wall time, so a report's JSON is the same on every run."""

@@ -115,6 +115,8 @@ def fit_decoded(
         },
         bounds=bounds,
         verifier=verifier,
+        shared_noise=all(run.shared_noise for runs in decoded.values() for run in runs.values()),
+        server=next((run.server for runs in decoded.values() for run in runs.values()), None),
         wall_s=wall_s,
     )
 

@@ -70,6 +70,7 @@ class ImplResult:
     requested: StagedParams | None = None  # the requests as the server stages them
     stream_replays: dict[int, torch.Tensor] | None = None  # counter -> [bs, gamma] tokens
     counter_reads: CounterReads | None = None  # counters the call's draws read, if observed
+    verifier_counter: NoiseCounter | None = None  # the server verifier's stream, decode so far
     verify_ids: torch.Tensor | None = None  # [bs, gamma + 1]: anchor then drafts
     candidates: torch.Tensor | None = None  # [bs, gamma, V] bool: the contract's draft support
     error: RaisedError | None = None

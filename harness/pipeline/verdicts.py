@@ -39,6 +39,7 @@ class Statistical:
     not_judged: str | None = None  # it ran out of time: no verdict either way
     not_ruled_out: str = ""  # after a pass: the smallest defect it would have seen
     scope: str = ""  # what it ran short of the config: heads left out, a cut (rows, targets)
+    randomness: str = ""  # a released server's verdict: judged on its server's own randomness
 
     @property
     def failed(self) -> bool:
@@ -46,7 +47,7 @@ class Statistical:
         return self.ran and (self.rejected is not False)
 
     def describe(self) -> str:
-        scope = f" [{self.scope}]" if self.scope else ""
+        scope = "".join(f" [{note}]" for note in (self.scope, self.randomness) if note)
         if not self.ran:
             return f"statistical oracle not run{scope}"
         if self.not_judged is not None:
@@ -82,6 +83,7 @@ class Statistical:
             "not_judged": self.not_judged,
             "not_ruled_out": self.not_ruled_out,
             "scope": self.scope,
+            "randomness": self.randomness,
         }
 
 

@@ -33,6 +33,7 @@ from harness.plugins.construct import bind_constructor, construct_sampler
 from harness.plugins.protocol import DraftSampler
 from harness.plugins.walks import HeadCounts, observe_head
 from reference.sampling_params import SamplingInfo
+from reference.streams import DecodeStreams, shared_torch_streams
 from reference.verifier import DraftBlock, read_draft_block
 
 if TYPE_CHECKING:
@@ -121,6 +122,10 @@ class CallOutputs:
     # variant: the K largest base logits of each position), computed by the harness from
     # the call's inputs; None: every entry.
     candidates: torch.Tensor | None = None
+    # The counter-based stream the server's verifier reads over the decode so far (its
+    # key; counters 0 .. one per drafted block): None where the convention does not
+    # declare one.
+    verifier_counter: NoiseCounter | None = None
 
 
 def plain_tensor(value: object, *, name: str) -> torch.Tensor | None:
@@ -229,6 +234,12 @@ class BuiltSampler(ABC):
         """Put the noise stream at ``counter`` before a call: here torch's RNG, seeded
         with it (a counter-based stream sets its counter)."""
         torch.manual_seed(counter)
+
+    def decode_streams(self, *, seed: int, device: torch.device) -> DecodeStreams:
+        """Every random stream of a decode as this convention's server derives them from
+        its one seed: ours and the PR-era server's draw the drafter's noise and the
+        verifier's draws from torch's one generator, seeded with it."""
+        return shared_torch_streams(seed, device=device)
 
     @abstractmethod
     def draft_block(self, rows: int) -> DraftBlock:

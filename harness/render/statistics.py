@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from harness.defaults import VerifierNoise
 from harness.judgement import OracleVerdict
 from harness.options import Roles
 from harness.oracles.fits import JOINT, REPEAT, family_size, position_name
@@ -288,11 +289,20 @@ def _left_out(scope: Scope) -> str:
     return "; ".join(f"{kind} head not run: {why}" for kind, why in scope.heads_not_run)
 
 
+def noise_lines(oracle: OracleRun) -> list[str]:
+    """Each result's randomness, where the run asked for the servers' own."""
+    shared = oracle.config.verifier_noise is VerifierNoise.SHARED
+    on = {True: "its server's own randomness", False: "independent streams (not modelled)"}
+    results = [r for r in oracle.every_result() if shared and r.shared_noise is not None]
+    return [f"{r.name} under {r.verifier}: judged on {on[bool(r.shared_noise)]}" for r in results]
+
+
 def oracle_text(oracle: OracleRun) -> str:
     config = oracle.config
     parts = [
         config.describe(),
         coverage_text(config),
+        *noise_lines(oracle),
         *cut_lines(oracle),
         "",
         results_table(oracle.every_result()),
@@ -387,7 +397,8 @@ def oracle_brief(oracle: OracleRun) -> tuple[Block, ...]:
         textwrap.fill(
             f"V={config.vocab_size}, gamma={config.gamma}, H={config.hidden_size}, "
             f"r={config.markov_rank}, {config.rounds} rounds per row, family alpha "
-            f"{config.alpha:g}, seed {config.seed}; targets and rows: Coverage",
+            f"{config.alpha:g}, seed {config.seed}, verifier noise "
+            f"{config.verifier_noise.value}; targets and rows: Coverage",
             width=TERMINAL_WIDTH,
         ),
         *cut_lines(oracle),

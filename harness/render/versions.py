@@ -26,6 +26,12 @@ def _stats_word(result: StatsResult) -> str:
     return f"{'REJECTED' if result.rejected else 'pass'} (p={result.p_value:.3g}){scope}"
 
 
+def _randomness(row: VersionRow) -> str:
+    """`` (judged on <server>'s own randomness)`` when its oracle ran on its server's plumbing."""
+    notes = {r.randomness() for r in row.statistics.values() if r.randomness()}
+    return f" ({', '.join(sorted(notes))})" if notes else ""
+
+
 def versions_section(versions: Versions) -> Section:
     """The table; holds when the before-fix module is not lossless and the after-fix one is."""
     rows, ok = versions.rows, versions.ok
@@ -77,7 +83,7 @@ def versions_section(versions: Versions) -> Section:
     )
     verdict = "; ".join(
         f"{row.name} {'lossless' if row.lossless else 'NOT lossless'}"
-        f"{' and drop-in' if row.drop_in else ''}"
+        f"{' and drop-in' if row.drop_in else ''}{_randomness(row)}"
         for row in rows
     )
     return Section(title=TITLE, ok=ok, verdict=verdict, text=text, data=_json(versions, ok=ok))

@@ -6,7 +6,9 @@ CPU: accept iff ``log p(x) > log u + log q(x)``, the residual ``max(p - q, 0)`` 
 bonus row drawn by Gumbel-max, its own counter-based noise), loaded unchanged from
 the installed package. It reads what the server passes it: the candidates ``[anchor |
 drafts]``, the target logits before temperature, the draft's kept step logits and its
-staged temperatures.
+staged temperatures. Its noise is the package's ``make_rejection_noise`` of the seed
+the decode's plumbing gives (the server's random seed, from which the server's worker
+builds it too).
 
 Greedy rows (``top_k <= 1``) are not its rows: the server accepts them with its greedy
 accept and takes each row from one path or the other (``SelectMixedAccept``); a batch
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.upstream.sglang_loader import UpstreamUnavailable, load_sglang
+from reference.streams import VerifierNoise
 from reference.verifier import (
     VerifyResult,
     VerifyRound,
@@ -51,13 +54,14 @@ class BlockwiseRejectionVerifier:
 
     name: str = "sglang-blockwise"
 
-    def start(self, *, seed: int, device: torch.device) -> VerifyStep:
+    def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep:
         loaded = load_sglang()
         rejection = loaded.BlockwiseRejection
         if rejection is None:  # a release from before the module (0.5.22)
             raise UpstreamUnavailable(f"sglang {loaded.version} ships no block-wise rejection")
-        noise = loaded.make_rejection_noise(seed, device)  # its key and step counter
-        greedy_generator = torch.Generator(device).manual_seed(seed)  # never decides a draw
+        # its key and step counter, from the server seed as the worker builds them
+        rejection_noise = loaded.make_rejection_noise(noise.seed, device)
+        greedy_generator = noise.generator  # never decides a draw
 
         def verify(round_: VerifyRound) -> VerifyResult:
             draft, target = round_.draft, round_.target
@@ -75,7 +79,7 @@ class BlockwiseRejectionVerifier:
                     draft_logits=draft.step_logits[rows],
                     target_temperatures=round_.target_temperatures[rows].float(),
                     draft_temperatures=draft.temperatures[rows],
-                    noise=noise,
+                    noise=rejection_noise,
                 )
                 accepted[rows], bonus[rows] = length.long(), token.long()
             greedy = round_.target_greedy

@@ -52,6 +52,7 @@ from harness.upstream.sglang_counters import observe_counter_reads
 from harness.upstream.sglang_loader import LoadedSglang, load_sglang
 from reference import MarkovHead
 from reference.sampling_params import SamplingInfo
+from reference.streams import DecodeStreams, VerifierNoise, derived_seeds, independent_streams
 from reference.verifier import DraftBlock
 
 if TYPE_CHECKING:
@@ -187,6 +188,7 @@ class Sglang0523Sampler(BuiltSampler):
         noise: Any,
         tp_sync: Any,
         loaded: LoadedSglang,
+        server_seed: int,
         server_out: torch.Tensor | None = None,
     ) -> None:
         self.sampler = sampler
@@ -194,6 +196,7 @@ class Sglang0523Sampler(BuiltSampler):
         self.model = model
         self.loaded = loaded
         self.noise = noise  # the DraftNoise the harness built and owns
+        self.server_seed = server_seed  # what the draft key and the rejection noise derive from
         self.tp_sync = tp_sync
         self._counter_start = self.counter()
         self._step_logits_poisoned = False
@@ -205,6 +208,30 @@ class Sglang0523Sampler(BuiltSampler):
 
     def seek_noise(self, counter: int) -> None:
         self.noise.offset.fill_(counter)
+
+    def decode_streams(self, *, seed: int, device: torch.device) -> DecodeStreams:
+        """Today's server's plumbing from its random seed: the draft noise keyed by the
+        package's ``draft_noise_key(seed)`` (built with this sampler, ``build``), its
+        offset advanced by the sampler from 0; the verifier's rejection noise built from
+        the same seed by the package's ``make_rejection_noise`` (``BlockwiseRejection``
+        does that with ``VerifierNoise.seed``); our chain verifier draws from a torch
+        generator seeded with the package's ``rejection_noise_key(seed)``."""
+        if seed != self.server_seed:
+            raise ValueError(
+                f"the sampler was built for server seed {self.server_seed}, not {seed}"
+            )
+        if self.loaded.rejection_noise_key is None:  # 0.5.22: no block-wise rejection yet
+            return independent_streams(seed, device=device)
+        verifier_key = self.loaded.rejection_noise_key(seed)
+        return DecodeStreams(
+            anchor_seed=derived_seeds(seed, 3)[0],
+            drafter_seed=seed,  # torch's RNG: the package's draft call never reads it
+            verifier=VerifierNoise(
+                seed=seed, generator=torch.Generator(device).manual_seed(verifier_key)
+            ),
+            shared=True,
+            server=f"sglang {self.loaded.version}",
+        )
 
     def draft_block(self, rows: int) -> DraftBlock:
         gamma = self.sampler.gamma
@@ -297,6 +324,11 @@ class Sglang0523Sampler(BuiltSampler):
             requested=requested,
             stream_replays=replays,
             counter_reads=self._reads,
+            verifier_counter=None
+            if self.loaded.rejection_noise_key is None
+            else NoiseCounter(
+                key=self.loaded.rejection_noise_key(self.server_seed), start=0, end=counter.end
+            ),
         )
 
     def _requested_rows(self, case: Case) -> StagedParams | None:
@@ -480,6 +512,7 @@ class Sglang0523Convention(Convention):
             noise=noise,
             tp_sync=tp_sync,
             loaded=loaded,
+            server_seed=case.seed,
             server_out=out,
         )
 

@@ -376,6 +376,7 @@ EXPORTS: dict[str, str] = {
     "MarkovGreedyStep": f"{_KERNELS}.dspark_draft_model",
     "BlockwiseRejection": f"{_KERNELS}.blockwise_rejection",
     "make_rejection_noise": f"{_KERNELS}.blockwise_rejection",
+    "rejection_noise_key": f"{_KERNELS}.blockwise_rejection",
     "VanillaMarkov": _HEADS,
     "GatedMarkovHead": _HEADS,
     "RNNHead": _HEADS,
@@ -403,6 +404,7 @@ class LoadedSglang:
     MarkovGreedyStep: type[Any]
     BlockwiseRejection: type[Any] | None  # None: a release without the module (0.5.22)
     make_rejection_noise: Any
+    rejection_noise_key: Any
     VanillaMarkov: type[Any]
     GatedMarkovHead: type[Any]
     RNNHead: type[Any]

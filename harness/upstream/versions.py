@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from harness.case import Case, make_case
-from harness.defaults import FIXED, REFERENCE
+from harness.defaults import DEFAULT_VERIFIER_NOISE, FIXED, REFERENCE, VerifierNoise
 from harness.executor import IN_PROCESS
 from harness.judge import judge
 from harness.measure.timing import ab_timing
@@ -237,6 +237,7 @@ def collect_versions(
     scan_triples_per_point: int = 1 << 16,
     repeats: int = 5,
     names: Sequence[str] | None = None,
+    verifier_noise: VerifierNoise = DEFAULT_VERIFIER_NOISE,
     progress: Progress = no_progress,
 ) -> Versions:
     """Every version's row (``names``: only those, of the ones this machine runs),
@@ -252,6 +253,7 @@ def collect_versions(
             seed=seed,
             roles=Roles(require=Tier.LOSSLESS),
             verifiers=VERSIONS_VERIFIERS,
+            verifier_noise=verifier_noise,
             time_limit_s=None,
             progress=progress,
         ),

@@ -60,6 +60,7 @@ from harness.upstream.vllm_loader import TOPK_ATTRIBUTE, LoadedVllm, interpreted
 from reference.block import prepare_block
 from reference.draft_model import query_rows_per_request
 from reference.sampling_params import SamplingInfo, stage_sampling_params
+from reference.streams import DecodeStreams, independent_streams
 from reference.verifier import DraftBlock
 
 if TYPE_CHECKING:
@@ -144,6 +145,12 @@ class VllmSampler(BuiltSampler):
 
     def seek_noise(self, counter: int) -> None:
         self.offset = counter
+
+    def decode_streams(self, *, seed: int, device: torch.device) -> DecodeStreams:
+        """Not yet the server's plumbing: the drafter keeps its request seeds and
+        positions, the verifier streams of its own (``DecodeStreams.shared`` is off, and
+        the oracle says so)."""
+        return independent_streams(seed, device=device)
 
     def stage_sampling_params(self, *, bs: int, sampling_info: SamplingInfo | None) -> None:
         """What the server hands the draft step: each request's temperature (0 when it is

@@ -44,6 +44,7 @@ import torch
 
 from harness.oracles.cut import OracleCut
 from harness.upstream.vllm_loader import interpreter_log1p, load_vllm
+from reference.streams import VerifierNoise
 from reference.verifier import VerifyResult, VerifyRound, VerifyStep
 
 ROW_CUT = 600  # rows per head (every target) under this verifier: see docs/upstream.md
@@ -57,9 +58,9 @@ class VllmRejectionVerifier:
     name: str = "vllm-rejection"
     oracle_cut: OracleCut | None = VERIFIER_CUT  # what a decode under it runs
 
-    def start(self, *, seed: int, device: torch.device) -> VerifyStep:
+    def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep:
         rejection_sample = load_vllm().rejection_sample
-        noise = RequestNoise(seed=seed, device=device)
+        request_noise = RequestNoise(seed=noise.seed, device=device)
 
         def verify(round_: VerifyRound) -> VerifyResult:
             draft = round_.draft
@@ -71,7 +72,7 @@ class VllmRejectionVerifier:
             target_logits = round_.target.transition_logits[candidates].float()  # [bs, g+1, V]
             divisor = torch.where(greedy, 1.0, temperature).view(-1, 1, 1)
             processed = (target_logits / divisor).reshape(bs * (gamma + 1), -1).contiguous()
-            seeds, positions = noise.seeds_and_positions(bs=bs, gamma=gamma)
+            seeds, positions = request_noise.seeds_and_positions(bs=bs, gamma=gamma)
             with interpreter_log1p():
                 sampled, num_sampled = rejection_sample(
                     processed,
@@ -87,7 +88,7 @@ class VllmRejectionVerifier:
                     gamma,
                 )
             num_committed = num_sampled.long()
-            noise.advance(num_committed)
+            request_noise.advance(num_committed)
             kept = torch.arange(gamma + 1, device=sampled.device) < num_committed.unsqueeze(1)
             return VerifyResult(
                 committed=torch.where(kept, sampled, -1), num_committed=num_committed

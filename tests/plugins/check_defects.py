@@ -20,6 +20,7 @@ class PlantedDefect:
     case: str
     also_fails: tuple[str, ...] = ()
     against_reference: bool = False
+    package: str | None = None  # the released package its module loads (skipped without it)
 
 
 PLANTED_DEFECTS: dict[str, PlantedDefect] = {  # check name -> its planted defect
@@ -54,6 +55,13 @@ PLANTED_DEFECTS: dict[str, PlantedDefect] = {  # check name -> its planted defec
     ),
     "fresh_noise": PlantedDefect(
         sampler="planted_defects_verdicts:FrozenNoiseSampler", case="folded"
+    ),
+    # counter noise is never the reference's exponential_ budget
+    "noise_shared_with_verifier": PlantedDefect(
+        sampler="sglang_samplers:KeyedWithVerifierNoise",
+        case="bucketed",
+        also_fails=("noise_budget",),
+        package="sglang",
     ),
     "noise_budget": PlantedDefect(
         sampler="planted_defects:NoiseRefreshSampler", case="folded", against_reference=True

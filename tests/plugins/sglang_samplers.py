@@ -10,6 +10,8 @@ calls the package's own code and changes one thing around it.
 - planted defects, each aimed at one check: ``OffsetNotAdvanced`` (fresh_noise),
   ``StepLogitsOfAnotherWalk`` (teacher_forcing), ``GreedyRowsSampled``
   (greedy_rows_argmax) and ``VerifyIdsPastBatch`` (no_writes_outside_batch);
+- ``KeyedWithVerifierNoise`` (noise_shared_with_verifier): the server's draft noise
+  re-keyed with the verifier's rejection key of the same server seed;
 - life defects, each aimed at a life check: ``OwnOutBuffer`` (life_server_buffer) and
   ``CounterBackAfterSecondCall`` (life_fresh_noise: right on the first two calls).
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import torch
 
 from harness.upstream.sglang_loader import load_sglang
@@ -121,4 +124,20 @@ class CounterBackAfterSecondCall(Sampler):
             self._second_start = int(self._noise.offset.item())
         elif self._calls > 2:
             self._noise.offset.fill_(self._second_start)  # planted
+        super().__call__(hidden_states, input_ids)
+
+
+class KeyedWithVerifierNoise(Sampler):
+    """Defect: keys the server's draft noise with the key of the verifier's rejection noise
+    of the same server seed (read back from the draft key through the package's domain),
+    so block ``c`` reads the (key, counter) the verifier reads in round ``c``."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        if not getattr(self, "_rekeyed", False):
+            draft = PACKAGE.modules["sglang.srt.speculative.dspark_components.dspark_draft"]
+            server_seed = self._noise.key ^ draft._DRAFT_NOISE_DOMAIN
+            msgspec.structs.force_setattr(  # planted
+                self._noise, "key", PACKAGE.rejection_noise_key(server_seed)
+            )
+            self._rekeyed = True
         super().__call__(hidden_states, input_ids)

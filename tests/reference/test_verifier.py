@@ -14,6 +14,7 @@ import torch
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.oracles.gof import pearson_fit
 from reference import ReferenceDraftSampler, SamplingInfo, ToyDraftModel, make_toy_draft_model
+from reference.streams import VerifierNoise
 from reference.target_model import MarkovTargetModel, make_markov_target
 from reference.verifier import (
     CHAIN_VERIFIER,
@@ -367,8 +368,8 @@ class RecordingChain:
     def __init__(self) -> None:
         self.rounds: list[VerifyRound] = []
 
-    def start(self, *, seed: int, device: torch.device) -> VerifyStep:
-        step = CHAIN_VERIFIER.start(seed=seed, device=device)
+    def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep:
+        step = CHAIN_VERIFIER.start(noise=noise, device=device)
 
         def verify(round_: VerifyRound) -> VerifyResult:
             self.rounds.append(round_)

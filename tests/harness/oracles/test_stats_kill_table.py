@@ -40,7 +40,9 @@ FIRST_TOKEN_EXACT = {
     "noise-frozen-across-calls",
     "noise-row-shared-per-tile",
 }
-# Defects only one test can see: exactly that test carries the rejection.
+# Defects only one test can see: that test carries the rejection, the strongest, and no
+# other test does, except where a row's rounds become dependent (noise frozen across
+# calls), which can push a position test over too on some streams.
 CARRIED_BY = {
     "last-draft-token-altered": {position_name(DEFAULT_CONFIG.gamma - 1)},
     "noise-frozen-across-calls": {REPEAT},
@@ -77,7 +79,10 @@ def test_every_planted_defect_is_rejected_by_the_default_run(
     else:
         assert result.rejected_at_position(0), carried
     if name in CARRIED_BY:
-        assert carried == CARRIED_BY[name]
+        strongest = min(result.rejections(), key=lambda s: s.p_value).test
+        assert strongest in CARRIED_BY[name] and CARRIED_BY[name] <= carried, carried
+        if name != "noise-frozen-across-calls":
+            assert carried == CARRIED_BY[name]
     groups = {s.group for s in result.rejections()}
     assert "greedy" not in groups  # the verifier keeps greedy rows exact whatever the draft
     if name in TEMPERATURE_DEFECTS:

@@ -25,6 +25,7 @@ from harness.plugins.construct import bind_constructor
 from harness.plugins.conventions import ConstructorConvention, ConventionName
 from harness.plugins.implementations import builtin_implementations
 from harness.render.statistics import cut_lines, results_table
+from reference.streams import VerifierNoise
 from reference.verifier import CHAIN_VERIFIER, VerifyStep
 
 CUT = OracleCut(rows=250, rounds=12, targets=("far",), by="a test convention (as interpreted)")
@@ -51,8 +52,8 @@ class SlowChain:
     name = "slow-chain"
     oracle_cut: OracleCut | None = VERIFIER_CUT
 
-    def start(self, *, seed: int, device: torch.device) -> VerifyStep:
-        return CHAIN_VERIFIER.start(seed=seed, device=device)
+    def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep:
+        return CHAIN_VERIFIER.start(noise=noise, device=device)
 
 
 @pytest.fixture

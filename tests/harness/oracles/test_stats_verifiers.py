@@ -22,7 +22,13 @@ from harness.oracles.part import combined_statistical
 from harness.oracles.problem import DEFAULT_CONFIG, StatsProblem, build_problems, group_label
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.upstream.rejection import BLOCKWISE_REJECTION, committed_block
-from reference.verifier import CHAIN_VERIFIER, VerifyResult, VerifyRound, VerifyStep
+from reference.streams import VerifierNoise
+from reference.verifier import (
+    CHAIN_VERIFIER,
+    VerifyResult,
+    VerifyRound,
+    VerifyStep,
+)
 from tests.harness.oracles.test_stats_kill_table import CORRECT, FIRST_TOKEN_EXACT
 from tests.plugins.stats_defects import STATS_DEFECTS
 
@@ -51,8 +57,8 @@ class AcceptsEveryDraft:
 
     name: str = "accepts-every-draft"
 
-    def start(self, *, seed: int, device: torch.device) -> VerifyStep:
-        del seed
+    def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep:
+        del noise
 
         def verify(round_: VerifyRound) -> VerifyResult:
             tokens = round_.draft.tokens

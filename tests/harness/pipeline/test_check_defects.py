@@ -17,6 +17,7 @@ zero-probability token and noise replay fails with it.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 import pytest
 
@@ -48,6 +49,8 @@ DEFECT = "defect"
 
 
 def defect_sampler(defect: PlantedDefect) -> type:
+    if defect.package is not None and importlib.util.find_spec(defect.package) is None:
+        pytest.skip(f"{defect.sampler} needs the {defect.package} package")
     module, _, name = defect.sampler.partition(":")
     sampler: type = getattr(importlib.import_module(f"tests.plugins.{module}"), name)
     return sampler

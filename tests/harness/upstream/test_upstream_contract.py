@@ -155,6 +155,12 @@ ROWS = (
         BUCKETED,
         frozenset({"no_writes_outside_batch"}),
     ),
+    DefectRow(
+        "noise_shared_with_verifier",
+        "KeyedWithVerifierNoise",
+        BUCKETED,
+        frozenset({"noise_shared_with_verifier"}),
+    ),
 )
 
 
@@ -230,3 +236,38 @@ def test_each_life_defect_of_the_contract_fails_its_life_check(
     assert {name for name, status in one_call.items() if status == "fail"} == ALWAYS
     _, statuses = _run(LIFE, getattr(samplers, sampler))
     assert statuses[check] == "fail"
+
+
+def test_the_package_sampler_is_judged_on_its_servers_own_randomness() -> None:
+    from harness.testing import implementation_of, oracle_verdict
+
+    statistical = oracle_verdict(implementation_of("sglang=sglang"))
+    assert statistical.ran and not statistical.failed, statistical.describe()
+    assert statistical.describe().endswith("[judged on sglang 0.5.23's own randomness]")
+
+
+def test_the_servers_plumbing_derives_both_streams_from_its_one_seed(
+    samplers: ModuleType,
+) -> None:
+    from harness.upstream.sglang_convention import SGLANG_0_5_23
+
+    loaded, cpu, seed = samplers.PACKAGE, torch.device("cpu"), BUCKETED.seed
+    built = SGLANG_0_5_23.build(samplers.Sampler, case=BUCKETED, inputs=build_inputs(BUCKETED))
+    streams = built.decode_streams(seed=seed, device=cpu)
+    assert streams.shared and streams.server == f"sglang {loaded.version}"
+    assert built.noise.key == loaded.draft_noise_key(seed)  # the proposer's key
+    rejection = loaded.make_rejection_noise(streams.verifier.seed, cpu)  # the worker's
+    assert rejection.key == loaded.rejection_noise_key(seed) != built.noise.key
+    with pytest.raises(ValueError, match="built for server seed"):
+        built.decode_streams(seed=seed + 1, device=cpu)
+
+
+def test_a_drafter_keyed_with_the_verifiers_key_is_not_lossless(samplers: ModuleType) -> None:
+    """The oracle cannot see this coupling (the two keys feed unrelated generators on the
+    CPU); the exact check names it."""
+    verdict = check_sampler(
+        samplers.KeyedWithVerifierNoise, cases=[BUCKETED], require="lossless", stats=False
+    )
+    assert not verdict.lossless and not verdict.ok
+    assert "noise_shared_with_verifier" in verdict.evidence()
+    assert "the verifier reads the same (key, counter)" in verdict.evidence()

@@ -4,6 +4,8 @@ under both verifiers and its findings."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from harness.cli import main
@@ -52,6 +54,10 @@ def test_the_versions_command_writes_its_table(tmp_path, capsys) -> None:  # typ
     assert main([*args, "--out-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "before-fix NOT lossless; after-fix lossless and drop-in" in out
+    verdict = " ".join(out.split())  # the verdict line wraps at the terminal's width
+    assert re.search(
+        r"sglang-0\.5\.23 [A-Za-z -]+ \(judged on sglang 0\.5\.23's own randomness\)", verdict
+    )
     assert (tmp_path / "versions.md").exists()
     if vllm_loader.unavailable_reason() is not None:  # its rows are absent, and say why
         assert "absent: vllm-0.33-dense, vllm-0.33-topk4: not run here: " in out

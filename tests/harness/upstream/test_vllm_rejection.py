@@ -24,6 +24,7 @@ from harness.oracles.problem import DEFAULT_CONFIG, FAR, build_problems
 from harness.plugins.implementations import builtin_implementations
 from harness.upstream import vllm_loader
 from harness.upstream.vllm_rejection import ROW_CUT, VLLM_REJECTION, RequestNoise
+from reference.streams import VerifierNoise
 from reference.target_model import MarkovTargetModel
 from reference.verifier import (
     CHAIN_VERIFIER,
@@ -138,8 +139,12 @@ def disjoint_round(*, rows: int, seed: int) -> VerifyRound:
     )
 
 
+def verifier_noise(seed: int) -> VerifierNoise:
+    return VerifierNoise(seed=seed, generator=torch.Generator(CPU).manual_seed(seed))
+
+
 def verified(verifier: Verifier, round_: VerifyRound, *, seed: int) -> VerifyResult:
-    return verifier.start(seed=seed, device=CPU)(round_)
+    return verifier.start(noise=verifier_noise(seed), device=CPU)(round_)
 
 
 # -- everywhere ----------------------------------------------------------------------------------
@@ -153,8 +158,8 @@ class CutChain:
     name: str = "cut-chain"
     oracle_cut: OracleCut | None = TEST_CUT
 
-    def start(self, *, seed: int, device: torch.device) -> VerifyStep:
-        return CHAIN_VERIFIER.start(seed=seed, device=device)
+    def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep:
+        return CHAIN_VERIFIER.start(noise=noise, device=device)
 
 
 def test_a_slow_verifier_runs_at_its_row_cut_and_the_others_at_the_config() -> None:

@@ -1,0 +1,120 @@
+"""The drafter and the verifier on the server's own randomness, on every path: a drafter
+whose noise is what the verifier draws next (its acceptance uniforms, its residual
+draw) passes every per-call check and is NOT lossless in ``report``, ``compare
+--require lossless``, the Python API and the pytest plugin, because each runs the oracle
+on the shared plumbing by default; a drafter sharing the stream at disjoint offsets is
+lossless. ``--verifier-noise independent`` (the control) cannot see the couplings, and
+the verdicts say which plumbing was used."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.pipeline.matrix import standard_matrix
+from harness.testing import assert_lossless, check_sampler
+from tests.helpers import REPO_ROOT
+
+CASES = [c for c in standard_matrix() if c.name in ("folded-sampled/vanilla", "greedy-fold/gated")]
+MODULE = "tests.plugins.shared_stream_defects"
+DEFECTS = {
+    "uniforms": f"{MODULE}:VerifierUniformsSampler",
+    "residual": f"{MODULE}:ResidualDrawSampler",
+}
+CORRECT = f"{MODULE}:ReservedBlockInverseCdfSampler"
+
+
+def _case_files(tmp_path: Path) -> list[str]:
+    args = []
+    for index, case in enumerate(CASES):
+        path = tmp_path / f"case{index}.json"
+        case.save(path)
+        args += ["--case", str(path)]
+    return args
+
+
+# -- the option ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["stats", "compare", "report", "versions"])
+def test_verifier_noise_of_another_name_is_bad_usage_before_any_work(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [command, "--verifier-noise", "together", "--out-dir", str(tmp_path)]
+    assert main(argv) == 2
+    assert "--verifier-noise: expected one of shared, independent, got 'together'" in (
+        capsys.readouterr().err
+    )
+    assert not list(tmp_path.iterdir())
+
+
+# -- the Python API ----------------------------------------------------------------------------
+@pytest.mark.parametrize("spec", list(DEFECTS.values()), ids=list(DEFECTS))
+def test_assert_lossless_rejects_a_drafter_reading_the_verifiers_stream(spec: str) -> None:
+    by_checks = check_sampler(spec, cases=CASES, require="lossless", stats=False)
+    assert by_checks.ok and by_checks.lossless  # every per-call check passes
+    with pytest.raises(AssertionError, match=r"NOT lossless: statistical oracle REJECTED it"):
+        assert_lossless(spec, cases=CASES)
+    control = check_sampler(spec, cases=CASES, require="lossless", verifier_noise="independent")
+    assert control.lossless and control.statistical.rejected is False  # blind to the coupling
+
+
+def test_a_drafter_sharing_the_stream_at_disjoint_offsets_is_lossless() -> None:
+    verdict = assert_lossless(CORRECT, cases=CASES)
+    assert verdict.statistical.ran and verdict.statistical.rejected is False
+
+
+# -- compare and report ------------------------------------------------------------------------
+def test_compare_require_lossless_judges_on_the_servers_own_randomness(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["compare", *_case_files(tmp_path), "--only", "reference", "--require", "lossless"]
+    argv += [arg for name, spec in DEFECTS.items() for arg in ("--impl", f"{name}={spec}")]
+    argv += ["--impl", f"reserved={CORRECT}", "--verifiers", "chain"]
+    assert main([*argv, "--quiet", "--long", "--out-dir", str(tmp_path / "out")]) == 1
+    out = capsys.readouterr().out
+    assert "verifier noise: shared (the server's own randomness" in " ".join(out.split())
+    judgement = json.loads((tmp_path / "out" / "compare.json").read_text())["judgement"]
+    assert judgement["oracle"]["verifier_noise"] == "shared"
+    assert all(judgement["oracle"]["shared_noise"].values())
+    verdicts = judgement["implementations"]
+    for name in DEFECTS:
+        assert f"{name}: passes every lossless check on 2/2 cases, but NOT lossless" in out
+        assert verdicts[name]["lossless"] is False
+        assert verdicts[name]["statistical"]["rejected"] is True
+    assert verdicts["reserved"]["lossless"] is True
+
+    control = ["--verifier-noise", "independent", "--quiet", "--out-dir", str(tmp_path / "ind")]
+    assert main([*argv, *control]) == 0
+    judgement = json.loads((tmp_path / "ind" / "compare.json").read_text())["judgement"]
+    assert judgement["oracle"]["verifier_noise"] == "independent"
+    assert all(v["lossless"] for v in judgement["implementations"].values())
+
+
+def test_report_rejects_a_drafter_reading_the_verifiers_uniforms(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--impl", f"uniforms={DEFECTS['uniforms']}", "--require", "lossless", "--no-work"]
+    assert main([*argv, "--quiet", "--out-dir", str(tmp_path)]) == 1
+    capsys.readouterr()
+    verdict = json.loads((tmp_path / "report.json").read_text())["judgement"]["implementations"]
+    assert verdict["uniforms"]["lossless"] is False
+    assert verdict["uniforms"]["statistical"]["rejected"] is True
+
+
+# -- the pytest plugin -------------------------------------------------------------------------
+def test_the_pytest_plugin_rejects_a_drafter_reading_the_verifiers_residual_draw(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+    select = ["-m", "dspark", "-k", "folded-sampled/vanilla or statistical-oracle"]
+    impl = f"residual={DEFECTS['residual']}"
+    result = pytester.runpytest_subprocess(
+        "-p", "harness.pytest_plugin", "-p", "no:cacheprovider", *select,
+        "--dspark-impl", impl, "--dspark-require", "lossless",
+    )  # fmt: skip
+    result.assert_outcomes(passed=2, failed=1)  # the per-call checks pass; the oracle fails
+    result.stdout.fnmatch_lines(
+        ["residual is NOT lossless: statistical oracle REJECTED it (family p=*; carried by *"]
+    )
