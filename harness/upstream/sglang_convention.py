@@ -47,9 +47,10 @@ from harness.plugins.conventions import (
     read_tokens,
     rows_written,
 )
-from harness.plugins.walks import HeadCounts, wrapped_on_instance
+from harness.plugins.walks import HeadCounts
 from harness.upstream.sglang_counters import observe_counter_reads
 from harness.upstream.sglang_loader import LoadedSglang, load_sglang
+from harness.upstream.sglang_walks import observe_package_walks
 from reference import MarkovHead
 from reference.sampling_params import SamplingInfo
 from reference.streams import DecodeStreams, VerifierNoise, derived_seeds, independent_streams
@@ -405,55 +406,6 @@ def searched_counters(counter: NoiseCounter, reads: CounterReads | None) -> list
     fresh = list(counter.fresh)[:COUNTER_SEARCH]
     read = [] if reads is None else [c for c in reads.counters if c >= 0][:COUNTER_SEARCH]
     return sorted(set(fresh) | set(read))
-
-
-@contextmanager
-def observe_package_walks(head: Any, tp_sync: Any) -> Iterator[HeadCounts]:
-    """Count the package head's walks (``init_state``), steps (``step_bias`` or the fused
-    one-row greedy GEMV) and each walk's tokens (what the walk hands ``tp_sync``)."""
-    counts = HeadCounts()
-    steps: list[list[torch.Tensor]] = []
-    init_state, step_bias, greedy_w2, sync = (
-        head.init_state,
-        head.step_bias,
-        head.greedy_w2_weight,
-        tp_sync.sync,
-    )
-
-    def counting_init_state(*args: Any, **kwargs: Any) -> Any:
-        counts.walks += 1
-        steps.append([])
-        return init_state(*args, **kwargs)
-
-    def counting_step_bias(*args: Any, **kwargs: Any) -> Any:
-        counts.head_steps += 1
-        return step_bias(*args, **kwargs)
-
-    def counting_greedy_w2(*args: Any, **kwargs: Any) -> Any:
-        weight = greedy_w2(*args, **kwargs)
-        counts.head_steps += weight is not None  # the fused GEMV + argmax step
-        return weight
-
-    def recording_sync(site: Any, values: torch.Tensor) -> torch.Tensor:
-        counts.sampler_calls += 1
-        synced = sync(site, values)
-        if steps:
-            steps[-1].append(synced)
-        return synced
-
-    head_patches = {
-        "init_state": counting_init_state,
-        "step_bias": counting_step_bias,
-        "greedy_w2_weight": counting_greedy_w2,
-    }
-    try:
-        with (
-            wrapped_on_instance(head, head_patches),
-            wrapped_on_instance(tp_sync, {"sync": recording_sync}),
-        ):
-            yield counts
-    finally:
-        counts.walk_tokens = [torch.stack(walk, dim=1) for walk in steps if walk]
 
 
 class Sglang0523Convention(Convention):
