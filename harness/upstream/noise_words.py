@@ -63,7 +63,11 @@ def interpreted(helper: Any) -> Callable[..., np.ndarray]:
     from triton.runtime import interpreter
 
     function = interpreter.InterpretedFunction(getattr(helper, "fn", helper))
-    types = {np.dtype(np.uint32): tl.uint32, np.dtype(np.float32): tl.float32}
+    types = {
+        np.dtype(np.uint32): tl.uint32,
+        np.dtype(np.int64): tl.int64,
+        np.dtype(np.float32): tl.float32,
+    }
 
     def block(array: np.ndarray, size: int) -> Any:
         # a block's length is a power of two: the tail is padded with its last element

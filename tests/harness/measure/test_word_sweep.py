@@ -75,6 +75,21 @@ def test_probabilities_are_exact_fractions() -> None:
     assert probability_text(3) == "3/4294967296"
 
 
+def test_a_triton_helper_runs_interpreted_and_leaves_triton_language_as_it_was() -> None:
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("triton")
+    import triton.language as tl
+    from triton.language.random import uint_to_uniform_float
+
+    from harness.upstream.noise_words import interpreted
+
+    before = {name: getattr(tl, name) for name in ("where", "load", "tensor")}
+    words = np.array([0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF], dtype=np.uint32)
+    uniform = interpreted(uint_to_uniform_float)(words)
+    assert uniform.tolist() == [0.0, float(np.float32(4.6566127342e-10)), *[1 - 2.0**-24] * 2, 0.0]
+    assert {name: getattr(tl, name) for name in before} == before
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -99,6 +99,64 @@ def test_vllm_draws_are_guarded() -> None:
     _coin_edges(found["verify: accept coin"], floor=4.6566127342e-10)
 
 
+@pytest.mark.upstream
+def test_sglang_draft_mirror_equals_the_package_step_on_its_own_words() -> None:
+    # one token per row: the step's partial maximum is that token's key, 0 / 1 - log E
+    from harness.upstream.sglang_loader import load_sglang
+
+    loaded = load_sglang()
+    markov = loaded.modules["sglang.kernels.ops.speculative.dspark.markov_sample"]
+    rows, key, step = 4096, 0x123456789ABC, 2
+    offset = torch.tensor([7], dtype=torch.int64)
+    partials: list[torch.Tensor] = []
+
+    def gather(partial: torch.Tensor) -> torch.Tensor:
+        partials.append(partial.clone())
+        return partial
+
+    markov.MarkovSampleStep.torch(
+        base_logits=torch.zeros(rows, 1),
+        bias=torch.zeros(rows, 1),
+        temperatures=torch.ones(rows),
+        key=key,
+        offset=offset,
+        step=step,
+        step_dtype=torch.float32,
+        gather=gather,
+    )
+    words = markov._philox(
+        key,
+        torch.zeros(1, 1, dtype=torch.int64),
+        torch.arange(rows)[:, None],
+        torch.full((1, 1), step),
+        offset.reshape(1, 1),
+    )[0].reshape(-1)
+    _, noise = _conversions("sglang")["draft"].convert(words)
+    assert torch.equal(noise, partials[0][:, 0])
+
+
+@pytest.mark.vllm
+def test_vllm_halves_mirror_equals_the_package_uniform_on_its_own_words() -> None:
+    import importlib
+
+    import numpy as np
+
+    from harness.upstream import vllm_loader
+    from harness.upstream.noise_words import interpreted, murmur_halves_uniform
+
+    gumbel = importlib.import_module(vllm_loader.GUMBEL_MODULE)
+    n = 4096
+    args = (
+        np.full(n, 0x5EED12345678, dtype=np.int64),
+        np.full(n, 77, dtype=np.int64),
+        np.arange(n, dtype=np.uint32),
+    )
+    words = interpreted(gumbel.murmur3_hash32)(*args)
+    uniform = interpreted(gumbel.murmur3_uniform32)(*args)
+    mirrored = murmur_halves_uniform(torch.from_numpy(words.astype(np.int64)))
+    assert torch.equal(mirrored, torch.from_numpy(uniform))
+
+
 def _full(server: str) -> dict[str, dict[str, int]]:
     return {
         stream: {e.event: e.count for e in sweep(c).events}
