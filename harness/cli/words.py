@@ -101,7 +101,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         command="words",
         heading=f"DSpark draft-sampler harness: every word of the noise streams "
         f"(words [{start}, {stop}))",
-        sections=[words_section(sweeps, unavailable, ok)],
+        sections=[words_section(sweeps, unavailable=unavailable, ok=ok)],
         ok=ok,
         timing={"words_s": round(time.perf_counter() - began, 3)},
     )

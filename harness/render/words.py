@@ -25,7 +25,7 @@ def _extreme(value: float | None) -> str:
     return "none" if value is None else f"{value:.6g}"
 
 
-def words_section(sweeps: list[WordSweep], unavailable: dict[str, str], ok: bool) -> Section:
+def words_section(sweeps: list[WordSweep], *, unavailable: dict[str, str], ok: bool) -> Section:
     """The table of sweeps; ``ok`` is the logic's (no non-finite noise anywhere)."""
     header = [
         "server", "stream", "words", "u = 0", "u = 1", "+inf", "-inf", "NaN",

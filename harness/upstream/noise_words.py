@@ -58,7 +58,9 @@ def interpreted(helper: Any) -> Callable[..., np.ndarray]:
 
     The helper's body is run as the interpreter runs any device function a kernel
     calls: ``triton.language`` patched with the interpreter's numpy builder for the
-    call, and restored after it, so nothing outside the call sees a change."""
+    call, and restored after it, so nothing outside the call sees a change (the
+    interpreter's ``_patch_lang``, as its grid executor uses it, in Triton 3.8 and
+    3.9). Arrays are cut in blocks of at most ``INTERPRETER_BLOCK`` elements."""
     import triton.language as tl
     from triton.runtime import interpreter
 

@@ -75,6 +75,7 @@ def test_probabilities_are_exact_fractions() -> None:
     assert probability_text(3) == "3/4294967296"
 
 
+@pytest.mark.interpreter
 def test_a_triton_helper_runs_interpreted_and_leaves_triton_language_as_it_was() -> None:
     np = pytest.importorskip("numpy")
     pytest.importorskip("triton")

@@ -64,6 +64,7 @@ def test_sglang_draft_gives_minus_infinity_on_its_128_top_words() -> None:
 
 
 @pytest.mark.upstream
+@pytest.mark.interpreter
 def test_sglang_verify_draws_are_guarded() -> None:
     found = _conversions("sglang")
     residual = found["verify: residual / bonus"]
@@ -75,6 +76,7 @@ def test_sglang_verify_draws_are_guarded() -> None:
 
 
 @pytest.mark.upstream
+@pytest.mark.interpreter
 def test_words_command_counts_the_top_words(
     tmp_path: object, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -91,6 +93,7 @@ def test_words_command_counts_the_top_words(
 
 
 @pytest.mark.vllm
+@pytest.mark.interpreter
 def test_vllm_draws_are_guarded() -> None:
     found = _conversions("vllm")
     gumbel = found["draft and verify: residual / bonus"]
@@ -136,6 +139,7 @@ def test_sglang_draft_mirror_equals_the_package_step_on_its_own_words() -> None:
 
 
 @pytest.mark.vllm
+@pytest.mark.interpreter
 def test_vllm_halves_mirror_equals_the_package_uniform_on_its_own_words() -> None:
     import importlib
 
@@ -166,6 +170,7 @@ def _full(server: str) -> dict[str, dict[str, int]]:
 
 @pytest.mark.slow
 @pytest.mark.upstream
+@pytest.mark.interpreter
 def test_sglang_on_every_word() -> None:
     counts = _full("sglang")
     assert counts["draft"]["uniform == 1"] == counts["draft"]["noise -inf"] == 128
@@ -177,6 +182,7 @@ def test_sglang_on_every_word() -> None:
 
 @pytest.mark.slow
 @pytest.mark.vllm
+@pytest.mark.interpreter
 def test_vllm_on_every_word() -> None:
     counts = _full("vllm")
     gumbel = counts["draft and verify: residual / bonus"]
