@@ -5,7 +5,7 @@ Commands, each in its own module of this package with ``add_arguments(parser)``,
 work, ``validate(args)`` (run after the shared options' checks of
 ``harness.cli.validate``): ``report`` (the default: the standard matrix, the
 statistical oracle and the eliminated work), ``compare``, ``repro``, ``stats``,
-``scan``, ``versions``, ``releases``, ``work``, ``sweep``, ``graphs``,
+``scan``, ``words``, ``versions``, ``releases``, ``work``, ``sweep``, ``graphs``,
 ``gpu-figures``, each declared once in ``COMMAND_TABLE`` (its module, its help's
 description and examples, what it writes in ``--out-dir``). Every command ends
 through ``harness.cli.emit`` and returns an ``ExitCode`` (``harness.cli.exit_codes``):
@@ -134,6 +134,23 @@ COMMAND_TABLE: dict[str, CommandSpec] = {
         ),
         out_dir="folder for scan.{json,md,txt} and scan-repro-NAME.json per implementation "
         "that hits",
+    ),
+    "words": CommandSpec(
+        module="words",
+        summary="each server's word-to-noise conversion on every 32-bit word",
+        description="Each installed server's word-to-noise conversions (sglang 0.5.23's "
+        "draft Gumbel, accept coin and residual draw; vLLM 0.33's Gumbel draw and accept "
+        "coin), each read from the package, run on every 32-bit word (or the words of "
+        "--words-range): the words whose uniform is 0 or 1 and whose noise is +inf, -inf "
+        "or NaN, each with its exact probability per draw (count / 2^32), the extreme "
+        "finite noise and the seconds. Exit 0 when no conversion gives a non-finite noise "
+        "value (a guarded uniform at 0 or 1 is reported, not a failure), 1 when one does, "
+        "2 on bad usage or when no server named loads here.",
+        examples=(
+            "python -m harness words --servers sglang",
+            "python -m harness words --words-range 4294967040:4294967296 --json",
+        ),
+        out_dir="folder for words.{json,md,txt}",
     ),
     "versions": CommandSpec(
         module="versions",
