@@ -154,3 +154,13 @@ def assert_fresh_process_passes(probe: str) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
+
+
+def case_file_args(tmp_path: Path, cases: Sequence[Case]) -> list[str]:
+    """``--case FILE`` for each of ``cases``, saved under ``tmp_path``."""
+    args = []
+    for index, case in enumerate(cases):
+        path = tmp_path / f"case{index}.json"
+        case.save(path)
+        args += ["--case", str(path)]
+    return args

@@ -20,6 +20,7 @@ import pytest
 from harness.cli import main
 from harness.pipeline.matrix import standard_matrix
 from harness.testing import assert_lossless, check_sampler
+from tests.helpers import case_file_args
 
 CASES = [c for c in standard_matrix() if c.name in ("folded-sampled/vanilla", "greedy-fold/gated")]
 DEFECTS = "tests.plugins.oracle_only_defects"
@@ -32,15 +33,6 @@ ALTERNATIVES = {
     "icdf": "tests.plugins.alternative_samplers:InverseCdfSampler",
 }
 CHECKS_ONLY = "checks only; statistical oracle not run"
-
-
-def _case_files(tmp_path: Path) -> list[str]:
-    args = []
-    for index, case in enumerate(CASES):
-        path = tmp_path / f"case{index}.json"
-        case.save(path)
-        args += ["--case", str(path)]
-    return args
 
 
 def _verdicts(out_dir: Path, command: str) -> dict:
@@ -79,7 +71,14 @@ def test_a_sampler_correct_only_when_observed_is_drop_in_by_its_checks_alone() -
 def test_compare_require_lossless_rejects_what_only_the_oracle_sees(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["compare", *_case_files(tmp_path), "--only", "reference", "--require", "lossless"]
+    argv = [
+        "compare",
+        *case_file_args(tmp_path, CASES),
+        "--only",
+        "reference",
+        "--require",
+        "lossless",
+    ]
     argv += ["--impl", f"reused={REUSED_UNIFORM}", "--impl", f"observed={OBSERVED_ONLY}"]
     assert main([*argv, "--quiet", "--long", "--out-dir", str(tmp_path / "out")]) == 1
     out = capsys.readouterr().out
@@ -103,7 +102,7 @@ def test_compare_require_lossless_rejects_what_only_the_oracle_sees(
 def test_compare_require_lossless_passes_the_correct_alternative_designs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["compare", *_case_files(tmp_path), "--only", "reference,fixed"]
+    argv = ["compare", *case_file_args(tmp_path, CASES), "--only", "reference,fixed"]
     argv += [arg for name, spec in ALTERNATIVES.items() for arg in ("--impl", f"{name}={spec}")]
     argv += ["--require", "lossless", "--quiet", "--out-dir", str(tmp_path)]
     assert main(argv) == 0, capsys.readouterr().out
@@ -118,7 +117,7 @@ def test_compare_require_lossless_passes_the_correct_alternative_designs(
 def test_under_isolate_the_oracle_runs_in_the_worker_and_rejects_as_in_process(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["compare", *_case_files(tmp_path)[:2], "--only", "reference", "--isolate"]
+    argv = ["compare", *case_file_args(tmp_path, CASES)[:2], "--only", "reference", "--isolate"]
     argv += ["--impl", f"reused={REUSED_UNIFORM}", "--require", "lossless"]
     assert main([*argv, "--quiet", "--out-dir", str(tmp_path)]) == 1
     capsys.readouterr()

@@ -16,7 +16,7 @@ import pytest
 from harness.cli import main
 from harness.pipeline.matrix import standard_matrix
 from harness.testing import assert_lossless, check_sampler
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, case_file_args
 
 CASES = [c for c in standard_matrix() if c.name in ("folded-sampled/vanilla", "greedy-fold/gated")]
 MODULE = "tests.plugins.shared_stream_defects"
@@ -25,15 +25,6 @@ DEFECTS = {
     "residual": f"{MODULE}:ResidualDrawSampler",
 }
 CORRECT = f"{MODULE}:ReservedBlockInverseCdfSampler"
-
-
-def _case_files(tmp_path: Path) -> list[str]:
-    args = []
-    for index, case in enumerate(CASES):
-        path = tmp_path / f"case{index}.json"
-        case.save(path)
-        args += ["--case", str(path)]
-    return args
 
 
 # -- the option ----------------------------------------------------------------------------------
@@ -68,7 +59,14 @@ def test_a_drafter_sharing_the_stream_at_disjoint_offsets_is_lossless() -> None:
 def test_compare_require_lossless_judges_on_the_servers_own_randomness(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["compare", *_case_files(tmp_path), "--only", "reference", "--require", "lossless"]
+    argv = [
+        "compare",
+        *case_file_args(tmp_path, CASES),
+        "--only",
+        "reference",
+        "--require",
+        "lossless",
+    ]
     argv += [arg for name, spec in DEFECTS.items() for arg in ("--impl", f"{name}={spec}")]
     argv += ["--impl", f"reserved={CORRECT}", "--verifiers", "chain"]
     assert main([*argv, "--quiet", "--long", "--out-dir", str(tmp_path / "out")]) == 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.upstream.releases.wheels import version_key
@@ -74,6 +74,53 @@ _SURFACE_STANDS_IN = (
 _PR_STAGING = "stage_sampling_params: temperatures clamped >= 1e-5, greedy_mask = top_k <= 1"
 _PR_OUTPUTS = "out[: bs*gamma]; corrected_out (the kept step logits); confidence_out"
 
+_PR_SERVER_ERA = ReleaseEra(
+    name="sglang-0.5.17-0.5.18",
+    package="sglang",
+    versions=("0.5.17", "0.5.18"),
+    sampler_file=_SERVER_FILE,
+    sampler_class="DsparkDraftSampler",
+    constructor=(
+        "model",
+        "gamma",
+        "max_bs",
+        "device",
+        "confidence_fn",
+        "out",
+        "folded_sampling",
+    ),
+    later_keywords=(),
+    methods=("stage_sampling_params", "__call__"),
+    staging=_PR_STAGING,
+    noise="torch's generator: exp_noise.exponential_() in the graph, one sample_block",
+    outputs=_PR_OUTPUTS,
+    verifier=None,
+    loading=Loading.SERVER_FILE,
+    light_deps="requirements/sglang-dspark.txt",
+    members=(_SERVER_FILE,),
+    layouts=("anchor",),  # the sampler has no sample_from_anchor: gamma rows a request
+    not_covered=(_SURFACE_STANDS_IN, "its server's verifier: the harness has none"),
+)
+
+_VLLM_ERA = ReleaseEra(
+    name="vllm-0.25-0.27",
+    package="vllm",
+    versions=("0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1"),
+    sampler_file="vllm/v1/worker/gpu/spec_decode/dspark/speculator.py",
+    sampler_class="DSparkSpeculator",
+    constructor=("vllm_config", "device"),
+    later_keywords=(),
+    methods=("load_draft_model", "_sample_sequential", "_generate_draft"),
+    staging="per request: temperature, seed, positions",
+    noise="Gumbel keyed by request seed and position (gumbel_sample)",
+    outputs="draft tokens; the draft logits cache written by the sampling call",
+    verifier="vllm-rejection",
+    loading=Loading.VLLM_PACKAGE,
+    light_deps="requirements/vllm-0.33.txt",
+    members=("vllm/",),
+    variants=("dense",),
+)
+
 ERAS: tuple[ReleaseEra, ...] = (
     ReleaseEra(
         name="sglang-0.5.16",
@@ -96,39 +143,11 @@ ERAS: tuple[ReleaseEra, ...] = (
             "stage_sampling_params; sampled rows are drawn outside any sampler object"
         ),
     ),
-    ReleaseEra(
-        name="sglang-0.5.17-0.5.18",
-        package="sglang",
-        versions=("0.5.17", "0.5.18"),
-        sampler_file=_SERVER_FILE,
-        sampler_class="DsparkDraftSampler",
-        constructor=(
-            "model",
-            "gamma",
-            "max_bs",
-            "device",
-            "confidence_fn",
-            "out",
-            "folded_sampling",
-        ),
-        later_keywords=(),
-        methods=("stage_sampling_params", "__call__"),
-        staging=_PR_STAGING,
-        noise="torch's generator: exp_noise.exponential_() in the graph, one sample_block",
-        outputs=_PR_OUTPUTS,
-        verifier=None,
-        loading=Loading.SERVER_FILE,
-        light_deps="requirements/sglang-dspark.txt",
-        members=(_SERVER_FILE,),
-        layouts=("anchor",),  # the sampler has no sample_from_anchor: gamma rows a request
-        not_covered=(_SURFACE_STANDS_IN, "its server's verifier: the harness has none"),
-    ),
-    ReleaseEra(
+    _PR_SERVER_ERA,
+    replace(  # 0.5.19 adds tp_sync to the constructor and serves both query layouts
+        _PR_SERVER_ERA,
         name="sglang-0.5.19-0.5.21",
-        package="sglang",
         versions=("0.5.19", "0.5.20", "0.5.21"),
-        sampler_file=_SERVER_FILE,
-        sampler_class="DsparkDraftSampler",
         constructor=(
             "model",
             "gamma",
@@ -139,16 +158,7 @@ ERAS: tuple[ReleaseEra, ...] = (
             "out",
             "folded_sampling",
         ),
-        later_keywords=(),
-        methods=("stage_sampling_params", "__call__"),
-        staging=_PR_STAGING,
-        noise="torch's generator: exp_noise.exponential_() in the graph, one sample_block",
-        outputs=_PR_OUTPUTS,
-        verifier=None,
-        loading=Loading.SERVER_FILE,
-        light_deps="requirements/sglang-dspark.txt",
-        members=(_SERVER_FILE,),
-        not_covered=(_SURFACE_STANDS_IN, "its server's verifier: the harness has none"),
+        layouts=("anchor", "no-anchor"),
     ),
     ReleaseEra(
         name="sglang-0.5.22-0.5.23",
@@ -177,32 +187,11 @@ ERAS: tuple[ReleaseEra, ...] = (
         members=("sglang/",),
         not_covered=("the megakernel path (NVIDIA only)",),
     ),
-    ReleaseEra(
-        name="vllm-0.25-0.27",
-        package="vllm",
-        versions=("0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1"),
-        sampler_file="vllm/v1/worker/gpu/spec_decode/dspark/speculator.py",
-        sampler_class="DSparkSpeculator",
-        constructor=("vllm_config", "device"),
-        later_keywords=(),
-        methods=("load_draft_model", "_sample_sequential", "_generate_draft"),
-        staging="per request: temperature, seed, positions",
-        noise="Gumbel keyed by request seed and position (gumbel_sample)",
-        outputs="draft tokens; the draft logits cache written by the sampling call",
-        verifier="vllm-rejection",
-        loading=Loading.VLLM_PACKAGE,
-        light_deps="requirements/vllm-0.33.txt",
-        members=("vllm/",),
-        variants=("dense",),
-    ),
-    ReleaseEra(
+    _VLLM_ERA,
+    replace(  # 0.28 adds the top-k path
+        _VLLM_ERA,
         name="vllm-0.28-0.33",
-        package="vllm",
         versions=("0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"),
-        sampler_file="vllm/v1/worker/gpu/spec_decode/dspark/speculator.py",
-        sampler_class="DSparkSpeculator",
-        constructor=("vllm_config", "device"),
-        later_keywords=(),
         methods=(
             "load_draft_model",
             "_sample_logits",
@@ -211,12 +200,6 @@ ERAS: tuple[ReleaseEra, ...] = (
             "_generate_draft",
         ),
         staging="per request: temperature, seed, positions; top-k",
-        noise="Gumbel keyed by request seed and position (gumbel_sample)",
-        outputs="draft tokens; the draft logits cache written by the sampling call",
-        verifier="vllm-rejection",
-        loading=Loading.VLLM_PACKAGE,
-        light_deps="requirements/vllm-0.33.txt",
-        members=("vllm/",),
         variants=("dense", "topk=4"),
     ),
 )
