@@ -201,6 +201,11 @@ class DsparkOracleItem(DsparkItem):
                     if statistical.carried_by
                     else ""
                 )
+                + (
+                    f"\nevery finding on the oracle's calls:\n{statistical.every_finding()}"
+                    if statistical.call_findings
+                    else ""
+                )
             )
 
 

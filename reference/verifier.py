@@ -33,7 +33,9 @@ stateless head's draft law is a first-order chain a target can match).
 A round may draft its rows in several batches (``batches_of_round``): each batch
 is staged and drafted as one call of the same sampler instance, its rows in the
 batch's order, as a server replays one captured graph with the live batch size
-and the requests of the moment; every row is verified once per round.
+and the requests of the moment; every row is verified once per round. An observer
+(``on_draft``) sees each call (``DraftCall``) as it is drafted, so a checker can hold
+every call of a decode to the exact per-call checks.
 """
 
 from __future__ import annotations
@@ -223,6 +225,33 @@ def plain_block(block: DraftBlock) -> DraftBlock:
 DraftReader = Callable[[Any, int], DraftBlock]
 
 
+@dataclass(frozen=True)
+class DraftCall:
+    """One call of the sampler in a decode, as an observer sees it (``on_draft``): its
+    index in the decode, its round, the decode's rows it drafted (in slot order), their
+    anchors, the context their inputs came from, their requests and what the verifier
+    reads of it."""
+
+    index: int
+    round: int
+    rows: torch.Tensor  # [bs] int64, the decode's row of each slot
+    anchors: torch.Tensor  # [bs] int64
+    context: DraftContext
+    sampling_info: SamplingInfo  # the batch's requests, as staged for the call
+    block: DraftBlock
+
+    def hidden_states(self) -> torch.Tensor:
+        """``[bs*Q, H]``: the hidden states the call was given."""
+        return self.context.hidden_states(self.anchors)
+
+    def input_ids(self) -> torch.Tensor:
+        """``[bs*Q]``: the input ids the call was given."""
+        return self.context.input_ids(self.anchors)
+
+
+DraftObserver = Callable[[DraftCall], None]
+
+
 class DraftContext:
     """Draft inputs as a deterministic function of the round's context.
 
@@ -353,6 +382,7 @@ def speculative_decode(
     verifier: Verifier = CHAIN_VERIFIER,
     read_draft: DraftReader = read_draft_block,
     streams: DecodeStreams | None = None,
+    on_draft: DraftObserver | None = None,
 ) -> DecodeResult:
     """Draft with ``sampler``, verify against ``target``, until every row has ``m`` tokens
     and at least ``min_rounds`` rounds ran.
@@ -368,7 +398,8 @@ def speculative_decode(
     ``round_blocks`` only, and only the rounds of rows still short of ``m`` count
     in ``accepted_lengths``. ``batches_of_round(r)`` splits round ``r``'s rows into
     the calls that draft them (row indices ``[bs]`` each, every row once; default:
-    one call of every row in order).
+    one call of every row in order). ``on_draft`` sees every call as it is drafted,
+    before its round is verified (``DraftCall``); it draws no random numbers.
     """
     if m <= 0:
         raise ValueError(f"m must be positive, got {m}")
@@ -391,6 +422,7 @@ def speculative_decode(
     round_anchors: list[torch.Tensor] = []  # [rows] each
     round_blocks: list[torch.Tensor] = []  # [rows, gamma+1] each
     round_slots: list[torch.Tensor] = []  # [rows] each
+    calls = 0  # the sampler's calls so far in this decode
     fork_devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=fork_devices):
         torch.manual_seed(streams.drafter_seed)
@@ -404,19 +436,32 @@ def speculative_decode(
             slots = torch.empty(rows, dtype=torch.int64, device=device)
             for batch in batches:
                 slots[batch] = torch.arange(batch.shape[0], device=device)
-            draft = gathered_block(
-                [
+            blocks = []
+            for batch in batches:
+                requests = sampling_info.select(batch)
+                blocks.append(
                     draft_batch(
                         sampler,
                         context=context,
                         anchors=anchors[batch],
-                        sampling_info=sampling_info.select(batch),
+                        sampling_info=requests,
                         read_draft=read_draft,
                     )
-                    for batch in batches
-                ],
-                batches=batches,
-            )
+                )
+                if on_draft is not None:
+                    on_draft(
+                        DraftCall(
+                            index=calls,
+                            round=len(round_blocks),
+                            rows=batch,
+                            anchors=anchors[batch],
+                            context=context,
+                            sampling_info=requests,
+                            block=blocks[-1],
+                        )
+                    )
+                calls += 1
+            draft = gathered_block(blocks, batches=batches)
             verdict = verify(
                 VerifyRound(
                     anchors=anchors,

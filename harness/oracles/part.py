@@ -34,7 +34,7 @@ def statistical_coverage(
     """What the oracle exercised, from its run: rows per group and target, the life of
     one instance (from the far target's rounds), and the detection bound at the rows of
     the fixed side's run (else the first implementation that passed, else the first
-    that ran)."""
+    that ran), with the calls and positions of that run held to each per-call check."""
     ran = [r for r in oracle.results.values() if r.error is None and r.name in oracle.decoded]
     if not ran:
         return None
@@ -67,6 +67,8 @@ def statistical_coverage(
         power=first.power if first else TARGET_POWER,
         level=chosen.test_level,
         bounds=best_bounds(chosen.bounds),
+        calls_held=chosen.held_calls.calls,
+        positions_held=dict(chosen.held_calls.positions),
     )
 
 

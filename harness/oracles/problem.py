@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -53,6 +53,7 @@ from reference.verifier import (
     DecodeResult,
     DraftBlock,
     DraftContext,
+    DraftObserver,
     Verifier,
     derived_seeds,
     speculative_decode,
@@ -433,13 +434,15 @@ def decode_rows(
     head_kind: str,
     seed: int,
     verifier: Verifier = CHAIN_VERIFIER,
+    observer_of: Callable[[BuiltSampler], DraftObserver] | None = None,
 ) -> DecodeResult:
     """Build the sampler at ``max_bs = rows`` (folded sampling, in the sampler's own
     calling convention, ``harness.plugins.conventions``) and run the decode loop for one
     head kind against its target, the instance living through ``life_batches``, verified
     by ``verifier`` on the streams the config's ``verifier_noise`` names (the
     convention's server plumbing, ``BuiltSampler.decode_streams``, or independent ones);
-    the loop reads each call's draft through the convention's ``draft_block``."""
+    the loop reads each call's draft through the convention's ``draft_block``, and
+    ``observer_of(built)`` (when given) sees every call."""
     config = problem.config
     decode_seed = head_seed(seed, head_kind=head_kind)
     case = oracle_case(config, head_kind=head_kind, seed=seed)
@@ -470,6 +473,7 @@ def decode_rows(
             verifier=verifier,
             read_draft=_built_draft_block,
             streams=streams,
+            on_draft=None if observer_of is None else observer_of(built),
         )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from harness.oracles.cut import OracleCut
 from harness.oracles.fits import JOINT, Marginal, Statistic, position_name
 from harness.oracles.power import DetectionBound
+from harness.pipeline.call_findings import CallFinding, HeldCalls
 from harness.pipeline.coverage import BoundRow
 from harness.pipeline.verdicts import Statistical
 from harness.wire import answer_types
@@ -39,6 +40,7 @@ class StatsResult:
     # None: nothing decoded
     shared_noise: bool | None = None
     server: str | None = None  # the released server whose plumbing it ran on
+    held_calls: HeldCalls = field(default_factory=HeldCalls)  # its calls, held per call
     wall_s: float = field(default=0.0, compare=False)
 
     @property
@@ -53,7 +55,14 @@ class StatsResult:
 
     @property
     def passed(self) -> bool:
-        return self.ran and self.error is None and self.not_judged is None and not self.rejected
+        """Judged, not rejected, and no call of its decodes failed a per-call check."""
+        return (
+            self.ran
+            and self.error is None
+            and self.not_judged is None
+            and not self.rejected
+            and not self.held_calls.findings
+        )
 
     def scope(self) -> str:
         """What it ran short of the config it was asked for, as one clause ("" when
@@ -118,6 +127,7 @@ class StatsResult:
             not_ruled_out="" if self.rejected else not_ruled_out(best_bounds(self.bounds)),
             scope=scope,
             randomness=self.randomness(),
+            call_findings=self.held_calls.findings,
         )
 
     def randomness(self) -> str:
@@ -187,4 +197,13 @@ def where(statistic: Statistic) -> str:
     return f"{statistic.target}/{statistic.head}/{statistic.group}/{statistic.test}"
 
 
-answer_types(StatsResult, Statistic, Marginal, DetectionBound, OracleCut, DecodeResult)
+answer_types(
+    StatsResult,
+    Statistic,
+    Marginal,
+    DetectionBound,
+    OracleCut,
+    DecodeResult,
+    HeldCalls,
+    CallFinding,
+)

@@ -42,6 +42,7 @@ from harness.oracles.fits import (
     statistics_of,
 )
 from harness.oracles.gof import holm_rejections
+from harness.oracles.percall import held_decode
 from harness.oracles.power import PowerCurve, detection_bounds
 from harness.oracles.problem import (
     DEFAULT_CONFIG,
@@ -50,7 +51,6 @@ from harness.oracles.problem import (
     StatsProblem,
     build_problems,
     cpu_threads,
-    decode_rows,
 )
 from harness.oracles.result import StatsResult as StatsResult
 from harness.oracles.result import best_bounds as best_bounds
@@ -65,6 +65,7 @@ from harness.oracles.scope import scope_label as scope_label
 from harness.oracles.scope import scope_of as scope_of
 from harness.oracles.scope import scope_under as scope_under
 from harness.pipeline.call import failed_in_worker, guarded_call
+from harness.pipeline.call_findings import HeldCalls
 from harness.pipeline.results import RaisedError
 from harness.plugins.implementations import Implementation, builtin_implementations
 from reference.verifier import CHAIN_VERIFIER, DecodeResult, Verifier
@@ -182,23 +183,24 @@ def _decode_and_fit(
 ) -> tuple[StatsResult, Decoded | None]:
     config = problems[0].config
     started = time.perf_counter()
-    outcome = guarded_call(
-        lambda: {
-            problem.target.name: {
-                kind: decode_rows(
+
+    def decode_every_head() -> tuple[Decoded, HeldCalls]:
+        decoded: Decoded = {}
+        held = []
+        for problem in problems:
+            for kind in config.head_kinds:
+                run, calls = held_decode(
                     implementation.sampler_class,
                     problem=problem,
                     head_kind=kind,
                     seed=config.seed,
                     verifier=verifier,
                 )
-                for kind in config.head_kinds
-            }
-            for problem in problems
-        },
-        time_limit_s=time_limit_s,
-        owner=implementation.name,
-    )
+                decoded.setdefault(problem.target.name, {})[kind] = run
+                held.append(calls)
+        return decoded, HeldCalls.merged(held)
+
+    outcome = guarded_call(decode_every_head, time_limit_s=time_limit_s, owner=implementation.name)
     if outcome.error is not None:
         wall_s = time.perf_counter() - started
         return failed_result(
@@ -208,7 +210,7 @@ def _decode_and_fit(
             wall_s=wall_s,
             verifier=verifier.name,
         ), None
-    decoded = outcome.returned()
+    decoded, held = outcome.returned()
     result = fit_decoded(
         implementation.name,
         decoded=decoded,
@@ -216,7 +218,7 @@ def _decode_and_fit(
         wall_s=time.perf_counter() - started,
         verifier=verifier.name,
     )
-    return result, decoded
+    return replace(result, held_calls=held), decoded
 
 
 def run_stats(
@@ -339,12 +341,15 @@ def expected_rejected(name: str, roles: Roles = DEFAULT_ROLES) -> bool:
 def meets_expectation(result: StatsResult, roles: Roles = DEFAULT_ROLES) -> bool:
     """The pair's buggy side: rejected, and not by anything confined to position 0 (both
     walks condition the first token on the same anchor). An ``expect_fail`` name:
-    rejected. Everything else: passes."""
+    rejected, or one of its calls failed a per-call check. Everything else: passes (no
+    rejection and no finding on its calls)."""
     if not expected_rejected(result.name, roles):
         return result.passed
-    if result.error is not None or not result.rejected:
+    if result.error is not None:
         return False
-    return result.name != roles.buggy or not result.rejected_at_position(0)
+    if result.name != roles.buggy:
+        return result.rejected or bool(result.held_calls.findings)
+    return result.rejected and not result.rejected_at_position(0)
 
 
 def expectations_hold(results: dict[str, StatsResult], roles: Roles = DEFAULT_ROLES) -> bool:

@@ -7,14 +7,15 @@ each flag with the head kinds it was on for, and the calls of one sampler instan
 otherwise the runner's default: one call, and a second staged call with the same
 parameters when the case has sampled rows). ``StatisticalCoverage`` is the oracle's
 part (rows per group and target, rounds and calls per instance, restagings, batch
-sizes) with its detection bound at those rows. ``harness.render.coverage`` presents
+sizes) with its detection bound at those rows, and how many of its calls and draft
+positions were held to which per-call check. ``harness.render.coverage`` presents
 both; a verdict never claims more than this (docs/verdicts.md, "Coverage").
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness.pipeline.records import CaseFields, CaseRecord
@@ -114,6 +115,8 @@ class StatisticalCoverage:
     power: float
     level: float
     bounds: tuple[BoundRow, ...]
+    calls_held: int = 0  # the implementation's oracle calls held to the per-call checks
+    positions_held: dict[str, int] = field(default_factory=dict)  # check: draft positions
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -15,9 +15,10 @@ says so (``CHECKS_ONLY``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from harness.pipeline.call_findings import CallFinding
 from harness.pipeline.check_result import Skip, Tier
 from harness.pipeline.records import CaseRecord, CheckRecord
 
@@ -40,16 +41,21 @@ class Statistical:
     not_ruled_out: str = ""  # after a pass: the smallest defect it would have seen
     scope: str = ""  # what it ran short of the config: heads left out, a cut (rows, targets)
     randomness: str = ""  # a released server's verdict: judged on its server's own randomness
+    # its decodes' calls that failed a per-call check: a defect, whatever the p-values say
+    call_findings: tuple[CallFinding, ...] = ()
 
     @property
     def failed(self) -> bool:
-        """Rejected, raised or not judged: either way not shown lossless."""
-        return self.ran and (self.rejected is not False)
+        """Rejected, raised or not judged, or a call of its decodes failed a per-call
+        check: either way not shown lossless."""
+        return self.ran and (self.rejected is not False or bool(self.call_findings))
 
     def describe(self) -> str:
         scope = "".join(f" [{note}]" for note in (self.scope, self.randomness) if note)
         if not self.ran:
             return f"statistical oracle not run{scope}"
+        if self.call_findings:
+            return self.describe_findings() + scope
         if self.not_judged is not None:
             return f"not judged by the statistical oracle: {self.not_judged}{scope}"
         if self.error is not None:
@@ -62,6 +68,24 @@ class Statistical:
             )
         bound = f"; {self.not_ruled_out}" if self.not_ruled_out else ""
         return f"statistical oracle passed it (family p={p}{bound}){scope}"
+
+    def describe_findings(self) -> str:
+        """The first finding on the oracle's calls, how many more, and what the tests
+        said: ``check [oracle]: where: token: expected; the statistical oracle ...``."""
+        first, more = self.call_findings[0], len(self.call_findings) - 1
+        others = f"; {more} more finding(s) on the oracle's calls" if more else ""
+        p = "nan" if self.p_value is None else f"{self.p_value:.3g}"
+        if self.error is not None or self.not_judged is not None:
+            tests = "the statistical oracle's tests gave no verdict"
+        elif self.rejected:
+            tests = f"the statistical oracle's tests also REJECTED it (family p={p})"
+        else:
+            tests = f"the statistical oracle's tests passed it (family p={p}), which clears nothing"
+        return f"{first.describe()}{others}; {tests}"
+
+    def every_finding(self) -> str:
+        """Every finding on the oracle's calls, one per line."""
+        return "\n".join(f.describe() for f in self.call_findings)
 
     def carriers(self) -> str:
         """The first ``MAX_CARRIERS`` of ``carried_by`` (strongest first), and how many
@@ -84,6 +108,7 @@ class Statistical:
             "not_ruled_out": self.not_ruled_out,
             "scope": self.scope,
             "randomness": self.randomness,
+            "call_findings": [asdict(f) for f in self.call_findings],
         }
 
 

@@ -230,6 +230,12 @@ class BuiltSampler(ABC):
         """Count the walks, head steps and walk tokens of the next call."""
         return observe_head(self.model.markov_head)
 
+    def contract_candidates(self, base_logits: torch.Tensor) -> torch.Tensor | None:
+        """``[bs, gamma, V]`` bool: the entries this convention's draft law may weigh, from
+        a call's base logits ``[bs, gamma, V]``; ``None`` (here): every entry."""
+        del base_logits
+        return None
+
     def seek_noise(self, counter: int) -> None:
         """Put the noise stream at ``counter`` before a call: here torch's RNG, seeded
         with it (a counter-based stream sets its counter)."""

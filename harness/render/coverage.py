@@ -48,7 +48,8 @@ def matrix_rows(matrix: MatrixCoverage) -> list[list[str]]:
 
 
 def statistical_rows(statistical: StatisticalCoverage) -> list[list[str]]:
-    """The oracle's lines of the coverage table: rows per group and head, its life."""
+    """The oracle's lines of the coverage table: rows per group and head, its life, and
+    its calls held to the per-call checks."""
     rows_text = "; ".join(
         f"{target} (draft weight {statistical.targets[target]:g}): "
         + ", ".join(f"{group} {n}" for group, n in groups.items())
@@ -61,6 +62,12 @@ def statistical_rows(statistical: StatisticalCoverage) -> list[list[str]]:
             f"{statistical.rounds} rounds, {statistical.calls_per_instance} calls per instance, "
             f"{statistical.restagings_per_instance} restaged with other requests per slot, "
             f"batch sizes {', '.join(map(str, statistical.batch_sizes))}",
+        ],
+        [
+            "statistical calls held per call",
+            f"{statistical.calls_held} calls of {statistical.implementation}'s decodes, draft "
+            "positions per check: "
+            + ", ".join(f"{check} {n:,}" for check, n in statistical.positions_held.items()),
         ],
     ]
 

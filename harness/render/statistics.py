@@ -63,9 +63,18 @@ def verdict_word(result: StatsResult) -> str:
         return f"not judged ({result.not_judged})"
     if result.error:
         return f"raised ({result.error})"
+    failing = failing_checks(result)
     if not result.rejected:
+        if failing:
+            return f"FAILS {failing} on its calls (tests p={p_text(result.p_value)})"
         return f"passes (p={p_text(result.p_value)})"
-    return f"REJECTED (p={p_text(result.p_value)}; {len(result.rejections())} tests)"
+    calls = f"; its calls fail {failing}" if failing else ""
+    return f"REJECTED (p={p_text(result.p_value)}; {len(result.rejections())} tests{calls})"
+
+
+def failing_checks(result: StatsResult) -> str:
+    """The per-call checks its calls failed, in the registry's order, or ``""``."""
+    return ", ".join(dict.fromkeys(f.check for f in result.held_calls.findings))
 
 
 def verdict_line(
@@ -114,7 +123,21 @@ def verdict_cell(result: StatsResult) -> str:
         return "not judged"
     if result.error:
         return "ERROR"
+    if result.held_calls.findings:
+        return "REJECTED, FAILS per call" if result.rejected else "FAILS per call"
     return "REJECTED" if result.rejected else "pass"
+
+
+def finding_lines(results: Sequence[StatsResult], *, every: bool) -> list[str]:
+    """The findings on each result's calls: the first (``every``: all), and how many."""
+    lines = []
+    for r in results:
+        findings = r.held_calls.findings
+        shown = findings if every else findings[:1]
+        lines += [f"  {r.name} ({r.verifier}): {f.describe()}" for f in shown]
+        if len(findings) > len(shown):
+            lines.append(f"  {r.name} ({r.verifier}): and {len(findings) - len(shown)} more")
+    return lines
 
 
 def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") -> str:
@@ -146,6 +169,7 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
             ]
         )
     notes = [f"  {r.name} ({r.verifier}): raised {r.error}" for r in results if r.error]
+    notes += finding_lines(results, every=True)
     notes += [
         f"  {r.name} ({r.verifier}): {r.scope()}"
         + ("" if r.rejected or not r.bounds else f"; {not_ruled_out(best_bounds(r.bounds))}")
@@ -407,6 +431,14 @@ def oracle_brief(oracle: OracleRun) -> tuple[Block, ...]:
             rows,
         ),
     ]
+    findings = finding_lines(oracle.every_result(), every=False)
+    if findings:
+        blocks.append(
+            "\n".join(
+                textwrap.fill(line, width=TERMINAL_WIDTH, subsequent_indent="    ")
+                for line in ["calls that fail a per-call check (docs/statistics.md):", *findings]
+            )
+        )
     if oracle.curves:
         first = oracle.curves[0]
         blocks.append(

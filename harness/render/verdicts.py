@@ -40,6 +40,8 @@ def _verdict_section(held: HeldVerdict, *, title: str) -> Section:
         lines += ["", verdict.statistical.describe()]
         if verdict.statistical.carried_by:
             lines.append(f"every rejected test: {verdict.statistical.every_carrier()}")
+        if verdict.statistical.call_findings:
+            lines += ["every finding on the oracle's calls:", verdict.statistical.every_finding()]
     statistical_line = verdict.statistical_line()
     lossless_failures = len([f for f in failing if f.lossless])
     failing_cases = len({f.case for f in failing if f.lossless})

@@ -12,6 +12,20 @@ from harness.pipeline.check_result import CheckResult, Skip, failed, passed, ski
 from harness.pipeline.checks.subject import Subject, token_ids_valid
 
 
+def logits_not_written(
+    kept: torch.Tensor, *, base_logits: torch.Tensor, candidates: torch.Tensor | None
+) -> torch.Tensor:
+    """``[bs, gamma]``: positions whose kept step logits ``[bs, gamma, V]`` are unwritten
+    or not finite where the drafter's law has the entry (``-inf`` is what is written
+    outside its support, the base logits' ``-inf``, and off a contract's candidates)."""
+    not_finite = ~torch.isfinite(kept)
+    off_law = base_logits.to(kept.device) == -math.inf  # outside the support
+    if candidates is not None:  # the contract's candidates (vLLM's top-K)
+        off_law |= ~candidates.to(kept.device)
+    not_finite &= ~off_law | (kept != -math.inf)  # -inf there is written
+    return not_finite.any(dim=-1)
+
+
 def check_ran(subject: Subject) -> CheckResult:
     result = subject.result
     if result.error is not None:
@@ -34,13 +48,9 @@ def check_outputs_written(subject: Subject) -> CheckResult:
         bad_tokens = (result.tokens < 0) | (result.tokens >= run.case.vocab_size)
         problems.append((f"token ids outside [0, {run.case.vocab_size}) or unwritten", bad_tokens))
     if result.corrected is not None:
-        not_finite = ~torch.isfinite(result.corrected)
-        device = result.corrected.device
-        off_law = run.block.base_logits.to(device) == -math.inf  # outside the support
-        if result.candidates is not None:  # the contract's candidates (vLLM's top-K)
-            off_law |= ~result.candidates.to(device)
-        not_finite &= ~off_law | (result.corrected != -math.inf)  # -inf there is written
-        not_finite = not_finite.any(dim=-1)
+        not_finite = logits_not_written(
+            result.corrected, base_logits=run.block.base_logits, candidates=result.candidates
+        )
         if not_finite.any():
             problems.append(("corrected_out unwritten or not finite", not_finite))
     if result.confidence is not None:

@@ -91,9 +91,14 @@ def staging_disagrees(run: CaseRun, result: ImplResult, rows: torch.Tensor) -> s
 def contract_logits(result: ImplResult, logits: torch.Tensor) -> torch.Tensor:
     """The reference's step logits as the implementation's contract defines its draft
     law: ``-inf`` off the convention's candidates (vLLM's top-K variant), else as is."""
-    if result.candidates is None:
+    return on_candidates(logits, result.candidates)
+
+
+def on_candidates(logits: torch.Tensor, candidates: torch.Tensor | None) -> torch.Tensor:
+    """``logits`` with ``-inf`` off ``candidates`` (``None``: every entry is one)."""
+    if candidates is None:
         return logits
-    return logits.masked_fill(~result.candidates.to(logits.device), -math.inf)
+    return logits.masked_fill(~candidates.to(logits.device), -math.inf)
 
 
 def exact_comparison(run: CaseRun) -> bool:

@@ -18,25 +18,33 @@ from harness.pipeline.checks.subject import (
     counter_noise,
     exact_comparison,
     near_tie_mask,
+    on_candidates,
     positions_differ,
     requested_parameters,
     staging_disagrees,
 )
 from harness.pipeline.diffs import max_abs_diff_text
 from harness.pipeline.runner import CaseRun, ImplResult
-from reference import teacher_forced_logits
+from reference import BlockInputs, ToyDraftModel, teacher_forced_logits
 from reference.verifier import draft_distribution
 
 
-def rebuilt_logits(run: CaseRun, result: ImplResult) -> torch.Tensor:
-    """``[bs, gamma, V]``: the step logits rebuilt from the emitted tokens in the dtype the
-    sampler kept them in. Kept no wider than the base: rebuilt in the base dtype and
-    rounded to it; kept wider (float32 over a bfloat16 base): each step's base logits
-    plus its bias summed in that dtype, as a sampler keeping it does (the bias: the
-    teacher-forced walk on zero base logits of the kept dtype, exact)."""
-    assert result.tokens is not None and result.corrected is not None
-    model, block, tokens = run.inputs.model, run.block, result.tokens
-    kept, base = result.corrected.dtype, block.base_logits.dtype
+# -- the exact per-call math, on tensors: the checks below and the oracle's calls share it --
+def rebuilt_step_logits(
+    *,
+    model: ToyDraftModel,
+    block: BlockInputs,
+    tokens: torch.Tensor,
+    kept_dtype: torch.dtype,
+    candidates: torch.Tensor | None,
+) -> torch.Tensor:
+    """``[bs, gamma, V]``: the step logits rebuilt from the emitted ``tokens`` ``[bs,
+    gamma]`` in the dtype the sampler kept them in, ``-inf`` off the contract's
+    ``candidates``. Kept no wider than the base: rebuilt in the base dtype and rounded to
+    it; kept wider (float32 over a bfloat16 base): each step's base logits plus its bias
+    summed in that dtype, as a sampler keeping it does (the bias: the teacher-forced walk
+    on zero base logits of the kept dtype, exact)."""
+    kept, base = kept_dtype, block.base_logits.dtype
     if kept == base or torch.promote_types(kept, base) != kept:
         rebuilt = teacher_forced_logits(model=model, block=block, tokens=tokens)
     else:
@@ -45,13 +53,57 @@ def rebuilt_logits(run: CaseRun, result: ImplResult) -> torch.Tensor:
         )
         bias = teacher_forced_logits(model=model, block=zero, tokens=tokens)
         rebuilt = block.base_logits.to(kept) + bias.to(kept)
-    return contract_logits(result, rebuilt).to(kept)
+    return on_candidates(rebuilt, candidates).to(kept)
+
+
+def teacher_forcing_mismatches(
+    kept: torch.Tensor,
+    *,
+    model: ToyDraftModel,
+    block: BlockInputs,
+    tokens: torch.Tensor,
+    candidates: torch.Tensor | None,
+    exact: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[bs, gamma]`` mask of the positions whose kept step logits ``kept`` ``[bs, gamma,
+    V]`` differ from those rebuilt from the emitted ``tokens`` (``rebuilt_step_logits``),
+    and the rebuilt logits: bitwise where ``exact``, else outside the dtype's
+    ``assert_close`` tolerance."""
+    with torch.inference_mode():
+        rebuilt = rebuilt_step_logits(
+            model=model, block=block, tokens=tokens, kept_dtype=kept.dtype, candidates=candidates
+        )  # [bs, gamma, V] in the kept dtype
+    return positions_differ(kept, rebuilt, exact=exact), rebuilt
+
+
+def greedy_rows_not_argmax(
+    kept: torch.Tensor, *, tokens: torch.Tensor, greedy_mask: torch.Tensor
+) -> torch.Tensor:
+    """``[bs, gamma]``: a greedy row's token that is not a maximum of its kept logits."""
+    top = kept.amax(dim=-1)  # [bs, gamma]
+    picked = kept.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return (picked != top) & greedy_mask.unsqueeze(1)
+
+
+def tokens_outside_support(
+    kept: torch.Tensor,
+    *,
+    tokens: torch.Tensor,
+    temperatures: torch.Tensor,
+    greedy_mask: torch.Tensor,
+) -> torch.Tensor:
+    """``[bs, gamma]``: a sampled row's token with zero probability under its ``q``."""
+    q = draft_distribution(
+        kept, temperatures=temperatures, greedy_mask=torch.zeros_like(greedy_mask)
+    )  # [bs, gamma, V], the verifier's q on sampled rows (greedy rows are not judged here)
+    q_token = q.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # [bs, gamma]
+    return ~(q_token > 0) & ~greedy_mask.unsqueeze(1)
 
 
 def check_teacher_forcing(subject: Subject) -> CheckResult:
     """The kept step logits (``corrected_out``; sglang 0.5.23's ``step_logits``) must equal
     the logits rebuilt from the emitted tokens in the dtype the sampler kept them in
-    (``rebuilt_logits``); a kept dtype other than the convention's is named, not failed."""
+    (``rebuilt_step_logits``); a kept dtype other than the convention's is named, not failed."""
     run, result = subject.run, subject.result
     name = "teacher_forcing"
     if not run.case.folded_sampling:
@@ -62,9 +114,14 @@ def check_teacher_forcing(subject: Subject) -> CheckResult:
         return skipped(name, "no output", code=Skip.NO_OUTPUT)
     if result.corrected is None:
         return failed(name, "folded sampling but corrected_out was not written")
-    with torch.inference_mode():
-        rebuilt = rebuilt_logits(run, result)  # [bs, gamma, V] in the kept dtype
-    differ = positions_differ(result.corrected, rebuilt, exact=exact_comparison(run))
+    differ, rebuilt = teacher_forcing_mismatches(
+        result.corrected,
+        model=run.inputs.model,
+        block=run.block,
+        tokens=result.tokens,
+        candidates=result.candidates,
+        exact=exact_comparison(run),
+    )
     if differ.any():
         return failed(
             name,
@@ -125,9 +182,7 @@ def check_greedy_rows_argmax(subject: Subject) -> CheckResult:
     if result.tokens is None or result.corrected is None:
         return skipped(name, "no output", code=Skip.NO_OUTPUT)
     _, greedy_mask = requested_parameters(run, result)
-    top = result.corrected.amax(dim=-1)  # [bs, gamma]
-    picked = result.corrected.gather(-1, result.tokens.unsqueeze(-1)).squeeze(-1)
-    bad = (picked != top) & greedy_mask.unsqueeze(1)
+    bad = greedy_rows_not_argmax(result.corrected, tokens=result.tokens, greedy_mask=greedy_mask)
     if bad.any():
         staging = staging_disagrees(run, result, bad.any(dim=1))
         drafted = f"{staging}: greedy requests drafted as samples" if staging else ""
@@ -146,11 +201,9 @@ def check_support(subject: Subject) -> CheckResult:
     if result.tokens is None or result.corrected is None:
         return skipped(name, "no output", code=Skip.NO_OUTPUT)
     temperatures, greedy_mask = requested_parameters(run, result)
-    q = draft_distribution(
-        result.corrected, temperatures=temperatures, greedy_mask=greedy_mask
-    )  # [bs, gamma, V], the verifier's q
-    q_token = q.gather(-1, result.tokens.unsqueeze(-1)).squeeze(-1)  # [bs, gamma]
-    outside = ~(q_token > 0) & ~greedy_mask.unsqueeze(1)
+    outside = tokens_outside_support(
+        result.corrected, tokens=result.tokens, temperatures=temperatures, greedy_mask=greedy_mask
+    )
     if outside.any():
         return failed(name, "emitted token has zero probability under its q", outside)
     return passed(name)

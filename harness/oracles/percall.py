@@ -1,0 +1,227 @@
+"""Every call the statistical oracle's decodes make, held to the exact per-call checks that
+apply to it (docs/statistics.md, "Every call of the oracle, held to the per-call checks").
+
+The oracle's decodes make hundreds of thousands of draft positions; a sampler that emits
+a wrong token once in that many passes every goodness-of-fit test, yet it is not
+lossless. So the decode loop's observer (``reference.verifier.DraftCall``) holds every
+call to the checks of the registry that apply in the oracle's setting, with the very
+functions those checks use, vectorised over the call's block:
+
+- ``outputs_written``: token ids in ``[0, V)``, kept step logits written and finite
+  where the drafter's law has the entry (a call that fails it is held to nothing more:
+  the other checks index by token id);
+- ``teacher_forcing``: the kept step logits of step ``k`` equal the head's logits rebuilt
+  from the anchor and the emitted tokens of steps ``< k`` (bit-exact on a float32
+  drafter, else within the dtype's tolerance, as the check on a case);
+- ``greedy_rows_argmax``: a greedy request's token (``top_k = 1``, as the server stages
+  it) is a maximum of its kept logits;
+- ``support``: a sampled request's token has non-zero probability under its ``q``.
+
+A violation is a ``CallFinding`` (per check and decode, the first position, with how
+many fail); ``HeldCalls`` says how many calls and positions each check held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from harness.oracles.problem import StatsProblem, decode_rows
+from harness.pipeline.call_findings import CallFinding, HeldCalls
+from harness.pipeline.checks.buffers import logits_not_written
+from harness.pipeline.checks.walk import (
+    greedy_rows_not_argmax,
+    teacher_forcing_mismatches,
+    tokens_outside_support,
+)
+from harness.pipeline.diffs import max_abs_diff_text
+from harness.plugins.conventions import BuiltSampler
+from reference import ToyDraftModel, prepare_block, previous_tokens, stage_sampling_params
+from reference.verifier import DecodeResult, DraftCall, Verifier
+
+# The registry's checks held on every call, in the registry's order.
+HELD_CHECKS = ("outputs_written", "teacher_forcing", "greedy_rows_argmax", "support")
+# What a check expected at (slot, step) of a call, in words: built for a first failure only.
+Why = Callable[[int, int], str]
+
+
+class CallChecker:
+    """The observer of one decode (``on_draft``): holds each call to ``HELD_CHECKS`` and
+    keeps, per check, the first failing position and how many fail."""
+
+    def __init__(
+        self,
+        *,
+        model: ToyDraftModel,
+        built: BuiltSampler,
+        target: str,
+        head: str,
+        verifier: str,
+    ) -> None:
+        self.model, self.built = model, built
+        self.target, self.head, self.verifier = target, head, verifier
+        self.calls = 0
+        self.positions = dict.fromkeys(HELD_CHECKS, 0)
+        self.first: dict[str, CallFinding] = {}
+        self.failing: dict[str, tuple[int, int]] = {}  # check: (positions, calls)
+
+    def __call__(self, call: DraftCall) -> None:
+        with torch.inference_mode():
+            self._hold(call)
+
+    def _hold(self, call: DraftCall) -> None:
+        draft, vocab = call.block, self.model.vocab_size
+        tokens, kept = draft.tokens, draft.step_logits  # [bs, gamma], [bs, gamma, V]
+        bs, gamma = tokens.shape
+        self.calls += 1
+        inputs = prepare_block(
+            model=self.model,
+            gamma=gamma,
+            max_bs=bs,
+            hidden_states=call.hidden_states(),
+            input_ids=call.input_ids(),
+        )
+        candidates = self.built.contract_candidates(inputs.base_logits)
+        bad_ids = (tokens < 0) | (tokens >= vocab)
+        unwritten = logits_not_written(kept, base_logits=inputs.base_logits, candidates=candidates)
+        self._tally("outputs_written", call, bad_ids | unwritten, held=bs * gamma, why=_unwritten)
+        if bool(bad_ids.any()):
+            return  # what follows indexes by token id
+        differ, rebuilt = teacher_forcing_mismatches(
+            kept,
+            model=self.model,
+            block=inputs,
+            tokens=tokens,
+            candidates=candidates,
+            exact=inputs.base_logits.dtype == torch.float32,  # as on a float32 case
+        )
+        self._tally(
+            "teacher_forcing",
+            call,
+            differ,
+            held=bs * gamma,
+            why=lambda row, step: _not_rebuilt(
+                kept, rebuilt, previous_tokens(inputs.anchor_tokens, tokens), row, step
+            ),
+        )
+        temperatures = torch.empty(bs, dtype=torch.float32, device=tokens.device)
+        greedy = torch.empty(bs, dtype=torch.bool, device=tokens.device)
+        stage_sampling_params(
+            bs=bs, sampling_info=call.sampling_info, temperatures=temperatures, greedy_mask=greedy
+        )  # the requests as the server stages them, not the sampler's own bookkeeping
+        greedy_positions = int(greedy.sum()) * gamma
+        self._tally(
+            "greedy_rows_argmax",
+            call,
+            greedy_rows_not_argmax(kept, tokens=tokens, greedy_mask=greedy),
+            held=greedy_positions,
+            why=lambda row, step: (
+                f"a greedy request's token is the argmax "
+                f"{int(kept[row, step].argmax())} of its kept logits"
+            ),
+        )
+        self._tally(
+            "support",
+            call,
+            tokens_outside_support(
+                kept, tokens=tokens, temperatures=temperatures, greedy_mask=greedy
+            ),
+            held=bs * gamma - greedy_positions,
+            why=lambda row, step: "a sampled token has non-zero probability under its q",
+        )
+
+    def _tally(
+        self,
+        check: str,
+        call: DraftCall,
+        failing: torch.Tensor,
+        *,
+        held: int,
+        why: Why,
+    ) -> None:
+        self.positions[check] += held
+        count = int(failing.sum())
+        if not count:
+            return
+        positions, calls = self.failing.get(check, (0, 0))
+        self.failing[check] = (positions + count, calls + 1)
+        if check in self.first:
+            return
+        slot, step = (int(i) for i in failing.nonzero()[0])
+        self.first[check] = CallFinding(
+            check=check,
+            target=self.target,
+            head=self.head,
+            verifier=self.verifier,
+            round=call.round,
+            call=call.index,
+            row=int(call.rows[slot]),
+            slot=slot,
+            step=step,
+            token=int(call.block.tokens[slot, step]),
+            expected=why(slot, step),
+            positions=0,  # filled in by ``held``
+            calls=0,
+        )
+
+    def held(self) -> HeldCalls:
+        """What this decode's calls were held to, and its findings."""
+        findings = []
+        for check in HELD_CHECKS:
+            if check in self.first:
+                positions, calls = self.failing[check]
+                first = self.first[check]
+                findings.append(
+                    CallFinding(**{**vars(first), "positions": positions, "calls": calls})
+                )
+        return HeldCalls(calls=self.calls, positions=dict(self.positions), findings=tuple(findings))
+
+
+def _unwritten(row: int, step: int) -> str:
+    return f"token ids in [0, V) and kept step logits written and finite (step {step})"
+
+
+def _not_rebuilt(
+    kept: torch.Tensor, rebuilt: torch.Tensor, previous: torch.Tensor, row: int, step: int
+) -> str:
+    after = "the anchor" if step == 0 else f"step {step - 1}'s emitted token"
+    return (
+        f"the kept logits of step {step} are those rebuilt after {after} "
+        f"{int(previous[row, step])} ({max_abs_diff_text(kept[row, step], rebuilt[row, step])})"
+    )
+
+
+def held_decode(
+    sampler_class: type,
+    *,
+    problem: StatsProblem,
+    head_kind: str,
+    seed: int,
+    verifier: Verifier,
+) -> tuple[DecodeResult, HeldCalls]:
+    """``decode_rows`` of one head kind with every call held to ``HELD_CHECKS``: the
+    decoded rows and what the calls were held to."""
+    checkers: list[CallChecker] = []
+
+    def checker_of(built: BuiltSampler) -> CallChecker:
+        checkers.append(
+            CallChecker(
+                model=problem.drafters[head_kind],
+                built=built,
+                target=problem.target.name,
+                head=head_kind,
+                verifier=verifier.name,
+            )
+        )
+        return checkers[-1]
+
+    decoded = decode_rows(
+        sampler_class,
+        problem=problem,
+        head_kind=head_kind,
+        seed=seed,
+        verifier=verifier,
+        observer_of=checker_of,
+    )
+    return decoded, checkers[0].held()
