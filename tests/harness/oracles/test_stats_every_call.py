@@ -1,0 +1,214 @@
+"""Every call the statistical oracle's decodes make is held to the exact per-call checks
+(``harness.oracles.percall``): a sampler that emits a wrong token once in about 50,000
+draft positions passes every test of the oracle and every case of the matrix, and is NOT
+lossless on every path, its finding named with its round, call, row and step; the
+correct designs have no finding (docs/statistics.md, "Every call of the oracle, held to
+the per-call checks")."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.options import Roles
+from harness.oracles.part import statistical_coverage
+from harness.oracles.percall import HELD_CHECKS, held_decode
+from harness.oracles.problem import FAR, StatsConfig, build_problems, life_batches
+from harness.oracles.stats import meets_expectation, run_oracle, run_stats
+from harness.pipeline.matrix import standard_matrix
+from harness.plugins.implementations import builtin_implementations
+from harness.testing import check_sampler, implementation_of
+from harness.wire import read_answer, write_answer
+from reference.verifier import CHAIN_VERIFIER
+from tests.plugins.rare_defects import RareWrongGreedyTokenSampler, RareWrongTokenSampler
+
+RARE = "tests.plugins.rare_defects:RareWrongTokenSampler"
+RARE_GREEDY = "tests.plugins.rare_defects:RareWrongGreedyTokenSampler"
+CASES = [c for c in standard_matrix() if c.name in ("folded-sampled/vanilla", "greedy-fold/gated")]
+# Eight rows (rows 3 and 7 greedy), two rounds: the first call drafts every row in order.
+SMALL = StatsConfig(rows=8, rounds=2, head_kinds=("vanilla",), targets=(FAR,))
+
+
+class WrongFourthToken(RareWrongTokenSampler):
+    first = 3  # row 1's step 0: rows 0 and 1 are sampled, 3 counted steps each
+
+
+class WrongFirstGreedyToken(RareWrongGreedyTokenSampler):
+    first = 0  # row 3's last step, in the first call
+
+
+def _small_decode(sampler_class: type):
+    problem = build_problems(SMALL)[0]
+    return problem, held_decode(
+        sampler_class, problem=problem, head_kind="vanilla", seed=0, verifier=CHAIN_VERIFIER
+    )
+
+
+# -- by hand -------------------------------------------------------------------------------------
+def test_a_wrong_token_shows_in_the_next_steps_kept_logits_with_its_call_row_and_step() -> None:
+    problem, (decoded, held) = _small_decode(WrongFourthToken)
+    assert [f.check for f in held.findings] == ["teacher_forcing"]
+    (finding,) = held.findings
+    assert (finding.round, finding.call, finding.row, finding.slot) == (0, 0, 1, 1)
+    assert finding.step == 1  # row 1's step 0 token is wrong: step 1's logits are not its
+    assert (finding.positions, finding.calls) == (1, 1)
+    assert "step 0's emitted token" in finding.expected
+    assert finding.describe().startswith(
+        "teacher_forcing [oracle]: far/vanilla under chain: round 0, call 0, row 1 (slot 1), "
+        "step 1: token "
+    )
+    assert held.calls == sum(len(life_batches(problem, r)) for r in range(decoded.rounds))
+
+
+def test_a_wrong_greedy_token_at_the_last_step_fails_only_greedy_rows_argmax() -> None:
+    _, (_, held) = _small_decode(WrongFirstGreedyToken)
+    assert [f.check for f in held.findings] == ["greedy_rows_argmax"]
+    (finding,) = held.findings
+    assert (finding.round, finding.call, finding.row, finding.step) == (0, 0, 3, 3)
+    assert "argmax" in finding.expected
+
+
+def test_the_fixed_samplers_calls_are_each_held_to_every_check_and_pass() -> None:
+    problem, (decoded, held) = _small_decode(builtin_implementations(("fixed",))[0].sampler_class)
+    assert held.findings == ()
+    gamma = SMALL.gamma
+    drafted = sum(
+        int(batch.shape[0]) * gamma
+        for r in range(decoded.rounds)
+        for batch in life_batches(problem, r)
+    )
+    greedy = 2 * gamma * decoded.rounds  # rows 3 and 7, every round
+    assert tuple(held.positions) == HELD_CHECKS
+    assert held.positions == {
+        "outputs_written": drafted,
+        "teacher_forcing": drafted,
+        "greedy_rows_argmax": greedy,
+        "support": drafted - greedy,
+    }
+
+
+def test_the_findings_cross_the_worker_boundary() -> None:
+    _, (_, held) = _small_decode(WrongFourthToken)
+    assert read_answer(write_answer(held)) == held
+
+
+# -- the oracle at its defaults ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def rare_result():
+    return run_stats(implementation_of(f"rare={RARE}"))
+
+
+def test_the_rare_wrong_token_passes_the_tests_and_fails_its_calls(rare_result) -> None:
+    result = rare_result
+    assert not result.rejected and result.p_value > 1e-6  # the tests cannot see it
+    assert [(f.target, f.check) for f in result.held_calls.findings] == [
+        ("far", "teacher_forcing")
+    ] * 3  # once in each head's far decode: 3 wrong tokens in ~189,000 sampled positions
+    assert not result.passed
+    statistical = result.statistical()
+    assert statistical.failed and statistical.rejected is False
+    assert statistical.describe().startswith("teacher_forcing [oracle]: far/")
+    assert "which clears nothing" in statistical.describe()
+    assert not meets_expectation(result)
+    assert meets_expectation(result, Roles(expect_fail=("rare",)))
+
+
+def test_the_correct_designs_have_no_finding_on_the_oracles_calls() -> None:
+    specs = [
+        "mine=examples/my_sampler.py:MySampler",
+        "pre=tests.plugins.alternative_samplers:PrestagedNoiseSampler",
+        "gumbel=tests.plugins.alternative_samplers:UniformGumbelSampler",
+        "multi=tests.plugins.alternative_samplers:MultinomialSampler",
+        "icdf=tests.plugins.alternative_samplers:InverseCdfSampler",
+    ]
+    oracle = run_oracle(
+        replace(SMALL, rows=400, rounds=4, head_kinds=("vanilla", "gated", "rnn")),
+        implementations=[
+            *builtin_implementations(("fixed", "reference")),
+            *(implementation_of(spec) for spec in specs),
+        ],
+    )
+    for result in oracle.every_result():
+        assert result.held_calls.findings == (), result.name
+        assert result.held_calls.calls > 0 and result.passed, result.name
+    coverage = statistical_coverage(oracle)
+    assert coverage is not None and coverage.calls_held == oracle.results["fixed"].held_calls.calls
+    assert coverage.positions_held["teacher_forcing"] > 0
+
+
+# -- every path ----------------------------------------------------------------------------------
+def test_the_python_api_says_not_lossless_with_the_call_row_and_step() -> None:
+    verdict = check_sampler(f"rare={RARE}", cases=CASES, require="lossless")
+    assert not verdict.lossless_failures()  # every case's checks pass: the calls are small
+    assert (verdict.lossless, verdict.ok) == (False, False)
+    assert verdict.summary().startswith("NOT lossless: teacher_forcing [oracle]: far/")
+    assert "round " in verdict.reason and ", row " in verdict.reason and ", step " in verdict.reason
+
+
+def _case_files(tmp_path: Path) -> list[str]:
+    args = []
+    for index, case in enumerate(CASES):
+        path = tmp_path / f"case{index}.json"
+        case.save(path)
+        args += ["--case", str(path)]
+    return args
+
+
+def test_compare_require_lossless_says_not_lossless(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["compare", *_case_files(tmp_path), "--only", "reference", "--require", "lossless"]
+    argv += ["--impl", f"rare={RARE}", "--quiet", "--long", "--out-dir", str(tmp_path / "out")]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "rare: passes every lossless check on 2/2 cases, but NOT lossless" in out
+    assert "teacher_forcing [oracle]: far/vanilla under chain: round " in out
+    verdicts = json.loads((tmp_path / "out" / "compare.json").read_text())["judgement"]
+    rare = verdicts["implementations"]["rare"]
+    assert rare["lossless"] is False and rare["statistical"]["rejected"] is False
+    assert [f["check"] for f in rare["statistical"]["call_findings"]] == ["teacher_forcing"] * 3
+    assert verdicts["implementations"]["reference"]["lossless"] is True
+
+
+def test_stats_fails_the_rare_wrong_token_unless_expected(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["stats", "--impl", f"rare={RARE}", "--quiet", "--out-dir", str(tmp_path)]
+    assert main(argv) == 1
+    out = " ".join(capsys.readouterr().out.split())  # the verdict line wraps
+    assert "rare FAILS teacher_forcing on its calls (tests p=" in out and "UNEXPECTED" in out
+    assert main([*argv, "--expect-fail", "rare"]) == 0
+    capsys.readouterr()
+
+
+def test_the_pytest_plugin_fails_the_oracles_item(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.helpers import REPO_ROOT
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "harness.pytest_plugin",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "dspark",
+        "-k",
+        "statistical-oracle",
+        "--dspark-impl",
+        f"rare={RARE}",
+        "--dspark-require",
+        "lossless",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "rare is NOT lossless: teacher_forcing [[]oracle[]]: far/* round *, call *, row *",
+            "every finding on the oracle's calls:",
+        ]
+    )
