@@ -64,7 +64,7 @@ def statistical_rows(statistical: StatisticalCoverage) -> list[list[str]]:
             f"batch sizes {', '.join(map(str, statistical.batch_sizes))}",
         ],
         [
-            "statistical calls held per call",
+            "statistical calls held to the per-call checks",
             f"{statistical.calls_held} calls of {statistical.implementation}'s decodes, draft "
             "positions per check: "
             + ", ".join(f"{check} {n:,}" for check, n in statistical.positions_held.items()),

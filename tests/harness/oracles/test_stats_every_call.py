@@ -174,6 +174,21 @@ def test_compare_require_lossless_says_not_lossless(
     assert verdicts["implementations"]["reference"]["lossless"] is True
 
 
+def test_report_says_not_lossless_as_compare_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--impl", f"rare={RARE}", "--require", "lossless", "--no-work"]
+    assert main([*argv, "--quiet", "--long", "--out-dir", str(tmp_path)]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "rare: passes every lossless check on 24/24 cases, but NOT lossless" in out
+    report = json.loads((tmp_path / "report.json").read_text())["judgement"]
+    rare = report["implementations"]["rare"]
+    assert rare["lossless"] is False
+    assert rare["summary"].startswith("NOT lossless: teacher_forcing [oracle]: far/")
+    statistical = report["coverage"]["statistical"]
+    assert statistical["calls_held"] > 0 and statistical["positions_held"]["support"] > 0
+
+
 def test_stats_fails_the_rare_wrong_token_unless_expected(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
