@@ -257,3 +257,25 @@ def test_the_pytest_plugin_fails_the_oracles_item(
             "every finding on the oracle's calls:",
         ]
     )
+
+
+# -- the released server's samplers (sglang 0.5.23 installed) -----------------------------------
+@pytest.mark.upstream
+def test_the_oracles_calls_judge_the_plumbing_samplers_by_the_servers_requests() -> None:
+    """Correct designs on the server's plumbing (another counter layout, inverse CDF on the
+    package's Philox uniforms, float32 kept logits) have no finding; a greedy mask read from
+    the temperature drafts the server's greedy requests (``T = 1, top_k = 1``) as samples,
+    which its kept logits say and the oracle's tests do not see."""
+    module = "tests.plugins.plumbing_samplers"
+    correct = ("StepsAfterTheFirstAtNextCounter", "InverseCdfOnPhiloxUniforms", "Float32KeptLogits")
+    oracle = run_oracle(
+        replace(SMALL, rows=400, rounds=4),
+        implementations=[
+            implementation_of(f"{name}={module}:{name}")
+            for name in (*correct, "TemperatureGreedyMask")
+        ],
+    )
+    for name in correct:
+        assert oracle.results[name].held_calls.findings == (), name
+    findings = oracle.results["TemperatureGreedyMask"].held_calls.findings
+    assert {f.check for f in findings} == {"greedy_rows_argmax"}
