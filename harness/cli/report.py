@@ -79,7 +79,7 @@ def write_power_plot(out_dir: Path, sections: list[Section], *, progress: Progre
     section = next((s for s in sections if s.data.get("power_curves")), None)
     if section is None:
         return
-    from harness.render.statistics import power_curves_png
+    from harness.render.power_figure import power_curves_png
 
     path = out_dir / "report-power.png"
     png = power_curves_png(section.data["power_curves"])

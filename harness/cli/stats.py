@@ -138,7 +138,8 @@ def command(args: argparse.Namespace) -> int:
     from harness.oracles.verifiers import verifiers_named
     from harness.pipeline.isolation import make_executor
     from harness.plugins.implementations import ImplementationError
-    from harness.render.statistics import power_curves_png, stats_section
+    from harness.render.power_figure import power_curves_png
+    from harness.render.statistics import stats_section
 
     try:
         options = run_options(args)

@@ -10,7 +10,8 @@ from dataclasses import asdict
 import pytest
 
 from harness.oracles.power import PowerCurve, PowerPoint, wilson_interval
-from harness.render.statistics import power_curves_png, power_text
+from harness.render.power_figure import power_curves_png
+from harness.render.statistics import power_text
 
 
 @pytest.mark.parametrize(("successes", "trials"), [(23, 24), (9, 24), (5, 6), (1, 3), (0, 12)])
@@ -84,7 +85,7 @@ def test_the_figure_draws_each_interval_and_takes_its_axis_from_the_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     figure_module = pytest.importorskip("matplotlib.figure", reason="needs the plot extra")
-    from harness.render import statistics as stats_section
+    from harness.render import power_figure as stats_section
 
     drawn = figure_module.Figure()
     monkeypatch.setattr(stats_section, "render_png", lambda draw, size: draw(drawn))

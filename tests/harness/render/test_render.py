@@ -138,7 +138,7 @@ def test_coinciding_measured_points_of_the_power_figure_stay_visible(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     figure_module = pytest.importorskip("matplotlib.figure", reason="needs the plot extra")
-    from harness.render import statistics as stats_section
+    from harness.render import power_figure as stats_section
 
     drawn = figure_module.Figure()
     monkeypatch.setattr(stats_section, "render_png", lambda draw, size: draw(drawn))
