@@ -22,6 +22,9 @@ DEFAULT_TIME_LIMIT_S = 120.0  # per construction, staging and call of an impleme
 # Intra-op threads of a run: the shapes are small, and on a shared 2-core machine a second
 # thread per process mostly waits for a busy core (docs/design.md, "Threads").
 DEFAULT_THREADS = 1
+# Processes a judgement's stages run in: with 2, the statistical oracle runs in a process
+# forked beside the one that runs the matrix and the work (docs/design.md, "Threads").
+DEFAULT_JOBS = 2
 
 
 class VerifierNoise(enum.StrEnum):

@@ -28,6 +28,10 @@ tasks:
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import pickle
+import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -94,6 +98,9 @@ class WorkerFailure(Exception):
         self.type = type
         self.message = message
 
+    def __reduce__(self) -> tuple[type[WorkerFailure], tuple[str, str]]:
+        return (WorkerFailure, (self.type, self.message))
+
 
 class InProcessExecutor(concurrent.futures.Executor):
     """Runs each task at once in this process; every trust domain is this process."""
@@ -113,3 +120,102 @@ class InProcessExecutor(concurrent.futures.Executor):
 
 
 IN_PROCESS = InProcessExecutor()  # stateless: one serves every caller
+
+
+class Beside(Generic[T]):
+    """A task running in a process forked beside this one (``start_beside``): its
+    progress lines reach this process's ``progress`` as they come, and ``result()``
+    waits for its answer (or raises what it raised there)."""
+
+    def __init__(self, task: Callable[[Callable[[str], None]], T], progress: Callable[[str], None]):
+        import multiprocessing
+        import threading
+
+        context = multiprocessing.get_context("fork")
+        receiving, sending = context.Pipe(duplex=False)
+        self._process = context.Process(
+            target=_run_beside, args=(task, sending, os.getpid()), daemon=True
+        )
+        self._process.start()
+        sending.close()
+        self._answer: tuple[str, Any] | None = None
+        self._reader = threading.Thread(
+            target=self._read, args=(receiving, progress), name="beside", daemon=True
+        )
+        self._reader.start()
+
+    def _read(self, receiving: Any, progress: Callable[[str], None]) -> None:
+        with receiving:
+            while True:
+                try:
+                    kind, value = pickle.loads(receiving.recv_bytes())
+                except (EOFError, OSError):
+                    return
+                except Exception as error:  # what came could not be read here
+                    self._answer = ("raised", WorkerFailure("BadAnswer", repr(error)))
+                    return
+                if kind == "progress":
+                    progress(value)
+                else:
+                    self._answer = (kind, value)
+                    return
+
+    def result(self) -> T:
+        self._reader.join()
+        self._process.join()
+        if self._answer is None:
+            raise WorkerFailure(
+                "WorkerDied",
+                f"the process beside this one ended without an answer "
+                f"(exit code {self._process.exitcode})",
+            )
+        kind, value = self._answer
+        if kind == "raised":
+            raise value
+        return value
+
+    def stop(self) -> None:
+        """Stop the task if it still runs (the caller gave up on it)."""
+        if self._process.is_alive():
+            self._process.kill()
+        self._process.join()
+        self._reader.join()
+
+
+def start_beside(
+    task: Callable[[Callable[[str], None]], T], *, progress: Callable[[str], None]
+) -> Beside[T]:
+    """Run ``task(progress)`` in a process forked from this one (it inherits everything
+    loaded here: no import, no pickled input), while this process goes on. Only for
+    tasks that touch no CUDA device and read no intra-op thread pool of more than one
+    thread: a fork does not carry either."""
+    return Beside(task, progress)
+
+
+def _run_beside(task: Callable[[Callable[[str], None]], Any], sending: Any, parent: int) -> None:
+    """The forked process: run ``task``, send its progress and its answer home."""
+    if sys.platform == "linux":  # die with the parent rather than run on as an orphan
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)
+
+    def send(message: tuple[str, Any]) -> None:  # plain pickle: tensors travel as bytes
+        sending.send_bytes(pickle.dumps(message))
+
+    def progress(message: str) -> None:
+        send(("progress", message))
+
+    try:
+        answer: tuple[str, Any] = ("done", task(progress))
+    except BaseException as error:
+        answer = ("raised", error)
+    try:
+        send(answer)
+    except Exception:  # the answer or the exception cannot be pickled: say what it was
+        import traceback
+
+        text = "".join(traceback.format_exception(answer[1])) if answer[0] == "raised" else ""
+        send(("raised", WorkerFailure("BadAnswer", f"the answer could not cross: {text}")))
+    sending.close()

@@ -12,19 +12,23 @@ threads (``RunOptions.threads``) hold for the whole judgement.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.defaults import LEGACY
 from harness.devices import intra_op_threads
-from harness.executor import IN_PROCESS, Executor
+from harness.executor import IN_PROCESS, Executor, InProcessExecutor, start_beside
 from harness.judgement import Judgement, OracleVerdict, WorkVerdict, judge_records
 from harness.options import RunOptions
+from harness.progress import Progress
 
 if TYPE_CHECKING:
     from harness.case import Case
     from harness.oracles.problem import StatsConfig
+    from harness.oracles.stats import OracleRun
     from harness.plugins.implementations import Implementation
 
 
@@ -49,32 +53,97 @@ def judge(
     reference it compares against). With a ``journal``,
     finished cases are kept there and ``options.resume`` reuses them."""
     timing: dict[str, float] = {}
+    decoded = [i for i in implementations if oracle_on is None or i.name in oracle_on]
     with intra_op_threads(options.threads):
-        records = []
-        if cases:
-            from harness.pipeline.compare import compare
-
-            started = time.perf_counter()
-            records = compare(
-                list(cases),
-                list(implementations),
-                options=options,
-                journal=journal,
-                executor=executor,
-            )
-            timing["matrix_s"] = round(time.perf_counter() - started, 3)
-        oracle = None
+        pending = None
         if options.stats:
-            decoded = [i for i in implementations if oracle_on is None or i.name in oracle_on]
-            oracle = judge_oracle(
-                decoded, options=options, executor=executor, power=power, config=oracle_config
+            pending = start_oracle(
+                decoded,
+                options=options,
+                executor=executor,
+                power=power,
+                config=oracle_config,
+                alone=not cases and not work,
             )
+        try:
+            records = []
+            if cases:
+                from harness.pipeline.compare import compare
+
+                started = time.perf_counter()
+                records = compare(
+                    list(cases),
+                    list(implementations),
+                    options=options,
+                    journal=journal,
+                    executor=executor,
+                )
+                timing["matrix_s"] = round(time.perf_counter() - started, 3)
+            eliminated = None
+            if work:
+                eliminated = judge_work(implementations, options=options, executor=executor)
+            oracle = pending.verdict() if pending is not None else None
+        finally:
+            if pending is not None:
+                pending.stop()
+        if oracle is not None:
             timing["stats_s"] = round(oracle.wall_s, 3)
-        eliminated = None
-        if work:
-            eliminated = judge_work(implementations, options=options, executor=executor)
+        if eliminated is not None:
             timing["work_s"] = round(eliminated.wall_s, 3)
     return judge_records(records, options=options, oracle=oracle, work=eliminated, timing=timing)
+
+
+def start_oracle(
+    implementations: Sequence[Implementation],
+    *,
+    options: RunOptions,
+    executor: Executor,
+    power: bool,
+    config: StatsConfig | None,
+    alone: bool = False,
+) -> OracleLater | OracleBeside:
+    """The oracle stage, started: in processes forked beside this one where
+    ``_oracle_beside`` allows and something runs beside it (the matrix or the work, or
+    another share: ``alone``, nothing else runs), else run when its verdict is asked for
+    (``judge_oracle``, after the matrix and the work). The verdict is the same."""
+    shares = oracle_shares(implementations, jobs=options.jobs, power=power)
+    if _oracle_beside(options, executor=executor) and (len(shares) > 1 or not alone):
+        return OracleBeside(implementations, options=options, power=power, config=config)
+    return OracleLater(
+        partial(
+            judge_oracle,
+            implementations,
+            options=options,
+            executor=executor,
+            power=power,
+            config=config,
+        )
+    )
+
+
+class OracleLater:
+    """The oracle's verdict, computed in this process when asked for."""
+
+    def __init__(self, compute: Callable[[], OracleVerdict]) -> None:
+        self.compute = compute
+
+    def verdict(self) -> OracleVerdict:
+        return self.compute()
+
+    def stop(self) -> None:
+        """Nothing runs until ``verdict()``."""
+
+
+def _oracle_beside(options: RunOptions, *, executor: Executor) -> bool:
+    """Whether the oracle's decodes run in processes forked beside this one
+    (``options.jobs`` > 1): only where the implementations run in this process, on the
+    CPU, with one intra-op thread (what a fork carries)."""
+    return (
+        options.jobs > 1
+        and isinstance(executor, InProcessExecutor)
+        and options.device == "cpu"
+        and options.threads == 1
+    )
 
 
 def judge_oracle(
@@ -88,13 +157,27 @@ def judge_oracle(
     """The statistical oracle on ``implementations``: at ``config`` (default: the
     report's, on the options' seed and device) under the verifiers ``options.verifiers``
     names (default: every one available here), each held to its role."""
-    from harness.oracles.part import run_statistics, statistical_coverage, statistical_verdicts
-    from harness.oracles.problem import DEFAULT_CONFIG
-    from harness.oracles.stats import expectations_hold
-    from harness.oracles.verifiers import available_verifiers, verifiers_named
-
     options.progress("statistical oracle ...")
     started = time.perf_counter()
+    run = _oracle_run(
+        implementations, options=options, executor=executor, power=power, config=config
+    )
+    return _oracle_verdict(run, options=options, wall_s=time.perf_counter() - started)
+
+
+def _oracle_run(
+    implementations: Sequence[Implementation],
+    *,
+    options: RunOptions,
+    executor: Executor = IN_PROCESS,
+    power: bool,
+    config: StatsConfig | None,
+) -> OracleRun:
+    """The oracle's decodes and fits (``judge_oracle``), without the verdict."""
+    from harness.oracles.part import run_statistics
+    from harness.oracles.problem import DEFAULT_CONFIG
+    from harness.oracles.verifiers import available_verifiers, verifiers_named
+
     chosen = config or replace(
         DEFAULT_CONFIG,
         seed=options.seed,
@@ -104,7 +187,7 @@ def judge_oracle(
     verifiers = (
         available_verifiers() if options.verifiers is None else verifiers_named(options.verifiers)
     )
-    run = run_statistics(
+    return run_statistics(
         chosen,
         implementations=implementations,
         power=power,
@@ -112,14 +195,92 @@ def judge_oracle(
         verifiers=verifiers,
         executor=executor,
     )
+
+
+def _oracle_verdict(run: OracleRun, *, options: RunOptions, wall_s: float) -> OracleVerdict:
+    from harness.oracles.part import statistical_coverage, statistical_verdicts
+    from harness.oracles.stats import expectations_hold
+
     roles = options.roles
     return OracleVerdict(
         run=run,
         coverage=statistical_coverage(run, roles=roles),
         statisticals=statistical_verdicts(run),
         ok=all(expectations_hold(results, roles) for results in run.by_verifier.values()),
-        wall_s=time.perf_counter() - started,
+        wall_s=wall_s,
     )
+
+
+class OracleBeside:
+    """The oracle's decodes in ``options.jobs`` processes forked beside this one, each on
+    a share of the implementations (legacy's share carries its power curves, worth
+    about two decodes), while this process goes on; ``verdict()`` joins their runs."""
+
+    def __init__(
+        self,
+        implementations: Sequence[Implementation],
+        *,
+        options: RunOptions,
+        power: bool,
+        config: StatsConfig | None,
+    ) -> None:
+        options.progress("statistical oracle ...")
+        self.started = time.perf_counter()
+        self.options = options
+        self.order = [i.name for i in implementations]
+        self.shares = [
+            start_beside(
+                partial(_share_task, share, options=options, power=power, config=config),
+                progress=options.progress,
+            )
+            for share in oracle_shares(implementations, jobs=options.jobs, power=power)
+        ]
+
+    def verdict(self) -> OracleVerdict:
+        from harness.oracles.stats import merged_runs
+
+        runs = [share.result() for share in self.shares]
+        run = merged_runs(runs, order=self.order)
+        return _oracle_verdict(run, options=self.options, wall_s=time.perf_counter() - self.started)
+
+    def stop(self) -> None:
+        for share in self.shares:
+            share.stop()
+
+
+def _share_task(
+    implementations: Sequence[Implementation],
+    progress: Progress,
+    *,
+    options: RunOptions,
+    power: bool,
+    config: StatsConfig | None,
+) -> OracleRun:
+    """One process's share of the oracle: its implementations' decodes and fits."""
+    return _oracle_run(
+        implementations,
+        options=replace(options, progress=progress),
+        power=power and LEGACY in {i.name for i in implementations},
+        config=config,
+    )
+
+
+def oracle_shares(
+    implementations: Sequence[Implementation], *, jobs: int, power: bool
+) -> list[list[Implementation]]:
+    """``implementations`` dealt into at most ``jobs`` shares of about equal work, the
+    longest first (legacy with its power curves counts three decodes), each share in the
+    given order; an empty share is left out."""
+
+    def weight(implementation: Implementation) -> int:
+        return 3 if power and implementation.name == LEGACY else 1
+
+    shares: list[list[Implementation]] = [[] for _ in range(min(jobs, len(implementations)))]
+    for implementation in sorted(implementations, key=weight, reverse=True):
+        lightest = min(shares, key=lambda share: sum(weight(i) for i in share))
+        lightest.append(implementation)
+    index = {i.name: n for n, i in enumerate(implementations)}
+    return [sorted(share, key=lambda i: index[i.name]) for share in shares if share]
 
 
 def judge_work(

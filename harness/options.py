@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.defaults import (
+    DEFAULT_JOBS,
     DEFAULT_PAIR,
     DEFAULT_THREADS,
     DEFAULT_TIME_LIMIT_S,
@@ -132,6 +133,7 @@ class RunOptions:
     verifier_noise: VerifierNoise = DEFAULT_VERIFIER_NOISE
     resume: bool = False  # reuse the records an interrupted run left in its journal
     threads: int | None = DEFAULT_THREADS  # torch intra-op threads (None: torch's own count)
+    jobs: int = DEFAULT_JOBS  # 2: the oracle in a forked process beside the matrix and work
     progress: Progress = field(default=no_progress, compare=False)
 
 

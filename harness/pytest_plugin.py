@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from harness.defaults import DEFAULT_THREADS, DEFAULT_VERIFIER_NOISE, VerifierNoise
+from harness.defaults import DEFAULT_JOBS, DEFAULT_THREADS, DEFAULT_VERIFIER_NOISE, VerifierNoise
 from harness.pipeline.check_result import TIER_LABELS, Tier
 
 if TYPE_CHECKING:
@@ -74,6 +74,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"torch intra-op threads while judging (default {DEFAULT_THREADS}, as the "
         "command line's --threads; 0: torch's own default)",
     )
+    group.addoption(
+        "--dspark-jobs",
+        type=int,
+        default=DEFAULT_JOBS,
+        metavar="N",
+        help=f"processes the oracle's decodes take beside the cases (default {DEFAULT_JOBS}, "
+        "as the command line's --jobs; 1: one after another)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -92,6 +100,7 @@ def pytest_configure(config: pytest.Config) -> None:
         stats=not config.getoption("dspark_no_stats"),
         threads=config.getoption("dspark_threads") or None,
         verifier_noise=VerifierNoise(config.getoption("dspark_verifier_noise")),
+        jobs=config.getoption("dspark_jobs"),
     )
     from harness.plugins.implementations import ImplementationError, parse_impl_spec
 
@@ -192,6 +201,7 @@ class DsparkOracleItem(DsparkItem):
             self.implementation,
             threads=self.options.threads,
             verifier_noise=self.options.verifier_noise,
+            jobs=self.options.jobs,
         )
         if statistical.failed:
             raise SamplerCheckFailure(

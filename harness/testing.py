@@ -11,8 +11,10 @@ rests on the checks alone and its summary says so (``checks only; statistical or
 not run``). ``time_limit_s`` bounds each call and each oracle decode, as
 ``--time-limit`` does (default 120 s; ``None``: no limit): a sampler interpreted by
 Triton, vLLM's on a CPU, needs minutes for its oracle decode. ``threads`` is the
-intra-op thread count (default 1, as ``--threads``). Every function reads its verdict
-from ``harness.judge.judge``, as the command line and the pytest plugin do.
+intra-op thread count (default 1, as ``--threads``); ``jobs`` the processes the oracle's
+decodes take beside the cases (default 2, as ``--jobs``; the verdict is the same). Every
+function reads its verdict from ``harness.judge.judge``, as the command line and the
+pytest plugin do.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.case import Case
 from harness.defaults import (
+    DEFAULT_JOBS,
     DEFAULT_THREADS,
     DEFAULT_TIME_LIMIT_S,
     DEFAULT_VERIFIER_NOISE,
@@ -77,6 +80,7 @@ def check_sampler(
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
     threads: int | None = DEFAULT_THREADS,
     verifier_noise: VerifierNoise | str = DEFAULT_VERIFIER_NOISE,
+    jobs: int = DEFAULT_JOBS,
 ) -> Verdict:
     """Run the sampler next to the reference on ``cases`` (default: the standard matrix)
     and, unless ``stats=False``, through the statistical oracle (the report's defaults,
@@ -104,6 +108,7 @@ def check_sampler(
             stats=stats,
             threads=threads,
             verifier_noise=VerifierNoise(verifier_noise),
+            jobs=jobs,
         ),
         oracle_on=(implementation.name,),
     )
@@ -117,6 +122,7 @@ def oracle_verdict(
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
     threads: int | None = DEFAULT_THREADS,
     verifier_noise: VerifierNoise | str = DEFAULT_VERIFIER_NOISE,
+    jobs: int = DEFAULT_JOBS,
 ) -> Statistical:
     """The statistical oracle's verdict on one implementation, at the report's defaults
     (its seed) on ``device``, each decode within ``time_limit_s``."""
@@ -128,6 +134,7 @@ def oracle_verdict(
         time_limit_s=time_limit_s,
         threads=threads,
         verifier_noise=VerifierNoise(verifier_noise),
+        jobs=jobs,
     )
     judgement = judge([], [implementation], options=options)
     assert judgement.oracle is not None  # the options ask for it
@@ -143,6 +150,7 @@ def _assert(
     time_limit_s: float | None,
     threads: int | None,
     verifier_noise: VerifierNoise | str,
+    jobs: int,
 ) -> Verdict:
     verdict = check_sampler(
         spec_or_class,
@@ -152,6 +160,7 @@ def _assert(
         time_limit_s=time_limit_s,
         threads=threads,
         verifier_noise=verifier_noise,
+        jobs=jobs,
     )
     if not verdict.ok:
         lines = [f"{verdict.name} is {verdict.summary()}", verdict.evidence()]
@@ -167,6 +176,7 @@ def assert_lossless(
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
     threads: int | None = DEFAULT_THREADS,
     verifier_noise: VerifierNoise | str = DEFAULT_VERIFIER_NOISE,
+    jobs: int = DEFAULT_JOBS,
 ) -> Verdict:
     """Raise ``AssertionError`` (every failing check listed, and the oracle's verdict)
     unless the sampler is lossless: its checks and the statistical oracle."""
@@ -178,6 +188,7 @@ def assert_lossless(
         time_limit_s=time_limit_s,
         threads=threads,
         verifier_noise=verifier_noise,
+        jobs=jobs,
     )
 
 
@@ -189,6 +200,7 @@ def assert_drop_in(
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
     threads: int | None = DEFAULT_THREADS,
     verifier_noise: VerifierNoise | str = DEFAULT_VERIFIER_NOISE,
+    jobs: int = DEFAULT_JOBS,
 ) -> Verdict:
     """Raise ``AssertionError`` unless the sampler is lossless and drop-in."""
     return _assert(
@@ -199,6 +211,7 @@ def assert_drop_in(
         time_limit_s=time_limit_s,
         threads=threads,
         verifier_noise=verifier_noise,
+        jobs=jobs,
     )
 
 

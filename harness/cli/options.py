@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from harness.defaults import (
     BUILTIN_NAMES,
+    DEFAULT_JOBS,
     DEFAULT_PAIR,
     DEFAULT_THREADS,
     DEFAULT_TIME_LIMIT_S,
@@ -189,6 +190,15 @@ def add_stats_option(parser: argparse.ArgumentParser) -> None:
         "statistical oracle not run)",
     )
     add_verifiers_option(parser, unnamed="every one available here but vllm-rejection")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=DEFAULT_JOBS,
+        metavar="N",
+        help=f"processes the run's stages take (default {DEFAULT_JOBS}: the statistical "
+        "oracle in a second process beside the cases and the work, on the CPU with one "
+        "thread and without --isolate; 1: one after another). The report is the same",
+    )
 
 
 def verifier_noise(text: str) -> VerifierNoise:
@@ -251,6 +261,7 @@ def run_options(args: argparse.Namespace, *, require_observable: bool = False) -
         verifier_noise=getattr(args, "verifier_noise", DEFAULT_VERIFIER_NOISE),
         resume=bool(getattr(args, "resume", False)),
         threads=getattr(args, "threads", DEFAULT_THREADS) or None,
+        jobs=getattr(args, "jobs", DEFAULT_JOBS),
         progress=progress_printer(quiet=args.quiet),
     )
 

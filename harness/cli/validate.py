@@ -40,6 +40,11 @@ def check_threads(threads: int) -> None:
         raise UsageError(f"--threads must be an integer >= 0 (0: torch's default), got {threads}")
 
 
+def check_jobs(jobs: int) -> None:
+    if jobs < 1:
+        raise UsageError(f"--jobs must be a positive integer, got {jobs}")
+
+
 def check_out_dir(path: Path) -> None:
     """A folder that exists, or can be created, and can be written; probed without
     leaving anything behind (the folder itself is created by the first write)."""
@@ -174,6 +179,8 @@ def validate_global_options(args: argparse.Namespace) -> None:
     if getattr(args, "time_limit", None) is not None:  # only where calls are time-limited
         check_time_limit(args.time_limit)
     check_threads(args.threads)
+    if getattr(args, "jobs", None) is not None:
+        check_jobs(args.jobs)
     check_max_memory(args.max_memory)  # refused before any work; the run's options keep it
     if getattr(args, "verifiers", None) is not None:  # only where the oracle runs
         check_verifiers(args.verifiers, no_stats=getattr(args, "no_stats", False))

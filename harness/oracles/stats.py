@@ -28,6 +28,7 @@ import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from harness.defaults import FIXED, LEGACY
 from harness.devices import intra_op_threads
@@ -386,6 +387,30 @@ class OracleRun:
     def results_of(self, name: str) -> list[StatsResult]:
         """One implementation's results, one per verifier, in the run's order."""
         return [results[name] for results in self.by_verifier.values() if name in results]
+
+
+def merged_runs(runs: Sequence[OracleRun], *, order: Sequence[str]) -> OracleRun:
+    """One run from ``runs`` at one config under the same verifiers, each on its own
+    implementations (decoded in processes side by side), listed in ``order``."""
+    first = runs[0]
+
+    def in_order(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        joined = {name: value for part in parts for name, value in part.items()}
+        return {name: joined[name] for name in order if name in joined}
+
+    return OracleRun(
+        config=first.config,
+        by_verifier={
+            verifier: in_order([run.by_verifier[verifier] for run in runs])
+            for verifier in first.by_verifier
+        },
+        decoded=in_order([run.decoded for run in runs]),
+        problems=first.problems,
+        curves=[curve for run in runs for curve in run.curves],
+        scopes={
+            verifier: in_order([run.scopes[verifier] for run in runs]) for verifier in first.scopes
+        },
+    )
 
 
 def default_implementations(roles: Roles = DEFAULT_ROLES) -> list[Implementation]:

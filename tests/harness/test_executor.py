@@ -18,6 +18,7 @@ from harness.executor import (
     TimeLimited,
     WorkerFailure,
     for_domain,
+    start_beside,
 )
 from harness.pipeline.isolation import IsolatedExecutor, make_executor, task_name
 from tests.plugins import untrusted_samplers
@@ -119,3 +120,36 @@ def test_a_result_of_every_declared_type_crosses_the_wire_unchanged() -> None:
         "CallTimeout", "late", "x:1"
     )
     assert back.second_call.error.timed_out
+
+
+def answers_with_progress(progress) -> torch.Tensor:
+    progress("half way")
+    progress("done")
+    return torch.arange(4)
+
+
+def answers_what_cannot_cross(progress) -> object:
+    return lambda: None
+
+
+def test_a_task_beside_sends_its_progress_and_its_answer_home() -> None:
+    said: list[str] = []
+    answer = start_beside(answers_with_progress, progress=said.append).result()
+    assert torch.equal(answer, torch.arange(4)) and said == ["half way", "done"]
+
+
+def test_a_task_beside_that_raises_dies_or_answers_what_cannot_cross_raises_here() -> None:
+    with pytest.raises(ValueError, match="planted"):
+        start_beside(lambda progress: raises_planted(), progress=print).result()
+    with pytest.raises(WorkerFailure, match=r"WorkerDied: .*exit code 3"):
+        start_beside(lambda progress: exits(), progress=print).result()
+    with pytest.raises(WorkerFailure, match="BadAnswer: the answer could not cross"):
+        start_beside(answers_what_cannot_cross, progress=print).result()
+
+
+def test_a_task_beside_that_is_stopped_is_killed() -> None:
+    import time
+
+    beside = start_beside(lambda progress: time.sleep(600), progress=print)
+    beside.stop()
+    assert beside._process.exitcode is not None and beside._process.exitcode < 0

@@ -43,11 +43,11 @@ def one_oracle(monkeypatch: pytest.MonkeyPatch, oracle_once: OracleVerdict) -> l
     entry point asked the oracle for are recorded."""
     asked: list[list[str]] = []
 
-    def the_one_oracle(implementations, **_: object) -> OracleVerdict:
+    def the_one_oracle(implementations, **_: object) -> judge_module.OracleLater:
         asked.append([i.name for i in implementations])
-        return oracle_once
+        return judge_module.OracleLater(lambda: oracle_once)
 
-    monkeypatch.setattr(judge_module, "judge_oracle", the_one_oracle)
+    monkeypatch.setattr(judge_module, "start_oracle", the_one_oracle)
     return asked
 
 

@@ -35,6 +35,7 @@ def test_every_run_option_on_the_command_line_lands_in_the_one_value() -> None:
         "--no-stats",
         "--resume",
         "--verifiers=chain",
+        "--jobs=3",
     )
     assert given == RunOptions(
         seed=7,
@@ -45,6 +46,7 @@ def test_every_run_option_on_the_command_line_lands_in_the_one_value() -> None:
         stats=False,
         verifiers=("chain",),
         resume=True,
+        jobs=3,
     )
 
 

@@ -1,0 +1,66 @@
+"""The oracle beside the matrix (``--jobs``): its decodes run in processes forked from
+the judge's, dealt into shares of about equal work, and the judgement is the one the
+judge gives with every stage in one process, timings apart."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.judge import judge, oracle_shares
+from harness.options import RunOptions
+from harness.oracles.problem import FAR, StatsConfig
+from harness.pipeline.matrix import standard_matrix
+from harness.plugins.implementations import builtin_implementations, parse_impl_spec
+
+SMALL = StatsConfig(rows=200, rounds=2, head_kinds=("vanilla", "gated"), targets=(FAR,))
+
+
+def names(shares: list[list[object]]) -> list[list[str]]:
+    return [[i.name for i in share] for share in shares]  # type: ignore[attr-defined]
+
+
+def test_legacy_with_its_power_curves_is_a_share_of_its_own() -> None:
+    built = builtin_implementations()  # reference, fixed, legacy
+    assert names(oracle_shares(built, jobs=2, power=True)) == [["legacy"], ["reference", "fixed"]]
+    assert names(oracle_shares(built, jobs=2, power=False)) == [["reference", "legacy"], ["fixed"]]
+    assert names(oracle_shares(built, jobs=8, power=False)) == [
+        ["reference"],
+        ["fixed"],
+        ["legacy"],
+    ]
+    assert names(oracle_shares(built[:1], jobs=2, power=True)) == [["reference"]]
+
+
+def without_timings(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: without_timings(v) for k, v in value.items() if k not in ("timing", "wall_s")}
+    if isinstance(value, list):
+        return [without_timings(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("power", [False, True])
+def test_the_oracle_beside_the_matrix_gives_the_same_judgement(power: bool) -> None:
+    cases = [c for c in standard_matrix() if c.name == "folded-sampled/vanilla"]
+    implementations = [
+        *builtin_implementations(),
+        parse_impl_spec("reused=tests.plugins.stats_defects:ReusedNoiseSampler"),
+    ]
+    progress: dict[int, list[str]] = {1: [], 2: []}
+    judgements = {
+        jobs: judge(
+            cases,
+            implementations,
+            options=RunOptions(jobs=jobs, progress=progress[jobs].append),
+            oracle_config=SMALL,
+            power=power,
+        )
+        for jobs in (1, 2)
+    }
+    one, two = (judgements[j].to_json() for j in (1, 2))
+    assert without_timings(one) == without_timings(two)
+    for implementation in implementations:  # every share's verdict came back
+        assert judgements[2].verdict(implementation.name).statistical.ran
+    assert sorted(progress[1]) == sorted(progress[2])  # every line of the share's progress
+    if power:
+        assert judgements[2].oracle is not None and judgements[2].oracle.run.curves
