@@ -195,9 +195,9 @@ def add_stats_option(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_JOBS,
         metavar="N",
-        help=f"processes the run's stages take (default {DEFAULT_JOBS}: the statistical "
-        "oracle in a second process beside the cases and the work, on the CPU with one "
-        "thread and without --isolate; 1: one after another). The report is the same",
+        help=f"processes the statistical oracle's decodes take beside the cases and the "
+        f"work (default {DEFAULT_JOBS}; on the CPU with one thread and without --isolate; "
+        "1: the oracle in this process after them). The report is the same",
     )
 
 

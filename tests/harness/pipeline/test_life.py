@@ -216,7 +216,7 @@ def test_noise_the_harness_cannot_see_leaves_the_verdict_to_the_oracle() -> None
 def test_compare_require_lossless_judges_the_life(tmp_path: Path, capsys: Any) -> None:
     """One run, both verdicts: a life defect fails it, and the design whose noise only the
     oracle can judge is lossless there."""
-    argv = ["compare", "--require", "lossless"]
+    argv = ["compare", "--only", "reference", "--require", "lossless"]
     for sampler in ("StagesOncePerBucketSampler", "NumpyNoiseSampler"):
         argv += ["--impl", f"{sampler}={PLUGIN_FILE}:{sampler}"]
     assert main([*argv, "--quiet", "--long", "--out-dir", str(tmp_path)]) == 1

@@ -74,7 +74,7 @@ def test_under_isolate_a_correct_file_plugin_passes_and_is_never_imported_by_the
 def test_in_process_the_report_says_plugin_code_shares_the_judge(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["compare", *_case_args(tmp_path, 1), "--only", "reference,fixed"]
+    argv = ["compare", *_case_args(tmp_path, 1), "--only", "reference,fixed", "--no-stats"]
     argv += ["--impl", f"mine={PLANTED}:SlowSampler", "--out-dir", str(tmp_path / "out")]
     assert main(argv) == 0
     assert "in-process: plug-in code shares the judge" in capsys.readouterr().out
