@@ -25,6 +25,12 @@ from tests.helpers import DefaultReport
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Triton's C extension aborts the process when it is imported a second time, and a nested
+# in-process pytest run (``pytester.runpytest_inprocess``) unloads every module it
+# imported: load Triton here, before any nested run, so none unloads it.
+with contextlib.suppress(ImportError):
+    import triton  # noqa: F401
+
 # Each process of the suite (each xdist worker too) runs the small shapes on one intra-op
 # thread, as the harness does by default.
 torch.set_num_threads(DEFAULT_THREADS)
