@@ -28,6 +28,7 @@ AFTER = f"after={UPSTREAM}/dspark_after_fix.py"
 REUSED = "reused=tests.plugins.stats_defects:ReusedNoiseSampler"
 
 FIXED, LEGACY = builtin_implementations(("fixed", "legacy"))
+VANILLA = ("--heads", "vanilla")  # where a test's subject is the roles, not the heads
 
 
 def _stats(tmp_path: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
@@ -91,7 +92,7 @@ def test_stats_pair_rejects_the_before_fix_module_and_passes_the_after_fix_one(
     assert "before REJECTED" in section["verdict"] and "(expected)" in section["verdict"]
     assert "before on position 0 alone passes" in section["verdict"]
     # the same modules the other way round: after must now be rejected, and is not
-    code, section = _stats(tmp_path, capsys, *argv[:4], "--pair", "after,before")
+    code, section = _stats(tmp_path, capsys, *argv[:4], "--pair", "after,before", *VANILLA)
     assert code == ExitCode.FAIL
     assert section["data"]["expectations"] == {"fixed": True, "before": False, "after": False}
     assert "UNEXPECTED" in section["verdict"]
@@ -100,13 +101,13 @@ def test_stats_pair_rejects_the_before_fix_module_and_passes_the_after_fix_one(
 def test_stats_expect_fail_passes_only_when_the_name_is_rejected(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, section = _stats(tmp_path, capsys, "--impl", REUSED)
+    code, section = _stats(tmp_path, capsys, "--impl", REUSED, *VANILLA)
     assert code == ExitCode.FAIL and section["data"]["expectations"]["reused"] is False
-    code, section = _stats(tmp_path, capsys, "--impl", REUSED, "--expect-fail", "reused")
+    code, section = _stats(tmp_path, capsys, "--impl", REUSED, "--expect-fail", "reused", *VANILLA)
     assert code == ExitCode.OK
     assert section["data"]["expectations"] == {"fixed": True, "legacy": True, "reused": True}
     assert section["data"]["roles"]["expect_fail"] == ["reused"]
-    code, section = _stats(tmp_path, capsys, "--heads", "vanilla", "--expect-fail", "fixed")
+    code, section = _stats(tmp_path, capsys, *VANILLA, "--expect-fail", "fixed")
     assert code == ExitCode.FAIL and section["data"]["expectations"]["fixed"] is False
 
 
