@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from harness.upstream.sglang_loader import load_sglang
+from tests.plugins.sglang_samplers import walked_block
 
 PACKAGE = load_sglang()
 Sampler: Any = PACKAGE.DsparkDraftSampler
@@ -136,25 +137,12 @@ class InverseCdfOnPhiloxUniforms(Sampler):
     def _markov_block(self, model_hidden: Any, sample_hidden: Any, anchor: Any, bs: int) -> Any:
         if self.greedy_draft:
             return super()._markov_block(model_hidden, sample_hidden, anchor, bs)
-        base_logits, features = self.model.compute_base_logits(model_hidden)
-        base_logits = base_logits.view(bs, self.gamma, -1)  # [bs, gamma, V]
-        kept = self._step_logits(base_logits)[:bs]  # the package's own [bs, gamma, V] buffer
-        head = self.markov_head
-        state = head.init_state(sample_hidden)
-        prev = anchor.long()
-        tokens = []
-        for step in range(self.gamma):
-            hidden = None if sample_hidden is None else sample_hidden[:, step]
-            bias, state = head.step_bias(prev, hidden_states=hidden, state=state)
-            kept[:, step] = (base_logits[:, step].float() + bias.float()).to(kept.dtype)
-            uniforms = philox_uniforms(self._noise, rows=bs, step=step, device=kept.device)
-            prev = inverse_cdf(kept[:, step], self.params.step_temperatures[:bs], uniforms)
-            prev = self._tp_sync.sync(PACKAGE.SpecTpSyncSite.DSPARK_DRAFT, prev)
-            tokens.append(prev)
-        self._noise.offset.add_(1)  # one counter per sampled block, as the package
-        draft = torch.stack(tokens, dim=1)  # [bs, gamma]
-        self.out[: draft.numel()].copy_(draft.reshape(-1))
-        return draft, features
+
+        def philox_inverse_cdf(logits: torch.Tensor, step: int) -> torch.Tensor:
+            uniforms = philox_uniforms(self._noise, rows=bs, step=step, device=logits.device)
+            return inverse_cdf(logits, self.params.step_temperatures[:bs], uniforms)
+
+        return walked_block(self, model_hidden, sample_hidden, anchor, bs, philox_inverse_cdf)
 
 
 class Float32KeptLogits(Sampler):

@@ -18,6 +18,7 @@ calls the package's own code and changes one thing around it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -30,36 +31,53 @@ PACKAGE = load_sglang()
 Sampler: Any = PACKAGE.DsparkDraftSampler
 
 
+def walked_block(
+    sampler: Any,
+    model_hidden: Any,
+    sample_hidden: Any,
+    anchor: Any,
+    bs: int,
+    draw: Callable[[torch.Tensor, int], torch.Tensor],
+) -> Any:
+    """The package's sampled block with each step's token from ``draw(kept step logits,
+    step)``: its head and its buffers, its tensor-parallel sync, the server's noise
+    counter moved once per block."""
+    base_logits, features = sampler.model.compute_base_logits(model_hidden)
+    base_logits = base_logits.view(bs, sampler.gamma, -1)  # [bs, gamma, V]
+    kept = sampler._step_logits(base_logits)[:bs]  # the package's own [bs, gamma, V] buffer
+    head = sampler.markov_head
+    state = head.init_state(sample_hidden)
+    prev = anchor.long()
+    tokens = []
+    for step in range(sampler.gamma):
+        hidden = None if sample_hidden is None else sample_hidden[:, step]
+        bias, state = head.step_bias(prev, hidden_states=hidden, state=state)
+        kept[:, step] = (base_logits[:, step].float() + bias.float()).to(kept.dtype)
+        prev = draw(kept[:, step], step)
+        prev = sampler._tp_sync.sync(PACKAGE.SpecTpSyncSite.DSPARK_DRAFT, prev)
+        tokens.append(prev)
+    sampler._noise.offset.add_(1)  # one counter per sampled block, as the package
+    draft = torch.stack(tokens, dim=1)  # [bs, gamma]
+    sampler.out[: draft.numel()].copy_(draft.reshape(-1))
+    return draft, features
+
+
 class TorchGumbelSampler(Sampler):
     """Correct: the package's head and buffers, fresh torch noise on every step."""
 
     def _markov_block(self, model_hidden: Any, sample_hidden: Any, anchor: Any, bs: int) -> Any:
         if self.greedy_draft:
             return super()._markov_block(model_hidden, sample_hidden, anchor, bs)
-        base_logits, features = self.model.compute_base_logits(model_hidden)
-        base_logits = base_logits.view(bs, self.gamma, -1)  # [bs, gamma, V]
-        kept = self._step_logits(base_logits)[:bs]  # the package's own [bs, gamma, V] buffer
-        head, params = self.markov_head, self.params
-        state = head.init_state(sample_hidden)
-        prev = anchor.long()
-        tokens = []
-        for step in range(self.gamma):
-            hidden = None if sample_hidden is None else sample_hidden[:, step]
-            bias, state = head.step_bias(prev, hidden_states=hidden, state=state)
-            kept[:, step] = (base_logits[:, step].float() + bias.float()).to(kept.dtype)
-            noise = torch.empty(kept[:, step].shape, device=kept.device).exponential_()
-            prev = exponential_race_torch(
-                kept[:, step],
-                temperatures=params.temperatures[:bs],
-                greedy_mask=params.greedy_mask[:bs],
-                noise=noise,
+
+        def fresh_torch_noise(logits: torch.Tensor, step: int) -> torch.Tensor:
+            return exponential_race_torch(
+                logits,
+                temperatures=self.params.temperatures[:bs],
+                greedy_mask=self.params.greedy_mask[:bs],
+                noise=torch.empty(logits.shape, device=logits.device).exponential_(),
             )
-            prev = self._tp_sync.sync(PACKAGE.SpecTpSyncSite.DSPARK_DRAFT, prev)
-            tokens.append(prev)
-        self._noise.offset.add_(1)  # the server's counter still moves once per sampled block
-        draft = torch.stack(tokens, dim=1)  # [bs, gamma]
-        self.out[: draft.numel()].copy_(draft.reshape(-1))
-        return draft, features
+
+        return walked_block(self, model_hidden, sample_hidden, anchor, bs, fresh_torch_noise)
 
 
 class OffsetNotAdvanced(Sampler):
