@@ -164,3 +164,15 @@ def case_file_args(tmp_path: Path, cases: Sequence[Case]) -> list[str]:
         case.save(path)
         args += ["--case", str(path)]
     return args
+
+
+def lossless_compare_argv(
+    tmp_path: Path, cases: Sequence[Case], implementations: dict[str, str]
+) -> list[str]:
+    """``compare`` on ``cases`` (saved under ``tmp_path``) against the reference alone,
+    each ``--impl NAME=SPEC`` of ``implementations`` held to lossless."""
+    argv = ["compare", *case_file_args(tmp_path, cases), "--only", "reference"]
+    argv += ["--require", "lossless"]
+    for name, spec in implementations.items():
+        argv += ["--impl", f"{name}={spec}"]
+    return argv

@@ -20,7 +20,7 @@ import pytest
 from harness.cli import main
 from harness.pipeline.matrix import standard_matrix
 from harness.testing import assert_lossless, check_sampler
-from tests.helpers import case_file_args
+from tests.helpers import case_file_args, lossless_compare_argv
 
 CASES = [c for c in standard_matrix() if c.name in ("folded-sampled/vanilla", "greedy-fold/gated")]
 DEFECTS = "tests.plugins.oracle_only_defects"
@@ -70,15 +70,9 @@ def test_a_sampler_correct_only_when_observed_is_drop_in_by_its_checks_alone() -
 def test_compare_require_lossless_rejects_what_only_the_oracle_sees(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = [
-        "compare",
-        *case_file_args(tmp_path, CASES),
-        "--only",
-        "reference",
-        "--require",
-        "lossless",
-    ]
-    argv += ["--impl", f"reused={REUSED_UNIFORM}", "--impl", f"observed={OBSERVED_ONLY}"]
+    argv = lossless_compare_argv(
+        tmp_path, CASES, {"reused": REUSED_UNIFORM, "observed": OBSERVED_ONLY}
+    )
     assert main([*argv, "--quiet", "--long", "--out-dir", str(tmp_path / "out")]) == 1
     out = capsys.readouterr().out
     assert "reused: passes every lossless check on 2/2 cases, but NOT lossless" in out

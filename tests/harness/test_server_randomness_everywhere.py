@@ -16,7 +16,7 @@ import pytest
 from harness.cli import main
 from harness.pipeline.matrix import standard_matrix
 from harness.testing import assert_lossless, check_sampler
-from tests.helpers import REPO_ROOT, case_file_args
+from tests.helpers import REPO_ROOT, lossless_compare_argv
 
 CASES = [c for c in standard_matrix() if c.name in ("folded-sampled/vanilla", "greedy-fold/gated")]
 MODULE = "tests.plugins.shared_stream_defects"
@@ -59,16 +59,8 @@ def test_a_drafter_sharing_the_stream_at_disjoint_offsets_is_lossless() -> None:
 def test_compare_require_lossless_judges_on_the_servers_own_randomness(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = [
-        "compare",
-        *case_file_args(tmp_path, CASES),
-        "--only",
-        "reference",
-        "--require",
-        "lossless",
-    ]
-    argv += [arg for name, spec in DEFECTS.items() for arg in ("--impl", f"{name}={spec}")]
-    argv += ["--impl", f"reserved={CORRECT}", "--verifiers", "chain"]
+    argv = lossless_compare_argv(tmp_path, CASES, {**DEFECTS, "reserved": CORRECT})
+    argv += ["--verifiers", "chain"]
     assert main([*argv, "--quiet", "--long", "--out-dir", str(tmp_path / "out")]) == 1
     out = capsys.readouterr().out
     assert "verifier noise: shared (the server's own randomness" in " ".join(out.split())
