@@ -90,7 +90,7 @@ def test_a_changed_plugin_is_recomputed_on_resume_and_equals_a_fresh_run(tmp_pat
     (plugin_dir / "my_sampler.py").write_text(FIXED_PLUGIN)
     env = subprocess_env(PYTHONPATH=f"{REPO_ROOT}:{plugin_dir}")
     cases = _case_args(tmp_path)
-    common = [*cases, "--only", "reference,fixed", "--impl", "mine=my_sampler:Mine"]
+    common = [*cases, "--only", "reference,fixed", "--impl", "mine=my_sampler:Mine", "--no-stats"]
     first = _harness("compare", *common, "--out-dir", str(tmp_path / "run"), env=env)
     assert first.returncode == 0, first.stderr
     (plugin_dir / "my_sampler.py").write_text(BROKEN_PLUGIN)
@@ -228,6 +228,7 @@ def test_a_closed_stdout_is_not_a_traceback(tmp_path: Path) -> None:
     process = start_harness(
         "compare",
         *_case_args(tmp_path),
+        "--no-stats",
         "--quiet",
         "--json",
         "--out-dir",

@@ -166,7 +166,7 @@ def test_a_segfaulting_sampler_under_report_isolate_gives_a_complete_report_and_
 def test_a_worker_is_not_told_the_out_dir(tmp_path: Path) -> None:
     out = tmp_path / "out"
     argv = ["compare", *_case_args(tmp_path, 1), "--only", "reference,fixed", "--isolate"]
-    argv += ["--impl", f"nosy={PLANTED}:CommandLineSampler", "--out-dir", str(out)]
+    argv += ["--impl", f"nosy={PLANTED}:CommandLineSampler", "--out-dir", str(out), "--no-stats"]
     done = _harness(*argv)
     assert done.returncode == 1, done.stderr
     error = json.loads((out / "compare.json").read_text())["cases"][0]["implementations"]
