@@ -55,19 +55,6 @@ def test_dspark_selects_the_plugin_tests_alone_and_the_collected_line_counts_the
     assert "test_unrelated" not in result.stdout.str()
 
 
-def test_a_planted_defect_fails_one_test_per_case_with_its_evidence(plugin_run) -> None:
-    result = plugin_run(
-        "--dspark-impl", "frozen=tests.plugins.planted_defects_verdicts:FrozenNoiseSampler"
-    )
-    result.assert_outcomes(passed=0, failed=3)  # two cases, and the oracle rejects it too
-    result.stdout.fnmatch_lines(
-        [
-            "*frozen is not drop-in on folded-sampled/vanilla:*",
-            "fresh_noise [[]lossless[]]: the second call drew the same noise as the first*",
-        ]
-    )
-
-
 def test_a_correct_other_design_passes_when_lossless_is_required_under_xdist(plugin_run) -> None:
     result = plugin_run(
         "--dspark-impl",
@@ -94,7 +81,9 @@ def test_lossless_rejects_a_sampler_only_the_statistical_oracle_can_see(plugin_r
     )
 
 
-def test_without_the_oracle_every_line_says_the_verdict_rests_on_the_checks(plugin_run) -> None:
+def test_a_planted_defect_fails_one_test_per_case_with_its_evidence_and_without_the_oracle_says_so(
+    plugin_run,
+) -> None:
     frozen = "frozen=tests.plugins.planted_defects_verdicts:FrozenNoiseSampler"
     result = plugin_run("--dspark-impl", frozen, "--dspark-no-stats")
     result.assert_outcomes(failed=2)  # the two cases; no oracle test
@@ -103,6 +92,7 @@ def test_without_the_oracle_every_line_says_the_verdict_rests_on_the_checks(plug
         [
             f"dspark: frozen held to drop-in: one test per standard case ({CHECKS_ONLY})",
             f"*frozen is not drop-in on folded-sampled/vanilla ({CHECKS_ONLY}):*",
+            "fresh_noise [[]lossless[]]: the second call drew the same noise as the first*",
             f"dspark: ({CHECKS_ONLY})",
         ]
     )
