@@ -23,15 +23,14 @@ from fixed import DsparkDraftSampler as FixedSampler
 from harness.cli import stats as stats_cli
 from harness.cli.exit_codes import ExitCode
 from harness.judge import judge_oracle
+from harness.judgement import OracleVerdict
 from harness.options import RunOptions
 from harness.oracles import stats
 from harness.oracles.fits import REPEAT, family_size, position_name
 from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, StatsError
 from harness.plugins.implementations import Implementation, builtin_implementations
-from harness.render.sections import Section
 from harness.render.statistics import stats_section
 from reference import HEAD_KINDS
-from tests.helpers import default_stats_verdict
 from tests.plugins.stats_defects import ReusedNoiseSampler
 
 ALPHA = 1e-6  # the oracle's default significance level
@@ -44,8 +43,20 @@ REUSED_NOISE = Implementation("reused-noise", ReusedNoiseSampler, "test:ReusedNo
 
 
 @pytest.fixture(scope="module")
-def default_results() -> dict[str, stats.StatsResult]:
-    return default_stats_verdict()[0]
+def judged() -> tuple[OracleVerdict, list[str]]:
+    """The built-ins and the reused-noise defect at the default config, with legacy's
+    power curves (one oracle run for the module), and its progress lines."""
+    lines: list[str] = []
+    implementations = [*builtin_implementations(), REUSED_NOISE]
+    verdict = judge_oracle(implementations, options=RunOptions(progress=lines.append), power=True)
+    return verdict, lines
+
+
+@pytest.fixture(scope="module")
+def default_results(judged: tuple[OracleVerdict, list[str]]) -> dict[str, stats.StatsResult]:
+    """Fixed and legacy at the default config."""
+    results = judged[0].run.results
+    return {name: results[name] for name in ("fixed", "legacy")}
 
 
 # -- what the default covers ------------------------------------------------------------------
@@ -114,8 +125,10 @@ def test_legacy_with_only_greedy_rows_is_lossless() -> None:
     assert result.passed and result.impossible == 0
 
 
-def test_a_sampler_that_reuses_one_noise_tensor_for_every_step_is_rejected() -> None:
-    result = stats.run_stats(REUSED_NOISE)
+def test_a_sampler_that_reuses_one_noise_tensor_for_every_step_is_rejected(
+    judged: tuple[OracleVerdict, list[str]],
+) -> None:
+    result = judged[0].run.results["reused-noise"]
     assert result.rejected, f"p = {result.p_value:.3g}"
     assert not result.rejected_at_position(0)  # step 0 draws fresh noise: exact
 
@@ -149,22 +162,24 @@ def test_the_repeat_test_does_not_fire_on_fresh_noise(
 
 
 # -- report section and command -------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def report() -> tuple[Section, list[str]]:
-    lines: list[str] = []
-    judged = judge_oracle(
-        builtin_implementations(), options=RunOptions(progress=lines.append), power=True
-    )
-    return stats_section(judged), lines
-
-
-def test_report_section_shows_the_verdict_coverage_and_the_power_curves(
-    report: tuple[Section, list[str]],
+def test_report_section_shows_the_verdict_coverage_and_the_power_curves_and_holds_plugins(
+    judged: tuple[OracleVerdict, list[str]],
 ) -> None:
-    part, lines = report
-    assert part.ok
+    part, lines = stats_section(judged[0]), judged[1]
+    assert not part.ok  # the reused-noise plug-in is held to passing, and is rejected
+    assert part.data["expectations"] == {
+        "reference": True,
+        "fixed": True,
+        "legacy": True,
+        "reused-noise": False,
+    }
     json.dumps(part.data, allow_nan=False)
-    assert set(part.data["by_verifier"]["chain"]) == {"reference", "fixed", "legacy"}
+    assert set(part.data["by_verifier"]["chain"]) == {
+        "reference",
+        "fixed",
+        "legacy",
+        "reused-noise",
+    }
     curves = part.data["power_curves"]
     assert [c["head"] for c in curves] == list(HEAD_KINDS)
     for curve in curves:
@@ -179,18 +194,6 @@ def test_report_section_shows_the_verdict_coverage_and_the_power_curves(
         assert word in part.text
     assert "legacy REJECTED" in part.verdict and "carried by" in part.text
     assert any("power curve" in line for line in lines)  # progress per seed
-
-
-def test_report_section_holds_plugins_to_passing() -> None:
-    judged = judge_oracle(
-        [FIXED, LEGACY, REUSED_NOISE], options=RunOptions(progress=lambda _: None), power=True
-    )
-    held = stats_section(judged)
-    assert not held.ok and held.data["expectations"] == {
-        "fixed": True,
-        "legacy": True,
-        "reused-noise": False,
-    }
 
 
 def stats_args(tmp_path: Path, *argv: str) -> argparse.Namespace:
