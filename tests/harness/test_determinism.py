@@ -157,7 +157,7 @@ def test_cli_main_leaves_rng_dtype_and_environment_as_found(
     torch.manual_seed(99)
     before = _global_state()
     argv = ["compare", "--case", str(case_file), "--quiet", "--out-dir", str(tmp_path / "out")]
-    assert main(argv) == 0
+    assert main([*argv, "--jobs", "1"]) == 0  # the oracle in this process too
     capsys.readouterr()
     _assert_same_global_state(before)
 
