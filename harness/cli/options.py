@@ -190,14 +190,19 @@ def add_stats_option(parser: argparse.ArgumentParser) -> None:
         "statistical oracle not run)",
     )
     add_verifiers_option(parser, unnamed="every one available here but vllm-rejection")
+    add_jobs_option(parser)
+
+
+def add_jobs_option(parser: argparse.ArgumentParser) -> None:
+    """``--jobs N``: the processes the statistical oracle's decodes take."""
     parser.add_argument(
         "--jobs",
         type=int,
         default=DEFAULT_JOBS,
         metavar="N",
-        help=f"processes the statistical oracle's decodes take beside the cases and the "
-        f"work (default {DEFAULT_JOBS}; on the CPU with one thread and without --isolate; "
-        "1: the oracle in this process after them). The report is the same",
+        help=f"processes the statistical oracle's decodes take, beside the cases and the "
+        f"work where they run (default {DEFAULT_JOBS}; on the CPU with one thread and "
+        "without --isolate; 1: all in this process). The report is the same",
     )
 
 

@@ -22,6 +22,7 @@ from harness.cli.exit_codes import ExitCode
 from harness.cli.options import (
     add_impl_option,
     add_isolate_option,
+    add_jobs_option,
     add_role_options,
     add_verifiers_option,
     comma_separated,
@@ -41,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     without importing torch."""
     add_impl_option(parser, verb="also test")
     add_isolate_option(parser)
+    add_jobs_option(parser)
     add_role_options(parser, require=False)
     parser.add_argument(
         "--rows",
