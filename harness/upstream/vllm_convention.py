@@ -28,8 +28,12 @@ a server does when it commits the block. vLLM's noise is a counter-based hash of
 (request seed, step, position, token id), so fresh noise on the next call comes from
 those positions; the convention declares them as its noise counter, and the replay
 (the package's own ``gumbel_sample`` on the kept cache rows at the declared seeds and
-positions) shows whether the call used them. Every line of the sampling math in a call
-is the package's; the drafter holds the toy weights. See docs/upstream.md ("vLLM 0.33").
+positions) shows whether the call used them. In the oracle's decode
+(``decode_streams``) the seeds and positions are the decode's requests' instead
+(``harness.upstream.vllm_plumbing``), which ``vllm-rejection`` reads too; every call
+records the keys its draws read, for ``noise_shared_with_verifier``. Every line of the
+sampling math in a call is the package's; the drafter holds the toy weights. See
+docs/upstream.md ("vLLM 0.33", "vLLM 0.33's plumbing").
 """
 
 from __future__ import annotations
@@ -279,6 +283,7 @@ class VllmSampler(BuiltSampler):
     def poison(self) -> None:
         for buffer in self._buffers().values():
             poison(buffer)
+        self._reads = DraftReads()  # the next call's reads only
 
     def observe_walks(self) -> AbstractContextManager[HeadCounts]:
         return observe_speculator_walks(self.sampler, self.model)
