@@ -10,9 +10,22 @@ plumbing is another ``DecodeStreams`` (``harness.upstream``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
+
+
+class RequestStreams(Protocol):
+    """A server whose streams are keyed per request (vLLM: each request's seed and
+    positions key the drafter's and the verifier's draws): the decode loop tells it
+    which rows each call of a round drafts, before the round, and how many tokens each
+    row committed, after it; the drafter and the verifier read it."""
+
+    def start_round(self, batches: Sequence[torch.Tensor]) -> None: ...
+
+    def commit(self, num_committed: torch.Tensor) -> None: ...
 
 
 def derived_seeds(seed: int, count: int) -> list[int]:
@@ -24,11 +37,13 @@ def derived_seeds(seed: int, count: int) -> list[int]:
 @dataclass(frozen=True)
 class VerifierNoise:
     """What a verifier draws from in one decode: the seed a verifier with counter-based
-    streams derives them from (the server's), and the torch generator a verifier that
-    draws from torch's RNG reads (on a shared plumbing, the drafter's own)."""
+    streams derives them from (the server's), the torch generator a verifier that
+    draws from torch's RNG reads (on a shared plumbing, the drafter's own), and, where
+    the server keys its draws per request, the requests' keys the drafter reads too."""
 
     seed: int
     generator: torch.Generator = field(compare=False)
+    requests: RequestStreams | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -37,13 +52,16 @@ class DecodeStreams:
     global RNG (a drafter drawing from it) starts at, and what the verifier draws from.
     ``shared``: the drafter's and the verifier's streams come from one source, as a
     server derives them (otherwise independent, a control); ``server``: the released
-    server whose plumbing this is (``None``: ours, the PR-era server's or none)."""
+    server whose plumbing this is (``None``: ours, the PR-era server's or none);
+    ``requests``: the per-request keys a server's drafter and verifier both read (also
+    on ``verifier``), kept up to date by the decode loop."""
 
     anchor_seed: int
     drafter_seed: int
     verifier: VerifierNoise
     shared: bool
     server: str | None = None
+    requests: RequestStreams | None = field(default=None, compare=False)
 
 
 def independent_streams(seed: int, *, device: torch.device) -> DecodeStreams:

@@ -433,6 +433,8 @@ def speculative_decode(
                 if batches_of_round is not None
                 else (torch.arange(rows, device=device),)
             )
+            if streams.requests is not None:  # a server keying its draws per request
+                streams.requests.start_round(batches)
             slots = torch.empty(rows, dtype=torch.int64, device=device)
             for batch in batches:
                 slots[batch] = torch.arange(batch.shape[0], device=device)
@@ -481,6 +483,8 @@ def speculative_decode(
             keep = (positions < verdict.num_committed.unsqueeze(1)) & (slot < m)
             committed[row_ids.expand_as(slot)[keep], slot[keep]] = verdict.committed[keep]
             filled = (filled + verdict.num_committed).clamp_max(m)
+            if streams.requests is not None:
+                streams.requests.commit(verdict.num_committed)
             anchors = verdict.committed.gather(1, verdict.accepted.unsqueeze(1)).squeeze(1)
     return DecodeResult(
         committed=committed,

@@ -172,6 +172,7 @@ def record_outputs(outputs: CallOutputs, result: ImplResult) -> None:
     result.stream_replays = outputs.stream_replays
     result.counter_reads = outputs.counter_reads
     result.verifier_counter = outputs.verifier_counter
+    result.keyed_draws = outputs.keyed_draws
     result.verify_ids = outputs.verify_ids
     result.candidates = outputs.candidates
 

@@ -13,7 +13,14 @@ import torch
 
 from harness.case import Case
 from harness.pipeline.observe import RandomDraw
-from harness.plugins.conventions import CounterReads, NoiseCounter, StagedParams
+from harness.plugins.conventions import (
+    CounterReads,
+    DraftKey,
+    KeyedDraws,
+    NoiseCounter,
+    RequestKeys,
+    StagedParams,
+)
 from harness.wire import answer_types
 
 
@@ -71,6 +78,7 @@ class ImplResult:
     stream_replays: dict[int, torch.Tensor] | None = None  # counter -> [bs, gamma] tokens
     counter_reads: CounterReads | None = None  # counters the call's draws read, if observed
     verifier_counter: NoiseCounter | None = None  # the server verifier's stream, decode so far
+    keyed_draws: KeyedDraws | None = None  # per-request keys: the draft's and the verifier's
     verify_ids: torch.Tensor | None = None  # [bs, gamma + 1]: anchor then drafts
     candidates: torch.Tensor | None = None  # [bs, gamma, V] bool: the contract's draft support
     error: RaisedError | None = None
@@ -155,6 +163,9 @@ answer_types(
     StagedParams,  # a convention's staging, as read (sglang 0.5.23)
     NoiseCounter,
     CounterReads,  # the counters a call's draws read (sglang 0.5.23, in torch)
+    KeyedDraws,  # the per-request keys a call and its verifier read (vLLM 0.33)
+    DraftKey,
+    RequestKeys,
     Life,
     LifeReplay,
     LifeStep,

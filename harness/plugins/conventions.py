@@ -100,6 +100,55 @@ class CounterReads:
         return tuple(sorted(set(self.own) | set(self.other)))
 
 
+WORD = 1 << 32  # a hashed position is its low 32 bits
+
+
+@dataclass(frozen=True)
+class DraftKey:
+    """The key one draft draw read from a per-request hash stream (vLLM 0.33's): the
+    request's seed after the step is mixed in and the position word after any salt, in
+    each hash domain the draw reads (each token's word is the hash of key and token)."""
+
+    row: int  # the live batch row
+    step: int
+    position: int  # the position the draw is keyed by before any salt (the anchor's + step)
+    seed: int  # the seed the hash reads
+    word: int  # the position word the hash reads, in [0, 2^32)
+    domains: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RequestKeys:
+    """The keys a request's verifier draws read over the decode so far: its seed at
+    every position ``first .. last`` (inclusive), in each hash domain, for its residual
+    and bonus draws (its acceptance coins are another generator's, ``coins``)."""
+
+    row: int
+    seed: int
+    first: int
+    last: int
+    domains: tuple[int, ...]
+
+    def meets(self, key: DraftKey) -> int | None:
+        """The position at which this request's verifier reads ``key``, or ``None``."""
+        if key.seed != self.seed or not set(key.domains) & set(self.domains):
+            return None
+        at = self.first + (key.word - self.first) % WORD  # the first position with that word
+        return at if at <= self.last else None
+
+
+@dataclass(frozen=True)
+class KeyedDraws:
+    """A call's draft draws and the verifier's draws of the decode so far, as keys of
+    one hash (``hash``); ``coins``: what the verifier's acceptance coins are drawn with,
+    said in the evidence (another function: they meet no key of ``hash``)."""
+
+    hash: str
+    draft: tuple[DraftKey, ...]
+    verifier: tuple[RequestKeys, ...]
+    coins: str
+
+
 @dataclass(frozen=True)
 class CallOutputs:
     """What one call wrote for the live batch, read through its convention."""
@@ -126,6 +175,9 @@ class CallOutputs:
     # key; counters 0 .. one per drafted block): None where the convention does not
     # declare one.
     verifier_counter: NoiseCounter | None = None
+    # A server keying both streams per request (vLLM 0.33): the keys the call's draft
+    # draws read and those its verifier reads; None: not declared or not observed.
+    keyed_draws: KeyedDraws | None = None
 
 
 def plain_tensor(value: object, *, name: str) -> torch.Tensor | None:

@@ -28,13 +28,16 @@ a server does when it commits the block. vLLM's noise is a counter-based hash of
 (request seed, step, position, token id), so fresh noise on the next call comes from
 those positions; the convention declares them as its noise counter, and the replay
 (the package's own ``gumbel_sample`` on the kept cache rows at the declared seeds and
-positions) shows whether the call used them. Every line of the sampling math in a call
-is the package's; the drafter holds the toy weights. See docs/upstream.md ("vLLM 0.33").
+positions) shows whether the call used them. In the oracle's decode
+(``decode_streams``) the seeds and positions are the decode's requests' instead
+(``harness.upstream.vllm_plumbing``), which ``vllm-rejection`` reads too; every call
+records the keys its draws read, for ``noise_shared_with_verifier``. Every line of the
+sampling math in a call is the package's; the drafter holds the toy weights. See
+docs/upstream.md ("vLLM 0.33", "vLLM 0.33's plumbing").
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -50,6 +53,7 @@ from harness.plugins.conventions import (
     ConventionName,
     NoiseCounter,
     OutputError,
+    RequestKeys,
     StagedParams,
     poison,
     read_tensor,
@@ -57,16 +61,23 @@ from harness.plugins.conventions import (
 from harness.plugins.walks import HeadCounts
 from harness.upstream.vllm_drafter import VllmDrafter, reduced_vocab_state
 from harness.upstream.vllm_loader import TOPK_ATTRIBUTE, LoadedVllm, interpreted, load_vllm
+from harness.upstream.vllm_plumbing import (
+    DraftReads,
+    RequestPlumbing,
+    keyed_draws,
+    observe_draft_keys,
+    seeds_of,
+    sequence_keys,
+)
 from reference.block import prepare_block
 from reference.draft_model import query_rows_per_request
 from reference.sampling_params import SamplingInfo, stage_sampling_params
-from reference.streams import DecodeStreams, independent_streams
+from reference.streams import DecodeStreams, VerifierNoise, derived_seeds
 from reference.verifier import DraftBlock
 
 if TYPE_CHECKING:
     from harness.case import Case, CaseInputs
 
-SEED_BITS = 63
 POSITION_SPACING = 1 << 20  # request b's sequence starts at (b + 1) * this
 # The oracle's decode of this sampler under the interpreter: the far target only, 250
 # rows per head, 12 rounds per row (measured, docs/upstream.md).
@@ -96,12 +107,8 @@ def outside_contract(case: Case, *, sampler_class: type[Any]) -> str | None:
 
 
 def request_seeds(case: Case) -> list[int]:
-    """Each live request's seed, from the case seed (63 bits of sha256)."""
-    seeds = []
-    for row in range(case.max_bs):
-        digest = hashlib.sha256(f"vllm-seed:{case.seed}:{row}".encode()).digest()
-        seeds.append(int.from_bytes(digest[:8], "big") >> (64 - SEED_BITS))
-    return seeds
+    """Each slot's request seed, from the case seed (63 bits of sha256)."""
+    return seeds_of(case.seed, case.max_bs, label="vllm-seed")
 
 
 @dataclass
@@ -134,6 +141,11 @@ class VllmSampler(BuiltSampler):
         self._candidates: torch.Tensor | None = None
         self.bs = 0
         self.confidence = case.confidence
+        self.server_seeds = torch.tensor(request_seeds(case), dtype=torch.int64)  # by slot
+        self.plumbing: RequestPlumbing | None = None  # the oracle's decode: the server's
+        self._call_positions = self._positions(case.max_bs, offset=0)  # [max_bs, gamma]
+        self._call_verifier: tuple[RequestKeys, ...] = ()  # the verifier's, the last call's rows
+        self._reads = DraftReads()
 
     @property
     def gamma(self) -> int:
@@ -147,10 +159,24 @@ class VllmSampler(BuiltSampler):
         self.offset = counter
 
     def decode_streams(self, *, seed: int, device: torch.device) -> DecodeStreams:
-        """Not yet the server's plumbing: the drafter keeps its request seeds and
-        positions, the verifier streams of its own (``DecodeStreams.shared`` is off, and
-        the oracle says so)."""
-        return independent_streams(seed, device=device)
+        """The server's plumbing from the decode's seed (``RequestPlumbing``): from now
+        on each call drafts its rows with their requests' seeds and anchor positions,
+        and ``vllm-rejection`` verifies them on the same seeds and positions; the chain
+        verifier draws from a torch generator of its own (it has no per-request keys)."""
+        self.plumbing = RequestPlumbing(seed=seed, device=device)
+        anchor_seed, chain_seed, _ = derived_seeds(seed, 3)
+        return DecodeStreams(
+            anchor_seed=anchor_seed,
+            drafter_seed=seed,  # torch's RNG: the package's draft call never reads it
+            verifier=VerifierNoise(
+                seed=seed,
+                generator=torch.Generator(device).manual_seed(chain_seed),
+                requests=self.plumbing,
+            ),
+            shared=True,
+            server=f"vLLM {self.loaded.version}",
+            requests=self.plumbing,
+        )
 
     def stage_sampling_params(self, *, bs: int, sampling_info: SamplingInfo | None) -> None:
         """What the server hands the draft step: each request's temperature (0 when it is
@@ -193,11 +219,27 @@ class VllmSampler(BuiltSampler):
             torch.arange(bs, device=device).unsqueeze(1) * q + query
         ).reshape(-1)
         sampler.sample_idx_mapping.fill_(-1)
-        sampler.sample_idx_mapping[:rows] = self.slots(bs).repeat_interleave(gamma)
-        sampler.sample_pos[:rows] = self._positions(bs, offset=self.offset).reshape(-1).to(device)
+        slots = self.slots(bs)
+        sampler.sample_idx_mapping[:rows] = slots.repeat_interleave(gamma)
+        if self.plumbing is None:  # the harness's own requests, moved on a block a call
+            positions = self._positions(bs, offset=self.offset)
+            self._call_verifier = sequence_keys(
+                self.server_seeds[slots.cpu()], self.sequence_start[:bs], end=self.offset + gamma
+            )
+        else:  # the decode's requests: their seeds in these slots, their anchor positions
+            decode_rows = self.plumbing.next_call()
+            assert self.plumbing.seeds is not None and self.plumbing.positions is not None
+            sampler.seeds[slots] = self.plumbing.seeds[decode_rows].to(sampler.seeds)
+            steps = torch.arange(gamma, dtype=torch.int64, device=decode_rows.device)
+            positions = self.plumbing.positions[decode_rows].unsqueeze(1) + steps + 1
+            self._call_verifier = self.plumbing.verifier_keys(decode_rows, gamma=gamma)
+        self._call_positions = positions.cpu()
+        sampler.sample_pos[:rows] = positions.reshape(-1).to(device)
         sampler.input_buffers.input_ids[: bs * q] = input_ids.to(torch.int64)
         self._counter_start = self.offset
-        sampler._sample_sequential(bs, hidden_states)
+        with observe_draft_keys() as reads:
+            sampler._sample_sequential(bs, hidden_states)
+        self._reads = reads
         self.offset += gamma  # the server commits the block: every sequence moves on
 
     def contract_candidates(self, base_logits: torch.Tensor) -> torch.Tensor | None:
@@ -241,6 +283,7 @@ class VllmSampler(BuiltSampler):
     def poison(self) -> None:
         for buffer in self._buffers().values():
             poison(buffer)
+        self._reads = DraftReads()  # the next call's reads only
 
     def observe_walks(self) -> AbstractContextManager[HeadCounts]:
         return observe_speculator_walks(self.sampler, self.model)
@@ -268,6 +311,7 @@ class VllmSampler(BuiltSampler):
             if probs is None or tuple(probs.shape) != expected:
                 raise OutputError(f"draft_token_confidence_probs must be {list(expected)}")
             confidence = probs[: case.bs].clone()
+        keyed = keyed_draws(self._reads, max_bs=self.max_bs, verifier=self._call_verifier)
         return CallOutputs(
             tokens=tokens[: case.bs].clone(),
             step_logits=step_logits,
@@ -277,16 +321,20 @@ class VllmSampler(BuiltSampler):
             counter_replay=replay,
             candidates=self._candidates,
             requested=staged,  # the slots' temperatures are the server's own staging
+            keyed_draws=keyed if self._reads.calls else None,
         )
 
     def declared_stream_tokens(self, step_logits: torch.Tensor, *, bs: int) -> torch.Tensor:
         """``[bs, gamma]``: the token each kept cache row gives under the declared noise
-        (the request's seed, the step, the declared position, each token id), through the
-        package's own ``gumbel_sample`` at the slots' staged temperatures."""
+        (the request's seed, the step, the position the server handed the call, each
+        token id), through the package's own ``gumbel_sample`` at the slots' staged
+        temperatures, with the drafting flag the call passed (which hash domain it
+        drew in is ``noise_shared_with_verifier``'s to judge)."""
         sampler = self.sampler
         device = step_logits.device
         slots = self.slots(bs)
-        positions = self._positions(bs, offset=self._counter_start).to(device)
+        positions = self._call_positions[:bs].to(device)
+        drafting = self._reads.drafting()
         scratch = torch.empty_like(sampler.draft_logits)
         steps = []
         for step in range(self.gamma):
@@ -298,7 +346,7 @@ class VllmSampler(BuiltSampler):
                     sampler.seeds,
                     positions[:, step] - 1,
                     apply_temperature=True,
-                    is_drafting=True,
+                    is_drafting=drafting.get(step, True),
                     logits_cache=scratch,
                     logits_cache_col=torch.tensor(step, dtype=torch.int32, device=device),
                     use_fp64=bool(sampler.use_fp64_gumbel),

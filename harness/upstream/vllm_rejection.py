@@ -19,11 +19,14 @@ reads what vLLM's server passes it, laid out as the server lays it out for a rou
 - one temperature per slot, the request's (0 on a greedy row): vLLM keeps one
   temperature per request, which its drafter and its verifier both read, so the
   draft's staged copy is not read here;
-- one seed per slot and one position per logits row, its noise: the seeds derived
-  from the decode's verifier seed, each row's positions starting at 0 and advancing by
-  the tokens it commits, as a request's positions do. The acceptance uniform of a
-  draft is keyed by (seed, position of its row), the residual or bonus draw by (seed,
-  position, token): every draw of a decode is at a position no earlier round used.
+- one seed per slot and one position per logits row, its noise: on the server's
+  plumbing (``VerifierNoise.requests``, ``harness.upstream.vllm_plumbing``) the
+  requests' seeds and anchor positions the drafter read, which the decode loop moves
+  on by the tokens each row commits; on independent streams seeds derived from the
+  decode's verifier seed, each row's positions starting at 0 and advancing likewise.
+  The acceptance uniform of a draft is keyed by (seed, position of its row), the
+  residual or bonus draw by (seed, position, token): every draw of a decode is at a
+  position no earlier round of that row used.
 
 Greedy rows are vLLM's own: at temperature 0 ``rejection_sample`` keeps a draft while
 it is the target's argmax and commits the argmax at the first other position (and as
@@ -44,6 +47,7 @@ import torch
 
 from harness.oracles.cut import OracleCut
 from harness.upstream.vllm_loader import interpreter_log1p, load_vllm
+from harness.upstream.vllm_plumbing import RequestPlumbing
 from reference.streams import VerifierNoise
 from reference.verifier import VerifyResult, VerifyRound, VerifyStep
 
@@ -60,7 +64,14 @@ class VllmRejectionVerifier:
 
     def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep:
         rejection_sample = load_vllm().rejection_sample
-        request_noise = RequestNoise(seed=noise.seed, device=device)
+        shared = noise.requests
+        if shared is not None and not isinstance(shared, RequestPlumbing):
+            raise TypeError(f"vllm-rejection reads vLLM's request plumbing, not {shared!r}")
+        # On the server's plumbing the drafter's seeds and positions, which the decode
+        # loop moves on; otherwise seeds and positions of its own.
+        own = None if shared is not None else RequestNoise(seed=noise.seed, device=device)
+        request_noise = shared or own
+        assert request_noise is not None
 
         def verify(round_: VerifyRound) -> VerifyResult:
             draft = round_.draft
@@ -88,7 +99,8 @@ class VllmRejectionVerifier:
                     gamma,
                 )
             num_committed = num_sampled.long()
-            request_noise.advance(num_committed)
+            if own is not None:
+                own.advance(num_committed)
             kept = torch.arange(gamma + 1, device=sampled.device) < num_committed.unsqueeze(1)
             return VerifyResult(
                 committed=torch.where(kept, sampled, -1), num_committed=num_committed

@@ -82,3 +82,4 @@ def test_at_the_cut_vllms_speculator_passes_and_states_its_bound() -> None:
     stated = result.statistical()
     assert stated.not_ruled_out.startswith("not ruled out") and "gated head not run" in stated.scope
     assert result.bounds and all(b.target == "far" and b.rows <= 250 * 12 for b in result.bounds)
+    assert stated.describe().endswith("[judged on vLLM 0.33.0's own randomness]")
