@@ -32,6 +32,7 @@ from harness.upstream.releases.eras import (
 )
 
 if TYPE_CHECKING:
+    from harness.oracles.result import StatsResult
     from harness.plugins.implementations import Implementation
 
 from harness.upstream.releases.wheels import NotFetched, Wheel, extract, fetch, version_key
@@ -55,7 +56,12 @@ class ReleaseRow(TypedDict):
     judged: bool
     lossless: bool | None
     drop_in: bool | None
-    verifier: str | None
+    # the verifiers its oracle ran under: its server's own first (where the harness has
+    # it), then chain, the control; empty: not judged
+    verifier: list[str]
+    # per verifier, the randomness it was judged on: "shared: <server>'s plumbing" (the
+    # drafter and the verifier on its server's one source) or "independent streams"
+    randomness: dict[str, str]
     findings: list[Finding]
     not_covered: list[str]
     seconds: float
@@ -100,7 +106,8 @@ def _row(
         "judged": False,
         "lossless": None,
         "drop_in": None,
-        "verifier": None,
+        "verifier": [],
+        "randomness": {},
         "findings": [],
         "not_covered": [reason] if reason else [],
         "seconds": round(time.perf_counter() - started, 1),
@@ -194,7 +201,7 @@ def _judged_row(
     started: float,
     layouts: tuple[str, ...] = ("anchor", "no-anchor"),
 ) -> ReleaseRow:
-    from harness.defaults import REFERENCE
+    from harness.defaults import REFERENCE, VerifierNoise
     from harness.judge import judge
     from harness.options import Roles, RunOptions
     from harness.pipeline.check_result import Tier
@@ -210,17 +217,27 @@ def _judged_row(
             f"({len(matrix) - len(cases)} of {len(matrix)} cases not run)",
             *not_covered,
         ]
+    verifiers = oracle_verifiers(verifier)
     judgement = judge(
         cases,
         [*builtin_implementations((REFERENCE,)), implementation],
         options=RunOptions(
             seed=task.seed,
             roles=Roles(require=Tier.LOSSLESS),
-            verifiers=(verifier,),
+            verifiers=verifiers,
+            verifier_noise=VerifierNoise.SHARED,
             time_limit_s=None,
         ),
     )
     verdict = judgement.verdict(implementation.name)
+    randomness = (
+        {}
+        if judgement.oracle is None
+        else {
+            result.verifier: randomness_of(result)
+            for result in judgement.oracle.run.results_of(implementation.name)
+        }
+    )
     findings: list[Finding] = []
     seen: set[str] = set()
     for failure in verdict.failures:  # defects only: a drop-in difference is drop_in's
@@ -233,7 +250,7 @@ def _judged_row(
         findings.append(
             {
                 "class": ORACLE_CLASS,
-                "evidence": f"{verifier}: {verdict.statistical.describe()}",
+                "evidence": f"{' and '.join(verifiers)}: {verdict.statistical.describe()}",
                 "repro": repro_command(task),
             }
         )
@@ -249,10 +266,31 @@ def _judged_row(
         judged=True,
         lossless=verdict.lossless and not scan_hits,
         drop_in=verdict.drop_in,
-        verifier=verifier,
+        verifier=list(verifiers),
+        randomness=randomness,
         findings=findings,
         not_covered=not_covered,
     )
+
+
+def oracle_verifiers(own: str) -> tuple[str, ...]:
+    """The verifiers a release's oracle runs under: its server's own (``own``), then
+    chain, the control; chain alone where it stands in for a server the harness has no
+    verifier of."""
+    return (own,) if own == CHAIN else (own, CHAIN)
+
+
+def randomness_of(result: StatsResult) -> str:
+    """The randomness one verifier's decodes ran on, in words: the release's server's
+    plumbing (the drafter's noise and the verifier's draws from its one source, as the
+    server derives them) or independent streams (the convention models no plumbing)."""
+    if result.shared_noise is None:
+        return "nothing decoded"
+    if not result.shared_noise:
+        return "independent streams (its server's plumbing is not modelled)"
+    if result.server is not None:
+        return f"shared: {result.server}'s plumbing"
+    return "shared: torch's one generator (the PR-era server's plumbing)"
 
 
 def _support_scan(implementation: Implementation, *, task: ReleaseTask) -> str:

@@ -14,6 +14,9 @@ from harness.upstream.releases.wheels import DEFAULT_CACHE, NotFetched, fetch
 
 pytestmark = pytest.mark.releases
 
+PR_ERA = "shared: torch's one generator (the PR-era server's plumbing)"
+SGLANG_0_5_23 = "shared: sglang 0.5.23's plumbing"
+
 
 def _task(package: str, version: str) -> ReleaseTask:
     try:
@@ -24,20 +27,27 @@ def _task(package: str, version: str) -> ReleaseTask:
 
 
 @pytest.mark.parametrize(
-    ("version", "era", "verifier", "classes"),
+    ("version", "era", "randomness", "classes"),
     [
-        ("0.5.18", "sglang-0.5.17-0.5.18", "chain", []),
-        ("0.5.19", "sglang-0.5.19-0.5.21", "chain", []),
+        ("0.5.18", "sglang-0.5.17-0.5.18", {"chain": PR_ERA}, []),
+        ("0.5.19", "sglang-0.5.19-0.5.21", {"chain": PR_ERA}, []),
         # Philox's uniform rounds to 1 now and then: a masked token drafted (seed 0,
-        # counter 3; docs/upstream.md, "The scan")
-        ("0.5.23", "sglang-0.5.22-0.5.23", "sglang-blockwise", ["support scan"]),
+        # counter 3; docs/upstream.md, "The scan"); its server's verifier and chain, the
+        # control, both on the server's plumbing
+        (
+            "0.5.23",
+            "sglang-0.5.22-0.5.23",
+            {"sglang-blockwise": SGLANG_0_5_23, "chain": SGLANG_0_5_23},
+            ["support scan"],
+        ),
     ],
 )
 def test_a_released_sglang_sampler_is_judged_under_its_era(
-    version: str, era: str, verifier: str, classes: list[str]
+    version: str, era: str, randomness: dict[str, str], classes: list[str]
 ) -> None:
     row = judge_release(_task("sglang", version))
-    assert (row["era"], row["judged"], row["verifier"]) == (era, True, verifier)
+    assert (row["era"], row["judged"]) == (era, True)
+    assert (row["verifier"], row["randomness"]) == (list(randomness), randomness)
     assert [f["class"] for f in row["findings"]] == classes
     assert row["lossless"] is (not classes)
 

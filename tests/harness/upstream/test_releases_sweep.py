@@ -15,10 +15,14 @@ from harness.upstream.releases.sweep import (
     ReleaseTask,
     advisories,
     judge_release,
+    oracle_verifiers,
     order_rows,
+    randomness_of,
     repro_command,
 )
 from tests.harness.upstream.fake_wheels import AFTER_FIX, BEFORE_FIX, sampler_wheel
+
+PR_ERA_PLUMBING = "shared: torch's one generator (the PR-era server's plumbing)"
 
 
 def _row(version: str, *classes: str, judged: bool = True) -> ReleaseRow:
@@ -29,7 +33,8 @@ def _row(version: str, *classes: str, judged: bool = True) -> ReleaseRow:
         "judged": judged,
         "lossless": not classes if judged else None,
         "drop_in": None,
-        "verifier": "chain",
+        "verifier": ["chain"],
+        "randomness": {"chain": PR_ERA_PLUMBING},
         "findings": [{"class": c, "evidence": "x", "repro": "r"} for c in classes],
         "not_covered": [],
         "seconds": 1.0,
@@ -151,6 +156,9 @@ def test_the_command_judges_each_release_from_its_wheel_and_resumes(
     assert (before["version"], before["judged"], before["lossless"]) == ("0.5.18", True, False)
     assert (after["version"], after["judged"], after["lossless"]) == ("0.5.19", True, True)
     assert before["era"] == "sglang-0.5.17-0.5.18" and after["era"] == "sglang-0.5.19-0.5.21"
+    for row in (before, after):  # no verifier of the PR-era server: chain, on its plumbing
+        assert row["verifier"] == ["chain"]
+        assert row["randomness"] == {"chain": PR_ERA_PLUMBING}
     assert "teacher_forcing" in {f["class"] for f in before["findings"]}
     assert all(
         f["repro"].startswith("python -m harness releases --sglang 0.5.18")
@@ -179,4 +187,26 @@ def test_a_plug_in_file_is_a_row_of_its_own(
         True,
         True,
     )
-    assert row["verifier"] == "chain"
+    assert row["verifier"] == ["chain"]
+    assert row["randomness"] == {"chain": PR_ERA_PLUMBING}
+
+
+def test_each_release_runs_under_its_servers_verifier_and_chain_the_control() -> None:
+    assert oracle_verifiers("sglang-blockwise") == ("sglang-blockwise", "chain")
+    assert oracle_verifiers("vllm-rejection") == ("vllm-rejection", "chain")
+    assert oracle_verifiers("chain") == ("chain",)  # chain stands in: once is enough
+
+
+def test_a_row_says_which_randomness_each_verifier_ran_on() -> None:
+    from harness.oracles.result import StatsResult
+
+    def result(shared: bool | None, server: str | None) -> StatsResult:
+        return StatsResult(
+            name="x", rows={}, alpha=0.01, family_size=1, statistics=(), marginals=(),
+            mean_accepted_length={}, shared_noise=shared, server=server,
+        )  # fmt: skip
+
+    assert randomness_of(result(True, "sglang 0.5.23")) == "shared: sglang 0.5.23's plumbing"
+    assert randomness_of(result(True, None)) == PR_ERA_PLUMBING
+    assert randomness_of(result(False, None)).startswith("independent streams")
+    assert randomness_of(result(None, None)) == "nothing decoded"
