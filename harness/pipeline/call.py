@@ -174,6 +174,7 @@ def record_outputs(outputs: CallOutputs, result: ImplResult) -> None:
     result.verifier_counter = outputs.verifier_counter
     result.verify_ids = outputs.verify_ids
     result.candidates = outputs.candidates
+    result.keeps_step_logits = outputs.keeps_step_logits
 
 
 def build_sampler(

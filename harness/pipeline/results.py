@@ -73,6 +73,7 @@ class ImplResult:
     verifier_counter: NoiseCounter | None = None  # the server verifier's stream, decode so far
     verify_ids: torch.Tensor | None = None  # [bs, gamma + 1]: anchor then drafts
     candidates: torch.Tensor | None = None  # [bs, gamma, V] bool: the contract's draft support
+    keeps_step_logits: bool = True  # False: its convention keeps none on this call
     error: RaisedError | None = None
     noise_draws: list[torch.Tensor] = field(default_factory=list)  # each [bs, V]
     walk_tokens: list[torch.Tensor] = field(default_factory=list)  # tokens of each walk

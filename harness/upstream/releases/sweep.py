@@ -290,7 +290,7 @@ def randomness_of(result: StatsResult) -> str:
         return "independent streams (its server's plumbing is not modelled)"
     if result.server is not None:
         return f"shared: {result.server}'s plumbing"
-    return "shared: torch's one generator (the PR-era server's plumbing)"
+    return "shared: torch's one generator, drafter and verifier in turn"  # ours, the PR era, 0.5.16
 
 
 def _support_scan(implementation: Implementation, *, task: ReleaseTask) -> str:

@@ -14,7 +14,7 @@ from harness.upstream.releases.wheels import DEFAULT_CACHE, NotFetched, fetch
 
 pytestmark = pytest.mark.releases
 
-PR_ERA = "shared: torch's one generator (the PR-era server's plumbing)"
+PR_ERA = "shared: torch's one generator, drafter and verifier in turn"
 SGLANG_0_5_23 = "shared: sglang 0.5.23's plumbing"
 
 
@@ -52,10 +52,13 @@ def test_a_released_sglang_sampler_is_judged_under_its_era(
     assert row["lossless"] is (not classes)
 
 
-def test_the_first_release_says_why_it_is_not_judged() -> None:
+def test_the_first_release_is_judged_on_what_its_sampling_covers() -> None:
     row = judge_release(_task("sglang", "0.5.16"))
-    assert not row["judged"]
-    assert row["not_covered"][0].startswith("not judged: no convention for this contract")
+    assert (row["era"], row["judged"], row["lossless"]) == ("sglang-0.5.16", True, True)
+    assert row["findings"] == []
+    assert row["drop_in"] is False  # an all-greedy batch is folded: no noise, no kept logits
+    assert (row["verifier"], row["randomness"]) == (["chain"], {"chain": PR_ERA})
+    assert len(row["not_covered"]) == 6  # the no-anchor layout, then the era's list
 
 
 def test_a_vllm_release_past_the_table_is_an_unknown_contract() -> None:

@@ -5,11 +5,13 @@ sglang 0.5.18 wheel, the after-fix module as 0.5.19), each judged in its own pro
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from harness.cli import main
+from harness.upstream.releases import sweep
 from harness.upstream.releases.sweep import (
     ReleaseRow,
     ReleaseTask,
@@ -20,9 +22,16 @@ from harness.upstream.releases.sweep import (
     randomness_of,
     repro_command,
 )
-from tests.harness.upstream.fake_wheels import AFTER_FIX, BEFORE_FIX, sampler_wheel
+from tests.harness.upstream.fake_wheels import (
+    AFTER_FIX,
+    BEFORE_FIX,
+    SHAPE_0_5_16,
+    SHAPE_FILE,
+    build_wheel,
+    sampler_wheel,
+)
 
-PR_ERA_PLUMBING = "shared: torch's one generator (the PR-era server's plumbing)"
+PR_ERA_PLUMBING = "shared: torch's one generator, drafter and verifier in turn"
 
 
 def _row(version: str, *classes: str, judged: bool = True) -> ReleaseRow:
@@ -77,8 +86,16 @@ def test_a_class_still_present_in_the_last_release_is_not_fixed() -> None:
     assert advisory["fixed_in"] is None
 
 
-def _task(tmp_path: Path, version: str, *, package: str = "sglang") -> ReleaseTask:
-    return ReleaseTask(package=package, version=version, cache=str(tmp_path), offline=True)
+def _task(
+    tmp_path: Path, version: str, *, package: str = "sglang", scan_triples: int = 4096
+) -> ReleaseTask:
+    return ReleaseTask(
+        package=package,
+        version=version,
+        cache=str(tmp_path),
+        offline=True,
+        scan_triples=scan_triples,
+    )
 
 
 def test_a_release_not_in_the_cache_is_not_judged_not_fetched(tmp_path: Path) -> None:
@@ -99,18 +116,60 @@ def test_a_release_whose_files_differ_from_its_era_is_an_unknown_contract(
     ]
 
 
-def test_an_era_without_a_convention_says_why(tmp_path: Path) -> None:
-    greedy_only = tmp_path / "greedy_only.py"  # the 0.5.16 shape: no staging, no flag
-    greedy_only.write_text(
-        "class DsparkDraftSampler:\n"
-        "    def __init__(self, *, model, gamma, max_bs, device, confidence_fn=None, out=None):\n"
-        "        pass\n"
-        "    def __call__(self, hidden_states, input_ids):\n        pass\n"
-    )
-    sampler_wheel(tmp_path / "sglang-0.5.16", version="0.5.16", source=greedy_only)
+@pytest.mark.e2e
+@pytest.mark.upstream  # the era's light dependencies (msgspec): `tox run -e upstream`
+def test_the_first_release_is_judged_as_its_proposer_drives_it(tmp_path: Path) -> None:
+    pytest.importorskip("msgspec", reason="the 0.5.16 era's light dependencies")
+    sampler_wheel(tmp_path / "sglang-0.5.16", version="0.5.16", source=SHAPE_0_5_16)
+    row = judge_release(_task(tmp_path, "0.5.16", scan_triples=256))
+    assert (row["era"], row["judged"], row["lossless"]) == ("sglang-0.5.16", True, True)
+    assert row["findings"] == []
+    # an all-greedy batch is folded: no noise, no step logits, named as drop-in differences
+    assert row["drop_in"] is False
+    assert row["verifier"] == ["chain"] and row["randomness"] == {"chain": PR_ERA_PLUMBING}
+    assert row["not_covered"][0].startswith("the no-anchor layout: outside its era's contract")
+    assert any("multinomial branch" in n for n in row["not_covered"])
+
+
+@pytest.mark.e2e
+@pytest.mark.upstream
+def test_the_first_releases_eager_block_is_held_to_the_law(tmp_path: Path) -> None:
+    pytest.importorskip("msgspec", reason="the 0.5.16 era's light dependencies")
+    cold = SHAPE_0_5_16.read_text().replace(
+        "temperatures=temperatures,", "temperatures=torch.ones_like(temperatures),"
+    )  # the eager block drafts every sampled row at T = 1
+    assert cold != SHAPE_0_5_16.read_text()
+    folder = tmp_path / "sglang-0.5.16"
+    build_wheel(folder, package="sglang", version="0.5.16", files={SHAPE_FILE: cold})
+    row = judge_release(_task(tmp_path, "0.5.16", scan_triples=0))
+    assert (row["judged"], row["lossless"]) == (True, False)
+    classes = {f["class"] for f in row["findings"]}
+    assert "teacher_forcing" not in classes  # its kept logits are right, its draws are not
+    assert {"noise_replay", "statistical oracle"} <= classes
+
+
+def test_the_first_releases_worker_names_are_stand_ins_that_refuse_use() -> None:
+    from harness.upstream.releases.sglang_0_5_16 import WORKER_SURFACE
+
+    batch = WORKER_SURFACE["sglang.srt.managers.schedule_batch"]["ScheduleBatch"]
+    with pytest.raises(RuntimeError, match=r"ScheduleBatch\.forward is the worker's"):
+        batch.forward()
+
+
+def test_an_era_without_a_convention_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.upstream.releases import eras
+
+    era = eras.era_of("sglang", "0.5.16")
+    assert era is not None
+    unknown = replace(era, loading=eras.Loading.NONE, why_not_judged="no convention: test")
+    monkeypatch.setattr(eras, "ERAS", (unknown,))
+    monkeypatch.setattr(sweep, "era_of", eras.era_of)
+    sampler_wheel(tmp_path / "sglang-0.5.16", version="0.5.16", source=SHAPE_0_5_16)
     row = judge_release(_task(tmp_path, "0.5.16"))
     assert not row["judged"]
-    assert "not judged: no convention for this contract" in row["not_covered"][0]
+    assert row["not_covered"] == ["not judged: no convention: test"]
 
 
 def test_the_repro_command_judges_that_release_alone(tmp_path: Path) -> None:
