@@ -120,6 +120,8 @@ _VLLM_ERA = ReleaseEra(
     outputs="draft tokens; the draft logits cache written by the sampling call",
     verifier="vllm-rejection",
     loading=Loading.VLLM_PACKAGE,
+    # 0.33's pins serve 0.25-0.27 too: its speculator, Gumbel sampler and rejection
+    # sampler import with them (tests/harness/upstream/test_releases_real.py)
     light_deps="requirements/vllm-0.33.txt",
     members=("vllm/",),
     variants=("dense",),

@@ -7,6 +7,10 @@ neither is a skip with pip's reason. Nothing of the wheels enters the repository
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from harness.upstream.releases.sweep import ReleaseTask, judge_release
@@ -65,3 +69,36 @@ def test_a_vllm_release_past_the_table_is_an_unknown_contract() -> None:
     row = judge_release(_task("vllm", "0.34.0"))
     assert not row["judged"]
     assert "not judged: unknown contract: vllm 0.34.0 is in no era" in row["not_covered"][0]
+
+
+@pytest.mark.parametrize("version", ["0.25.0", "0.33.0"])  # the first and last era's last
+def test_a_vllm_release_loads_from_its_wheel_under_the_pinned_light_dependencies(
+    version: str,
+) -> None:
+    """Its speculator, Gumbel sampler and rejection sampler import from the extracted
+    folder, in a process of their own, with the pins installed (``tox run -e releases``
+    installs them; without them: skipped, the sweep's row says why)."""
+    from harness.upstream.releases.eras import era_of
+    from harness.upstream.releases.loading import missing_light_deps
+
+    era = era_of("vllm", version)
+    assert era is not None
+    missing = missing_light_deps(era.light_deps)
+    if missing:
+        pytest.skip(f"the light dependencies are not installed as pinned: {missing[:3]}")
+    _task("vllm", version)  # fetched into the cache, or skipped
+    script = (
+        "from harness.upstream import vllm_loader\n"
+        "from harness.upstream.releases.wheels import DEFAULT_CACHE, extract, fetch\n"
+        f"wheel = fetch('vllm', {version!r}, cache=DEFAULT_CACHE, offline=True)\n"
+        f"files = extract('vllm', {version!r}, wheel=wheel, members=('vllm/',))\n"
+        f"vllm_loader.use_release(vllm_loader.VllmRelease(files.extracted, {version!r}))\n"
+        "loaded = vllm_loader.load_vllm()\n"
+        "print(loaded.version, loaded.DSparkSpeculator.__module__)\n"
+    )
+    environment = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=environment
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == [version, "vllm.v1.worker.gpu.spec_decode.dspark.speculator"]
