@@ -161,8 +161,6 @@ ERAS: tuple[ReleaseEra, ...] = (
             "the eager path's multinomial branch (SGLANG_DSPARK_FAST_SAMPLING=0): not run",
             "the proposer's draft forward pass: the case's hidden states stand in; the "
             "folded path is taken whenever the batch is all greedy (the draft graph runs)",
-            "a sampled batch's confidence: the worker's planner computes it, outside the "
-            "draft sampling (those cases are outside its contract)",
             "its server's verifier: the harness has none (chain)",
         ),
     ),

@@ -32,6 +32,7 @@ from harness.upstream.releases.eras import (
 )
 
 if TYPE_CHECKING:
+    from harness.case import Case
     from harness.oracles.result import StatsResult
     from harness.plugins.implementations import Implementation
 
@@ -210,6 +211,7 @@ def _judged_row(
 
     matrix = standard_matrix(seed=task.seed)
     cases = [c for c in matrix if _layout(c.sample_from_anchor) in layouts]
+    not_covered = [*outside_contract(implementation, cases, total=len(matrix)), *not_covered]
     if len(cases) < len(matrix):
         left_out = sorted({_layout(c.sample_from_anchor) for c in matrix} - set(layouts))
         not_covered = [
@@ -271,6 +273,22 @@ def _judged_row(
         findings=findings,
         not_covered=not_covered,
     )
+
+
+def outside_contract(
+    implementation: Implementation, cases: Sequence[Case], *, total: int
+) -> list[str]:
+    """The cases its convention cannot express, by reason, in words (the checks skip
+    them, saying so; the row lists them as not covered)."""
+    from harness.upstream.dispatch import convention_of
+
+    convention = convention_of(implementation.sampler_class)
+    reasons: dict[str, int] = {}
+    for case in cases:
+        why = convention.outside_contract(case, sampler_class=implementation.sampler_class)
+        if why is not None:
+            reasons[why] = reasons.get(why, 0) + 1
+    return [f"{n} of {total} cases not run: {why}" for why, n in reasons.items()]
 
 
 def oracle_verifiers(own: str) -> tuple[str, ...]:
