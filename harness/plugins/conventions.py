@@ -50,6 +50,7 @@ class ConventionName(enum.Enum):
 
     HARNESS = "harness"
     SERVER = "server"  # the PR-era server (the before/after-fix modules)
+    SGLANG_0_5_16 = "sglang-0.5.16"  # its wheel's folded sampler and eager block (releases)
     SGLANG_0_5_23 = "sglang-0.5.23"
     VLLM_0_33 = "vllm-0.33"
 
@@ -178,6 +179,9 @@ class CallOutputs:
     # A server keying both streams per request (vLLM 0.33): the keys the call's draft
     # draws read and those its verifier reads; None: not declared or not observed.
     keyed_draws: KeyedDraws | None = None
+    # False: the convention's contract keeps no step logits on this call (sglang 0.5.16's
+    # graph-folded sampler, greedy only), so none is missing.
+    keeps_step_logits: bool = True
 
 
 def plain_tensor(value: object, *, name: str) -> torch.Tensor | None:

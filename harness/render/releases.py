@@ -1,8 +1,8 @@
 """The advisory as a report section: one row per release (its era, lossless, drop-in,
-the verifier its oracle ran under, its findings' classes, what was not covered, the
-time) and one row per defect class (affected versions, first and last, first fixed),
-then each finding's evidence and the command that replays it. It formats the rows
-``harness.upstream.releases.sweep`` made and decides nothing."""
+the verifiers its oracle ran under and the randomness of each, its findings' classes,
+what was not covered, the time) and one row per defect class (affected versions, first
+and last, first fixed), then each finding's evidence and the command that replays it.
+It formats the rows ``harness.upstream.releases.sweep`` made and decides nothing."""
 
 from __future__ import annotations
 
@@ -18,6 +18,19 @@ def _yes_no(value: bool | None) -> str:
     return "-" if value is None else ("yes" if value else "NO")
 
 
+def oracle_under(row: ReleaseRow) -> str:
+    """The verifiers its oracle ran under (chain, the control, marked so when the
+    server's own ran too) and the randomness each was judged on."""
+    verifiers = row["verifier"]
+    if not verifiers:
+        return "-"
+    said = []
+    for name in verifiers:
+        role = " (control)" if name == "chain" and len(verifiers) > 1 else ""
+        said.append(f"{name}{role} on {row['randomness'].get(name, '?')}")
+    return "; ".join(said)
+
+
 def release_table(rows: Sequence[ReleaseRow]) -> Table:
     return Table.of(
         ["package", "version", "era", "lossless", "drop-in", "oracle under", "findings",
@@ -29,14 +42,14 @@ def release_table(rows: Sequence[ReleaseRow]) -> Table:
                 row["era"],
                 _yes_no(row["lossless"]) if row["judged"] else "not judged",
                 _yes_no(row["drop_in"]) if row["judged"] else "-",
-                row["verifier"] or "-",
+                oracle_under(row),
                 ", ".join(f["class"] for f in row["findings"]) or "-",
                 "; ".join(row["not_covered"]) or "-",
                 f"{row['seconds']:.0f}",
             ]
             for row in rows
         ],
-        wrap=[None, None, None, None, None, None, 24, 48, None],
+        wrap=[None, None, None, None, None, 30, 24, 48, None],
     )  # fmt: skip
 
 

@@ -112,6 +112,10 @@ def check_teacher_forcing(subject: Subject) -> CheckResult:
         )
     if result.tokens is None:
         return skipped(name, "no output", code=Skip.NO_OUTPUT)
+    if result.corrected is None and not result.keeps_step_logits:
+        return skipped(
+            name, "its convention keeps no step logits on this call", code=Skip.NOT_APPLICABLE
+        )
     if result.corrected is None:
         return failed(name, "folded sampling but corrected_out was not written")
     differ, rebuilt = teacher_forcing_mismatches(

@@ -30,6 +30,10 @@ class Loading(enum.Enum):
     SGLANG_PACKAGE = "sglang-package"
     # The whole package imported from the extracted folder (vLLM's own imports).
     VLLM_PACKAGE = "vllm-package"
+    # sglang 0.5.16: the wheel's dspark_draft.py under the bug era's surface and the
+    # worker's names as stand-ins; its folded sampler and eager block driven as its
+    # proposer drives them (harness.upstream.releases.sglang_0_5_16)
+    SGLANG_0_5_16 = "sglang-0.5.16"
     NONE = "none"  # the harness has no convention for this contract
 
 
@@ -116,6 +120,8 @@ _VLLM_ERA = ReleaseEra(
     outputs="draft tokens; the draft logits cache written by the sampling call",
     verifier="vllm-rejection",
     loading=Loading.VLLM_PACKAGE,
+    # 0.33's pins serve 0.25-0.27 too: its speculator, Gumbel sampler and rejection
+    # sampler import with them (tests/harness/upstream/test_releases_real.py)
     light_deps="requirements/vllm-0.33.txt",
     members=("vllm/",),
     variants=("dense",),
@@ -131,16 +137,31 @@ ERAS: tuple[ReleaseEra, ...] = (
         constructor=("model", "gamma", "max_bs", "device", "confidence_fn", "out"),
         later_keywords=(),
         methods=("__call__",),
-        staging="none: the graph-folded sampler is greedy only",
-        noise="the eager path (sample_draft_block) draws exponential_ noise",
-        outputs="out[: bs*gamma]; confidence_out",
+        staging=(
+            "none in the sampler: the proposer hands each call the batch's sampling state "
+            "(greedy_mask = top_k <= 1, temperatures clamped >= 1e-5)"
+        ),
+        noise=(
+            "an all-greedy batch: the folded sampler's argmax walk, no noise; any other "
+            "batch: the module's sample_draft_block, exponential_ noise per step"
+        ),
+        outputs=(
+            "folded: out[: bs*gamma], confidence_out; eager: the returned block (tokens, "
+            "corrected_logits, greedy_mask, temperatures)"
+        ),
         verifier=None,
-        loading=Loading.NONE,
+        loading=Loading.SGLANG_0_5_16,
         light_deps="requirements/sglang-dspark.txt",
-        members=("sglang/",),
-        why_not_judged=(
-            "no convention for this contract: the folded sampler is greedy only and has no "
-            "stage_sampling_params; sampled rows are drawn outside any sampler object"
+        members=("sglang/srt/speculative/dspark_components/dspark_draft.py",),
+        layouts=("anchor",),  # the sampler takes gamma query rows a request, anchor first
+        not_covered=(
+            "the wheel's SampleStepTokens kernel and environment flags: the harness's "
+            "surface (reference) stands in; the sampler's and sample_draft_block's own "
+            "code is the wheel's",
+            "the eager path's multinomial branch (SGLANG_DSPARK_FAST_SAMPLING=0): not run",
+            "the proposer's draft forward pass: the case's hidden states stand in; the "
+            "folded path is taken whenever the batch is all greedy (the draft graph runs)",
+            "its server's verifier: the harness has none (chain)",
         ),
     ),
     _PR_SERVER_ERA,

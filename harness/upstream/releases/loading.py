@@ -2,6 +2,9 @@
 
 - ``Loading.SERVER_FILE`` (sglang 0.5.17-0.5.21): the wheel's sampler module is a file
   plug-in (``harness.plugins``); its ``sglang`` imports get the bug era's surface;
+- ``Loading.SGLANG_0_5_16``: the wheel's ``dspark_draft.py`` run unchanged, its
+  folded sampler and its eager ``sample_draft_block`` called per batch as its proposer
+  calls them (``harness.upstream.releases.sglang_0_5_16``);
 - ``Loading.SGLANG_PACKAGE`` (sglang 0.5.22 and later): the sglang loader reads the
   release's DSpark modules from the extracted folder (``sglang_loader.use_release``),
   with its stand-ins; a module the release lacks is left out (0.5.22 ships no
@@ -82,9 +85,22 @@ def load_release(era: ReleaseEra, *, files: Callable[[], Wheel], name: str) -> L
             )
         if era.loading is Loading.SGLANG_PACKAGE:
             return _sglang_package(era, files=files(), name=name)
+        if era.loading is Loading.SGLANG_0_5_16:
+            return _sglang_0_5_16(era, files=files(), name=name)
         return _vllm_package(era, files=files(), name=name)
     except ImplementationError as error:
         return f"its sampler did not load: {error}"
+
+
+def _sglang_0_5_16(era: ReleaseEra, *, files: Wheel, name: str) -> LoadedRelease | str:
+    from harness.upstream.releases.sglang_0_5_16 import load_sampler_class
+
+    path = files.extracted / era.sampler_file
+    try:
+        sampler_class = load_sampler_class(path)
+    except (ImportError, AttributeError, RuntimeError) as error:
+        return f"its sampler did not load: {type(error).__name__}: {error}"
+    return LoadedRelease(Implementation(name, sampler_class, f"sglang-0.5.16:{path}"), "chain", ())
 
 
 def _vllm_package(era: ReleaseEra, *, files: Wheel, name: str) -> LoadedRelease | str:

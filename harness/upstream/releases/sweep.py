@@ -32,6 +32,8 @@ from harness.upstream.releases.eras import (
 )
 
 if TYPE_CHECKING:
+    from harness.case import Case
+    from harness.oracles.result import StatsResult
     from harness.plugins.implementations import Implementation
 
 from harness.upstream.releases.wheels import NotFetched, Wheel, extract, fetch, version_key
@@ -55,7 +57,12 @@ class ReleaseRow(TypedDict):
     judged: bool
     lossless: bool | None
     drop_in: bool | None
-    verifier: str | None
+    # the verifiers its oracle ran under: its server's own first (where the harness has
+    # it), then chain, the control; empty: not judged
+    verifier: list[str]
+    # per verifier, the randomness it was judged on: "shared: <server>'s plumbing" (the
+    # drafter and the verifier on its server's one source) or "independent streams"
+    randomness: dict[str, str]
     findings: list[Finding]
     not_covered: list[str]
     seconds: float
@@ -100,7 +107,8 @@ def _row(
         "judged": False,
         "lossless": None,
         "drop_in": None,
-        "verifier": None,
+        "verifier": [],
+        "randomness": {},
         "findings": [],
         "not_covered": [reason] if reason else [],
         "seconds": round(time.perf_counter() - started, 1),
@@ -194,7 +202,7 @@ def _judged_row(
     started: float,
     layouts: tuple[str, ...] = ("anchor", "no-anchor"),
 ) -> ReleaseRow:
-    from harness.defaults import REFERENCE
+    from harness.defaults import REFERENCE, VerifierNoise
     from harness.judge import judge
     from harness.options import Roles, RunOptions
     from harness.pipeline.check_result import Tier
@@ -203,6 +211,7 @@ def _judged_row(
 
     matrix = standard_matrix(seed=task.seed)
     cases = [c for c in matrix if _layout(c.sample_from_anchor) in layouts]
+    not_covered = [*outside_contract(implementation, cases, total=len(matrix)), *not_covered]
     if len(cases) < len(matrix):
         left_out = sorted({_layout(c.sample_from_anchor) for c in matrix} - set(layouts))
         not_covered = [
@@ -210,17 +219,27 @@ def _judged_row(
             f"({len(matrix) - len(cases)} of {len(matrix)} cases not run)",
             *not_covered,
         ]
+    verifiers = oracle_verifiers(verifier)
     judgement = judge(
         cases,
         [*builtin_implementations((REFERENCE,)), implementation],
         options=RunOptions(
             seed=task.seed,
             roles=Roles(require=Tier.LOSSLESS),
-            verifiers=(verifier,),
+            verifiers=verifiers,
+            verifier_noise=VerifierNoise.SHARED,
             time_limit_s=None,
         ),
     )
     verdict = judgement.verdict(implementation.name)
+    randomness = (
+        {}
+        if judgement.oracle is None
+        else {
+            result.verifier: randomness_of(result)
+            for result in judgement.oracle.run.results_of(implementation.name)
+        }
+    )
     findings: list[Finding] = []
     seen: set[str] = set()
     for failure in verdict.failures:  # defects only: a drop-in difference is drop_in's
@@ -233,7 +252,7 @@ def _judged_row(
         findings.append(
             {
                 "class": ORACLE_CLASS,
-                "evidence": f"{verifier}: {verdict.statistical.describe()}",
+                "evidence": f"{' and '.join(verifiers)}: {verdict.statistical.describe()}",
                 "repro": repro_command(task),
             }
         )
@@ -249,10 +268,47 @@ def _judged_row(
         judged=True,
         lossless=verdict.lossless and not scan_hits,
         drop_in=verdict.drop_in,
-        verifier=verifier,
+        verifier=list(verifiers),
+        randomness=randomness,
         findings=findings,
         not_covered=not_covered,
     )
+
+
+def outside_contract(
+    implementation: Implementation, cases: Sequence[Case], *, total: int
+) -> list[str]:
+    """The cases its convention cannot express, by reason, in words (the checks skip
+    them, saying so; the row lists them as not covered)."""
+    from harness.upstream.dispatch import convention_of
+
+    convention = convention_of(implementation.sampler_class)
+    reasons: dict[str, int] = {}
+    for case in cases:
+        why = convention.outside_contract(case, sampler_class=implementation.sampler_class)
+        if why is not None:
+            reasons[why] = reasons.get(why, 0) + 1
+    return [f"{n} of {total} cases not run: {why}" for why, n in reasons.items()]
+
+
+def oracle_verifiers(own: str) -> tuple[str, ...]:
+    """The verifiers a release's oracle runs under: its server's own (``own``), then
+    chain, the control; chain alone where it stands in for a server the harness has no
+    verifier of."""
+    return (own,) if own == CHAIN else (own, CHAIN)
+
+
+def randomness_of(result: StatsResult) -> str:
+    """The randomness one verifier's decodes ran on, in words: the release's server's
+    plumbing (the drafter's noise and the verifier's draws from its one source, as the
+    server derives them) or independent streams (the convention models no plumbing)."""
+    if result.shared_noise is None:
+        return "nothing decoded"
+    if not result.shared_noise:
+        return "independent streams (its server's plumbing is not modelled)"
+    if result.server is not None:
+        return f"shared: {result.server}'s plumbing"
+    return "shared: torch's one generator, drafter and verifier in turn"  # ours, the PR era, 0.5.16
 
 
 def _support_scan(implementation: Implementation, *, task: ReleaseTask) -> str:

@@ -133,10 +133,13 @@ def fetch(package: str, version: str, *, cache: Path, offline: bool = False) -> 
 
 def extract(package: str, version: str, *, wheel: Path, members: tuple[str, ...]) -> Wheel:
     """Unpack the wheel's files under the ``members`` prefixes next to it, each prefix
-    once (a marker file per prefix says its extraction finished)."""
+    once (a marker file per prefix says its extraction finished), and always its
+    ``.dist-info``: a release whose modules ask ``importlib.metadata`` for their own
+    version (vLLM's platform detection does) finds it beside them."""
     target = wheel.parent / f"{package}-{version}-files"
     markers = target / ".extracted"
-    pending = [m for m in members if not (markers / m.replace("/", "_")).is_file()]
+    wanted = (*members, f"{package}-{version}.dist-info/")
+    pending = [m for m in wanted if not (markers / m.replace("/", "_")).is_file()]
     if pending:
         markers.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(wheel) as archive:

@@ -18,6 +18,8 @@ from harness.upstream.releases.eras import era_of
 UPSTREAM = Path(__file__).resolve().parents[2] / "plugins" / "upstream"
 BEFORE_FIX = UPSTREAM / "dspark_before_fix.py"  # the harness's constructor: 0.5.17-0.5.18
 AFTER_FIX = UPSTREAM / "dspark_after_fix.py"  # with tp_sync: 0.5.19-0.5.21
+SHAPE_0_5_16 = UPSTREAM / "dspark_draft_0_5_16_shape.py"  # the 0.5.16 contract
+SHAPE_FILE = "sglang/srt/speculative/dspark_components/dspark_draft.py"  # where 0.5.16 keeps it
 
 
 def build_wheel(folder: Path, *, package: str, version: str, files: dict[str, str]) -> Path:

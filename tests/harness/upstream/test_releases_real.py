@@ -7,12 +7,19 @@ neither is a skip with pip's reason. Nothing of the wheels enters the repository
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from harness.upstream.releases.sweep import ReleaseTask, judge_release
 from harness.upstream.releases.wheels import DEFAULT_CACHE, NotFetched, fetch
 
 pytestmark = pytest.mark.releases
+
+PR_ERA = "shared: torch's one generator, drafter and verifier in turn"
+SGLANG_0_5_23 = "shared: sglang 0.5.23's plumbing"
 
 
 def _task(package: str, version: str) -> ReleaseTask:
@@ -24,31 +31,81 @@ def _task(package: str, version: str) -> ReleaseTask:
 
 
 @pytest.mark.parametrize(
-    ("version", "era", "verifier", "classes"),
+    ("version", "era", "randomness", "classes"),
     [
-        ("0.5.18", "sglang-0.5.17-0.5.18", "chain", []),
-        ("0.5.19", "sglang-0.5.19-0.5.21", "chain", []),
+        ("0.5.18", "sglang-0.5.17-0.5.18", {"chain": PR_ERA}, []),
+        ("0.5.19", "sglang-0.5.19-0.5.21", {"chain": PR_ERA}, []),
         # Philox's uniform rounds to 1 now and then: a masked token drafted (seed 0,
-        # counter 3; docs/upstream.md, "The scan")
-        ("0.5.23", "sglang-0.5.22-0.5.23", "sglang-blockwise", ["support scan"]),
+        # counter 3; docs/upstream.md, "The scan"); its server's verifier and chain, the
+        # control, both on the server's plumbing
+        (
+            "0.5.23",
+            "sglang-0.5.22-0.5.23",
+            {"sglang-blockwise": SGLANG_0_5_23, "chain": SGLANG_0_5_23},
+            ["support scan"],
+        ),
     ],
 )
 def test_a_released_sglang_sampler_is_judged_under_its_era(
-    version: str, era: str, verifier: str, classes: list[str]
+    version: str, era: str, randomness: dict[str, str], classes: list[str]
 ) -> None:
     row = judge_release(_task("sglang", version))
-    assert (row["era"], row["judged"], row["verifier"]) == (era, True, verifier)
+    assert (row["era"], row["judged"]) == (era, True)
+    assert (row["verifier"], row["randomness"]) == (list(randomness), randomness)
     assert [f["class"] for f in row["findings"]] == classes
     assert row["lossless"] is (not classes)
 
 
-def test_the_first_release_says_why_it_is_not_judged() -> None:
+def test_the_first_release_is_judged_on_what_its_sampling_covers() -> None:
     row = judge_release(_task("sglang", "0.5.16"))
-    assert not row["judged"]
-    assert row["not_covered"][0].startswith("not judged: no convention for this contract")
+    assert (row["era"], row["judged"], row["lossless"]) == ("sglang-0.5.16", True, True)
+    assert row["findings"] == []
+    assert row["drop_in"] is False  # an all-greedy batch is folded: no noise, no kept logits
+    assert (row["verifier"], row["randomness"]) == (["chain"], {"chain": PR_ERA})
+    assert row["not_covered"][:3] == [
+        "the no-anchor layout: outside its era's contract (8 of 24 cases not run)",
+        "1 of 24 cases not run: sglang 0.5.16 leaves a sampled batch's confidence to the "
+        "worker's planner (outside its draft sampling)",
+        "7 of 24 cases not run: sglang 0.5.16 has no folded-sampling switch: its proposer "
+        "folds an all-greedy batch and samples any other batch eagerly, so a greedy-only "
+        "fold of every batch (folded sampling off) is not its contract",
+    ]
 
 
 def test_a_vllm_release_past_the_table_is_an_unknown_contract() -> None:
     row = judge_release(_task("vllm", "0.34.0"))
     assert not row["judged"]
     assert "not judged: unknown contract: vllm 0.34.0 is in no era" in row["not_covered"][0]
+
+
+@pytest.mark.parametrize("version", ["0.25.0", "0.33.0"])  # the first and last era's last
+def test_a_vllm_release_loads_from_its_wheel_under_the_pinned_light_dependencies(
+    version: str,
+) -> None:
+    """Its speculator, Gumbel sampler and rejection sampler import from the extracted
+    folder, in a process of their own, with the pins installed (``tox run -e releases``
+    installs them; without them: skipped, the sweep's row says why)."""
+    from harness.upstream.releases.eras import era_of
+    from harness.upstream.releases.loading import missing_light_deps
+
+    era = era_of("vllm", version)
+    assert era is not None
+    missing = missing_light_deps(era.light_deps)
+    if missing:
+        pytest.skip(f"the light dependencies are not installed as pinned: {missing[:3]}")
+    _task("vllm", version)  # fetched into the cache, or skipped
+    script = (
+        "from harness.upstream import vllm_loader\n"
+        "from harness.upstream.releases.wheels import DEFAULT_CACHE, extract, fetch\n"
+        f"wheel = fetch('vllm', {version!r}, cache=DEFAULT_CACHE, offline=True)\n"
+        f"files = extract('vllm', {version!r}, wheel=wheel, members=('vllm/',))\n"
+        f"vllm_loader.use_release(vllm_loader.VllmRelease(files.extracted, {version!r}))\n"
+        "loaded = vllm_loader.load_vllm()\n"
+        "print(loaded.version, loaded.DSparkSpeculator.__module__)\n"
+    )
+    environment = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=environment
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == [version, "vllm.v1.worker.gpu.spec_decode.dspark.speculator"]

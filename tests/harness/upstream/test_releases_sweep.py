@@ -5,20 +5,33 @@ sglang 0.5.18 wheel, the after-fix module as 0.5.19), each judged in its own pro
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from harness.cli import main
+from harness.upstream.releases import sweep
 from harness.upstream.releases.sweep import (
     ReleaseRow,
     ReleaseTask,
     advisories,
     judge_release,
+    oracle_verifiers,
     order_rows,
+    randomness_of,
     repro_command,
 )
-from tests.harness.upstream.fake_wheels import AFTER_FIX, BEFORE_FIX, sampler_wheel
+from tests.harness.upstream.fake_wheels import (
+    AFTER_FIX,
+    BEFORE_FIX,
+    SHAPE_0_5_16,
+    SHAPE_FILE,
+    build_wheel,
+    sampler_wheel,
+)
+
+PR_ERA_PLUMBING = "shared: torch's one generator, drafter and verifier in turn"
 
 
 def _row(version: str, *classes: str, judged: bool = True) -> ReleaseRow:
@@ -29,7 +42,8 @@ def _row(version: str, *classes: str, judged: bool = True) -> ReleaseRow:
         "judged": judged,
         "lossless": not classes if judged else None,
         "drop_in": None,
-        "verifier": "chain",
+        "verifier": ["chain"],
+        "randomness": {"chain": PR_ERA_PLUMBING},
         "findings": [{"class": c, "evidence": "x", "repro": "r"} for c in classes],
         "not_covered": [],
         "seconds": 1.0,
@@ -72,8 +86,16 @@ def test_a_class_still_present_in_the_last_release_is_not_fixed() -> None:
     assert advisory["fixed_in"] is None
 
 
-def _task(tmp_path: Path, version: str, *, package: str = "sglang") -> ReleaseTask:
-    return ReleaseTask(package=package, version=version, cache=str(tmp_path), offline=True)
+def _task(
+    tmp_path: Path, version: str, *, package: str = "sglang", scan_triples: int = 4096
+) -> ReleaseTask:
+    return ReleaseTask(
+        package=package,
+        version=version,
+        cache=str(tmp_path),
+        offline=True,
+        scan_triples=scan_triples,
+    )
 
 
 def test_a_release_not_in_the_cache_is_not_judged_not_fetched(tmp_path: Path) -> None:
@@ -94,18 +116,60 @@ def test_a_release_whose_files_differ_from_its_era_is_an_unknown_contract(
     ]
 
 
-def test_an_era_without_a_convention_says_why(tmp_path: Path) -> None:
-    greedy_only = tmp_path / "greedy_only.py"  # the 0.5.16 shape: no staging, no flag
-    greedy_only.write_text(
-        "class DsparkDraftSampler:\n"
-        "    def __init__(self, *, model, gamma, max_bs, device, confidence_fn=None, out=None):\n"
-        "        pass\n"
-        "    def __call__(self, hidden_states, input_ids):\n        pass\n"
-    )
-    sampler_wheel(tmp_path / "sglang-0.5.16", version="0.5.16", source=greedy_only)
+@pytest.mark.e2e
+@pytest.mark.upstream  # the era's light dependencies (msgspec): `tox run -e upstream`
+def test_the_first_release_is_judged_as_its_proposer_drives_it(tmp_path: Path) -> None:
+    pytest.importorskip("msgspec", reason="the 0.5.16 era's light dependencies")
+    sampler_wheel(tmp_path / "sglang-0.5.16", version="0.5.16", source=SHAPE_0_5_16)
+    row = judge_release(_task(tmp_path, "0.5.16", scan_triples=256))
+    assert (row["era"], row["judged"], row["lossless"]) == ("sglang-0.5.16", True, True)
+    assert row["findings"] == []
+    # an all-greedy batch is folded: no noise, no step logits, named as drop-in differences
+    assert row["drop_in"] is False
+    assert row["verifier"] == ["chain"] and row["randomness"] == {"chain": PR_ERA_PLUMBING}
+    assert row["not_covered"][0].startswith("the no-anchor layout: outside its era's contract")
+    assert any("multinomial branch" in n for n in row["not_covered"])
+
+
+@pytest.mark.e2e
+@pytest.mark.upstream
+def test_the_first_releases_eager_block_is_held_to_the_law(tmp_path: Path) -> None:
+    pytest.importorskip("msgspec", reason="the 0.5.16 era's light dependencies")
+    cold = SHAPE_0_5_16.read_text().replace(
+        "temperatures=temperatures,", "temperatures=torch.ones_like(temperatures),"
+    )  # the eager block drafts every sampled row at T = 1
+    assert cold != SHAPE_0_5_16.read_text()
+    folder = tmp_path / "sglang-0.5.16"
+    build_wheel(folder, package="sglang", version="0.5.16", files={SHAPE_FILE: cold})
+    row = judge_release(_task(tmp_path, "0.5.16", scan_triples=0))
+    assert (row["judged"], row["lossless"]) == (True, False)
+    classes = {f["class"] for f in row["findings"]}
+    assert "teacher_forcing" not in classes  # its kept logits are right, its draws are not
+    assert {"noise_replay", "statistical oracle"} <= classes
+
+
+def test_the_first_releases_worker_names_are_stand_ins_that_refuse_use() -> None:
+    from harness.upstream.releases.sglang_0_5_16 import WORKER_SURFACE
+
+    batch = WORKER_SURFACE["sglang.srt.managers.schedule_batch"]["ScheduleBatch"]
+    with pytest.raises(RuntimeError, match=r"ScheduleBatch\.forward is the worker's"):
+        batch.forward()
+
+
+def test_an_era_without_a_convention_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.upstream.releases import eras
+
+    era = eras.era_of("sglang", "0.5.16")
+    assert era is not None
+    unknown = replace(era, loading=eras.Loading.NONE, why_not_judged="no convention: test")
+    monkeypatch.setattr(eras, "ERAS", (unknown,))
+    monkeypatch.setattr(sweep, "era_of", eras.era_of)
+    sampler_wheel(tmp_path / "sglang-0.5.16", version="0.5.16", source=SHAPE_0_5_16)
     row = judge_release(_task(tmp_path, "0.5.16"))
     assert not row["judged"]
-    assert "not judged: no convention for this contract" in row["not_covered"][0]
+    assert row["not_covered"] == ["not judged: no convention: test"]
 
 
 def test_the_repro_command_judges_that_release_alone(tmp_path: Path) -> None:
@@ -151,6 +215,9 @@ def test_the_command_judges_each_release_from_its_wheel_and_resumes(
     assert (before["version"], before["judged"], before["lossless"]) == ("0.5.18", True, False)
     assert (after["version"], after["judged"], after["lossless"]) == ("0.5.19", True, True)
     assert before["era"] == "sglang-0.5.17-0.5.18" and after["era"] == "sglang-0.5.19-0.5.21"
+    for row in (before, after):  # no verifier of the PR-era server: chain, on its plumbing
+        assert row["verifier"] == ["chain"]
+        assert row["randomness"] == {"chain": PR_ERA_PLUMBING}
     assert "teacher_forcing" in {f["class"] for f in before["findings"]}
     assert all(
         f["repro"].startswith("python -m harness releases --sglang 0.5.18")
@@ -179,4 +246,26 @@ def test_a_plug_in_file_is_a_row_of_its_own(
         True,
         True,
     )
-    assert row["verifier"] == "chain"
+    assert row["verifier"] == ["chain"]
+    assert row["randomness"] == {"chain": PR_ERA_PLUMBING}
+
+
+def test_each_release_runs_under_its_servers_verifier_and_chain_the_control() -> None:
+    assert oracle_verifiers("sglang-blockwise") == ("sglang-blockwise", "chain")
+    assert oracle_verifiers("vllm-rejection") == ("vllm-rejection", "chain")
+    assert oracle_verifiers("chain") == ("chain",)  # chain stands in: once is enough
+
+
+def test_a_row_says_which_randomness_each_verifier_ran_on() -> None:
+    from harness.oracles.result import StatsResult
+
+    def result(shared: bool | None, server: str | None) -> StatsResult:
+        return StatsResult(
+            name="x", rows={}, alpha=0.01, family_size=1, statistics=(), marginals=(),
+            mean_accepted_length={}, shared_noise=shared, server=server,
+        )  # fmt: skip
+
+    assert randomness_of(result(True, "sglang 0.5.23")) == "shared: sglang 0.5.23's plumbing"
+    assert randomness_of(result(True, None)) == PR_ERA_PLUMBING
+    assert randomness_of(result(False, None)).startswith("independent streams")
+    assert randomness_of(result(None, None)) == "nothing decoded"

@@ -4,6 +4,7 @@ served from a local folder (no network)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,10 @@ def test_extraction_takes_the_named_folders_only_and_never_site_packages(tmp_pat
     assert (files.extracted / "sglang/srt/x.py").read_text() == "X = 1\n"
     assert not (files.extracted / "sglang/other").exists()
     assert files.extracted.is_relative_to(tmp_path)
+    # its metadata too, so a module asking importlib.metadata for its version finds it
+    assert (files.extracted / "sglang-0.5.19.dist-info/METADATA").is_file()
+    found = importlib.metadata.distributions(name="sglang", path=[str(files.extracted)])
+    assert [d.version for d in found] == ["0.5.19"]
 
 
 def _tree(root: Path, relative: str, source: str) -> Path:
