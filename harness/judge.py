@@ -108,7 +108,8 @@ def start_oracle(
     (``judge_oracle``, after the matrix and the work). The verdict is the same."""
     shares = oracle_shares(implementations, jobs=options.jobs, power=power)
     if _oracle_beside(options, executor=executor) and (len(shares) > 1 or not alone):
-        return OracleBeside(implementations, options=options, power=power, config=config)
+        order = [i.name for i in implementations]
+        return OracleBeside(shares, order=order, options=options, power=power, config=config)
     return OracleLater(
         partial(
             judge_oracle,
@@ -212,14 +213,16 @@ def _oracle_verdict(run: OracleRun, *, options: RunOptions, wall_s: float) -> Or
 
 
 class OracleBeside:
-    """The oracle's decodes in ``options.jobs`` processes forked beside this one, each on
-    a share of the implementations (legacy's share carries its power curves, worth
-    about two decodes), while this process goes on; ``verdict()`` joins their runs."""
+    """The oracle's decodes in processes forked beside this one, one per share of the
+    implementations (``oracle_shares``; legacy's share draws its power curves, since
+    ``run_statistics`` draws them where legacy is decoded), while this process goes on;
+    ``verdict()`` joins their runs in ``order``."""
 
     def __init__(
         self,
-        implementations: Sequence[Implementation],
+        shares: Sequence[Sequence[Implementation]],
         *,
+        order: Sequence[str],
         options: RunOptions,
         power: bool,
         config: StatsConfig | None,
@@ -227,13 +230,13 @@ class OracleBeside:
         options.progress("statistical oracle ...")
         self.started = time.perf_counter()
         self.options = options
-        self.order = [i.name for i in implementations]
+        self.order = list(order)
         self.shares = [
             start_beside(
                 partial(_share_task, share, options=options, power=power, config=config),
                 progress=options.progress,
             )
-            for share in oracle_shares(implementations, jobs=options.jobs, power=power)
+            for share in shares
         ]
 
     def verdict(self) -> OracleVerdict:
@@ -260,7 +263,7 @@ def _share_task(
     return _oracle_run(
         implementations,
         options=replace(options, progress=progress),
-        power=power and LEGACY in {i.name for i in implementations},
+        power=power,
         config=config,
     )
 

@@ -105,8 +105,6 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError("--all judges every release; give it without --sglang/--vllm")
     if args.scan_triples < 0:
         raise UsageError(f"--scan-triples must be 0 or more, got {args.scan_triples}")
-    if args.jobs < 1:
-        raise UsageError(f"--jobs must be a positive integer, got {args.jobs}")
     if args.ray_address and args.executor != "ray":
         raise UsageError("--ray-address needs --executor ray")
     if args.executor == "ray":
