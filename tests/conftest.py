@@ -19,6 +19,7 @@ from harness.defaults import DEFAULT_THREADS
 from harness.upstream import vllm_loader
 from harness.upstream.sglang_loader import unavailable_reason
 from tests.helpers import DefaultReport
+from tests.oracle_memo import FRESH, SWITCH, OracleMemo, installed, must_compute_afresh
 
 # Triton must see the interpreter flag before it is first imported; without CUDA
 # every kernel test runs interpreted.
@@ -119,6 +120,26 @@ def no_leaked_global_state() -> Iterator[None]:
         leaks.append(f"os.environ changed: {', '.join(changed)}")
     if leaks:
         pytest.fail("test leaked global state: " + "; ".join(leaks), pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def oracle_memo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OracleMemo | None]:
+    """Each distinct oracle decode of the judge's path once a session, shared by the xdist
+    workers (``tests/oracle_memo.py``); ``None`` when ``DSPARK_TEST_ORACLE_MEMO=0``."""
+    if os.environ.get(SWITCH, "1") == "0":
+        yield None
+        return
+    folder = tmp_path_factory.getbasetemp().parent / "oracle-memo"
+    folder.mkdir(exist_ok=True)
+    memo = OracleMemo(folder)
+    with installed(memo):
+        yield memo
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before any fixture of the test is set up, module-scoped ones included."""
+    FRESH.now = must_compute_afresh(item)
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,9 @@ from harness.pipeline.runner import run_case
 from harness.plugins.implementations import builtin_implementations
 from tests.helpers import run_harness, small_case, subprocess_env
 
+# A repeat's point is a second decode: never the session's kept one (tests/oracle_memo.py).
+pytestmark = pytest.mark.fresh_oracle
+
 # One of each kind of evidence: sampled rows, reduced precision, the fused path, a raise.
 MATRIX_CASES = (
     "folded-sampled/vanilla",
