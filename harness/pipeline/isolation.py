@@ -3,9 +3,14 @@ process, so a crash is a result and no plug-in code runs in the judging process.
 
 ``make_executor(isolate=...)`` is how an entry point chooses where implementation code
 runs (``harness.executor``): in process, or here. Each trust domain gets its own
-persistent worker, started with ``spawn`` (so it shares no threads, CUDA context or
-locks with the judge): one for the built-ins and one per plug-in, so a plug-in never
-shares a process with the code it is compared against.
+persistent worker, forked from ``multiprocessing``'s fork server where the platform
+has one (``spawn`` elsewhere): a clean process the judge started once, which has
+imported torch and this module and nothing else, so a worker starts without paying
+torch's import again and still shares no threads, CUDA context, locks or plug-in code
+with the judge. A worker takes the judge's environment as it is when the worker
+starts (the fork server's own is the one of its first start). One worker for the
+built-ins and one per plug-in, so a plug-in never shares a process with the code it is
+compared against.
 
 A worker is generic: it runs one task at a time, a function named by its importable
 module-level name, with the arguments the judge pickled (an implementation crosses by
@@ -35,6 +40,7 @@ import sys
 import weakref
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerContext, SpawnContext
 from typing import Any, TypeVar
 
 from harness.executor import (
@@ -76,10 +82,12 @@ def _named(name: str) -> Any:
 
 
 # -- the worker ----------------------------------------------------------------------------
-def _worker_main(connection: Connection, threads: int | None) -> None:
-    """Serve tasks until the judge closes the connection, on the judge's intra-op thread
-    count; the worker's stdout is its stderr, so nothing it prints lands in the judge's
-    report (``--json``)."""
+def _worker_main(connection: Connection, threads: int | None, environ: dict[str, str]) -> None:
+    """Serve tasks until the judge closes the connection, in the judge's environment and
+    on its intra-op thread count; the worker's stdout is its stderr, so nothing it prints
+    lands in the judge's report (``--json``)."""
+    os.environ.clear()
+    os.environ.update(environ)
     if threads is not None:
         import torch
 
@@ -133,12 +141,27 @@ def _stop_every_worker() -> None:
         worker.shutdown()
 
 
+# What the fork server imports once, before it forks any worker: torch (most of a
+# worker's start) and this module, which serves the tasks.
+FORK_SERVER_PRELOAD = ("torch", __name__)
+
+
+def worker_context() -> ForkServerContext | SpawnContext:
+    """The fork server where the platform has one, with ``FORK_SERVER_PRELOAD``; else
+    ``spawn``."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(FORK_SERVER_PRELOAD))
+    return context
+
+
 class WorkerExecutor(concurrent.futures.Executor):
     """One persistent worker process of one trust domain, replaced after it dies or hangs.
     ``submit`` returns once the answer is in: a worker serves one task at a time."""
 
     def __init__(self) -> None:
-        self._context = multiprocessing.get_context("spawn")
+        self._context = worker_context()
         self._process: multiprocessing.process.BaseProcess | None = None
         self._connection: Connection | None = None
 
@@ -150,12 +173,12 @@ class WorkerExecutor(concurrent.futures.Executor):
             threads = None if torch is None else torch.get_num_threads()
             self._process = self._context.Process(
                 target=_worker_main,
-                args=(child, threads),
+                args=(child, threads, dict(os.environ)),
                 daemon=True,
                 name="harness-worker",
             )
             command_line = sys.argv
-            sys.argv = command_line[:1]  # spawn hands argv on: the worker gets no --out-dir
+            sys.argv = command_line[:1]  # a worker is handed argv: it gets no --out-dir
             try:
                 self._process.start()
             finally:

@@ -64,6 +64,25 @@ def test_a_process_pool_fits_the_interface_and_runs_every_domain_alike() -> None
         assert pool.submit(TimeLimited(doubled, None), 5).result() == 10
 
 
+@pytest.mark.e2e
+def test_a_worker_starts_in_the_judges_environment_as_it_is_then(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Workers fork from one fork server, started once: each still takes the judge's
+    environment of the moment it starts, never the server's."""
+    with make_executor(isolate=True) as executor:
+        worker = for_domain(executor, "p=plugin.py")
+        monkeypatch.setenv("DSPARK_PROBE", "first")
+        first = worker.submit(process_id).result()
+        assert worker.submit(os.getenv, "DSPARK_PROBE").result() == "first"
+        worker.shutdown()
+        monkeypatch.setenv("DSPARK_PROBE", "second")
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+        assert worker.submit(os.getenv, "DSPARK_PROBE").result() == "second"
+        assert worker.submit(os.getenv, "TRITON_INTERPRET").result() is None
+        assert worker.submit(process_id).result() not in (first, os.getpid())
+
+
 def test_a_task_must_be_named_by_its_module_level_name() -> None:
     assert task_name(doubled) == f"{__name__}:doubled"
     with pytest.raises(TypeError, match="module-level"):
