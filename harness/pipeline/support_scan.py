@@ -189,7 +189,7 @@ class ScanDriver:
         self.built.stage_sampling_params(bs=self.case.bs, sampling_info=self.inputs.sampling_info)
         with torch.inference_mode():
             self.built(self.inputs.hidden_states, self.inputs.input_ids)
-        return self.built.read(self.case).tokens
+        return self.built.read_tokens(self.case)
 
     def hits_of(self, tokens: torch.Tensor, *, counter: int) -> tuple[list[ScanHit], int]:
         """The first ``MAX_HITS_KEPT`` hits of one call, and how many there were."""
@@ -282,13 +282,17 @@ class ScanPlan:
         return sum(p.triples for p in self.points())
 
 
-def full_plan(*, triples_per_point: int, seed: int = 0) -> ScanPlan:
-    """Every head kind x float32, bfloat16 x both patterns at bs=16384, gamma=4, V=4."""
+FULL_PLAN_BS = 1 << 14  # the scan's default batch: one call covers 65536 triples
+
+
+def full_plan(*, triples_per_point: int, seed: int = 0, bs: int = FULL_PLAN_BS) -> ScanPlan:
+    """Every head kind x float32, bfloat16 x both patterns at ``bs`` (default 16384),
+    gamma=4, V=4."""
     return ScanPlan(
         head_kinds=HEAD_KINDS,
         dtypes=("float32", "bfloat16"),
         patterns=tuple(RowPattern),
-        bs=1 << 14,
+        bs=bs,
         gamma=4,
         vocab_size=4,
         triples_per_point=triples_per_point,

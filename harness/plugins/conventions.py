@@ -316,6 +316,12 @@ class BuiltSampler(ABC):
     def read(self, case: Case) -> CallOutputs:
         """The live batch's outputs of the last call, checked for shape and dtype."""
 
+    def read_tokens(self, case: Case) -> torch.Tensor:
+        """The live batch's drafted tokens of the last call, ``[bs, gamma]`` (what the
+        support scan reads): here ``read``'s; a convention whose ``read`` does more
+        (a replay of the call's noise) reads the tokens alone."""
+        return self.read(case).tokens
+
     @abstractmethod
     def outside_writes(self, case: Case) -> dict[str, int]:
         """Per buffer, entries past the live batch (other graph buckets' rows) written."""
@@ -417,6 +423,14 @@ class Convention(ABC):
         """What the statistical oracle may decode with a sampler of this convention here
         (``harness.oracles.cut``: one that runs interpreted cannot afford the defaults),
         or ``None``: the config as asked."""
+        return None
+
+    @property
+    def scan_batch(self) -> int | None:
+        """The batch the support scan drives a sampler of this convention with here
+        (``harness.pipeline.support_scan.full_plan``: one that runs interpreted pays a
+        program per triple, so it scans the triples asked for, not a whole default
+        batch of them), or ``None``: the scan's default batch."""
         return None
 
     @abstractmethod

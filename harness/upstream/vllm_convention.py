@@ -84,6 +84,10 @@ POSITION_SPACING = 1 << 20  # request b's sequence starts at (b + 1) * this
 SAMPLER_CUT = OracleCut(
     rows=250, rounds=12, targets=("far",), by="vllm-0.33 (sampler under Triton's interpreter)"
 )
+# The support scan's batch under the interpreter: every triple is a kernel program (35 ms
+# here), so a call covers the 4096 triples a point asks for by default (gamma 4), not
+# the 65536 of the scan's default batch (docs/releases.md, "Measured").
+SCAN_BATCH = 1024
 
 
 def outside_contract(case: Case, *, sampler_class: type[Any]) -> str | None:
@@ -288,12 +292,23 @@ class VllmSampler(BuiltSampler):
     def observe_walks(self) -> AbstractContextManager[HeadCounts]:
         return observe_speculator_walks(self.sampler, self.model)
 
-    def read(self, case: Case) -> CallOutputs:
-        buffers = self._buffers()
-        tokens = buffers["draft_tokens"]
+    def _tokens(self, case: Case) -> torch.Tensor:
+        tokens = read_tensor(self.sampler, "draft_tokens")
         expected = (self.max_bs, case.gamma)
         if tokens is None or tokens.dtype != torch.int64 or tuple(tokens.shape) != expected:
             raise OutputError(f"draft_tokens must be int64 {list(expected)}, got {tokens!r}")
+        return tokens
+
+    def read_tokens(self, case: Case) -> torch.Tensor:
+        """The speculator's ``draft_tokens`` alone: without ``read``'s replay of the
+        call's noise (``declared_stream_tokens``, as many kernel programs as the call),
+        which the support scan does not read."""
+        return self._tokens(case)[: case.bs].clone()
+
+    def read(self, case: Case) -> CallOutputs:
+        buffers = self._buffers()
+        tokens = self._tokens(case)
+        expected = (self.max_bs, case.gamma)
         slots = self.slots(case.bs)
         staged = self.staged(case.bs)
         counter = NoiseCounter(key=case.seed, start=self._counter_start, end=self.offset)
@@ -419,6 +434,12 @@ class VllmConvention(Convention):
         """Under Triton's interpreter every sampled row and step is a Python program
         (docs/upstream.md, "The statistical oracle on vLLM's sampler")."""
         return SAMPLER_CUT if interpreted() else None
+
+    @property
+    def scan_batch(self) -> int | None:
+        """Under Triton's interpreter each scanned triple is a program of the Gumbel
+        kernel: the scan drives the sampler at ``SCAN_BATCH`` rows a call."""
+        return SCAN_BATCH if interpreted() else None
 
     def build(
         self,
