@@ -18,11 +18,12 @@ import json
 import multiprocessing
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-from harness.executor import Executor
+from harness.executor import Executor, start_beside
 from harness.progress import Progress, no_progress
 from harness.upstream.releases.eras import (
     contract_differences,
@@ -34,6 +35,7 @@ from harness.upstream.releases.eras import (
 if TYPE_CHECKING:
     from harness.case import Case
     from harness.oracles.result import StatsResult
+    from harness.pipeline.support_scan import PointResult, ScanPlan
     from harness.plugins.implementations import Implementation
 
 from harness.upstream.releases.wheels import NotFetched, Wheel, extract, fetch, version_key
@@ -220,17 +222,25 @@ def _judged_row(
             *not_covered,
         ]
     verifiers = oracle_verifiers(verifier)
-    judgement = judge(
-        cases,
-        [*builtin_implementations((REFERENCE,)), implementation],
-        options=RunOptions(
-            seed=task.seed,
-            roles=Roles(require=Tier.LOSSLESS),
-            verifiers=verifiers,
-            verifier_noise=VerifierNoise.SHARED,
-            time_limit_s=None,
-        ),
-    )
+    # The support scan in a process forked beside this one, while the matrix runs here
+    # and the oracle beside it: its answer does not depend on where it runs.
+    scan = start_beside(partial(_scan_task, implementation, task=task), progress=no_progress)
+    try:
+        judgement = judge(
+            cases,
+            [*builtin_implementations((REFERENCE,)), implementation],
+            oracle_on=(implementation.name,),  # the row reads the release's verdict alone
+            options=RunOptions(
+                seed=task.seed,
+                roles=Roles(require=Tier.LOSSLESS),
+                verifiers=verifiers,
+                verifier_noise=VerifierNoise.SHARED,
+                time_limit_s=None,
+            ),
+        )
+        scan_hits, scan_gaps = scan.result()
+    finally:
+        scan.stop()
     verdict = judgement.verdict(implementation.name)
     randomness = (
         {}
@@ -256,9 +266,14 @@ def _judged_row(
                 "repro": repro_command(task),
             }
         )
-    scan_hits = _support_scan(implementation, task=task)
+    if judgement.oracle is not None:
+        not_covered = [
+            *not_covered,
+            *oracle_not_covered(judgement.oracle.run.results_of(implementation.name)),
+        ]
     if scan_hits:
         findings.append({"class": SCAN_CLASS, "evidence": scan_hits, "repro": repro_command(task)})
+    not_covered = [*not_covered, *scan_gaps]
     if not task.scan_triples:
         not_covered = [*not_covered, "the support scan (--scan-triples 0)"]
     return _row(
@@ -311,16 +326,70 @@ def randomness_of(result: StatsResult) -> str:
     return "shared: torch's one generator, drafter and verifier in turn"  # ours, the PR era, 0.5.16
 
 
-def _support_scan(implementation: Implementation, *, task: ReleaseTask) -> str:
-    """The support scan's first hit in words (empty: none, or no scan asked for)."""
+def oracle_not_covered(results: Sequence[StatsResult]) -> list[str]:
+    """What the release's oracle ran short of the config, per verifier, in words: heads
+    outside its contract and a cut its convention or verifier declares (rows, rounds,
+    targets), with the detection bound it states at the rows that ran (a pass)."""
+    lines = []
+    for result in results:
+        statistical = result.statistical()
+        if not statistical.scope:
+            continue
+        bound = f" ({statistical.not_ruled_out})" if statistical.not_ruled_out else ""
+        lines.append(f"the statistical oracle under {result.verifier}: {statistical.scope}{bound}")
+    return lines
+
+
+def _scan_task(
+    implementation: Implementation, progress: Progress, *, task: ReleaseTask
+) -> tuple[str, list[str]]:
+    """``_support_scan`` as a task run beside (``start_beside``)."""
+    del progress
+    return _support_scan(implementation, task=task)
+
+
+def _support_scan(implementation: Implementation, *, task: ReleaseTask) -> tuple[str, list[str]]:
+    """The support scan's first hit in words (empty: none, or no scan asked for), and
+    what it did not cover: points that did not run (by reason) and a batch cut by the
+    implementation's convention (``Convention.scan_batch``)."""
     if not task.scan_triples:
-        return ""
+        return "", []
     from harness.pipeline.support_scan import full_plan, scan_point
+    from harness.upstream.dispatch import convention_of
     from harness.upstream.versions import scan_findings
 
-    plan = full_plan(triples_per_point=task.scan_triples, seed=task.seed)
-    found = scan_findings([scan_point(implementation, point) for point in plan.points()])
-    return found[0].removeprefix(f"{SCAN_CLASS}: ") if found else ""
+    batch = convention_of(implementation.sampler_class).scan_batch
+    asked = full_plan(triples_per_point=task.scan_triples, seed=task.seed)
+    plan = asked if batch is None else replace(asked, bs=batch)
+    results = [scan_point(implementation, point) for point in plan.points()]
+    found = scan_findings(results)
+    hit = found[0].removeprefix(f"{SCAN_CLASS}: ") if found else ""
+    return hit, scan_not_covered(results, plan=plan, default=asked)
+
+
+def scan_not_covered(
+    results: Sequence[PointResult], *, plan: ScanPlan, default: ScanPlan
+) -> list[str]:
+    """The support scan's gaps in words: the points that did not run, by reason, and
+    the triples a point covered where its batch is smaller than the default plan's."""
+    lines = []
+    reasons: dict[str, int] = {}
+    for result in results:
+        if result.error is not None:
+            reasons[result.error] = reasons.get(result.error, 0) + 1
+    lines += [
+        f"the support scan: {n} of {len(results)} points not run ({why})"
+        for why, n in reasons.items()
+    ]
+    ran, full = plan.triples // len(results), default.triples // len(results)
+    if plan.bs < default.bs and ran < full:
+        lines.append(
+            f"the support scan at {ran} triples per point (bs={plan.bs}, gamma={plan.gamma}, "
+            f"{ran // (plan.bs * plan.gamma)} call(s) a point; the default batch, "
+            f"bs={default.bs}, covers {full}): the sampler's scan batch here "
+            "(its kernels under Triton's interpreter, a program per triple)"
+        )
+    return lines
 
 
 def _layout(sample_from_anchor: bool) -> str:

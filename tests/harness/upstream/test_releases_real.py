@@ -109,3 +109,51 @@ def test_a_vllm_release_loads_from_its_wheel_under_the_pinned_light_dependencies
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-2:] == [version, "vllm.v1.worker.gpu.spec_decode.dspark.speculator"]
+
+
+def test_a_vllm_releases_scan_reads_its_tokens_without_replaying_the_noise() -> None:
+    """Under Triton's interpreter a vLLM release's support scan drives its speculator at
+    the convention's scan batch, and reads the speculator's ``draft_tokens`` alone: the
+    replay of the call's noise that ``read`` computes for the checks (as many kernel
+    programs as the call) is not run, and the tokens are ``read``'s."""
+    from harness.upstream.releases.eras import era_of
+    from harness.upstream.releases.loading import missing_light_deps
+
+    era = era_of("vllm", "0.33.0")
+    assert era is not None
+    missing = missing_light_deps(era.light_deps)
+    if missing:
+        pytest.skip(f"the light dependencies are not installed as pinned: {missing[:3]}")
+    _task("vllm", "0.33.0")  # fetched into the cache, or skipped
+    script = (
+        "import torch\n"
+        "from harness.upstream import vllm_loader\n"
+        "from harness.upstream.releases.wheels import DEFAULT_CACHE, extract, fetch\n"
+        "from harness.plugins.implementations import parse_impl_spec\n"
+        "from harness.pipeline.support_scan import RowPattern, ScanDriver, ScanPoint\n"
+        "from harness.upstream.dispatch import convention_of\n"
+        "from harness.upstream.vllm_convention import SCAN_BATCH, VllmSampler\n"
+        "wheel = fetch('vllm', '0.33.0', cache=DEFAULT_CACHE, offline=True)\n"
+        "files = extract('vllm', '0.33.0', wheel=wheel, members=('vllm/',))\n"
+        "vllm_loader.use_release(vllm_loader.VllmRelease(files.extracted, '0.33.0'))\n"
+        "impl = parse_impl_spec('v=vllm:dense')\n"
+        "assert convention_of(impl.sampler_class).scan_batch == SCAN_BATCH\n"
+        "point = ScanPoint(head_kind='vanilla', dtype='float32',\n"
+        "                  pattern=RowPattern.FAR_APART, bs=2, gamma=4, vocab_size=4, calls=1)\n"
+        "driver = ScanDriver(impl, point)\n"
+        "replay = VllmSampler.declared_stream_tokens\n"
+        "def refuse(*args, **kwargs):\n"
+        "    raise AssertionError('the scan replayed the noise')\n"
+        "VllmSampler.declared_stream_tokens = refuse\n"
+        "tokens = driver.tokens_at(0)\n"
+        "VllmSampler.declared_stream_tokens = replay\n"
+        "assert torch.equal(tokens, driver.built.read(driver.case).tokens)\n"
+        "assert torch.equal(tokens, driver.allowed), (tokens, driver.allowed)\n"
+        "print('ok')\n"
+    )
+    environment = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=environment
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "ok"

@@ -269,3 +269,53 @@ def test_a_row_says_which_randomness_each_verifier_ran_on() -> None:
     assert randomness_of(result(True, None)) == PR_ERA_PLUMBING
     assert randomness_of(result(False, None)).startswith("independent streams")
     assert randomness_of(result(None, None)) == "nothing decoded"
+
+
+def test_a_row_states_the_oracles_cut_and_its_bound() -> None:
+    """A release whose convention cuts the oracle (vLLM's sampler under Triton's
+    interpreter) says so in ``not_covered``, per verifier, with the heads left out and
+    the rows that ran; a run cut by nothing adds no line."""
+    from harness.oracles.result import StatsResult
+    from harness.upstream.vllm_convention import SAMPLER_CUT
+
+    def result(verifier: str, **cut: object) -> StatsResult:
+        return StatsResult(
+            name="x", rows={"far": 250}, alpha=1e-6, family_size=28, statistics=(),
+            marginals=(), mean_accepted_length={}, verifier=verifier, **cut,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    cut = {"cuts": (SAMPLER_CUT,), "heads_not_run": (("gated", "no hidden state"),)}
+    lines = sweep.oracle_not_covered([result("vllm-rejection", **cut), result("chain", **cut)])
+    assert [line.split(":")[0] for line in lines] == [
+        "the statistical oracle under vllm-rejection",
+        "the statistical oracle under chain",
+    ]
+    assert "gated head not run (no hidden state)" in lines[0]
+    assert "far target only, at most 250 rows per head, 12 rounds per row" in lines[0]
+    assert "ran far 250 rows per head" in lines[0]
+    assert sweep.oracle_not_covered([result("chain")]) == []
+
+
+def test_a_row_states_the_scans_points_not_run_and_its_batch_cut() -> None:
+    """The support scan's gaps: points that raised (outside the sampler's contract), by
+    reason, and a smaller batch than the default plan's (an interpreted sampler scans
+    the triples asked for, 4096 a point, where the default batch covers 65536)."""
+    from harness.pipeline.support_scan import PointResult, ScanPlan, full_plan
+
+    asked = full_plan(triples_per_point=4096)
+    cut = replace(asked, bs=1024)
+
+    def results(plan: ScanPlan, errors: int) -> list[PointResult]:
+        points = list(plan.points())
+        failing = len(points) - errors
+        return [
+            PointResult(implementation="v", point=p, hits=(), hit_count=0, triples=p.triples,
+                        wall_s=0.0, error="OutputError: outside" if i >= failing else None)
+            for i, p in enumerate(points)
+        ]  # fmt: skip
+
+    lines = sweep.scan_not_covered(results(cut, 10), plan=cut, default=asked)
+    assert lines[0] == "the support scan: 10 of 12 points not run (OutputError: outside)"
+    assert lines[1].startswith("the support scan at 4096 triples per point (bs=1024, gamma=4")
+    assert "bs=16384, covers 65536" in lines[1]
+    assert sweep.scan_not_covered(results(asked, 0), plan=asked, default=asked) == []
