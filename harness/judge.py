@@ -42,7 +42,6 @@ def judge(
     work: bool = False,
     oracle_config: StatsConfig | None = None,
     oracle_on: Sequence[str] | None = None,
-    oracle_by_verifier: bool = False,
     journal: Path | None = None,
 ) -> Judgement:
     """Judge ``implementations`` on ``cases`` under ``options``: each case's per-call
@@ -51,10 +50,7 @@ def judge(
     the options' seed and device; ``power`` adds legacy's power curves), and with
     ``work`` the work the fix eliminates, on the options' device. ``oracle_on`` names
     the implementations the oracle decodes (default: all; the Python API leaves out the
-    reference it compares against). ``oracle_by_verifier``: where the oracle runs beside
-    and ``options.verifiers`` names several, each verifier's decodes in a process of
-    their own (the same run: each decode depends on its verifier and config alone).
-    With a ``journal``,
+    reference it compares against). With a ``journal``,
     finished cases are kept there and ``options.resume`` reuses them."""
     timing: dict[str, float] = {}
     decoded = [i for i in implementations if oracle_on is None or i.name in oracle_on]
@@ -68,7 +64,6 @@ def judge(
                 power=power,
                 config=oracle_config,
                 alone=not cases and not work,
-                by_verifier=oracle_by_verifier,
             )
         try:
             records = []
@@ -106,28 +101,14 @@ def start_oracle(
     power: bool,
     config: StatsConfig | None,
     alone: bool = False,
-    by_verifier: bool = False,
 ) -> OracleLater | OracleBeside:
     """The oracle stage, started: in processes forked beside this one where
     ``_oracle_beside`` allows and something runs beside it (the matrix or the work, or
     another share: ``alone``, nothing else runs), else run when its verdict is asked for
-    (``judge_oracle``, after the matrix and the work). The verdict is the same.
-    ``by_verifier`` (no power curves, several verifiers named): one process per
-    verifier, each decoding every implementation under it."""
+    (``judge_oracle``, after the matrix and the work). The verdict is the same."""
     shares = oracle_shares(implementations, jobs=options.jobs, power=power)
-    verifiers = options.verifiers or ()
-    split = by_verifier and not power and len(verifiers) > 1
-    if _oracle_beside(options, executor=executor) and (len(shares) > 1 or split or not alone):
+    if _oracle_beside(options, executor=executor) and (len(shares) > 1 or not alone):
         order = [i.name for i in implementations]
-        if split:
-            return OracleBeside(
-                [list(implementations)] * len(verifiers),
-                order=order,
-                options=options,
-                power=power,
-                config=config,
-                verifiers=verifiers,
-            )
         return OracleBeside(shares, order=order, options=options, power=power, config=config)
     return OracleLater(
         partial(
@@ -234,8 +215,7 @@ def _oracle_verdict(run: OracleRun, *, options: RunOptions, wall_s: float) -> Or
 class OracleBeside:
     """The oracle's decodes in processes forked beside this one, one per share of the
     implementations (``oracle_shares``; legacy's share draws its power curves, since
-    ``run_statistics`` draws them where legacy is decoded), or with ``verifiers`` one
-    per verifier (share ``k`` under ``verifiers[k]``), while this process goes on;
+    ``run_statistics`` draws them where legacy is decoded), while this process goes on;
     ``verdict()`` joins their runs in ``order``."""
 
     def __init__(
@@ -246,33 +226,24 @@ class OracleBeside:
         options: RunOptions,
         power: bool,
         config: StatsConfig | None,
-        verifiers: Sequence[str] = (),
     ) -> None:
         options.progress("statistical oracle ...")
         self.started = time.perf_counter()
         self.options = options
         self.order = list(order)
-        self.by_verifier = bool(verifiers)
-        each = (
-            [replace(options, verifiers=(v,)) for v in verifiers]
-            if verifiers
-            else [options] * len(shares)
-        )
         self.shares = [
             start_beside(
-                partial(_share_task, share, options=share_options, power=power, config=config),
+                partial(_share_task, share, options=options, power=power, config=config),
                 progress=options.progress,
             )
-            for share, share_options in zip(shares, each, strict=True)
+            for share in shares
         ]
 
     def verdict(self) -> OracleVerdict:
-        from harness.oracles.stats import merged_runs, merged_verifier_runs
+        from harness.oracles.stats import merged_runs
 
         runs = [share.result() for share in self.shares]
-        run = (
-            merged_verifier_runs(runs) if self.by_verifier else merged_runs(runs, order=self.order)
-        )
+        run = merged_runs(runs, order=self.order)
         return _oracle_verdict(run, options=self.options, wall_s=time.perf_counter() - self.started)
 
     def stop(self) -> None:

@@ -413,22 +413,6 @@ def merged_runs(runs: Sequence[OracleRun], *, order: Sequence[str]) -> OracleRun
     )
 
 
-def merged_verifier_runs(runs: Sequence[OracleRun]) -> OracleRun:
-    """One run from ``runs`` at one config on the same implementations, each under its
-    own verifiers (decoded in processes side by side), in the order of ``runs``: the
-    first run's verifier is the run's first, so its decoded rows and problems are the
-    run's, as ``run_oracle`` under every verifier at once keeps them."""
-    first = runs[0]
-    return OracleRun(
-        config=first.config,
-        by_verifier={v: r for run in runs for v, r in run.by_verifier.items()},
-        decoded=first.decoded,
-        problems=first.problems,
-        curves=[curve for run in runs for curve in run.curves],
-        scopes={v: s for run in runs for v, s in run.scopes.items()},
-    )
-
-
 def default_implementations(roles: Roles = DEFAULT_ROLES) -> list[Implementation]:
     """``fixed``, and ``legacy`` where a role expects it rejected (the default pair, or
     ``expect_fail``): with another pair, legacy has no role in the oracle."""

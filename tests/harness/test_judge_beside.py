@@ -64,38 +64,3 @@ def test_the_oracle_beside_the_matrix_gives_the_same_judgement(power: bool) -> N
     assert sorted(progress[1]) == sorted(progress[2])  # every line of the share's progress
     if power:
         assert judgements[2].oracle is not None and judgements[2].oracle.run.curves
-
-
-def test_the_oracle_by_verifier_gives_the_same_judgement(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``oracle_by_verifier``: each verifier's decodes in a process of their own give the
-    judgement every verifier in one process gives (the release sweep runs its server's
-    verifier and chain side by side)."""
-    from dataclasses import replace
-
-    from harness.oracles import verifiers as named
-    from reference.verifier import CHAIN_VERIFIER
-
-    again = replace(CHAIN_VERIFIER, name="chain-again")  # a second verifier, on any machine
-    real = named.verifiers_named
-    monkeypatch.setattr(
-        named,
-        "verifiers_named",
-        lambda names: tuple(again if n == again.name else real((n,))[0] for n in names),
-    )
-    cases = [c for c in standard_matrix() if c.name == "folded-sampled/vanilla"]
-    implementations = builtin_implementations(("reference", "legacy"))
-    judgements = {
-        split: judge(
-            cases,
-            implementations,
-            options=RunOptions(jobs=2 if split else 1, verifiers=("chain", again.name)),
-            oracle_config=SMALL,
-            oracle_by_verifier=split,
-        )
-        for split in (False, True)
-    }
-    one, two = (without_timings(judgements[s].to_json()) for s in (False, True))
-    assert one == two
-    run = judgements[True].oracle
-    assert run is not None and list(run.run.by_verifier) == ["chain", "chain-again"]
-    assert judgements[True].verdict("legacy").statistical.failed  # the defect, seen by both

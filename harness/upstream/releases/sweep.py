@@ -230,7 +230,6 @@ def _judged_row(
             cases,
             [*builtin_implementations((REFERENCE,)), implementation],
             oracle_on=(implementation.name,),  # the row reads the release's verdict alone
-            oracle_by_verifier=True,  # its server's verifier and chain side by side
             options=RunOptions(
                 seed=task.seed,
                 roles=Roles(require=Tier.LOSSLESS),
