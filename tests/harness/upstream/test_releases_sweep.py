@@ -319,3 +319,18 @@ def test_a_row_states_the_scans_points_not_run_and_its_batch_cut() -> None:
     assert lines[1].startswith("the support scan at 4096 triples per point (bs=1024, gamma=4")
     assert "bs=16384, covers 65536" in lines[1]
     assert sweep.scan_not_covered(results(asked, 0), plan=asked, default=asked) == []
+
+
+def test_vllm_0_25_to_0_27_is_not_judged_for_want_of_a_convention() -> None:
+    """The harness's vLLM convention is 0.33's: 0.25-0.27's speculator (no
+    ``_sample_logits``) is not judged through it, and its rows say why; 0.28 and later
+    are loaded as the vLLM package."""
+    from harness.upstream.releases.eras import Loading, era_of
+    from harness.upstream.releases.loading import load_release
+
+    early, late = era_of("vllm", "0.25.0"), era_of("vllm", "0.33.0")
+    assert early is not None and late is not None
+    assert early.loading is Loading.NONE and late.loading is Loading.VLLM_PACKAGE
+    why = load_release(early, files=lambda: pytest.fail("nothing is extracted"), name="v")
+    assert isinstance(why, str) and why.startswith("no convention for this contract")
+    assert "_sample_logits" in why
