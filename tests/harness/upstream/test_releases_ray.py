@@ -42,6 +42,7 @@ def _descendants() -> set[int]:
 
 
 @pytest.mark.e2e
+@pytest.mark.ray
 def test_ray_and_local_processes_give_the_same_rows(tmp_path: Path) -> None:
     cache = tmp_path / "wheels"
     sampler_wheel(cache, version="0.5.18", source=BEFORE_FIX)
@@ -59,6 +60,7 @@ def test_ray_and_local_processes_give_the_same_rows(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.ray
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
 def test_the_ray_executor_runs_tasks_as_local_processes_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
