@@ -4,6 +4,7 @@ read from the import statements of every module with ``ast``, lazy imports inclu
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -60,12 +61,19 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
 )
 
 
-def harness_imports() -> set[tuple[str, str]]:
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once a process (every test here reads the same files)."""
+    return ast.parse(path.read_text())
+
+
+@functools.cache
+def harness_imports() -> frozenset[tuple[str, str]]:
     """``(module path under harness/, imported harness module without "harness.")``, the
     imports for the type checker included."""
     edges = set()
     for path in sorted(HARNESS.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names = [node.module]
             elif isinstance(node, ast.Import):
@@ -75,7 +83,7 @@ def harness_imports() -> set[tuple[str, str]]:
             for name in names:
                 if name.startswith("harness."):
                     edges.add((path.relative_to(HARNESS).as_posix(), name.removeprefix("harness.")))
-    return edges
+    return frozenset(edges)
 
 
 def package(module: str) -> str:
@@ -123,6 +131,7 @@ def modules_of(package: str) -> dict[str, Path]:
     return modules
 
 
+@functools.cache
 def module_imports() -> dict[str, set[str]]:
     """Module -> the modules of the four packages it imports (module-level granularity:
     ``from a.b import c`` imports ``a.b.c`` where that is a module, else ``a.b``; relative,
@@ -132,7 +141,7 @@ def module_imports() -> dict[str, set[str]]:
     for name, path in modules.items():
         here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         imported: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ImportFrom):
                 base = here[: len(here) - node.level + 1] if node.level else []
                 source = ".".join([*base, *([node.module] if node.module else [])])
