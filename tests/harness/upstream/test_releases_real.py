@@ -78,13 +78,10 @@ def test_a_vllm_release_past_the_table_is_an_unknown_contract() -> None:
     assert "not judged: unknown contract: vllm 0.34.0 is in no era" in row["not_covered"][0]
 
 
-@pytest.mark.parametrize("version", ["0.25.0", "0.33.0"])  # the first and last era's last
-def test_a_vllm_release_loads_from_its_wheel_under_the_pinned_light_dependencies(
-    version: str,
-) -> None:
-    """Its speculator, Gumbel sampler and rejection sampler import from the extracted
-    folder, in a process of their own, with the pins installed (``tox run -e releases``
-    installs them; without them: skipped, the sweep's row says why)."""
+def _in_a_vllm_release(version: str, body: str) -> str:
+    """Run ``body`` in a process of its own with vLLM ``version`` imported from its
+    extracted wheel under Triton's interpreter; its output (skipped without the pinned
+    light dependencies or the wheel)."""
     from harness.upstream.releases.eras import era_of
     from harness.upstream.releases.loading import missing_light_deps
 
@@ -99,16 +96,29 @@ def test_a_vllm_release_loads_from_its_wheel_under_the_pinned_light_dependencies
         "from harness.upstream.releases.wheels import DEFAULT_CACHE, extract, fetch\n"
         f"wheel = fetch('vllm', {version!r}, cache=DEFAULT_CACHE, offline=True)\n"
         f"files = extract('vllm', {version!r}, wheel=wheel, members=('vllm/',))\n"
-        f"vllm_loader.use_release(vllm_loader.VllmRelease(files.extracted, {version!r}))\n"
-        "loaded = vllm_loader.load_vllm()\n"
-        "print(loaded.version, loaded.DSparkSpeculator.__module__)\n"
+        f"vllm_loader.use_release(vllm_loader.VllmRelease(files.extracted, {version!r}))\n" + body
     )
     environment = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=environment
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split()[-2:] == [version, "vllm.v1.worker.gpu.spec_decode.dspark.speculator"]
+    return done.stdout
+
+
+@pytest.mark.parametrize("version", ["0.25.0", "0.33.0"])  # the first and last era's last
+def test_a_vllm_release_loads_from_its_wheel_under_the_pinned_light_dependencies(
+    version: str,
+) -> None:
+    """Its speculator, Gumbel sampler and rejection sampler import from the extracted
+    folder, in a process of their own, with the pins installed (``tox run -e releases``
+    installs them; without them: skipped, the sweep's row says why)."""
+    out = _in_a_vllm_release(
+        version,
+        "loaded = vllm_loader.load_vllm()\n"
+        "print(loaded.version, loaded.DSparkSpeculator.__module__)\n",
+    )
+    assert out.split()[-2:] == [version, "vllm.v1.worker.gpu.spec_decode.dspark.speculator"]
 
 
 def test_a_vllm_releases_scan_reads_its_tokens_without_replaying_the_noise() -> None:
@@ -116,26 +126,13 @@ def test_a_vllm_releases_scan_reads_its_tokens_without_replaying_the_noise() -> 
     the convention's scan batch, and reads the speculator's ``draft_tokens`` alone: the
     replay of the call's noise that ``read`` computes for the checks (as many kernel
     programs as the call) is not run, and the tokens are ``read``'s."""
-    from harness.upstream.releases.eras import era_of
-    from harness.upstream.releases.loading import missing_light_deps
-
-    era = era_of("vllm", "0.33.0")
-    assert era is not None
-    missing = missing_light_deps(era.light_deps)
-    if missing:
-        pytest.skip(f"the light dependencies are not installed as pinned: {missing[:3]}")
-    _task("vllm", "0.33.0")  # fetched into the cache, or skipped
-    script = (
+    out = _in_a_vllm_release(
+        "0.33.0",
         "import torch\n"
-        "from harness.upstream import vllm_loader\n"
-        "from harness.upstream.releases.wheels import DEFAULT_CACHE, extract, fetch\n"
         "from harness.plugins.implementations import parse_impl_spec\n"
         "from harness.pipeline.support_scan import RowPattern, ScanDriver, ScanPoint\n"
         "from harness.upstream.dispatch import convention_of\n"
         "from harness.upstream.vllm_convention import SCAN_BATCH, VllmSampler\n"
-        "wheel = fetch('vllm', '0.33.0', cache=DEFAULT_CACHE, offline=True)\n"
-        "files = extract('vllm', '0.33.0', wheel=wheel, members=('vllm/',))\n"
-        "vllm_loader.use_release(vllm_loader.VllmRelease(files.extracted, '0.33.0'))\n"
         "impl = parse_impl_spec('v=vllm:dense')\n"
         "assert convention_of(impl.sampler_class).scan_batch == SCAN_BATCH\n"
         "point = ScanPoint(head_kind='vanilla', dtype='float32',\n"
@@ -149,11 +146,6 @@ def test_a_vllm_releases_scan_reads_its_tokens_without_replaying_the_noise() -> 
         "VllmSampler.declared_stream_tokens = replay\n"
         "assert torch.equal(tokens, driver.built.read(driver.case).tokens)\n"
         "assert torch.equal(tokens, driver.allowed), (tokens, driver.allowed)\n"
-        "print('ok')\n"
+        "print('ok')\n",
     )
-    environment = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=environment
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split()[-1] == "ok"
+    assert out.split()[-1] == "ok"
