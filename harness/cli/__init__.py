@@ -16,6 +16,7 @@ unknown command included).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import shutil
@@ -42,8 +43,9 @@ from harness.plugins.errors import ImplementationError
 class CommandSpec:
     """One command: the module that owns it (under ``harness.cli``), its line in
     ``python -m harness --help``, what its own ``--help`` opens with (a description and
-    examples that parse), what it writes in ``--out-dir``, and whether its
-    implementations' calls honour ``--time-limit``."""
+    examples that parse), what it writes in ``--out-dir`` (a command that writes nothing
+    there does not claim the folder, so it runs beside a run that holds it), and whether
+    its implementations' calls honour ``--time-limit``."""
 
     module: str
     summary: str
@@ -51,6 +53,7 @@ class CommandSpec:
     examples: tuple[str, ...]
     out_dir: str  # the help of --out-dir: what lands there
     time_limited: bool = False
+    writes_out_dir: bool = True
 
 
 COMMAND_TABLE: dict[str, CommandSpec] = {
@@ -100,6 +103,7 @@ COMMAND_TABLE: dict[str, CommandSpec] = {
             "python -m harness repro --impl mine=my_sampler.py --out mine.json",
         ),
         out_dir="not written: repro writes only its --out FILE",
+        writes_out_dir=False,
         time_limited=True,
     ),
     "stats": CommandSpec(
@@ -387,7 +391,11 @@ def _run(args: argparse.Namespace) -> int:
                 module.validate(args)
             from harness.devices import intra_op_threads  # torch: after validation
 
-            with claim_out_dir(args.out_dir), intra_op_threads(args.threads or None):
+            claim = COMMAND_TABLE[args.command].writes_out_dir
+            with (
+                claim_out_dir(args.out_dir) if claim else contextlib.nullcontext(),
+                intra_op_threads(args.threads or None),
+            ):
                 return int(module.command(args))
     except BAD_INPUT as error:
         return usage_error(str(error))

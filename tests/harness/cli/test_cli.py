@@ -9,6 +9,7 @@ import pytest
 
 from harness.case import Case, make_case
 from harness.cli import main
+from harness.io.lock import claim_out_dir
 from tests.helpers import DefaultReport
 
 PLUGIN = "tests.plugins.broken_samplers"
@@ -82,9 +83,13 @@ def test_repro_writes_a_small_legacy_failure_and_replays_it_identically(
 
 
 def test_repro_of_a_plugin_names_the_plugin(tmp_path: Path, capsys) -> None:
+    """... and runs while another run holds the --out-dir it names: it writes none there."""
     repro_file = tmp_path / "stale.json"
     spec = f"stale={PLUGIN}:StaleCorrectedSampler"
-    assert main(["repro", "--impl", spec, "--out", str(repro_file), "--quiet"]) == 1
+    held = tmp_path / "held"
+    with claim_out_dir(held):
+        argv = ["repro", "--impl", spec, "--out", str(repro_file), "--out-dir", str(held)]
+        assert main([*argv, "--quiet"]) == 1
     assert json.loads(repro_file.read_text())["implementation"] == spec
     capsys.readouterr()
     assert main(["repro", str(repro_file), "--quiet"]) == 1
