@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -60,6 +61,8 @@ class ReleaseEra:
     layouts: tuple[str, ...] = ("anchor", "no-anchor")  # the query layouts it serves
     not_covered: tuple[str, ...] = ()  # what of the release the judgement does not run
     why_not_judged: str = ""  # Loading.NONE: why
+    # the Triton kernels its sampling runs, read for libdevice calls under the interpreter
+    kernel_files: tuple[str, ...] = ()
 
     @property
     def first(self) -> str:
@@ -119,22 +122,20 @@ _VLLM_ERA = ReleaseEra(
     noise="Gumbel keyed by request seed and position (gumbel_sample)",
     outputs="draft tokens; the draft logits cache written by the sampling call",
     verifier="vllm-rejection",
-    # The harness's vLLM convention is 0.33's: driven through it, 0.25.0's matrix and
-    # oracle raised (measured, docs/releases.md "Measured"), which is no verdict on it.
+    # The harness's vLLM convention is 0.33's: driven through it, 0.25.0's matrix raised
+    # (measured, docs/releases.md "Measured"), which is no verdict on it.
     loading=Loading.NONE,
     why_not_judged=(
         "no convention for this contract: the harness's vLLM convention is 0.33's; "
         "0.25-0.27's speculator samples inside _sample_sequential (it has no "
-        "_sample_logits, which the convention wraps to count walks) and its rejection "
-        "sampler does not run under the vllm-rejection verifier (measured on 0.25.0: "
-        "the matrix's first sampled case raised AttributeError, the oracle an "
-        "InterpreterError)"
+        "_sample_logits, which the convention wraps to count walks)"
     ),
     # 0.33's pins serve 0.25-0.27 too: its speculator, Gumbel sampler and rejection
     # sampler import with them (tests/harness/upstream/test_releases_real.py)
     light_deps="requirements/vllm-0.33.txt",
     members=("vllm/",),
     variants=("dense",),
+    kernel_files=("vllm/v1/worker/gpu/sample/gumbel.py",),
 )
 
 ERAS: tuple[ReleaseEra, ...] = (
@@ -300,6 +301,24 @@ def contract_differences(era: ReleaseEra, *, files: Path) -> list[str]:
     if lacking:
         differences.append(f"{era.sampler_class} lacks {', '.join(lacking)}")
     return differences
+
+
+# A libdevice call in a kernel: ``tldevice.log1p(...)``, ``libdevice.isnan(...)``.
+_LIBDEVICE_CALL = re.compile(r"\b(?:tldevice|libdevice)\.(\w+)\(")
+
+
+def libdevice_calls(era: ReleaseEra, *, files: Path) -> list[str]:
+    """The libdevice calls in the code of the era's kernel files (``file:line calls
+    name``), comments left out. Triton's interpreter does not run libdevice: there such a
+    call gives ``None`` and the kernel raises, which says nothing of the release."""
+    found = []
+    for name in era.kernel_files:
+        lines = (files / name).read_text().splitlines()
+        for number, line in enumerate(lines, 1):
+            code = line.split("#", 1)[0]
+            calls = _LIBDEVICE_CALL.finditer(code)
+            found += [f"{name}:{number} calls {call.group(0)[:-1]}" for call in calls]
+    return found
 
 
 def unknown_contract(package: str, version: str, *, files: Path | None) -> str:

@@ -26,8 +26,11 @@ from typing import TYPE_CHECKING, TypedDict
 from harness.executor import Executor, start_beside
 from harness.progress import Progress, no_progress
 from harness.upstream.releases.eras import (
+    Loading,
+    ReleaseEra,
     contract_differences,
     era_of,
+    libdevice_calls,
     nearest_era,
     unknown_contract,
 )
@@ -154,6 +157,15 @@ def judge_release(task: ReleaseTask) -> ReleaseRow:
                 + "; ".join(differences)
             ),
         )
+    blocked = _kernels_not_run_here(task, era)
+    if blocked:
+        reasons = [era.why_not_judged] if era.loading is Loading.NONE else []
+        return _row(
+            task,
+            era=era.name,
+            started=started,
+            reason="not judged: " + "; ".join([*reasons, blocked]),
+        )
     from harness.upstream.releases.loading import load_release
 
     loaded = load_release(
@@ -169,6 +181,25 @@ def judge_release(task: ReleaseTask) -> ReleaseRow:
         not_covered=[*era.not_covered, *loaded.notes],
         started=started,
         layouts=era.layouts,
+    )
+
+
+def _kernels_not_run_here(task: ReleaseTask, era: ReleaseEra) -> str:
+    """Why Triton's interpreter cannot run the era's sampling kernels as this release
+    ships them ("" where it can, or where a CUDA device runs them)."""
+    if not era.kernel_files:
+        return ""
+    import torch
+
+    if torch.cuda.is_available():
+        return ""
+    calls = libdevice_calls(era, files=_release_files(task, era.kernel_files).extracted)
+    if not calls:
+        return ""
+    return (
+        "its sampling kernel cannot run under Triton's interpreter (no CUDA here): "
+        + "; ".join(calls)
+        + " (libdevice, which the interpreter does not run; a CUDA machine judges it)"
     )
 
 

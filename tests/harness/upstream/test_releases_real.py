@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from harness.upstream.releases.sweep import ReleaseTask, judge_release
-from harness.upstream.releases.wheels import DEFAULT_CACHE, NotFetched, fetch
+from harness.upstream.releases.wheels import DEFAULT_CACHE, NotFetched, extract, fetch
 
 pytestmark = pytest.mark.releases
 
@@ -76,6 +76,27 @@ def test_a_vllm_release_past_the_table_is_an_unknown_contract() -> None:
     row = judge_release(_task("vllm", "0.34.0"))
     assert not row["judged"]
     assert "not judged: unknown contract: vllm 0.34.0 is in no era" in row["not_covered"][0]
+
+
+@pytest.mark.parametrize(
+    ("version", "calls"),
+    [
+        ("0.30.0", ["vllm/v1/worker/gpu/sample/gumbel.py:127 calls tldevice.log1p"]),
+        ("0.31.0", []),  # its own log1p series instead
+    ],
+)
+def test_vllm_0_30_and_earlier_sample_through_libdevice(version: str, calls: list[str]) -> None:
+    """Read from the wheels: up to 0.30 vLLM's Gumbel kernel calls libdevice's log1p,
+    which Triton's interpreter does not run, so those releases are not judged without
+    CUDA (their rows say so); 0.31 replaced it."""
+    from harness.upstream.releases.eras import era_of, libdevice_calls
+
+    _task("vllm", version)  # fetched into the cache, or skipped
+    era = era_of("vllm", version)
+    assert era is not None
+    wheel = fetch("vllm", version, cache=DEFAULT_CACHE, offline=True)
+    files = extract("vllm", version, wheel=wheel, members=era.kernel_files)
+    assert libdevice_calls(era, files=files.extracted) == calls
 
 
 def _in_a_vllm_release(version: str, body: str) -> str:

@@ -172,6 +172,39 @@ def test_an_era_without_a_convention_says_why(
     assert row["not_covered"] == ["not judged: no convention: test"]
 
 
+def test_a_release_whose_sampling_kernel_calls_libdevice_is_not_judged_without_cuda(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Triton's interpreter does not run libdevice (a call gives ``None``, the kernel
+    raises): without CUDA such a release is not judged, its row naming each call, never
+    a failure of the release. A call in a comment is not a call."""
+    import torch
+
+    from harness.upstream.releases import eras
+
+    era = eras.era_of("sglang", "0.5.16")
+    assert era is not None
+    kernel = "sglang/kernel.py"
+    blocked = replace(era, kernel_files=(kernel,))
+    monkeypatch.setattr(eras, "ERAS", (blocked,))
+    monkeypatch.setattr(sweep, "era_of", eras.era_of)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    source = "g = -tl.log(-tldevice.log1p(-u))  # not libdevice.isnan(x) here\n"
+    build_wheel(
+        tmp_path / "sglang-0.5.16",
+        package="sglang",
+        version="0.5.16",
+        files={SHAPE_FILE: SHAPE_0_5_16.read_text(), kernel: source},
+    )
+    row = judge_release(_task(tmp_path, "0.5.16"))
+    assert (row["judged"], row["lossless"], row["findings"]) == (False, None, [])
+    assert row["not_covered"] == [
+        "not judged: its sampling kernel cannot run under Triton's interpreter (no CUDA "
+        "here): sglang/kernel.py:1 calls tldevice.log1p (libdevice, which the interpreter "
+        "does not run; a CUDA machine judges it)"
+    ]
+
+
 def test_the_repro_command_judges_that_release_alone(tmp_path: Path) -> None:
     assert repro_command(_task(tmp_path, "0.5.19")) == (
         f"python -m harness releases --sglang 0.5.19 --vllm none --wheel-dir {tmp_path} --seed 0 "
