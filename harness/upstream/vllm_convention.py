@@ -477,7 +477,6 @@ class VllmConvention(Convention):
             "sample_from_anchor": case.sample_from_anchor,
             "_draft_topk": getattr(sampler_class, TOPK_ATTRIBUTE, None),
             "use_confidence_head": case.confidence,
-            "enable_adaptive_verification": case.confidence,  # its name in 0.28-0.29
             "use_acceptance_estimator": False,
             "acceptance_estimator": None,
             "draft_watermarker": None,

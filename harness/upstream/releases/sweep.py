@@ -199,7 +199,7 @@ def _kernels_not_run_here(task: ReleaseTask, era: ReleaseEra) -> str:
     return (
         "its sampling kernel cannot run under Triton's interpreter (no CUDA here): "
         + "; ".join(calls)
-        + " (libdevice, which the interpreter does not run; a CUDA machine judges it)"
+        + " (libdevice, which the interpreter does not run; on CUDA it runs)"
     )
 
 

@@ -79,16 +79,21 @@ def test_a_vllm_release_past_the_table_is_an_unknown_contract() -> None:
 
 
 @pytest.mark.parametrize(
-    ("version", "calls"),
+    ("version", "calls", "salt", "step_seed"),
     [
-        ("0.30.0", ["vllm/v1/worker/gpu/sample/gumbel.py:127 calls tldevice.log1p"]),
-        ("0.31.0", []),  # its own log1p series instead
+        ("0.28.0", ["vllm/v1/worker/gpu/sample/gumbel.py:118 calls tldevice.log1p"], False, False),
+        ("0.30.0", ["vllm/v1/worker/gpu/sample/gumbel.py:127 calls tldevice.log1p"], True, False),
+        ("0.32.0", [], True, False),  # its own log1p series since 0.31
+        ("0.33.0", [], True, True),
     ],
 )
-def test_vllm_0_30_and_earlier_sample_through_libdevice(version: str, calls: list[str]) -> None:
-    """Read from the wheels: up to 0.30 vLLM's Gumbel kernel calls libdevice's log1p,
-    which Triton's interpreter does not run, so those releases are not judged without
-    CUDA (their rows say so); 0.31 replaced it."""
+def test_what_the_vllm_eras_say_of_the_gumbel_kernel_holds_in_the_wheels(
+    version: str, calls: list[str], salt: bool, step_seed: bool
+) -> None:
+    """Read from the wheels: up to 0.30 the Gumbel kernel calls libdevice's log1p, which
+    Triton's interpreter does not run; the draft noise is keyed as 0.33's convention
+    replays it (``_DRAFT_NOISE_SALT`` and ``spec_step_seed``) in 0.33 alone, so
+    0.28-0.32 is an era without a convention."""
     from harness.upstream.releases.eras import era_of, libdevice_calls
 
     _task("vllm", version)  # fetched into the cache, or skipped
@@ -97,6 +102,12 @@ def test_vllm_0_30_and_earlier_sample_through_libdevice(version: str, calls: lis
     wheel = fetch("vllm", version, cache=DEFAULT_CACHE, offline=True)
     files = extract("vllm", version, wheel=wheel, members=era.kernel_files)
     assert libdevice_calls(era, files=files.extracted) == calls
+    source = (files.extracted / era.kernel_files[0]).read_text()
+    assert ("\n_DRAFT_NOISE_SALT = " in source, "\ndef spec_step_seed(" in source) == (
+        salt,
+        step_seed,
+    )
+    assert (era.name == "vllm-0.33") == step_seed
 
 
 def _in_a_vllm_release(version: str, body: str) -> str:

@@ -201,7 +201,7 @@ def test_a_release_whose_sampling_kernel_calls_libdevice_is_not_judged_without_c
     assert row["not_covered"] == [
         "not judged: its sampling kernel cannot run under Triton's interpreter (no CUDA "
         "here): sglang/kernel.py:1 calls tldevice.log1p (libdevice, which the interpreter "
-        "does not run; a CUDA machine judges it)"
+        "does not run; on CUDA it runs)"
     ]
 
 
@@ -354,16 +354,20 @@ def test_a_row_states_the_scans_points_not_run_and_its_batch_cut() -> None:
     assert sweep.scan_not_covered(results(asked, 0), plan=asked, default=asked) == []
 
 
-def test_vllm_0_25_to_0_27_is_not_judged_for_want_of_a_convention() -> None:
+def test_vllm_before_0_33_is_not_judged_for_want_of_a_convention() -> None:
     """The harness's vLLM convention is 0.33's: 0.25-0.27's speculator (no
-    ``_sample_logits``) is not judged through it, and its rows say why; 0.28 and later
-    are loaded as the vLLM package."""
+    ``_sample_logits``) and 0.28-0.32's draft noise (keyed without ``spec_step_seed``)
+    are not judged through it, and their rows say why; 0.33 is loaded as the vLLM
+    package."""
     from harness.upstream.releases.eras import Loading, era_of
     from harness.upstream.releases.loading import load_release
 
-    early, late = era_of("vllm", "0.25.0"), era_of("vllm", "0.33.0")
-    assert early is not None and late is not None
-    assert early.loading is Loading.NONE and late.loading is Loading.VLLM_PACKAGE
-    why = load_release(early, files=lambda: pytest.fail("nothing is extracted"), name="v")
-    assert isinstance(why, str) and why.startswith("no convention for this contract")
-    assert "_sample_logits" in why
+    early, middle, late = (era_of("vllm", v) for v in ("0.25.0", "0.30.0", "0.33.0"))
+    assert early is not None and middle is not None and late is not None
+    assert early.loading is middle.loading is Loading.NONE
+    assert late.loading is Loading.VLLM_PACKAGE
+    nothing = lambda: pytest.fail("nothing is extracted")  # noqa: E731
+    for era, names in ((early, "_sample_logits"), (middle, "spec_step_seed")):
+        why = load_release(era, files=nothing, name="v")
+        assert isinstance(why, str) and why.startswith("no convention for this contract")
+        assert names in why
