@@ -503,22 +503,36 @@ def run_sweep(
     if pending:
         with release_executor(jobs=jobs, executor=executor, ray_address=ray_address) as pool:
             futures = {pool.submit(judge_release, task): task for task in pending}
-            for future in concurrent.futures.as_completed(futures):
-                task = futures[future]
-                try:
-                    row = future.result()
-                except Exception as error:  # the task's process died or raised: its row says so
-                    ok = False
-                    row = _row(
-                        task,
-                        era="?",
-                        started=time.perf_counter(),
-                        reason=f"not judged: the task failed: {type(error).__name__}: {error}",
-                    )
-                append_journal(out_dir, row)
-                rows[_key(task)] = row
-                progress(f"releases: {task.package} {task.version}: {_said(row)}")
+            try:
+                for future in concurrent.futures.as_completed(futures):
+                    task = futures[future]
+                    try:
+                        row = future.result()
+                    except Exception as error:  # its process died or raised: the row says so
+                        ok = False
+                        row = _row(
+                            task,
+                            era="?",
+                            started=time.perf_counter(),
+                            reason=f"not judged: the task failed: {type(error).__name__}: {error}",
+                        )
+                    append_journal(out_dir, row)
+                    rows[_key(task)] = row
+                    progress(f"releases: {task.package} {task.version}: {_said(row)}")
+            except BaseException:  # a stop request: the releases still running end with it
+                _stop_now(pool)
+                raise
     return Sweep(rows=tuple(rows[_key(t)] for t in tasks), ok=ok)
+
+
+def _stop_now(pool: Executor) -> None:
+    """Cancel the tasks not started and end those running: a stopped sweep does not wait
+    for a judgement (a vLLM release's takes minutes). The journal keeps every finished
+    row for ``--resume``."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    if isinstance(pool, concurrent.futures.ProcessPoolExecutor):
+        for process in multiprocessing.active_children():  # the pool's processes
+            process.kill()
 
 
 def _said(row: ReleaseRow) -> str:

@@ -5,6 +5,9 @@ sglang 0.5.18 wheel, the after-fix module as 0.5.19), each judged in its own pro
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,6 +33,7 @@ from tests.harness.upstream.fake_wheels import (
     build_wheel,
     sampler_wheel,
 )
+from tests.helpers import start_harness, subprocess_env
 
 PR_ERA_PLUMBING = "shared: torch's one generator, drafter and verifier in turn"
 
@@ -260,6 +264,62 @@ def test_the_command_judges_each_release_from_its_wheel_and_resumes(
     assert main([*argv, "--resume"]) == 0  # the journal's rows, judged again by no one
     again = json.loads(capsys.readouterr().out)["sections"][0]["data"]
     assert again == first
+
+
+# Prepended to a sampler module: its import writes the process's pid where the test
+# says, then hangs, as a slow judgement would.
+_HANGS_AT_IMPORT = (
+    "import os as _os, time as _time\n"
+    "open(_os.environ['DSPARK_TEST_PID_FILE'], 'w').write(str(_os.getpid()))\n"
+    "_time.sleep(600)\n"
+)
+
+
+@pytest.mark.e2e
+@pytest.mark.upstream  # the era's light dependencies (msgspec): `tox run -e upstream`
+def test_a_stopped_sweep_ends_the_releases_it_is_judging(tmp_path: Path) -> None:
+    """SIGTERM stops the sweep at once, 143 and one line, and the release being judged
+    in its own process ends with it: the sweep does not wait for the judgement."""
+    pytest.importorskip("msgspec", reason="the 0.5.17-0.5.21 modules import msgspec")
+    cache = tmp_path / "wheels"
+    era = sweep.era_of("sglang", "0.5.18")
+    assert era is not None
+    future = "from __future__ import annotations\n"
+    hangs = BEFORE_FIX.read_text().replace(future, future + _HANGS_AT_IMPORT, 1)
+    assert _HANGS_AT_IMPORT in hangs
+    build_wheel(
+        cache / "sglang-0.5.18",
+        package="sglang",
+        version="0.5.18",
+        files={era.sampler_file: hangs},
+    )
+    pid_file = tmp_path / "judging.pid"
+    process = start_harness(
+        *("releases", "--sglang", "0.5.18", "--vllm", "none", "--wheel-dir", str(cache)),
+        *("--jobs", "1", "--out-dir", str(tmp_path / "out")),
+        env={**subprocess_env(), "DSPARK_TEST_PID_FILE": str(pid_file)},
+    )
+    try:
+        for _ in range(1200):  # the release's process is importing its sampler
+            if pid_file.is_file() and pid_file.read_text():
+                break
+            assert process.poll() is None, process.communicate()[1]
+            time.sleep(0.1)
+        judging = int(pid_file.read_text())
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)  # the judgement would take 600 s
+    finally:
+        process.kill()
+    assert process.returncode == 143, err
+    assert err.strip().splitlines()[-1].startswith("interrupted by SIGTERM")
+    for _ in range(100):
+        try:
+            os.kill(judging, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the release's process {judging} outlived the sweep")
 
 
 @pytest.mark.e2e
