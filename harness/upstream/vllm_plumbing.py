@@ -135,11 +135,13 @@ class DraftReads:
     calls: list[dict[str, Any]] = field(default_factory=list)
 
     def keys(self, *, max_bs: int) -> tuple[DraftKey, ...]:
-        """Each sampled draw's key, through the package's own ``spec_step_seed`` and
+        """Each sampled draw's key, through the package's own ``spec_step_seed`` (where
+        it has one: 0.31 and 0.32 key every step by the request's seed as it is) and
         ``_DRAFT_NOISE_SALT``; row ``b`` of the batch in slot ``max_bs - 1 - b``."""
         gumbel = importlib.import_module(GUMBEL_MODULE)
         salt = int(getattr(gumbel._DRAFT_NOISE_SALT, "value", gumbel._DRAFT_NOISE_SALT))
-        mix = interpreted(gumbel.spec_step_seed)
+        step_seed = getattr(gumbel, "spec_step_seed", None)  # 0.33 on; 0.31-0.32: none
+        mix = None if step_seed is None else interpreted(step_seed)
         keys = []
         for call in self.calls:
             slots, temperature, seeds = call["slots"], call["temperature"], call["seeds"]
@@ -149,7 +151,7 @@ class DraftReads:
                 continue
             seed = seeds[rows].numpy().astype(np.int64)
             step = call["step"]
-            if step is not None:  # the cache column: mixed into the seed
+            if step is not None and mix is not None:  # the cache column: mixed into the seed
                 seed = mix(seed, np.full_like(seed, step))
             position = call["pos"][live]
             word = (position + (salt if call["drafting"] else 0)) % WORD

@@ -140,10 +140,10 @@ _VLLM_ERA = ReleaseEra(
 
 _VLLM_ERA_TOPK = replace(
     _VLLM_ERA,
-    name="vllm-0.33",
+    name="vllm-0.31-0.33",
     loading=Loading.VLLM_PACKAGE,
     why_not_judged="",
-    versions=("0.33.0",),
+    versions=("0.31.0", "0.32.0", "0.33.0"),
     methods=(
         "load_draft_model",
         "_sample_logits",
@@ -152,7 +152,10 @@ _VLLM_ERA_TOPK = replace(
         "_generate_draft",
     ),
     staging="per request: temperature, seed, positions; top-k",
-    noise="Gumbel keyed by request seed (per step: spec_step_seed) and salted position",
+    noise=(
+        "Gumbel from murmur3_hash32 of the request's seed (0.33: the step mixed in, "
+        "spec_step_seed) and the position salted with _DRAFT_NOISE_SALT"
+    ),
     variants=("dense", "topk=4"),
 )
 
@@ -238,19 +241,20 @@ ERAS: tuple[ReleaseEra, ...] = (
         not_covered=("the megakernel path (NVIDIA only)",),
     ),
     _VLLM_ERA,
-    replace(  # 0.28 adds the top-k path, which 0.33 keeps
+    replace(  # 0.28 adds the top-k path, which later releases keep
         _VLLM_ERA_TOPK,
-        name="vllm-0.28-0.32",
-        versions=("0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"),
+        name="vllm-0.28-0.30",
+        versions=("0.28.0", "0.29.0", "0.30.0"),
         # Driven through 0.33's convention, 0.30.0's first sampled case raised
         # (measured, docs/releases.md "Measured"): no verdict on it.
         loading=Loading.NONE,
+        noise="Gumbel from Triton's Philox (tl.randint of the request's seed and position)",
         why_not_judged=(
-            "no convention for this contract: the harness's vLLM convention is 0.33's, "
-            "which replays and keys the draft noise as 0.33 draws it (the step's seed "
-            "from gumbel.spec_step_seed, the position salted with _DRAFT_NOISE_SALT); "
-            "0.28's Gumbel kernel has neither, 0.29-0.32's the salt without "
-            "spec_step_seed"
+            "no convention for this contract: the harness's vLLM convention keys the "
+            "draft noise as 0.31 and later draw it (murmur3_hash32 of the request's seed, "
+            "the position salted with _DRAFT_NOISE_SALT); 0.28-0.30 draw it from Triton's "
+            "Philox (tl.randint of the seed and position), which the convention's replay "
+            "and key checks do not model"
         ),
     ),
     _VLLM_ERA_TOPK,

@@ -79,22 +79,22 @@ def test_a_vllm_release_past_the_table_is_an_unknown_contract() -> None:
 
 
 @pytest.mark.parametrize(
-    ("version", "calls", "salt", "step_seed"),
+    ("version", "calls", "murmur3", "step_seed"),
     [
         ("0.28.0", ["vllm/v1/worker/gpu/sample/gumbel.py:118 calls tldevice.log1p"], False, False),
-        ("0.30.0", ["vllm/v1/worker/gpu/sample/gumbel.py:127 calls tldevice.log1p"], True, False),
-        ("0.32.0", [], True, False),  # its own log1p series since 0.31
+        ("0.30.0", ["vllm/v1/worker/gpu/sample/gumbel.py:127 calls tldevice.log1p"], False, False),
+        ("0.31.0", [], True, False),  # its own log1p series, the hash, no step mixed in
         ("0.33.0", [], True, True),
     ],
 )
 def test_what_the_vllm_eras_say_of_the_gumbel_kernel_holds_in_the_wheels(
-    version: str, calls: list[str], salt: bool, step_seed: bool
+    version: str, calls: list[str], murmur3: bool, step_seed: bool
 ) -> None:
-    """Read from the wheels: up to 0.30 the Gumbel kernel calls libdevice's log1p, which
-    Triton's interpreter does not run; the draft noise is keyed as 0.33's convention
-    replays it (``_DRAFT_NOISE_SALT`` and ``spec_step_seed``) in 0.33 alone, so
-    0.28-0.32 is an era without a convention."""
-    from harness.upstream.releases.eras import era_of, libdevice_calls
+    """Read from the wheels: up to 0.30 the Gumbel kernel draws from Triton's Philox and
+    calls libdevice's log1p, which Triton's interpreter does not run; from 0.31 it
+    hashes (murmur3) as the convention keys it, 0.33 with the step mixed into the seed
+    (``spec_step_seed``), which the convention reads where the package has it."""
+    from harness.upstream.releases.eras import Loading, era_of, libdevice_calls
 
     _task("vllm", version)  # fetched into the cache, or skipped
     era = era_of("vllm", version)
@@ -103,11 +103,11 @@ def test_what_the_vllm_eras_say_of_the_gumbel_kernel_holds_in_the_wheels(
     files = extract("vllm", version, wheel=wheel, members=era.kernel_files)
     assert libdevice_calls(era, files=files.extracted) == calls
     source = (files.extracted / era.kernel_files[0]).read_text()
-    assert ("\n_DRAFT_NOISE_SALT = " in source, "\ndef spec_step_seed(" in source) == (
-        salt,
+    assert ("\ndef murmur3_uniform32(" in source, "\ndef spec_step_seed(" in source) == (
+        murmur3,
         step_seed,
     )
-    assert (era.name == "vllm-0.33") == step_seed
+    assert (era.loading is Loading.VLLM_PACKAGE) == murmur3
 
 
 def _in_a_vllm_release(version: str, body: str) -> str:

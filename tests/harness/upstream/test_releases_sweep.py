@@ -414,20 +414,20 @@ def test_a_row_states_the_scans_points_not_run_and_its_batch_cut() -> None:
     assert sweep.scan_not_covered(results(asked, 0), plan=asked, default=asked) == []
 
 
-def test_vllm_before_0_33_is_not_judged_for_want_of_a_convention() -> None:
-    """The harness's vLLM convention is 0.33's: 0.25-0.27's speculator (no
-    ``_sample_logits``) and 0.28-0.32's draft noise (keyed without ``spec_step_seed``)
-    are not judged through it, and their rows say why; 0.33 is loaded as the vLLM
-    package."""
+def test_vllm_before_0_31_is_not_judged_for_want_of_a_convention() -> None:
+    """The harness's vLLM convention is 0.31-0.33's: 0.25-0.27's speculator (no
+    ``_sample_logits``) and 0.28-0.30's draft noise (Triton's Philox, not the murmur3
+    hash the convention keys) are not judged through it, and their rows say why; 0.31
+    and later are loaded as the vLLM package."""
     from harness.upstream.releases.eras import Loading, era_of
     from harness.upstream.releases.loading import load_release
 
-    early, middle, late = (era_of("vllm", v) for v in ("0.25.0", "0.30.0", "0.33.0"))
+    early, middle, late = (era_of("vllm", v) for v in ("0.25.0", "0.30.0", "0.31.0"))
     assert early is not None and middle is not None and late is not None
     assert early.loading is middle.loading is Loading.NONE
-    assert late.loading is Loading.VLLM_PACKAGE
+    assert late.loading is Loading.VLLM_PACKAGE and late.versions[-1] == "0.33.0"
     nothing = lambda: pytest.fail("nothing is extracted")  # noqa: E731
-    for era, names in ((early, "_sample_logits"), (middle, "spec_step_seed")):
+    for era, names in ((early, "_sample_logits"), (middle, "Philox")):
         why = load_release(era, files=nothing, name="v")
         assert isinstance(why, str) and why.startswith("no convention for this contract")
         assert names in why
