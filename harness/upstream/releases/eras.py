@@ -122,11 +122,11 @@ _VLLM_ERA = ReleaseEra(
     noise="Gumbel keyed by request seed and position (gumbel_sample)",
     outputs="draft tokens; the draft logits cache written by the sampling call",
     verifier="vllm-rejection",
-    # The harness's vLLM convention is 0.33's: driven through it, 0.25.0's matrix raised
+    # The harness's vLLM convention is 0.31-0.33's: driven through it, 0.25.0's matrix raised
     # (measured, docs/releases.md "Measured"), which is no verdict on it.
     loading=Loading.NONE,
     why_not_judged=(
-        "no convention for this contract: the harness's vLLM convention is 0.33's; "
+        "no convention for this contract: the harness's vLLM convention is 0.31-0.33's; "
         "0.25-0.27's speculator samples inside _sample_sequential (it has no "
         "_sample_logits, which the convention wraps to count walks)"
     ),
