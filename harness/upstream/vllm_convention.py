@@ -307,7 +307,7 @@ class VllmSampler(BuiltSampler):
 
     def read(self, case: Case) -> CallOutputs:
         buffers = self._buffers()
-        tokens = self._tokens(case)
+        tokens = self.read_tokens(case)
         expected = (self.max_bs, case.gamma)
         slots = self.slots(case.bs)
         staged = self.staged(case.bs)
@@ -328,7 +328,7 @@ class VllmSampler(BuiltSampler):
             confidence = probs[: case.bs].clone()
         keyed = keyed_draws(self._reads, max_bs=self.max_bs, verifier=self._call_verifier)
         return CallOutputs(
-            tokens=tokens[: case.bs].clone(),
+            tokens=tokens,
             step_logits=step_logits,
             confidence=confidence,
             staged=staged,

@@ -138,7 +138,7 @@ _VLLM_ERA = ReleaseEra(
     kernel_files=("vllm/v1/worker/gpu/sample/gumbel.py",),
 )
 
-_VLLM_ERA_TOPK = replace(
+_VLLM_0_31_ERA = replace(
     _VLLM_ERA,
     name="vllm-0.31-0.33",
     loading=Loading.VLLM_PACKAGE,
@@ -242,7 +242,7 @@ ERAS: tuple[ReleaseEra, ...] = (
     ),
     _VLLM_ERA,
     replace(  # 0.28 adds the top-k path, which later releases keep
-        _VLLM_ERA_TOPK,
+        _VLLM_0_31_ERA,
         name="vllm-0.28-0.30",
         versions=("0.28.0", "0.29.0", "0.30.0"),
         # Driven through 0.33's convention, 0.30.0's first sampled case raised
@@ -257,7 +257,7 @@ ERAS: tuple[ReleaseEra, ...] = (
             "and key checks do not model"
         ),
     ),
-    _VLLM_ERA_TOPK,
+    _VLLM_0_31_ERA,
 )
 
 FIRST_WITH_DSPARK = {"sglang": "0.5.16", "vllm": "0.25.0"}

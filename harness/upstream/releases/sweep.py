@@ -187,11 +187,9 @@ def judge_release(task: ReleaseTask) -> ReleaseRow:
 def _kernels_not_run_here(task: ReleaseTask, era: ReleaseEra) -> str:
     """Why Triton's interpreter cannot run the era's sampling kernels as this release
     ships them ("" where it can, or where a CUDA device runs them)."""
-    if not era.kernel_files:
-        return ""
-    import torch
+    from harness.upstream.vllm_loader import interpreted
 
-    if torch.cuda.is_available():
+    if not era.kernel_files or not interpreted():
         return ""
     calls = libdevice_calls(era, files=_release_files(task, era.kernel_files).extracted)
     if not calls:
@@ -501,6 +499,7 @@ def run_sweep(
     pending = [task for task in tasks if _key(task) not in rows]
     ok = True
     if pending:
+        others = set(multiprocessing.active_children())  # not the pool's: left alone on a stop
         with release_executor(jobs=jobs, executor=executor, ray_address=ray_address) as pool:
             futures = {pool.submit(judge_release, task): task for task in pending}
             try:
@@ -520,18 +519,19 @@ def run_sweep(
                     rows[_key(task)] = row
                     progress(f"releases: {task.package} {task.version}: {_said(row)}")
             except BaseException:  # a stop request: the releases still running end with it
-                _stop_now(pool)
+                _stop_now(pool, others=others)
                 raise
     return Sweep(rows=tuple(rows[_key(t)] for t in tasks), ok=ok)
 
 
-def _stop_now(pool: Executor) -> None:
+def _stop_now(pool: Executor, *, others: set[multiprocessing.process.BaseProcess]) -> None:
     """Cancel the tasks not started and end those running: a stopped sweep does not wait
     for a judgement (a vLLM release's takes minutes). The journal keeps every finished
-    row for ``--resume``."""
+    row for ``--resume``. The local pool's processes are the children started since
+    ``others`` were."""
     pool.shutdown(wait=False, cancel_futures=True)
     if isinstance(pool, concurrent.futures.ProcessPoolExecutor):
-        for process in multiprocessing.active_children():  # the pool's processes
+        for process in set(multiprocessing.active_children()) - others:
             process.kill()
 
 
