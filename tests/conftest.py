@@ -20,6 +20,7 @@ from harness.upstream import vllm_loader
 from harness.upstream.sglang_loader import unavailable_reason
 from tests.helpers import DefaultReport
 from tests.oracle_memo import FRESH, SWITCH, OracleMemo, installed, must_compute_afresh
+from tests.session_share import session_folder
 
 # Triton must see the interpreter flag before it is first imported; without CUDA
 # every kernel test runs interpreted.
@@ -129,7 +130,7 @@ def oracle_memo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OracleMemo
     if os.environ.get(SWITCH, "1") == "0":
         yield None
         return
-    folder = tmp_path_factory.getbasetemp().parent / "oracle-memo"
+    folder = session_folder(tmp_path_factory) / "oracle-memo"
     folder.mkdir(exist_ok=True)
     memo = OracleMemo(folder)
     with installed(memo):
@@ -149,7 +150,7 @@ def default_report(tmp_path_factory: pytest.TempPathFactory) -> DefaultReport:
     (pytest-xdist's recipe for a session fixture computed once). It runs before any
     test's leak guard, so it checks the same global state itself (and leaves the CPU RNG
     as it found it)."""
-    shared = tmp_path_factory.getbasetemp().parent  # one directory for every worker
+    shared = session_folder(tmp_path_factory)  # one directory for every worker
     out_dir, answer = shared / "default-report", shared / "default-report.json"
     with FileLock(str(shared / "default-report.lock")):
         if not answer.is_file():

@@ -19,7 +19,7 @@ from harness.options import Roles
 from harness.oracles.part import statistical_coverage
 from harness.oracles.percall import HELD_CHECKS, held_decode, outside_support
 from harness.oracles.problem import FAR, StatsConfig, build_problems, life_batches
-from harness.oracles.stats import meets_expectation, run_oracle, run_stats
+from harness.oracles.stats import StatsResult, meets_expectation, run_oracle, run_stats
 from harness.pipeline.checks.walk import tokens_outside_support
 from harness.pipeline.matrix import standard_matrix
 from harness.plugins.implementations import builtin_implementations
@@ -27,6 +27,7 @@ from harness.testing import check_sampler, implementation_of
 from harness.wire import read_answer, write_answer
 from reference.verifier import CHAIN_VERIFIER
 from tests.plugins.rare_defects import RareWrongGreedyTokenSampler, RareWrongTokenSampler
+from tests.session_share import computed_once
 
 RARE = "tests.plugins.rare_defects:RareWrongTokenSampler"
 RARE_GREEDY = "tests.plugins.rare_defects:RareWrongGreedyTokenSampler"
@@ -127,7 +128,12 @@ def test_the_findings_cross_the_worker_boundary() -> None:
 
 # -- the oracle at its defaults ------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def rare_result():
+def rare_result(tmp_path_factory: pytest.TempPathFactory) -> StatsResult:
+    """The oracle on the rare wrong token (once a session)."""
+    return computed_once(tmp_path_factory, "every-call-rare-result", _rare_result)
+
+
+def _rare_result() -> StatsResult:
     return run_stats(implementation_of(f"rare={RARE}"))
 
 

@@ -32,6 +32,7 @@ from harness.plugins.implementations import Implementation, builtin_implementati
 from harness.render.statistics import stats_section
 from reference import HEAD_KINDS
 from tests.plugins.stats_defects import ReusedNoiseSampler
+from tests.session_share import computed_once
 
 ALPHA = 1e-6  # the oracle's default significance level
 FIXED_SEEDS = range(4)
@@ -43,9 +44,13 @@ REUSED_NOISE = Implementation("reused-noise", ReusedNoiseSampler, "test:ReusedNo
 
 
 @pytest.fixture(scope="module")
-def judged() -> tuple[OracleVerdict, list[str]]:
+def judged(tmp_path_factory: pytest.TempPathFactory) -> tuple[OracleVerdict, list[str]]:
     """The built-ins and the reused-noise defect at the default config, with legacy's
-    power curves (one oracle run for the module), and its progress lines."""
+    power curves (one oracle run for the module, once a session), and its progress lines."""
+    return computed_once(tmp_path_factory, "stats-oracle-judged", _judged)
+
+
+def _judged() -> tuple[OracleVerdict, list[str]]:
     lines: list[str] = []
     implementations = [*builtin_implementations(), REUSED_NOISE]
     verdict = judge_oracle(implementations, options=RunOptions(progress=lines.append), power=True)

@@ -21,6 +21,7 @@ from harness.options import Roles
 from harness.oracles import stats
 from harness.plugins.implementations import Implementation, builtin_implementations
 from tests.plugins.stats_defects import ReusedNoiseSampler
+from tests.session_share import computed_once
 
 UPSTREAM = Path("tests/plugins/upstream")
 BEFORE = f"before={UPSTREAM}/dspark_before_fix.py"
@@ -38,8 +39,13 @@ def _stats(tmp_path: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> tu
 
 
 @pytest.fixture(scope="module")
-def results() -> dict[str, stats.StatsResult]:
-    """Fixed, legacy and the reused-noise defect at the default config, seed 0."""
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, stats.StatsResult]:
+    """Fixed, legacy and the reused-noise defect at the default config, seed 0 (once a
+    session)."""
+    return computed_once(tmp_path_factory, "stats-roles-results", _results)
+
+
+def _results() -> dict[str, stats.StatsResult]:
     reused = Implementation("reused", ReusedNoiseSampler, "test:ReusedNoiseSampler")
     return stats.run_oracle(stats.DEFAULT_CONFIG, implementations=[FIXED, LEGACY, reused]).results
 

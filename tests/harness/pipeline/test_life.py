@@ -29,6 +29,7 @@ from harness.pipeline.runner import run_case
 from harness.pipeline.verdicts import implementation_verdict
 from harness.plugins.implementations import Implementation, builtin_implementations
 from tests.plugins import life_defects
+from tests.session_share import computed_once
 
 PLUGIN_FILE = Path(life_defects.__file__)
 NOT_VISIBLE = "draws not visible / not replayable"
@@ -71,8 +72,13 @@ def _implementation(name: str) -> Implementation:
 
 
 @pytest.fixture(scope="module")
-def matrix_records() -> list[CaseRecord]:
-    """The standard matrix for every sampler of the module, judged by their own checks."""
+def matrix_records(tmp_path_factory: pytest.TempPathFactory) -> list[CaseRecord]:
+    """The standard matrix for every sampler of the module, judged by their own checks
+    (once a session)."""
+    return computed_once(tmp_path_factory, "life-matrix-records", _matrix_records)
+
+
+def _matrix_records() -> list[CaseRecord]:
     names = [d.sampler for d in LIFE_DEFECTS] + list(CORRECT_DESIGNS)
     implementations = [_implementation(name) for name in names]
     return compare(standard_matrix(), implementations, options=RunOptions())

@@ -43,8 +43,10 @@ def test_repro_check_refuses_an_unknown_check(tmp_path: Path, capsys) -> None:
 
 def test_repro_honours_the_time_limit(tmp_path: Path, capsys) -> None:
     hanging = ["--impl", "hang=tests.plugins.broken_samplers:HangingSampler"]
-    argv = ["repro", *hanging, "--check", "ran", "--time-limit", "0.5", "--quiet", "--json"]
+    # every shrinking step hangs for the whole limit: a short one keeps the test short, and
+    # the sampler hangs whatever the machine's load
+    argv = ["repro", *hanging, "--check", "ran", "--time-limit", "0.1", "--quiet", "--json"]
     assert main([*argv, "--out", str(tmp_path / "hang.json")]) == 1
     written = json.loads(capsys.readouterr().out)
     failures = {f["check"]: f["detail"] for f in written["outcome"]["failures"]}
-    assert "time limit of 0.5 s" in failures["ran"]
+    assert "time limit of 0.1 s" in failures["ran"]

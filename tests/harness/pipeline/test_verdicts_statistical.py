@@ -31,6 +31,7 @@ from harness.render.verdicts import comparison_sections
 from tests.helpers import judged_records
 from tests.plugins import alternative_samplers
 from tests.plugins.stats_defects import ReusedNoiseSampler
+from tests.session_share import computed_once
 
 ALTERNATIVES = {
     "pre": alternative_samplers.PrestagedNoiseSampler,  # replayable: one staged draw
@@ -39,6 +40,7 @@ ALTERNATIVES = {
 }
 NOT_REPLAYABLE = ("reused", "gumbel", "multi")
 REUSED_IMPL = "reused=tests.plugins.stats_defects:ReusedNoiseSampler"
+UNIFORMS_IMPL = "uniforms=tests.plugins.shared_stream_defects:VerifierUniformsSampler"
 
 
 def _plugins() -> list[Implementation]:
@@ -48,9 +50,13 @@ def _plugins() -> list[Implementation]:
 
 
 @pytest.fixture(scope="module")
-def judged() -> tuple[list[dict], OracleVerdict]:
+def judged(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], OracleVerdict]:
     """The standard matrix's records and the oracle's verdicts, for fixed, reference, the
-    planted defect and the three alternative designs."""
+    planted defect and the three alternative designs (once a session)."""
+    return computed_once(tmp_path_factory, "statistical-verdicts-judged", _judged)
+
+
+def _judged() -> tuple[list[dict], OracleVerdict]:
     implementations = [*builtin_implementations(("reference", "fixed")), *_plugins()]
     records = compare(
         standard_matrix(seed=0), implementations, options=RunOptions(require_observable=True)
@@ -161,13 +167,19 @@ def test_comparison_tables_are_markdown_tables_and_aligned_text(judged) -> None:
 def test_report_command_carries_the_statistical_verdict_into_json_and_exit_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["report", "--impl", REUSED_IMPL, "--no-work", "--quiet"]
+    # Two defects only the oracle sees: one noise draw reused by every step, and a drafter
+    # whose noise is the verifier's next acceptance uniforms, which the report's oracle sees
+    # because it runs on the server's own randomness by default (one report for both).
+    argv = ["report", "--impl", REUSED_IMPL, "--impl", UNIFORMS_IMPL, "--no-work", "--quiet"]
     argv += ["--require", "lossless", "--out-dir", str(tmp_path), "--json"]
-    assert main([*argv, "--expect-fail", "reused"]) == ExitCode.OK
+    expected = ["--expect-fail", "reused", "--expect-fail", "uniforms"]
+    assert main([*argv, *expected]) == ExitCode.OK
     body = json.loads(capsys.readouterr().out)
+    assert body["judgement"]["oracle"]["verifier_noise"] == "shared"
     verdicts = body["judgement"]["implementations"]
-    assert verdicts["reused"]["lossless"] is False
-    assert verdicts["reused"]["statistical"]["rejected"] is True
+    for name in ("reused", "uniforms"):
+        assert verdicts[name]["lossless"] is False
+        assert verdicts[name]["statistical"]["rejected"] is True
     assert verdicts["fixed"]["statistical"]["rejected"] is False
     assert verdicts["legacy"]["statistical"]["rejected"] is True
     line = next(s["verdict"] for s in body["sections"] if s["title"] == "Implementation reused")

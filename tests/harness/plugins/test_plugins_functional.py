@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.pipeline.compare import evaluate_run
+from harness.pipeline.compare import CaseVerdict, evaluate_run
 from harness.pipeline.control_flow import legacy_pass1_error
 from harness.pipeline.matrix import standard_matrix
 from harness.pipeline.runner import run_case
@@ -24,12 +24,18 @@ from harness.plugins.implementations import (
     select_implementations,
 )
 from tests.helpers import REPO_ROOT
+from tests.session_share import computed_once
 
 MODULE = "tests.plugins.functional_samplers"
 
 
 @pytest.fixture(scope="module")
-def matrix_verdicts():
+def matrix_verdicts(tmp_path_factory: pytest.TempPathFactory) -> list[CaseVerdict]:
+    """The standard matrix for the reference and both block functions (once a session)."""
+    return computed_once(tmp_path_factory, "functional-matrix-verdicts", _matrix_verdicts)
+
+
+def _matrix_verdicts() -> list[CaseVerdict]:
     implementations = select_implementations(
         ["reference"], [f"race={MODULE}:race_block", f"two={MODULE}:two_walk_block"]
     )

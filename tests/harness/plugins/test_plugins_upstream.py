@@ -26,6 +26,7 @@ from harness.plugins.implementations import parse_impl_spec, select_implementati
 from harness.plugins.sglang_surface import SURFACE
 from harness.upstream.dispatch import provenance
 from reference import VanillaMarkovHead
+from tests.session_share import computed_once
 
 UPSTREAM = Path("tests/plugins/upstream")
 AFTER = f"after={UPSTREAM}/dspark_after_fix.py"
@@ -37,7 +38,13 @@ def _sglang_modules() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def matrix_runs() -> list[tuple[CaseRun, CaseVerdict]]:
+def matrix_runs(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[CaseRun, CaseVerdict]]:
+    """The standard matrix for the built-ins and both upstream-shaped files (once a
+    session)."""
+    return computed_once(tmp_path_factory, "upstream-files-matrix-runs", _matrix_runs)
+
+
+def _matrix_runs() -> list[tuple[CaseRun, CaseVerdict]]:
     implementations = select_implementations(["reference", "fixed", "legacy"], [AFTER, BEFORE])
     runs = [run_case(case, implementations) for case in standard_matrix()]
     return [(run, evaluate_run(run, require_observable=True)) for run in runs]
