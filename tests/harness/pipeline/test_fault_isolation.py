@@ -11,6 +11,7 @@ import torch
 
 from harness.cli import main
 from harness.options import RunOptions
+from harness.pipeline import isolation
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.isolation import make_executor
 from harness.pipeline.runner import run_case, run_in_domain
@@ -19,6 +20,14 @@ from tests.helpers import small_case
 from tests.plugins import broken_samplers, untrusted_samplers
 
 CASE = small_case(seed=3)
+
+
+@pytest.fixture
+def short_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that never answers is killed 1 s after its limit rather than 10 s: what is
+    tested is that it is killed, and a sampler that never answers never answers sooner
+    on a quiet machine."""
+    monkeypatch.setattr(isolation, "ANSWER_GRACE_S", 1.0)
 
 
 @pytest.mark.parametrize(
@@ -87,7 +96,9 @@ def test_under_isolate_a_process_crash_is_a_recorded_failure_in_a_complete_repor
 
 
 @pytest.mark.e2e
-def test_under_isolate_a_sampler_that_swallows_every_timeout_is_killed_and_recorded() -> None:
+def test_under_isolate_a_sampler_that_swallows_every_timeout_is_killed_and_recorded(
+    short_grace: None,
+) -> None:
     """Only the unstoppable sampler meets the tight limit; the built-ins of the same case
     run in their own worker under the default limit, so a loaded machine cannot time them
     out too."""
@@ -109,7 +120,9 @@ def test_under_isolate_a_sampler_that_swallows_every_timeout_is_killed_and_recor
 
 
 @pytest.mark.e2e
-def test_under_isolate_a_sampler_that_ignores_sigalrm_and_hangs_is_killed_and_recorded() -> None:
+def test_under_isolate_a_sampler_that_ignores_sigalrm_and_hangs_is_killed_and_recorded(
+    short_grace: None,
+) -> None:
     """In process nothing stops it (it turned the time limit's signal off); its worker is
     killed once the limit and the answer's grace have passed, long before it would end."""
     ignoring = Implementation("ignoring", untrusted_samplers.AlarmIgnoringSampler, "tests")
