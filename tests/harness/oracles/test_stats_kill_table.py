@@ -9,6 +9,7 @@ never caught on position 0, the ones that bend every step are.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -24,6 +25,7 @@ from tests.plugins.alternative_samplers import (
     UniformGumbelSampler,
 )
 from tests.plugins.stats_defects import LIFE_ONLY, NEAR_TARGET_ONLY, STATS_DEFECTS
+from tests.session_share import computed_once
 
 CORRECT = {
     "fixed": FixedSampler,
@@ -57,6 +59,23 @@ def problems() -> tuple[StatsProblem, ...]:
     return build_problems(DEFAULT_CONFIG)
 
 
+@pytest.fixture
+def default_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], stats.StatsResult]:
+    """The default run of a planted defect or a correct design, by its name: once a
+    session, as several tests read the same run."""
+
+    def run(name: str) -> stats.StatsResult:
+        sampler = STATS_DEFECTS[name] if name in STATS_DEFECTS else CORRECT[name]
+        implementation = Implementation(name, sampler, f"test:{name}")
+        return computed_once(
+            tmp_path_factory,
+            f"kill-table-{name}",
+            lambda: stats.run_stats(implementation, config=DEFAULT_CONFIG),
+        )
+
+    return run
+
+
 def test_the_kill_table_has_every_planted_defect() -> None:
     assert len(STATS_DEFECTS) == 11
     named = set(CARRIED_BY) | FIRST_TOKEN_EXACT | TEMPERATURE_DEFECTS
@@ -65,11 +84,9 @@ def test_the_kill_table_has_every_planted_defect() -> None:
 
 @pytest.mark.parametrize("name", list(STATS_DEFECTS))
 def test_every_planted_defect_is_rejected_by_the_default_run(
-    name: str, problems: tuple[StatsProblem, ...]
+    name: str, default_run: Callable[[str], stats.StatsResult]
 ) -> None:
-    result = stats.run_stats(
-        Implementation(name, STATS_DEFECTS[name], f"test:{name}"), problems=problems
-    )
+    result = default_run(name)
     assert result.error is None
     assert result.rejected and result.p_value < DEFAULT_CONFIG.alpha, f"p = {result.p_value:.3g}"
     assert not stats.meets_expectation(result)
@@ -91,45 +108,50 @@ def test_every_planted_defect_is_rejected_by_the_default_run(
 
 @pytest.mark.parametrize("seed", PASS_SEEDS)
 @pytest.mark.parametrize("name", list(CORRECT))
-def test_correct_designs_pass_across_seeds(name: str, seed: int) -> None:
+def test_correct_designs_pass_across_seeds(
+    name: str, seed: int, default_run: Callable[[str], stats.StatsResult]
+) -> None:
     config = replace(DEFAULT_CONFIG, seed=seed, model_seed=seed)
-    result = stats.run_stats(Implementation(name, CORRECT[name], f"test:{name}"), config=config)
+    if config == DEFAULT_CONFIG:
+        result = default_run(name)
+    else:
+        result = stats.run_stats(Implementation(name, CORRECT[name], f"test:{name}"), config=config)
     assert result.passed, f"p = {result.p_value:.3g}: {[s for s in result.rejections()]}"
     assert stats.meets_expectation(result)
 
 
 @pytest.mark.parametrize("name", LIFE_ONLY)
 def test_a_defect_of_a_later_staging_is_seen_only_because_the_oracle_restages(
-    name: str, problems: tuple[StatsProblem, ...]
+    name: str, default_run: Callable[[str], stats.StatsResult]
 ) -> None:
     """Every call staged with the same requests in the same slots (the oracle before
     it restaged) cannot tell a sampler that keeps its first parameters from fixed."""
     impl = Implementation(name, STATS_DEFECTS[name], f"test:{name}")
     one_staging = stats.run_stats(impl, config=replace(DEFAULT_CONFIG, restage=False))
     assert one_staging.passed, one_staging.carrier_names()
-    restaged = stats.run_stats(impl, problems=problems)
+    restaged = default_run(name)
     assert restaged.rejected and not stats.meets_expectation(restaged)
 
 
 @pytest.mark.parametrize("name", NEAR_TARGET_ONLY)
 def test_a_draft_defect_the_far_target_hides_is_seen_near_the_draft(
-    name: str, problems: tuple[StatsProblem, ...]
+    name: str, default_run: Callable[[str], stats.StatsResult]
 ) -> None:
     """Far from the draft, the verifier's residual draws hide one noise row per tile;
     at the target equal to the drafter's own law nearly every draft is committed."""
     impl = Implementation(name, STATS_DEFECTS[name], f"test:{name}")
     far_only = stats.run_stats(impl, config=replace(DEFAULT_CONFIG, targets=(FAR,)))
     assert far_only.passed, far_only.carrier_names()
-    result = stats.run_stats(impl, problems=problems)
+    result = default_run(name)
     assert result.rejected
     assert "near" in {s.target for s in result.rejections()}
     assert "far" not in {s.target for s in result.rejections()}
 
 
 def test_the_targets_run_from_far_to_nearly_every_draft_accepted(
-    problems: tuple[StatsProblem, ...],
+    problems: tuple[StatsProblem, ...], default_run: Callable[[str], stats.StatsResult]
 ) -> None:
-    result = stats.run_stats(Implementation("fixed", FixedSampler, "test:fixed"), problems=problems)
+    result = default_run("fixed")
     accepted = result.mean_accepted_length
     gamma = DEFAULT_CONFIG.gamma
     assert [p.target.name for p in problems] == ["far", "mid", "near"]

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import types
 from dataclasses import replace
 from pathlib import Path
 
@@ -238,14 +236,10 @@ def test_stats_command_power_draws_a_curve_per_head_and_writes_the_figure(
 
 
 def test_stats_command_exits_1_when_an_extra_implementation_is_rejected(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    module = types.ModuleType("user_samplers")
-    module.ReusedNoiseSampler = ReusedNoiseSampler  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "user_samplers", module)
-    code = stats_cli.command(
-        stats_args(tmp_path, "--impl", "mine=user_samplers:ReusedNoiseSampler")
-    )
+    spec = "mine=tests.plugins.stats_defects:ReusedNoiseSampler"
+    code = stats_cli.command(stats_args(tmp_path, "--impl", spec))
     assert code == ExitCode.FAIL
     assert "mine" in capsys.readouterr().out
 
