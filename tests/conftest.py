@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from filelock import FileLock
 from hypothesis import HealthCheck, settings
 
 from harness.defaults import DEFAULT_THREADS
@@ -20,7 +18,7 @@ from harness.upstream import vllm_loader
 from harness.upstream.sglang_loader import unavailable_reason
 from tests.helpers import DefaultReport
 from tests.oracle_memo import FRESH, SWITCH, OracleMemo, installed, must_compute_afresh
-from tests.session_share import session_folder
+from tests.session_share import computed_once, session_folder
 
 # Triton must see the interpreter flag before it is first imported; without CUDA
 # every kernel test runs interpreted.
@@ -147,17 +145,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def default_report(tmp_path_factory: pytest.TempPathFactory) -> DefaultReport:
     """The default report without the work section, run once a session for the tests
     that only read it: by the first xdist worker that asks, the others read what it left
-    (pytest-xdist's recipe for a session fixture computed once). It runs before any
-    test's leak guard, so it checks the same global state itself (and leaves the CPU RNG
-    as it found it)."""
-    shared = session_folder(tmp_path_factory)  # one directory for every worker
-    out_dir, answer = shared / "default-report", shared / "default-report.json"
-    with FileLock(str(shared / "default-report.lock")):
-        if not answer.is_file():
-            code, stdout = _run_default_report(out_dir)
-            answer.write_text(json.dumps({"exit_code": code, "stdout": stdout}))
-        ran = json.loads(answer.read_text())
-    return DefaultReport(exit_code=ran["exit_code"], stdout=ran["stdout"], out_dir=out_dir)
+    (``tests/session_share.py``). It runs before any test's leak guard, so it checks the
+    same global state itself (and leaves the CPU RNG as it found it)."""
+    out_dir = session_folder(tmp_path_factory) / "default-report"  # one for every worker
+    code, stdout = computed_once(
+        tmp_path_factory, "default-report", lambda: _run_default_report(out_dir)
+    )
+    return DefaultReport(exit_code=code, stdout=stdout, out_dir=out_dir)
 
 
 def _run_default_report(out_dir: Path) -> tuple[int, str]:
