@@ -295,6 +295,12 @@ def _common_options(spec: CommandSpec) -> CommandLineParser:
     )
     common.add_argument("--quiet", action="store_true", help="no progress output on stderr")
     common.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check every option as a run would, then exit (0) without running anything or "
+        "writing --out-dir",
+    )
+    common.add_argument(
         "--long",
         action="store_true",
         help="print the whole evidence (every case, every test's p-value), as report.md "
@@ -389,6 +395,9 @@ def _run(args: argparse.Namespace) -> int:
             validate_global_options(args)
             if hasattr(module, "validate"):
                 module.validate(args)
+            if args.dry_run:
+                print(f"{args.command}: every option is valid; --dry-run ran nothing")
+                return int(ExitCode.OK)
             from harness.devices import intra_op_threads  # torch: after validation
 
             claim = COMMAND_TABLE[args.command].writes_out_dir

@@ -82,3 +82,18 @@ def test_options_a_command_does_not_honour_are_not_offered(
 ) -> None:
     assert main([name, "--time-limit", "5"]) == ExitCode.USAGE
     assert "unrecognized arguments: --time-limit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_a_dry_run_checks_the_options_and_runs_nothing(
+    name: str, tmp_path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def ran(args: argparse.Namespace) -> ExitCode:
+        raise AssertionError(f"{name} ran under --dry-run")
+
+    monkeypatch.setattr(command_module(name), "command", ran)
+    out_dir = tmp_path / "out"
+    assert main([name, "--dry-run", "--quiet", "--out-dir", str(out_dir)]) == ExitCode.OK
+    assert capsys.readouterr().out == f"{name}: every option is valid; --dry-run ran nothing\n"
+    assert not out_dir.exists()
+    assert main([name, "--dry-run", "--seed", "x"]) == ExitCode.USAGE  # still refused
