@@ -4,26 +4,34 @@ versions table). ``render/`` formats it and decides nothing; the exit code is
 ``Judgement.ok``.
 
 A judgement holds, per implementation, its two verdicts (the statistical oracle's part
-inside the lossless one) held to its role (``HeldVerdict``); the divergence ledger
-between the pair (``LedgerVerdict``); the oracle's run with whether each
-implementation met its expectation there (``OracleVerdict``); the eliminated work
-(``WorkVerdict``); and what each covered. ``Judgement.to_json()`` is its serialisation
-in the report (docs/verdicts.md, "The report's JSON").
+inside the lossless one, and the support scan's where it ran, ``ScanVerdict``) held to
+its role (``HeldVerdict``); the divergence ledger between the pair (``LedgerVerdict``);
+the oracle's run with whether each implementation met its expectation there
+(``OracleVerdict``); the eliminated work (``WorkVerdict``); the parts a command adds
+where it runs them (CUDA graphs' redraws, ``RedrawVerdict``, and host syncs,
+``SyncVerdict``; the pair's time ratio); and what each covered. A command adds a part to
+the judgement (``Judgement.with_scans``, ``dataclasses.replace``); it never ands a
+predicate onto ``ok``. ``Judgement.to_json()`` is its serialisation in the report
+(docs/verdicts.md, "The report's JSON").
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from harness.options import Roles, RunOptions
+from harness.pipeline.check_result import Tier
 from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage
 from harness.pipeline.ledger import LEDGER_CLASSES
 from harness.pipeline.records import CaseRecord
 from harness.pipeline.verdicts import NOT_RUN, Statistical, Verdict, implementation_verdict
 
 if TYPE_CHECKING:
+    from harness.gpu.graphs import GraphCaseResult
+    from harness.gpu.host_sync import SyncCheck
+    from harness.measure.time_ratio import TimeRatio
     from harness.measure.work import CaseWork
     from harness.oracles.stats import OracleRun
 
@@ -31,24 +39,64 @@ JUDGEMENT_SCHEMA_VERSION = 2  # 1: sections only; 2: the judgement beside them
 
 
 @dataclass(frozen=True)
+class ScanVerdict:
+    """One implementation's support scan (``harness.pipeline.support_scan``): ``ok`` when
+    no draft fell outside the support; ``finding`` is the first hit in words."""
+
+    name: str
+    finding: str = ""  # empty: no draft outside the support
+
+    @property
+    def ok(self) -> bool:
+        return not self.finding
+
+
+@dataclass(frozen=True)
 class HeldVerdict:
     """One implementation's verdicts held to its role: ``ok`` when it meets what the
     role asks (an implementation expected to fail must fail a lossless check on a case
-    that ran; every other one must meet ``held_to``)."""
+    that ran; every other one must meet ``held_to``). With its support ``scan``, a hit
+    makes it not lossless, so not drop-in either: the one rule every table reads
+    (``lossless``, ``drop_in``)."""
 
     verdict: Verdict
     role: str  # in words: judged, the buggy or fixed side of the pair, expected to fail
     held_to: str  # what it must meet, in words
     expected_to_fail: bool
     ok: bool
+    scan: ScanVerdict | None = None  # None: no support scan ran
 
     @property
     def name(self) -> str:
         return self.verdict.name
 
+    @property
+    def lossless(self) -> bool:
+        return self.verdict.lossless and (self.scan is None or self.scan.ok)
+
+    @property
+    def drop_in(self) -> bool:
+        return self.verdict.drop_in and self.lossless
+
+    def summary(self) -> str:
+        """The verdict's summary, led by the scan's hit where only the scan fails it."""
+        why = self.verdict.summary()
+        if self.verdict.lossless and self.scan is not None and not self.scan.ok:
+            return f"NOT lossless: {self.scan.finding} (the checks alone: {why})"
+        return why
+
     def to_json(self) -> dict[str, Any]:
+        scan = {}
+        if self.scan is not None:
+            scan = {
+                "lossless": self.lossless,
+                "drop_in": self.drop_in,
+                "summary": self.summary(),
+                "scan": self.scan.finding or None,
+            }
         return {
             **self.verdict.to_json(),
+            **scan,
             "role": self.role,
             "held_to": self.held_to,
             "expected_to_fail": self.expected_to_fail,
@@ -56,15 +104,17 @@ class HeldVerdict:
         }
 
 
-def hold_to_role(verdict: Verdict, *, roles: Roles) -> HeldVerdict:
-    """``verdict`` held to what ``roles`` ask of its implementation."""
+def hold_to_role(verdict: Verdict, *, roles: Roles, scan: ScanVerdict | None = None) -> HeldVerdict:
+    """``verdict`` (with its support ``scan`` where one ran) held to what ``roles`` ask
+    of its implementation."""
     name = verdict.name
     role, held_to = roles.describe(name)
+    held = HeldVerdict(verdict, role, held_to, expected_to_fail=False, ok=False, scan=scan)
     if name in roles.expect_fail:
-        ok = not verdict.lossless and verdict.judged > 0  # nothing that ran shows nothing
-        return HeldVerdict(verdict, role, held_to, expected_to_fail=True, ok=ok)
-    required = roles.requirement(name)
-    return HeldVerdict(verdict, role, held_to, expected_to_fail=False, ok=verdict.meets(required))
+        ok = not held.lossless and verdict.judged > 0  # nothing that ran shows nothing
+        return replace(held, expected_to_fail=True, ok=ok)
+    drop_in = roles.requirement(name) is Tier.DROP_IN
+    return replace(held, ok=held.drop_in if drop_in else held.lossless)
 
 
 @dataclass(frozen=True)
@@ -143,10 +193,41 @@ class WorkVerdict:
 
 
 @dataclass(frozen=True)
+class RedrawVerdict:
+    """CUDA graphs' noise: ``ok`` when every graph checked (at least one) redraws its
+    noise on replay (``harness.gpu.graphs.redraws_hold``)."""
+
+    results: tuple[GraphCaseResult, ...]
+    ok: bool
+
+    @classmethod
+    def of(cls, results: Sequence[GraphCaseResult]) -> RedrawVerdict:
+        from harness.gpu.graphs import redraws_hold
+
+        return cls(tuple(results), redraws_hold(results))
+
+
+@dataclass(frozen=True)
+class SyncVerdict:
+    """Host synchronisation in ``__call__``: ``ok`` when every call that must be
+    sync-free (at least one) was (``harness.gpu.host_sync.syncs_hold``)."""
+
+    checks: tuple[SyncCheck, ...]
+    ok: bool
+
+    @classmethod
+    def of(cls, checks: Sequence[SyncCheck]) -> SyncVerdict:
+        from harness.gpu.host_sync import syncs_hold
+
+        return cls(tuple(checks), syncs_hold(checks))
+
+
+@dataclass(frozen=True)
 class Judgement:
     """The verdict of one run: every implementation held to its role, the ledger, the
-    oracle and the eliminated work where they ran, and what they covered. ``ok`` is
-    the run's exit status (0 when it holds)."""
+    oracle, the eliminated work, the graphs' redraws and host syncs and the pair's time
+    ratio where they ran, and what they covered. ``ok`` is the run's exit status (0 when
+    it holds): every part that ran holds."""
 
     options: RunOptions
     records: tuple[CaseRecord, ...]
@@ -154,13 +235,29 @@ class Judgement:
     ledger: LedgerVerdict | None = None
     oracle: OracleVerdict | None = None
     work: WorkVerdict | None = None
+    redraws: RedrawVerdict | None = None
+    syncs: SyncVerdict | None = None
+    time_ratio: TimeRatio | None = None
     timing: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
     def ok(self) -> bool:
         parts = [h.ok for h in self.held if self.judged_by_checks(h.name)]
-        parts += [p.ok for p in (self.ledger, self.oracle, self.work) if p is not None]
+        parts += [p.ok for p in self.parts() if p is not None]
         return all(parts)
+
+    def parts(self) -> tuple[Any, ...]:
+        """Every part beside the held verdicts (``None``: it did not run), each with its ``ok``."""
+        return (self.ledger, self.oracle, self.work, self.redraws, self.syncs, self.time_ratio)
+
+    def with_scans(self, scans: Sequence[ScanVerdict]) -> Judgement:
+        """This judgement with each implementation's support scan held in its verdicts."""
+        by_name = {scan.name: scan for scan in scans}
+        roles = self.options.roles
+        held = tuple(
+            hold_to_role(h.verdict, roles=roles, scan=by_name.get(h.name)) for h in self.held
+        )
+        return replace(self, held=held)
 
     def judged_by_checks(self, name: str) -> bool:
         """The pair's buggy side is judged by the ledger (and by ``expect_fail``)."""
@@ -209,6 +306,9 @@ class Judgement:
                 "case_kinds": len(self.work.works),
                 "unmeasured": [list(u) for u in self.work.unmeasured],
             },
+            "redraws": None if self.redraws is None else {"ok": self.redraws.ok},
+            "syncs": None if self.syncs is None else {"ok": self.syncs.ok},
+            "time_ratio": None if self.time_ratio is None else {"ok": self.time_ratio.ok},
             "coverage": {
                 "matrix": self.matrix_coverage().to_json(),
                 "statistical": None if statistical is None else statistical.to_json(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from harness.cli.emit import emit, usage_error
@@ -51,9 +52,9 @@ def command(args: argparse.Namespace) -> ExitCode:
     every graph redraws its noise and no implementation but legacy syncs; 1 otherwise;
     2 on bad usage, including a device that is not CUDA."""
     from harness.case import Case, CaseError
-    from harness.gpu.graphs import capture_and_replay, redraws_hold, replay_records, require_cuda
-    from harness.gpu.host_sync import no_host_sync, syncs_hold
-    from harness.judgement import judge_records
+    from harness.gpu.graphs import capture_and_replay, replay_records, require_cuda
+    from harness.gpu.host_sync import no_host_sync
+    from harness.judgement import RedrawVerdict, SyncVerdict, judge_records
     from harness.options import RunOptions
     from harness.pipeline.matrix import standard_matrix
     from harness.plugins.implementations import ImplementationError
@@ -90,17 +91,20 @@ def command(args: argparse.Namespace) -> ExitCode:
         )
     timing = {"graphs_s": round(time.perf_counter() - started, 3)}
     records = [record for result in results for record in replay_records(result.replays)]
-    judgement = judge_records(records, options=RunOptions(require_observable=not args.case))
-    ok = judgement.ok and redraws_hold(results)
-    sections = graph_sections(results, judgement=judgement)
+    judgement = replace(
+        judge_records(records, options=RunOptions(require_observable=not args.case)),
+        redraws=RedrawVerdict.of(results),
+    )
+    sections = graph_sections(judgement)
     if not args.no_sync_check:
         started = time.perf_counter()
         checks = []
         for case in cases:
             progress(f"[sync] {case.label()}")
             checks += [no_host_sync(case, implementation) for implementation in implementations]
-        sections.insert(len(sections) - 1, sync_section(checks))
-        ok = ok and syncs_hold(checks)
+        syncs = SyncVerdict.of(checks)
+        judgement = replace(judgement, syncs=syncs)
+        sections.insert(len(sections) - 1, sync_section(syncs))
         timing["sync_s"] = round(time.perf_counter() - started, 3)
     heading = (
         f"DSpark draft-sampler harness: CUDA graphs ({len(cases)} cases x {args.replays} "
@@ -111,7 +115,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         command="graphs",
         heading=heading,
         sections=sections,
-        ok=ok,
+        ok=judgement.ok,
         cases=[result.to_json() for result in results],
         timing=timing,
     )

@@ -26,6 +26,7 @@ from harness.case import Case, make_case
 from harness.defaults import DEFAULT_VERIFIER_NOISE, FIXED, REFERENCE, VerifierNoise
 from harness.executor import IN_PROCESS
 from harness.judge import judge
+from harness.judgement import ScanVerdict
 from harness.measure.timing import ab_timing
 from harness.options import Roles, RunOptions
 from harness.oracles.stats import StatsResult
@@ -265,7 +266,6 @@ def collect_versions(
     for name, impl in implementations.items():
         progress(f"versions: {name}: work, timing, scan ...")
         parts = version_plan(impl, plan=plan, repeats=repeats)
-        verdict = judgement.verdict(impl.name)
         scan = tuple(scan_point(impl, point) for point in parts.scan_points)
         rules = nonfinite_behaviour(impl, bs=parts.nonfinite_bs, calls=parts.nonfinite_calls)
         findings = scan_findings(scan)
@@ -275,17 +275,15 @@ def collect_versions(
             if not o.holds
         ]
         findings += list(provenance(impl).get("adaptations", []))
-        lossless = verdict.lossless and not any(r.hit_count for r in scan)
-        why = verdict.summary()
-        if verdict.lossless and not lossless:  # the checks pass; the scan does not
-            why = f"NOT lossless: {findings[0]} (the checks alone: {why})"
+        scanned = ScanVerdict(impl.name, next(iter(scan_findings(scan)), ""))
+        held = judgement.with_scans([scanned]).held_verdict(impl.name)
         rows.append(
             VersionRow(
                 name=name,
                 spec=impl.spec,
-                lossless=lossless,
-                drop_in=verdict.drop_in and lossless,
-                why=why,
+                lossless=held.lossless,
+                drop_in=held.drop_in,
+                why=held.summary(),
                 work=call_work(impl, seed=seed),
                 time_ratio=time_ratio(impl, seed=seed, repeats=parts.repeats),
                 statistics={v: results[impl.name] for v, results in oracle.by_verifier.items()},
