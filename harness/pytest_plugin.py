@@ -29,6 +29,7 @@ from harness.pipeline.check_result import TIER_LABELS, Tier
 
 if TYPE_CHECKING:
     from harness.case import Case
+    from harness.judgement import Judgement
     from harness.options import RunOptions
     from harness.plugins.implementations import Implementation
 
@@ -181,14 +182,32 @@ class DsparkCaseItem(DsparkItem):
         require = options.roles.require
         implementations = [*builtin_implementations((REFERENCE,)), self.implementation]
         judgement = judge([self.case], implementations, options=replace(options, stats=False))
-        verdict = judgement.verdict(self.implementation.name)
-        failing = [f for f in verdict.failures if require.includes(f.tier)]
-        if failing:
-            lines = [f"{f.check} [{f.tier}]: {f.detail}" for f in failing]
+        held = judgement.held_verdict(self.implementation.name)
+        verdict = held.verdict
+        if not verdict.judged:  # nothing ran: no claim either way
+            pytest.skip(f"{self.case.label()}: {_outside_contract(judgement, verdict.name)}")
+        if not held.ok:
+            lines = [
+                f"{f.check} [{f.tier}]: {f.detail}"
+                for f in verdict.failures
+                if require.includes(f.tier)  # the evidence of what it is held to
+            ]
             raise SamplerCheckFailure(
                 f"{self.implementation.name} is not {require.label} on {self.case.label()}"
                 f"{_checks_only(self.config)}:\n" + "\n".join(lines)
             )
+
+
+def _outside_contract(judgement: Judgement, name: str) -> str:
+    """Why ``name``'s one case did not run: its ``ran`` check's words."""
+    from harness.pipeline.check_result import Skip
+
+    (record,) = judgement.records
+    return next(
+        c["detail"]
+        for c in record["implementations"][name]["checks"]
+        if c["skip"] == Skip.OUTSIDE_CONTRACT
+    )
 
 
 class DsparkOracleItem(DsparkItem):

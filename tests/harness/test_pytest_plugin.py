@@ -98,6 +98,51 @@ def test_a_planted_defect_fails_one_test_per_case_with_its_evidence_and_without_
     )
 
 
+# A sampler whose calling convention cannot express heads other than vanilla (as vLLM's
+# Markov hooks, which take no hidden state): the conftest declares it, as a server would.
+VANILLA_ONLY_CONFTEST = """
+from harness.pipeline import runner
+from harness.plugins.conventions import ConstructorConvention, ConventionName, bind_constructor
+from fixed import DsparkDraftSampler
+
+
+class VanillaOnlySampler(DsparkDraftSampler):
+    pass
+
+
+class VanillaOnly(ConstructorConvention):
+    def outside_contract(self, case, *, sampler_class):
+        return None if case.head_kind == "vanilla" else f"no {case.head_kind} head here"
+
+
+declared = runner.convention_of
+
+
+def convention_of(sampler_class):
+    if sampler_class is VanillaOnlySampler:
+        return VanillaOnly(ConventionName(bind_constructor(sampler_class).convention))
+    return declared(sampler_class)
+
+
+runner.convention_of = convention_of
+"""
+
+
+def test_a_case_outside_the_samplers_contract_is_skipped_with_its_reason(
+    plugin_run, pytester: pytest.Pytester
+) -> None:
+    pytester.makeconftest(VANILLA_ONLY_CONFTEST)
+    result = plugin_run(
+        "--dspark-impl", "mine=conftest:VanillaOnlySampler", "--dspark-no-stats", "-rs",
+        select=["-m", "dspark"],
+    )  # fmt: skip
+    heads = [case.head_kind for case in standard_matrix()]
+    outside = sum(head != "vanilla" for head in heads)
+    assert 0 < outside < len(heads)
+    result.assert_outcomes(passed=len(heads) - outside, skipped=outside)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] *: outside this contract: no gated head here"])
+
+
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_an_impl_that_cannot_be_loaded_is_the_same_usage_error_serially_and_under_xdist(
     plugin_run, pytester: pytest.Pytester, workers: list[str]
