@@ -51,7 +51,11 @@ def judge(
     ``work`` the work the fix eliminates, on the options' device. ``oracle_on`` names
     the implementations the oracle decodes (default: all; the Python API leaves out the
     reference it compares against). With a ``journal``,
-    finished cases are kept there and ``options.resume`` reuses them."""
+    finished cases are kept there and ``options.resume`` reuses them.
+
+    The device has one carrier, ``options.device``: every case runs there (a case
+    loaded from a file for another device is moved), as do the oracle and the work."""
+    cases = on_device(cases, options.device)
     timing: dict[str, float] = {}
     decoded = [i for i in implementations if oracle_on is None or i.name in oracle_on]
     with intra_op_threads(options.threads):
@@ -91,6 +95,11 @@ def judge(
         if eliminated is not None:
             timing["work_s"] = round(eliminated.wall_s, 3)
     return judge_records(records, options=options, oracle=oracle, work=eliminated, timing=timing)
+
+
+def on_device(cases: Sequence[Case], device: str) -> list[Case]:
+    """``cases``, each on ``device`` (the run's, ``RunOptions.device``)."""
+    return [case if case.device == device else case.with_changes(device=device) for case in cases]
 
 
 def start_oracle(

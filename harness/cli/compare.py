@@ -48,12 +48,8 @@ def command(args: argparse.Namespace) -> ExitCode:
     from harness.render.verdicts import judgement_sections
 
     options = run_options(args, require_observable=not args.case)
-    if args.case:
-        cases = [Case.load(path) for path in args.case]
-        if args.device != "cpu":
-            cases = [c.with_changes(device=args.device) for c in cases]
-    else:
-        cases = matrix_cases(args)
+    # on --device, whatever device a case file names: judge() moves each case there
+    cases = [Case.load(path) for path in args.case] if args.case else matrix_cases(args)
     with make_executor(isolate=options.isolate) as executor:  # stopped before the report
         implementations = judged_implementations(
             args, parse_names(args.only), roles=options.roles, executor=executor
