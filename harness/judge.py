@@ -190,6 +190,7 @@ def _oracle_run(
 
     chosen = config or replace(
         DEFAULT_CONFIG,
+        rows=options.oracle_rows,
         seed=options.seed,
         device=options.device,
         verifier_noise=options.verifier_noise,

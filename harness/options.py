@@ -18,6 +18,7 @@ from typing import Any
 from harness.defaults import (
     DEFAULT_JOBS,
     DEFAULT_PAIR,
+    DEFAULT_ROWS,
     DEFAULT_THREADS,
     DEFAULT_TIME_LIMIT_S,
     DEFAULT_VERIFIER_NOISE,
@@ -118,7 +119,10 @@ class RunOptions:
     ``verifiers``: the names of the verifiers the oracle of a lossless verdict runs
     under (``harness.oracles.verifiers``; ``None``: every one that runs here at the
     report's rows). ``verifier_noise``: where the oracle's verifier draws from (each
-    server's own plumbing, or independent streams as a control)."""
+    server's own plumbing, or independent streams as a control). ``oracle_rows``: the
+    oracle's rows per head kind (``--rows``). ``thorough``: the matrix adds production
+    shapes (``--thorough``, ``harness.pipeline.matrix.matrix_for``). ``device`` is the
+    run's one device: its cases, its oracle and its work all run there."""
 
     seed: int = 0
     device: str = "cpu"
@@ -131,6 +135,8 @@ class RunOptions:
     stats: bool = True
     verifiers: tuple[str, ...] | None = None
     verifier_noise: VerifierNoise = DEFAULT_VERIFIER_NOISE
+    oracle_rows: int = DEFAULT_ROWS
+    thorough: bool = False
     resume: bool = False  # reuse the records an interrupted run left in its journal
     threads: int | None = DEFAULT_THREADS  # torch intra-op threads (None: torch's own count)
     jobs: int = DEFAULT_JOBS  # 2: the oracle in a forked process beside the matrix and work

@@ -43,6 +43,8 @@ def test_every_run_option_on_the_command_line_lands_in_the_one_value() -> None:
         "--resume",
         "--verifiers=chain",
         "--jobs=3",
+        "--rows=300",
+        "--thorough",
     )
     assert given == RunOptions(
         seed=7,
@@ -54,7 +56,23 @@ def test_every_run_option_on_the_command_line_lands_in_the_one_value() -> None:
         verifiers=("chain",),
         resume=True,
         jobs=3,
+        oracle_rows=300,
+        thorough=True,
     )
+
+
+@pytest.mark.parametrize("command", ["stats", "compare"])
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [("0", "--rows must be a positive integer, got 0"), (str(10**12), "oracle run needs")],
+)
+def test_the_oracles_rows_are_one_option_checked_alike_before_any_work(
+    command: str, rows: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _options("--rows", "300", command=command).oracle_rows == 300
+    assert main([command, "--rows", rows, "--out-dir", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_bad_memory_limit_is_refused_with_the_option_named() -> None:
