@@ -1,7 +1,9 @@
 """What a run is asked to do, gathered once: ``RunOptions`` (the seed and device, the
 per-call time limit, the intra-op threads, isolation, the roles, the ledger's strictness,
-noise recording, the memory limit, the oracle and its verifiers, resuming and the progress sink) and
-``Roles`` (what each implementation is held to).
+noise recording, the memory limit, the oracle, its verifiers and rows, the matrix,
+resuming and the progress sink), ``Roles`` (what each implementation is held to), and
+named options (``PROFILES``: ``default``, ``ci``, ``thorough``; ``register_profile``,
+``get_profile``) that the Python API and the pytest plugin take by name.
 
 The command line builds one ``RunOptions`` from its arguments (``harness.cli.options``),
 the Python API and the pytest plugin from theirs, and every stage takes the one value;
@@ -142,5 +144,49 @@ class RunOptions:
     jobs: int = DEFAULT_JOBS  # 2: the oracle in a forked process beside the matrix and work
     progress: Progress = field(default=no_progress, compare=False)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.verifier_noise, VerifierNoise):  # its word, from the API
+            try:
+                noise = verifier_noise_of(self.verifier_noise)
+            except ValueError as error:
+                raise ValueError(f"verifier_noise: {error}") from None
+            object.__setattr__(self, "verifier_noise", noise)
+
+
+def verifier_noise_of(word: str) -> VerifierNoise:
+    """``word`` as a ``VerifierNoise``, refused with the words it takes."""
+    try:
+        return VerifierNoise(word)
+    except ValueError:
+        expected = ", ".join(noise.value for noise in VerifierNoise)
+        raise ValueError(f"expected one of {expected}, got {word!r}") from None
+
 
 DEFAULT_OPTIONS = RunOptions()
+
+# Named options, in the manner of Hypothesis's settings profiles: ``default``; ``ci``, the
+# same verdict on a shared runner (one process, no per-call time limit: a loaded machine
+# is no defect); ``thorough``, production shapes and four times the oracle's rows, without
+# a time limit (minutes on a CPU).
+PROFILES: dict[str, RunOptions] = {
+    "default": DEFAULT_OPTIONS,
+    "ci": RunOptions(time_limit_s=None, jobs=1),
+    "thorough": RunOptions(time_limit_s=None, thorough=True, oracle_rows=4 * DEFAULT_ROWS),
+}
+
+
+def register_profile(name: str, options: RunOptions) -> None:
+    """Name ``options`` as a profile (a name given again is replaced)."""
+    if not isinstance(options, RunOptions):
+        raise TypeError(f"profile {name!r}: expected a RunOptions, got {options!r}")
+    PROFILES[name] = options
+
+
+def get_profile(name: str) -> RunOptions:
+    """The options a profile names; an unknown name is refused with the known ones."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown profile {name!r}: expected one of {', '.join(PROFILES)}"
+        ) from None

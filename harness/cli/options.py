@@ -18,7 +18,7 @@ from harness.defaults import (
     DEFAULT_VERIFIER_NOISE,
     VerifierNoise,
 )
-from harness.options import Roles, RolesError, RunOptions
+from harness.options import Roles, RolesError, RunOptions, verifier_noise_of
 from harness.pipeline.check_result import TIER_LABELS, Tier
 from harness.render.progress import progress_printer
 
@@ -213,10 +213,9 @@ def add_jobs_option(parser: argparse.ArgumentParser) -> None:
 def verifier_noise(text: str) -> VerifierNoise:
     """``--verifier-noise``'s value, refused with the words it takes."""
     try:
-        return VerifierNoise(text)
-    except ValueError:
-        expected = ", ".join(noise.value for noise in VerifierNoise)
-        raise argparse.ArgumentTypeError(f"expected one of {expected}, got {text!r}") from None
+        return verifier_noise_of(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def add_verifier_noise_option(parser: argparse.ArgumentParser) -> None:
