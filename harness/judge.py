@@ -209,17 +209,7 @@ def _oracle_run(
 
 
 def _oracle_verdict(run: OracleRun, *, options: RunOptions, wall_s: float) -> OracleVerdict:
-    from harness.oracles.part import statistical_coverage, statistical_verdicts
-    from harness.oracles.stats import expectations_hold
-
-    roles = options.roles
-    return OracleVerdict(
-        run=run,
-        coverage=statistical_coverage(run, roles=roles),
-        statisticals=statistical_verdicts(run),
-        ok=all(expectations_hold(results, roles) for results in run.by_verifier.values()),
-        wall_s=wall_s,
-    )
+    return OracleVerdict.of(run, roles=options.roles, wall_s=wall_s)
 
 
 class OracleBeside:

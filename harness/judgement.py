@@ -31,7 +31,9 @@ from harness.pipeline.verdicts import NOT_RUN, Statistical, Verdict, implementat
 if TYPE_CHECKING:
     from harness.gpu.graphs import GraphCaseResult
     from harness.gpu.host_sync import SyncCheck
+    from harness.measure.sweep import SweepSummary
     from harness.measure.time_ratio import TimeRatio
+    from harness.measure.word_sweep import WordSweep
     from harness.measure.work import CaseWork
     from harness.oracles.stats import OracleRun
 
@@ -49,6 +51,11 @@ class ScanVerdict:
     @property
     def ok(self) -> bool:
         return not self.finding
+
+    def meets(self, roles: Roles) -> bool:
+        """Held to its role alone (the ``scan`` command): an implementation expected to
+        fail must hit, every other one must not."""
+        return self.ok != (self.name in roles.expect_fail)
 
 
 @dataclass(frozen=True)
@@ -153,13 +160,38 @@ class LedgerVerdict:
 @dataclass(frozen=True)
 class OracleVerdict:
     """The statistical oracle's run: ``ok`` when every implementation met its
-    expectation under every verifier (``harness.oracles.stats.expectations_hold``)."""
+    expectation under every verifier (``expectations``, by verifier then implementation:
+    ``harness.oracles.stats.meets_expectation``)."""
 
     run: OracleRun
     coverage: StatisticalCoverage | None
     statisticals: Mapping[str, Statistical]
+    expectations: Mapping[str, Mapping[str, bool]]
     ok: bool
     wall_s: float
+
+    @classmethod
+    def of(cls, run: OracleRun, *, roles: Roles, wall_s: float = 0.0) -> OracleVerdict:
+        """The run held to ``roles``: each result to its role's expectation."""
+        from harness.oracles.part import statistical_coverage, statistical_verdicts
+        from harness.oracles.stats import meets_expectation
+
+        expectations = {
+            verifier: {name: meets_expectation(result, roles) for name, result in results.items()}
+            for verifier, results in run.by_verifier.items()
+        }
+        return cls(
+            run=run,
+            coverage=statistical_coverage(run, roles=roles),
+            statisticals=statistical_verdicts(run),
+            expectations=expectations,
+            ok=all(all(by_name.values()) for by_name in expectations.values()),
+            wall_s=wall_s,
+        )
+
+    def met(self, name: str) -> bool:
+        """Whether ``name`` met its role's expectation under every verifier."""
+        return all(by_name[name] for by_name in self.expectations.values() if name in by_name)
 
 
 @dataclass(frozen=True)
@@ -210,16 +242,34 @@ class RedrawVerdict:
 @dataclass(frozen=True)
 class SyncVerdict:
     """Host synchronisation in ``__call__``: ``ok`` when every call that must be
-    sync-free (at least one) was (``harness.gpu.host_sync.syncs_hold``)."""
+    sync-free (at least one) was (``harness.gpu.host_sync.syncs_hold``); ``failed``, the
+    calls that must be and were not."""
 
     checks: tuple[SyncCheck, ...]
+    failed: tuple[SyncCheck, ...]
     ok: bool
 
     @classmethod
     def of(cls, checks: Sequence[SyncCheck]) -> SyncVerdict:
-        from harness.gpu.host_sync import syncs_hold
+        from harness.gpu.host_sync import sync_failed, syncs_hold
 
-        return cls(tuple(checks), syncs_hold(checks))
+        failed = tuple(check for check in checks if sync_failed(check))
+        return cls(tuple(checks), failed, syncs_hold(checks))
+
+
+@dataclass(frozen=True)
+class WordsVerdict:
+    """Each server's word-to-noise conversions over the words swept: ``ok`` when none
+    gives a non-finite noise value (``harness.measure.word_sweep.sweeps_ok``)."""
+
+    sweeps: tuple[WordSweep, ...]
+    ok: bool
+
+    @classmethod
+    def of(cls, sweeps: Sequence[WordSweep]) -> WordsVerdict:
+        from harness.measure.word_sweep import sweeps_ok
+
+        return cls(tuple(sweeps), sweeps_ok(list(sweeps)))
 
 
 @dataclass(frozen=True)
@@ -238,26 +288,49 @@ class Judgement:
     redraws: RedrawVerdict | None = None
     syncs: SyncVerdict | None = None
     time_ratio: TimeRatio | None = None
+    scaling: SweepSummary | None = None  # the scaling sweep's exponent
+    words: WordsVerdict | None = None
+    scans: tuple[ScanVerdict, ...] = ()  # support scans, each in its held verdict where one is
     timing: dict[str, float] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def of_parts(cls, options: RunOptions, **parts: Any) -> Judgement:
+        """The judgement of a command that judges no case, only ``parts`` (each a field)."""
+        return cls(options=options, records=(), held=(), **parts)
 
     @property
     def ok(self) -> bool:
+        """Every held verdict judged by its checks, every part that ran, and every support
+        scan of an implementation without a held verdict, held to its role."""
         parts = [h.ok for h in self.held if self.judged_by_checks(h.name)]
         parts += [p.ok for p in self.parts() if p is not None]
+        held = set(self.names)
+        parts += [s.meets(self.options.roles) for s in self.scans if s.name not in held]
         return all(parts)
 
     def parts(self) -> tuple[Any, ...]:
         """Every part beside the held verdicts (``None``: it did not run), each with its ``ok``."""
-        return (self.ledger, self.oracle, self.work, self.redraws, self.syncs, self.time_ratio)
+        return (
+            *(self.ledger, self.oracle, self.work, self.redraws, self.syncs),
+            *(self.time_ratio, self.scaling, self.words),
+        )
+
+    def of_implementations(self, names: Sequence[str]) -> Judgement:
+        """The judgement of ``names``' held verdicts alone, their scans in them: the
+        other verdicts and the parts are reported beside it, not held (the versions
+        table holds two of its rows)."""
+        held = tuple(h for h in self.held if h.name in names)
+        return Judgement(options=self.options, records=self.records, held=held)
 
     def with_scans(self, scans: Sequence[ScanVerdict]) -> Judgement:
-        """This judgement with each implementation's support scan held in its verdicts."""
+        """This judgement with each implementation's support scan held in its verdicts
+        (where it has one) and beside them."""
         by_name = {scan.name: scan for scan in scans}
         roles = self.options.roles
         held = tuple(
             hold_to_role(h.verdict, roles=roles, scan=by_name.get(h.name)) for h in self.held
         )
-        return replace(self, held=held)
+        return replace(self, held=held, scans=(*self.scans, *scans))
 
     def judged_by_checks(self, name: str) -> bool:
         """The pair's buggy side is judged by the ledger (and by ``expect_fail``)."""
@@ -309,6 +382,9 @@ class Judgement:
             "redraws": None if self.redraws is None else {"ok": self.redraws.ok},
             "syncs": None if self.syncs is None else {"ok": self.syncs.ok},
             "time_ratio": None if self.time_ratio is None else {"ok": self.time_ratio.ok},
+            "scaling": None if self.scaling is None else {"ok": self.scaling.ok},
+            "words": None if self.words is None else {"ok": self.words.ok},
+            "scans": {s.name: {"ok": s.ok, "finding": s.finding or None} for s in self.scans},
             "coverage": {
                 "matrix": self.matrix_coverage().to_json(),
                 "statistical": None if statistical is None else statistical.to_json(),

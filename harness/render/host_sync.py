@@ -4,7 +4,6 @@ implementation but legacy must run a warm call sync-free (``harness.gpu.host_syn
 from __future__ import annotations
 
 from harness.defaults import LEGACY
-from harness.gpu.host_sync import sync_failed
 from harness.judgement import SyncVerdict
 from harness.render.sections import Section, Table
 
@@ -12,11 +11,10 @@ from harness.render.sections import Section, Table
 def sync_section(syncs: SyncVerdict) -> Section:
     """Every implementation but legacy must be sync-free in ``__call__`` on every case
     (``ok``: the judgement's)."""
-    checks = syncs.checks
-    rows, stacks, bad = [], [], []
+    checks, bad = syncs.checks, syncs.failed
+    rows, stacks = [], []
     for check in checks:
-        failed = sync_failed(check)
-        bad += [check] if failed else []
+        failed = check in bad
         rows.append(
             [
                 check.case.label(),
