@@ -15,6 +15,7 @@ from harness.cli.emit import UsageError
 from harness.cli.options import run_options
 from harness.judge import judge
 from harness.options import DEFAULT_OPTIONS, Roles, RunOptions
+from harness.pipeline import repro
 from harness.pipeline.check_result import Tier
 from harness.pipeline.matrix import standard_matrix
 from harness.plugins.implementations import builtin_implementations
@@ -103,6 +104,23 @@ def test_a_case_file_for_another_device_runs_on_the_runs_one_device(
     assert [record["case"]["device"] for record in body["cases"]] == ["cpu"]
     oracle = next(s for s in body["sections"] if s["title"].startswith("Statistical"))
     assert oracle["data"]["config"]["device"] == "cpu"
+
+
+def test_a_repro_file_for_another_device_replays_on_the_runs_one_device(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finding recorded on CUDA replays where ``--device`` says (here the CPU), as
+    ``compare`` runs a case file: identical, since the case is the same but its device."""
+    case = next(c for c in standard_matrix() if c.name == "folded-sampled/vanilla")
+    legacy = builtin_implementations(("legacy",))[0]
+    outcome = repro.outcome_of(case, legacy)
+    path = tmp_path / "legacy.json"
+    recorded = case.with_changes(device="cuda")
+    repro.write_repro(path, case=recorded, implementation=legacy, outcome=outcome)
+    monkeypatch.setattr(case_module, "check_device", lambda device, **_: None)
+    argv = ["repro", str(path), "--device", "cpu", "--json", "--quiet"]
+    assert main([*argv, "--out-dir", str(tmp_path / "out")]) == 1  # legacy still fails
+    assert json.loads(capsys.readouterr().out)["identical"] is True
 
 
 def test_judge_runs_every_case_on_the_options_device() -> None:

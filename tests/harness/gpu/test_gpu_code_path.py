@@ -315,7 +315,13 @@ def _graphs_args(**overrides: object) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     graphs_command.add_arguments(parser)
     args = parser.parse_args([])
-    for key, value in {"device": "cpu", "seed": 0, "quiet": True, **overrides}.items():
+    for key, value in {
+        "device": "cpu",
+        "seed": 0,
+        "quiet": True,
+        "max_memory": None,
+        **overrides,
+    }.items():
         setattr(args, key, value)
     return args
 
