@@ -201,6 +201,9 @@ def test_the_plugin_takes_a_named_profile_and_refuses_an_unknown_one(plugin_run)
     result = plugin_run("--dspark-impl", gumbel, "--dspark-profile", "fast")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --dspark-profile: unknown profile 'fast': expected *"])
+    result = plugin_run("--dspark-impl", gumbel, "--dspark-rows", "0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --dspark-rows must be a positive integer, got 0"])
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
