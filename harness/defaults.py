@@ -25,6 +25,7 @@ DEFAULT_THREADS = 1
 # Processes a judgement's stages run in: with 2, the statistical oracle runs in a process
 # forked beside the one that runs the matrix and the work (docs/design.md, "Threads").
 DEFAULT_JOBS = 2
+DEFAULT_ROWS = 5_000  # the statistical oracle's rows per head kind (``--rows``)
 
 
 class VerifierNoise(enum.StrEnum):

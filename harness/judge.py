@@ -51,7 +51,11 @@ def judge(
     ``work`` the work the fix eliminates, on the options' device. ``oracle_on`` names
     the implementations the oracle decodes (default: all; the Python API leaves out the
     reference it compares against). With a ``journal``,
-    finished cases are kept there and ``options.resume`` reuses them."""
+    finished cases are kept there and ``options.resume`` reuses them.
+
+    The device has one carrier, ``options.device``: every case runs there (a case
+    loaded from a file for another device is moved), as do the oracle and the work."""
+    cases = on_device(cases, options.device)
     timing: dict[str, float] = {}
     decoded = [i for i in implementations if oracle_on is None or i.name in oracle_on]
     with intra_op_threads(options.threads):
@@ -91,6 +95,11 @@ def judge(
         if eliminated is not None:
             timing["work_s"] = round(eliminated.wall_s, 3)
     return judge_records(records, options=options, oracle=oracle, work=eliminated, timing=timing)
+
+
+def on_device(cases: Sequence[Case], device: str) -> list[Case]:
+    """``cases``, each on ``device`` (the run's, ``RunOptions.device``)."""
+    return [case if case.device == device else case.with_changes(device=device) for case in cases]
 
 
 def start_oracle(
@@ -181,6 +190,7 @@ def _oracle_run(
 
     chosen = config or replace(
         DEFAULT_CONFIG,
+        rows=options.oracle_rows,
         seed=options.seed,
         device=options.device,
         verifier_noise=options.verifier_noise,
@@ -199,17 +209,7 @@ def _oracle_run(
 
 
 def _oracle_verdict(run: OracleRun, *, options: RunOptions, wall_s: float) -> OracleVerdict:
-    from harness.oracles.part import statistical_coverage, statistical_verdicts
-    from harness.oracles.stats import expectations_hold
-
-    roles = options.roles
-    return OracleVerdict(
-        run=run,
-        coverage=statistical_coverage(run, roles=roles),
-        statisticals=statistical_verdicts(run),
-        ok=all(expectations_hold(results, roles) for results in run.by_verifier.values()),
-        wall_s=wall_s,
-    )
+    return OracleVerdict.of(run, roles=options.roles, wall_s=wall_s)
 
 
 class OracleBeside:

@@ -1,7 +1,9 @@
 """What a run is asked to do, gathered once: ``RunOptions`` (the seed and device, the
 per-call time limit, the intra-op threads, isolation, the roles, the ledger's strictness,
-noise recording, the memory limit, the oracle and its verifiers, resuming and the progress sink) and
-``Roles`` (what each implementation is held to).
+noise recording, the memory limit, the oracle, its verifiers and rows, the matrix,
+resuming and the progress sink), ``Roles`` (what each implementation is held to), and
+named options (``PROFILES``: ``default``, ``ci``, ``thorough``; ``register_profile``,
+``get_profile``) that the Python API and the pytest plugin take by name.
 
 The command line builds one ``RunOptions`` from its arguments (``harness.cli.options``),
 the Python API and the pytest plugin from theirs, and every stage takes the one value;
@@ -18,6 +20,7 @@ from typing import Any
 from harness.defaults import (
     DEFAULT_JOBS,
     DEFAULT_PAIR,
+    DEFAULT_ROWS,
     DEFAULT_THREADS,
     DEFAULT_TIME_LIMIT_S,
     DEFAULT_VERIFIER_NOISE,
@@ -118,7 +121,10 @@ class RunOptions:
     ``verifiers``: the names of the verifiers the oracle of a lossless verdict runs
     under (``harness.oracles.verifiers``; ``None``: every one that runs here at the
     report's rows). ``verifier_noise``: where the oracle's verifier draws from (each
-    server's own plumbing, or independent streams as a control)."""
+    server's own plumbing, or independent streams as a control). ``oracle_rows``: the
+    oracle's rows per head kind (``--rows``). ``thorough``: the matrix adds production
+    shapes (``--thorough``, ``harness.pipeline.matrix.matrix_for``). ``device`` is the
+    run's one device: its cases, its oracle and its work all run there."""
 
     seed: int = 0
     device: str = "cpu"
@@ -131,10 +137,56 @@ class RunOptions:
     stats: bool = True
     verifiers: tuple[str, ...] | None = None
     verifier_noise: VerifierNoise = DEFAULT_VERIFIER_NOISE
+    oracle_rows: int = DEFAULT_ROWS
+    thorough: bool = False
     resume: bool = False  # reuse the records an interrupted run left in its journal
     threads: int | None = DEFAULT_THREADS  # torch intra-op threads (None: torch's own count)
     jobs: int = DEFAULT_JOBS  # 2: the oracle in a forked process beside the matrix and work
     progress: Progress = field(default=no_progress, compare=False)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.verifier_noise, VerifierNoise):  # its word, from the API
+            try:
+                noise = verifier_noise_of(self.verifier_noise)
+            except ValueError as error:
+                raise ValueError(f"verifier_noise: {error}") from None
+            object.__setattr__(self, "verifier_noise", noise)
+
+
+def verifier_noise_of(word: str) -> VerifierNoise:
+    """``word`` as a ``VerifierNoise``, refused with the words it takes."""
+    try:
+        return VerifierNoise(word)
+    except ValueError:
+        expected = ", ".join(noise.value for noise in VerifierNoise)
+        raise ValueError(f"expected one of {expected}, got {word!r}") from None
+
 
 DEFAULT_OPTIONS = RunOptions()
+
+# Named options, in the manner of Hypothesis's settings profiles: ``default``; ``ci``, the
+# same verdict on a shared runner (one process, no per-call time limit: a loaded machine
+# is no defect); ``thorough``, production shapes and four times the oracle's rows, without
+# a time limit (minutes on a CPU).
+PROFILES: dict[str, RunOptions] = {
+    "default": DEFAULT_OPTIONS,
+    "ci": RunOptions(time_limit_s=None, jobs=1),
+    "thorough": RunOptions(time_limit_s=None, thorough=True, oracle_rows=4 * DEFAULT_ROWS),
+}
+
+
+def register_profile(name: str, options: RunOptions) -> None:
+    """Name ``options`` as a profile (a name given again is replaced)."""
+    if not isinstance(options, RunOptions):
+        raise TypeError(f"profile {name!r}: expected a RunOptions, got {options!r}")
+    PROFILES[name] = options
+
+
+def get_profile(name: str) -> RunOptions:
+    """The options a profile names; an unknown name is refused with the known ones."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown profile {name!r}: expected one of {', '.join(PROFILES)}"
+        ) from None

@@ -1,20 +1,21 @@
 """The harness's checks as a library, for engineers who want them in their own suite.
 
 ``check_sampler`` runs a sampler (a class, or a ``[NAME=]module:Class`` spec) next
-to the reference on the standard case matrix (or the cases given), and through the
-statistical oracle at the report's defaults, and returns its two verdicts with the
-evidence (the oracle's part in ``Verdict.statistical``); ``assert_lossless`` and
-``assert_drop_in`` raise an ``AssertionError`` that lists every failing check and the
-oracle's verdict; ``case_strategy`` is a Hypothesis strategy of small valid cases. The
-command line calls the same code. ``stats=False`` skips the oracle: the verdict then
-rests on the checks alone and its summary says so (``checks only; statistical oracle
-not run``). ``time_limit_s`` bounds each call and each oracle decode, as
-``--time-limit`` does (default 120 s; ``None``: no limit): a sampler interpreted by
-Triton, vLLM's on a CPU, needs minutes for its oracle decode. ``threads`` is the
-intra-op thread count (default 1, as ``--threads``); ``jobs`` the processes the oracle's
-decodes take beside the cases (default 2, as ``--jobs``; the verdict is the same). Every
-function reads its verdict from ``harness.judge.judge``, as the command line and the
-pytest plugin do.
+to the reference on the options' matrix (or the cases given), and through the
+statistical oracle, and returns its two verdicts with the evidence (the oracle's part in
+``Verdict.statistical``); ``assert_lossless`` and ``assert_drop_in`` raise an
+``AssertionError`` that lists every failing check and the oracle's verdict;
+``case_strategy`` is a Hypothesis strategy of small valid cases. The command line calls
+the same code.
+
+Each takes the run's options as one value, ``options``: a ``RunOptions`` or the name of
+a profile (``default``, ``ci``, ``thorough``, or one given to ``register_profile``), in
+the manner of Hypothesis's settings; keyword arguments named after ``RunOptions``' fields
+change the options given (``stats=False``: the verdict rests on the checks alone and its
+summary says so; ``time_limit_s``, ``threads``, ``jobs``, ``verifier_noise``,
+``oracle_rows``, ``thorough``...). Every case runs on ``options.device``. Every function
+reads its verdict from ``harness.judge.judge``, as the command line and the pytest plugin
+do.
 """
 
 from __future__ import annotations
@@ -25,14 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness.case import Case
-from harness.defaults import (
-    DEFAULT_JOBS,
-    DEFAULT_THREADS,
-    DEFAULT_TIME_LIMIT_S,
-    DEFAULT_VERIFIER_NOISE,
-    VerifierNoise,
-)
-from harness.options import Roles, RunOptions
+from harness.options import PROFILES, RunOptions, get_profile, register_profile
 from harness.pipeline.check_result import Tier
 from harness.pipeline.verdicts import Statistical, Verdict
 
@@ -42,15 +36,41 @@ if TYPE_CHECKING:
     from harness.plugins.implementations import Implementation
 
 __all__ = [
+    "PROFILES",
     "Case",
+    "RunOptions",
     "Verdict",
     "assert_drop_in",
     "assert_lossless",
     "case_strategy",
     "check_sampler",
+    "get_profile",
     "implementation_of",
+    "options_of",
     "oracle_verdict",
+    "register_profile",
 ]
+
+OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(RunOptions))
+
+
+def options_of(
+    options: RunOptions | str = "default", *, require: Tier | str | None = None, **changes: Any
+) -> RunOptions:
+    """The run's options: ``options`` (a ``RunOptions``, or a profile's name) with
+    ``changes`` to its fields, and ``require`` (a ``Tier`` or its label) as what a
+    judged implementation must meet."""
+    chosen = get_profile(options) if isinstance(options, str) else options
+    if not isinstance(chosen, RunOptions):
+        raise TypeError(f"options: expected a RunOptions or a profile's name, got {options!r}")
+    unknown = sorted(set(changes) - OPTION_NAMES)
+    if unknown:
+        raise TypeError(f"unknown options {unknown}: expected fields of RunOptions")
+    chosen = dataclasses.replace(chosen, **changes)
+    if require is None:
+        return chosen
+    required = Tier.from_label(require)  # ValueError naming the expected words
+    return dataclasses.replace(chosen, roles=dataclasses.replace(chosen.roles, require=required))
 
 
 def implementation_of(spec_or_class: str | type[Any]) -> Implementation:
@@ -75,68 +95,43 @@ def check_sampler(
     spec_or_class: str | type[Any],
     *,
     cases: Sequence[Case] | None = None,
-    require: Tier | str = Tier.DROP_IN,
-    stats: bool = True,
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
-    threads: int | None = DEFAULT_THREADS,
-    verifier_noise: VerifierNoise | str = DEFAULT_VERIFIER_NOISE,
-    jobs: int = DEFAULT_JOBS,
+    options: RunOptions | str = "default",
+    require: Tier | str | None = None,
+    **changes: Any,
 ) -> Verdict:
-    """Run the sampler next to the reference on ``cases`` (default: the standard matrix)
-    and, unless ``stats=False``, through the statistical oracle (the report's defaults,
-    on the cases' device); its verdicts, with ``ok`` saying whether it meets ``require``
-    (a ``Tier``, or its label: ``"lossless"`` or ``"drop-in"``). ``verifier_noise``:
-    the oracle's verifier on each server's own plumbing (``"shared"``, the default) or
-    on independent streams (``"independent"``, a control)."""
+    """Run the sampler next to the reference on ``cases`` (default: the options' matrix)
+    and, unless the options leave it out, through the statistical oracle; its verdicts,
+    with ``ok`` saying whether it meets ``require`` (default the options' roles': drop-in).
+    ``options``, ``require`` and ``changes`` as ``options_of`` takes them."""
     from harness.defaults import REFERENCE
     from harness.judge import judge
-    from harness.pipeline.matrix import standard_matrix
+    from harness.pipeline.matrix import matrix_for
     from harness.plugins.implementations import builtin_implementations
 
-    required = Tier.from_label(require)  # ValueError naming the expected words
+    chosen_options = options_of(options, require=require, **changes)
     implementation = implementation_of(spec_or_class)
     if implementation.name == REFERENCE:
         implementation = dataclasses.replace(implementation, name=f"{REFERENCE}-under-test")
-    chosen = list(standard_matrix() if cases is None else cases)
+    chosen = list(matrix_for(chosen_options) if cases is None else cases)
     judgement = judge(
         chosen,
         [*builtin_implementations((REFERENCE,)), implementation],
-        options=RunOptions(
-            device=chosen[0].device if chosen else "cpu",
-            time_limit_s=time_limit_s,
-            roles=Roles(require=required),
-            stats=stats,
-            threads=threads,
-            verifier_noise=VerifierNoise(verifier_noise),
-            jobs=jobs,
-        ),
+        options=chosen_options,
         oracle_on=(implementation.name,),
     )
+    required = chosen_options.roles.require
     return dataclasses.replace(judgement.verdict(implementation.name), required=required)
 
 
 def oracle_verdict(
-    implementation: Implementation,
-    *,
-    device: str = "cpu",
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
-    threads: int | None = DEFAULT_THREADS,
-    verifier_noise: VerifierNoise | str = DEFAULT_VERIFIER_NOISE,
-    jobs: int = DEFAULT_JOBS,
+    implementation: Implementation, *, options: RunOptions | str = "default", **changes: Any
 ) -> Statistical:
-    """The statistical oracle's verdict on one implementation, at the report's defaults
-    (its seed) on ``device``, each decode within ``time_limit_s``."""
+    """The statistical oracle's verdict on one implementation, under ``options`` (as
+    ``options_of`` takes them; the oracle runs whatever their ``stats``)."""
     from harness.judge import judge
 
-    options = RunOptions(
-        device=device,
-        roles=Roles(require=Tier.LOSSLESS),
-        time_limit_s=time_limit_s,
-        threads=threads,
-        verifier_noise=VerifierNoise(verifier_noise),
-        jobs=jobs,
-    )
-    judgement = judge([], [implementation], options=options)
+    chosen = options_of(options, **{**changes, "stats": True})
+    judgement = judge([], [implementation], options=chosen)
     assert judgement.oracle is not None  # the options ask for it
     return judgement.oracle.statisticals[implementation.name]
 
@@ -145,23 +140,11 @@ def _assert(
     spec_or_class: str | type[Any],
     *,
     cases: Sequence[Case] | None,
+    options: RunOptions | str,
     require: Tier,
-    stats: bool,
-    time_limit_s: float | None,
-    threads: int | None,
-    verifier_noise: VerifierNoise | str,
-    jobs: int,
+    changes: dict[str, Any],
 ) -> Verdict:
-    verdict = check_sampler(
-        spec_or_class,
-        cases=cases,
-        require=require,
-        stats=stats,
-        time_limit_s=time_limit_s,
-        threads=threads,
-        verifier_noise=verifier_noise,
-        jobs=jobs,
-    )
+    verdict = check_sampler(spec_or_class, cases=cases, options=options, require=require, **changes)
     if not verdict.ok:
         lines = [f"{verdict.name} is {verdict.summary()}", verdict.evidence()]
         raise AssertionError("\n".join([*filter(None, lines), verdict.statistical_line()]))
@@ -172,23 +155,13 @@ def assert_lossless(
     spec_or_class: str | type[Any],
     *,
     cases: Sequence[Case] | None = None,
-    stats: bool = True,
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
-    threads: int | None = DEFAULT_THREADS,
-    verifier_noise: VerifierNoise | str = DEFAULT_VERIFIER_NOISE,
-    jobs: int = DEFAULT_JOBS,
+    options: RunOptions | str = "default",
+    **changes: Any,
 ) -> Verdict:
     """Raise ``AssertionError`` (every failing check listed, and the oracle's verdict)
     unless the sampler is lossless: its checks and the statistical oracle."""
     return _assert(
-        spec_or_class,
-        cases=cases,
-        require=Tier.LOSSLESS,
-        stats=stats,
-        time_limit_s=time_limit_s,
-        threads=threads,
-        verifier_noise=verifier_noise,
-        jobs=jobs,
+        spec_or_class, cases=cases, options=options, require=Tier.LOSSLESS, changes=changes
     )
 
 
@@ -196,22 +169,12 @@ def assert_drop_in(
     spec_or_class: str | type[Any],
     *,
     cases: Sequence[Case] | None = None,
-    stats: bool = True,
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
-    threads: int | None = DEFAULT_THREADS,
-    verifier_noise: VerifierNoise | str = DEFAULT_VERIFIER_NOISE,
-    jobs: int = DEFAULT_JOBS,
+    options: RunOptions | str = "default",
+    **changes: Any,
 ) -> Verdict:
     """Raise ``AssertionError`` unless the sampler is lossless and drop-in."""
     return _assert(
-        spec_or_class,
-        cases=cases,
-        require=Tier.DROP_IN,
-        stats=stats,
-        time_limit_s=time_limit_s,
-        threads=threads,
-        verifier_noise=verifier_noise,
-        jobs=jobs,
+        spec_or_class, cases=cases, options=options, require=Tier.DROP_IN, changes=changes
     )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.oracles.defaults import DEFAULT_ROWS
+from harness.defaults import DEFAULT_ROWS
 from harness.oracles.problem import StatsConfig
 from harness.plugins.implementations import builtin_implementations
 from tests.oracle_memo import FRESH, OracleMemo

@@ -16,12 +16,12 @@ from harness.cli.options import (
     add_isolate_option,
     add_resume_option,
     add_role_options,
+    add_rows_option,
     add_selection_options,
     add_stats_option,
     add_thorough_option,
     journal_path,
     judged_implementations,
-    matrix_cases,
     run_options,
 )
 from harness.render.sections import Section
@@ -38,22 +38,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_resume_option(parser)
     add_isolate_option(parser)
     add_stats_option(parser)
+    add_rows_option(parser)
+
+
+def validate(args: argparse.Namespace) -> None:
+    """The oracle's ``--rows`` and the memory its run needs, as ``stats`` checks them."""
+    from harness.cli.validate import check_oracle_run
+
+    if not args.no_stats:
+        check_oracle_run(args)
 
 
 def command(args: argparse.Namespace) -> ExitCode:
     from harness.case import Case
     from harness.judge import judge
     from harness.pipeline.isolation import make_executor
+    from harness.pipeline.matrix import matrix_for
     from harness.plugins.implementations import parse_names
     from harness.render.verdicts import judgement_sections
 
     options = run_options(args, require_observable=not args.case)
-    if args.case:
-        cases = [Case.load(path) for path in args.case]
-        if args.device != "cpu":
-            cases = [c.with_changes(device=args.device) for c in cases]
-    else:
-        cases = matrix_cases(args)
+    # on --device, whatever device a case file names: judge() moves each case there
+    cases = [Case.load(path) for path in args.case] if args.case else matrix_for(options)
     with make_executor(isolate=options.isolate) as executor:  # stopped before the report
         implementations = judged_implementations(
             args, parse_names(args.only), roles=options.roles, executor=executor

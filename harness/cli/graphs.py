@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from harness.cli.emit import emit, usage_error
 from harness.cli.exit_codes import ExitCode
-from harness.cli.options import add_selection_options
+from harness.cli.options import add_selection_options, run_options
 from harness.gpu.shapes import DEFAULT_REPLAYS
 from harness.progress import Progress
 from harness.render.progress import progress_printer
@@ -51,26 +52,25 @@ def command(args: argparse.Namespace) -> ExitCode:
     every graph redraws its noise and no implementation but legacy syncs; 1 otherwise;
     2 on bad usage, including a device that is not CUDA."""
     from harness.case import Case, CaseError
-    from harness.gpu.graphs import capture_and_replay, redraws_hold, replay_records, require_cuda
-    from harness.gpu.host_sync import no_host_sync, syncs_hold
-    from harness.judgement import judge_records
-    from harness.options import RunOptions
-    from harness.pipeline.matrix import standard_matrix
+    from harness.gpu.graphs import capture_and_replay, replay_records, require_cuda
+    from harness.gpu.host_sync import no_host_sync
+    from harness.judgement import RedrawVerdict, SyncVerdict, judge_records
+    from harness.pipeline.matrix import matrix_for
     from harness.plugins.implementations import ImplementationError
     from harness.render.graphs import graph_sections
     from harness.render.host_sync import sync_section
 
-    device = str(args.device)
+    options = run_options(args, require_observable=not args.case)
+    device = options.device  # the run's one device: every case is moved there
     try:
         require_cuda(device, what="python -m harness graphs")
         if args.replays < 1:
             raise ValueError(f"--replays must be >= 1, got {args.replays}")
         implementations = _implementations(args)
-        seed = int(args.seed)
         if args.case:
             cases = [Case.load(path).with_changes(device=device) for path in args.case]
         else:
-            cases = standard_matrix(seed=seed, device=device)
+            cases = matrix_for(options)
     except RuntimeError as error:
         return usage_error(f"{error} (run with --device cuda on a machine with a GPU)")
     except (ValueError, CaseError, ImplementationError) as error:
@@ -90,17 +90,20 @@ def command(args: argparse.Namespace) -> ExitCode:
         )
     timing = {"graphs_s": round(time.perf_counter() - started, 3)}
     records = [record for result in results for record in replay_records(result.replays)]
-    judgement = judge_records(records, options=RunOptions(require_observable=not args.case))
-    ok = judgement.ok and redraws_hold(results)
-    sections = graph_sections(results, judgement=judgement)
+    judgement = replace(
+        judge_records(records, options=options),
+        redraws=RedrawVerdict.of(results),
+    )
+    sections = graph_sections(judgement)
     if not args.no_sync_check:
         started = time.perf_counter()
         checks = []
         for case in cases:
             progress(f"[sync] {case.label()}")
             checks += [no_host_sync(case, implementation) for implementation in implementations]
-        sections.insert(len(sections) - 1, sync_section(checks))
-        ok = ok and syncs_hold(checks)
+        syncs = SyncVerdict.of(checks)
+        judgement = replace(judgement, syncs=syncs)
+        sections.insert(len(sections) - 1, sync_section(syncs))
         timing["sync_s"] = round(time.perf_counter() - started, 3)
     heading = (
         f"DSpark draft-sampler harness: CUDA graphs ({len(cases)} cases x {args.replays} "
@@ -111,7 +114,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         command="graphs",
         heading=heading,
         sections=sections,
-        ok=ok,
+        ok=judgement.ok,
         cases=[result.to_json() for result in results],
         timing=timing,
     )

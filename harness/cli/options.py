@@ -12,17 +12,17 @@ from harness.defaults import (
     BUILTIN_NAMES,
     DEFAULT_JOBS,
     DEFAULT_PAIR,
+    DEFAULT_ROWS,
     DEFAULT_THREADS,
     DEFAULT_TIME_LIMIT_S,
     DEFAULT_VERIFIER_NOISE,
     VerifierNoise,
 )
-from harness.options import Roles, RolesError, RunOptions
+from harness.options import Roles, RolesError, RunOptions, verifier_noise_of
 from harness.pipeline.check_result import TIER_LABELS, Tier
 from harness.render.progress import progress_printer
 
 if TYPE_CHECKING:  # the options are offered without importing what runs them (torch)
-    from harness.case import Case
     from harness.executor import Executor
     from harness.plugins.implementations import Implementation
 
@@ -66,6 +66,18 @@ def add_selection_options(parser: argparse.ArgumentParser, *, verb: str) -> None
     add_impl_option(parser, verb=f"also {verb}")
 
 
+def add_rows_option(parser: argparse.ArgumentParser) -> None:
+    """``--rows N``: the statistical oracle's rows per head kind (``RunOptions.oracle_rows``;
+    checked with the memory they need, ``harness.cli.validate.check_oracle_run``)."""
+    parser.add_argument(
+        "--rows",
+        type=int,
+        default=DEFAULT_ROWS,
+        metavar="N",
+        help=f"the statistical oracle's rows per head kind (default {DEFAULT_ROWS})",
+    )
+
+
 def add_thorough_option(parser: argparse.ArgumentParser) -> None:
     """``--thorough``: the standard matrix plus production shapes."""
     parser.add_argument(
@@ -76,14 +88,6 @@ def add_thorough_option(parser: argparse.ArgumentParser) -> None:
             "bs 1 and 256, a longer life (minutes on a CPU; within --max-memory)"
         ),
     )
-
-
-def matrix_cases(args: argparse.Namespace) -> list[Case]:
-    """The matrix ``--thorough`` asks for, at ``--seed`` on ``--device``."""
-    from harness.pipeline import matrix as matrices
-
-    matrix = matrices.thorough_matrix if args.thorough else matrices.standard_matrix
-    return matrix(seed=args.seed, device=args.device)
 
 
 def comma_separated(
@@ -209,10 +213,9 @@ def add_jobs_option(parser: argparse.ArgumentParser) -> None:
 def verifier_noise(text: str) -> VerifierNoise:
     """``--verifier-noise``'s value, refused with the words it takes."""
     try:
-        return VerifierNoise(text)
-    except ValueError:
-        expected = ", ".join(noise.value for noise in VerifierNoise)
-        raise argparse.ArgumentTypeError(f"expected one of {expected}, got {text!r}") from None
+        return verifier_noise_of(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def add_verifier_noise_option(parser: argparse.ArgumentParser) -> None:
@@ -264,6 +267,8 @@ def run_options(args: argparse.Namespace, *, require_observable: bool = False) -
         stats=not getattr(args, "no_stats", False),
         verifiers=getattr(args, "verifiers", None),
         verifier_noise=getattr(args, "verifier_noise", DEFAULT_VERIFIER_NOISE),
+        oracle_rows=getattr(args, "rows", DEFAULT_ROWS),
+        thorough=bool(getattr(args, "thorough", False)),
         resume=bool(getattr(args, "resume", False)),
         threads=getattr(args, "threads", DEFAULT_THREADS) or None,
         jobs=getattr(args, "jobs", DEFAULT_JOBS),

@@ -21,7 +21,6 @@ from harness.cli.options import (
     add_thorough_option,
     journal_path,
     judged_implementations,
-    matrix_cases,
     run_options,
 )
 from harness.defaults import BUILTIN_NAMES
@@ -46,10 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def command(args: argparse.Namespace) -> ExitCode:
     from harness.judge import judge
     from harness.pipeline.isolation import make_executor
+    from harness.pipeline.matrix import matrix_for
     from harness.render.verdicts import judgement_sections
 
     options = run_options(args, require_observable=True)
-    cases = matrix_cases(args)
+    cases = matrix_for(options)
     with make_executor(isolate=options.isolate) as executor:  # stopped before the report
         implementations = judged_implementations(
             args, list(BUILTIN_NAMES), roles=options.roles, executor=executor

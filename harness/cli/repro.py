@@ -2,8 +2,11 @@
 
 With ``--out FILE``: find a failing case of the standard matrix (of ``--check NAME``
 when given), shrink it and write it. With ``FILE``: replay it with its recorded
-implementation (or the one ``--impl`` names); exit 0 when that implementation now
-passes the recorded check.
+implementation (or the one ``--impl`` names) on ``--device`` (the run's one device,
+whatever device the file names); exit 0 when that implementation now passes the
+recorded check. A replay is no verdict on the implementation (no ``Judgement``): it
+answers whether one recorded finding still stands; ``compare --case FILE`` judges the
+implementation on that case.
 """
 
 from __future__ import annotations
@@ -55,10 +58,9 @@ def _replay(args: argparse.Namespace) -> ExitCode:
     recorded = repro.read_repro(args.file)
     spec = args.impl[0] if args.impl else recorded.spec
     implementation = repro.resolve_implementation(spec)
-    case = recorded.case
-    if args.device != "cpu":
-        case = case.with_changes(device=args.device)
-    now = repro.outcome_of(case, implementation, options=run_options(args))
+    options = run_options(args)
+    case = recorded.case.with_changes(device=options.device)
+    now = repro.outcome_of(case, implementation, options=options)
     identical = now == recorded.outcome
     passes = not now.fails(recorded.check)
     result = {

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harness.cli.emit import UsageError
 from harness.cli.exit_codes import ExitCode
@@ -24,6 +24,7 @@ from harness.cli.options import add_impl_option
 from harness.defaults import DTYPE_NAMES, FIXED
 
 if TYPE_CHECKING:  # the work's modules import torch: they load when the scan runs
+    from harness.judgement import ScanVerdict
     from harness.pipeline.support_scan import PointResult, RuleOutcome, ScanPlan
     from harness.plugins.implementations import Implementation
     from harness.render.sections import Section
@@ -134,6 +135,16 @@ def _rule_rows(name: str, outcomes: tuple[RuleOutcome, ...]) -> list[list[str]]:
     ]
 
 
+def _scan_verdict(name: str, results: list[PointResult]) -> ScanVerdict:
+    """``name``'s scan as its verdict takes it: its first hit, else the first point that
+    raised (neither: clean)."""
+    from harness.judgement import ScanVerdict
+    from harness.upstream.versions import scan_findings
+
+    raised = [f"support scan raised: {r.error}" for r in results if r.error is not None]
+    return ScanVerdict(name, next(iter([*scan_findings(results), *raised]), ""))
+
+
 def run_scan(
     implementations: list[Implementation],
     plan: ScanPlan,
@@ -141,8 +152,11 @@ def run_scan(
     out_dir: Path,
     expect_fail: set[str],
     quiet: bool,
-) -> tuple[Section, dict[str, Any]]:
-    """Scan every implementation over the plan, probe the non-finite rule, write repros."""
+) -> Section:
+    """Scan every implementation over the plan, probe the non-finite rule, write repros;
+    the section's ok is the judgement of the scans, each held to its role."""
+    from harness.judgement import Judgement
+    from harness.options import Roles, RunOptions
     from harness.pipeline.repro import implementation_spec
     from harness.pipeline.support_scan import (
         first_hit_tokens,
@@ -178,7 +192,11 @@ def run_scan(
         rules[impl.name] = nonfinite_behaviour(impl)
     hitting = {r.implementation for r in results if not r.clean}
     names = [impl.name for impl in implementations]
-    ok = hitting == set(expect_fail)
+    scans = [
+        _scan_verdict(name, [r for r in results if r.implementation == name]) for name in names
+    ]
+    roles = Roles(expect_fail=tuple(sorted(expect_fail)))
+    ok = Judgement.of_parts(RunOptions(roles=roles)).with_scans(scans).ok
     verdicts = []
     for name in names:
         mine = [r for r in results if r.implementation == name]
@@ -250,7 +268,7 @@ def run_scan(
         },
         "ok": ok,
     }
-    return Section(title=TITLE, ok=ok, verdict=verdict, text=text, data=data), data
+    return Section(title=TITLE, ok=ok, verdict=verdict, text=text, data=data)
 
 
 def command(args: argparse.Namespace) -> ExitCode:
@@ -270,7 +288,7 @@ def command(args: argparse.Namespace) -> ExitCode:
     if stray:
         raise UsageError(f"--expect-fail names {sorted(stray)}, which are not scanned")
     started = time.perf_counter()
-    section, data = run_scan(
+    section = run_scan(
         implementations,
         plan,
         out_dir=args.out_dir,
@@ -282,7 +300,7 @@ def command(args: argparse.Namespace) -> ExitCode:
         seed=args.seed,
         device=args.device,
         heading=f"DSpark draft-sampler harness: support scan (seed {args.seed}, {args.device})",
-        ok=bool(data["ok"]),
+        ok=section.ok,
         sections=[section],
         timing={"scan_s": round(time.perf_counter() - started, 3)},
     )

@@ -24,6 +24,7 @@ from harness.cli.options import (
     add_isolate_option,
     add_jobs_option,
     add_role_options,
+    add_rows_option,
     add_verifiers_option,
     comma_separated,
     run_options,
@@ -44,12 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_isolate_option(parser)
     add_jobs_option(parser)
     add_role_options(parser, require=False)
-    parser.add_argument(
-        "--rows",
-        type=int,
-        default=defaults.DEFAULT_ROWS,
-        help=f"rows per head (default {defaults.DEFAULT_ROWS})",
-    )
+    add_rows_option(parser)
     parser.add_argument(
         "--rounds",
         type=int,
@@ -103,10 +99,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def validate(args: argparse.Namespace) -> None:
-    """``--model-seed``, ``--vocab`` and the memory estimate of the oracle run, before it
-    runs."""
-    from harness.cli.validate import check_max_memory, check_seed
-    from harness.pipeline import memory
+    """``--model-seed``, ``--vocab``, ``--rows`` and the memory estimate of the oracle
+    run, before it runs."""
+    from harness.cli.validate import check_oracle_run, check_seed
 
     if args.model_seed is not None:
         check_seed(args.model_seed, option="--model-seed")
@@ -114,20 +109,7 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError(
             f"stats --vocab must be >= 2 (a 1-token vocabulary has no test), got {args.vocab}"
         )
-    estimate = memory.stats_run_bytes(
-        rows=max(args.rows, 1),
-        gamma=max(args.gamma, 1),
-        vocab=args.vocab,
-        m=max(args.m, 1),
-        hidden=defaults.DEFAULT_HIDDEN_SIZE,
-        rank=defaults.DEFAULT_MARKOV_RANK,
-    )
-    memory.check_fits(
-        estimate,
-        what="the statistical oracle run",
-        device=args.device,
-        max_memory_bytes=check_max_memory(args.max_memory),
-    )
+    check_oracle_run(args)
 
 
 def command(args: argparse.Namespace) -> int:
@@ -151,7 +133,7 @@ def command(args: argparse.Namespace) -> int:
         options = replace(options, verifiers=verifiers, stats=True)
         config = replace(
             DEFAULT_CONFIG,
-            rows=args.rows,
+            rows=options.oracle_rows,
             rounds=args.rounds,
             m=args.m,
             gamma=args.gamma,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from harness.cli.emit import UsageError, emit, usage_error
 from harness.cli.exit_codes import ExitCode
-from harness.cli.options import add_impl_option, add_pair_option, comma_separated
+from harness.cli.options import add_impl_option, add_pair_option, comma_separated, run_options
 from harness.render.progress import progress_printer
 
 if TYPE_CHECKING:  # the options are offered without importing the sweep (torch)
@@ -113,6 +113,7 @@ def command(args: argparse.Namespace) -> ExitCode:
     """``OK`` when done (and, on the default grid, the fixed sampler's walk-only exponent
     lies in ``harness.measure.sweep.EXPONENT_RANGE``); ``FAIL`` otherwise; ``USAGE`` on a
     bad grid."""
+    from harness.judgement import Judgement
     from harness.measure.sweep import (
         SweepError,
         run_sweep,
@@ -141,4 +142,5 @@ def command(args: argparse.Namespace) -> ExitCode:
     heading = (
         f"DSpark draft-sampler harness: scaling sweep ({len(records)} points, {config.device})"
     )
-    return emit(args, command="sweep", heading=heading, sections=[section], ok=summary.ok)
+    judgement = Judgement.of_parts(run_options(args), scaling=summary)
+    return emit(args, command="sweep", heading=heading, sections=[section], ok=judgement.ok)

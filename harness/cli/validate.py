@@ -17,6 +17,7 @@ from pathlib import Path
 from harness.cli.emit import UsageError
 from harness.cli.names import did_you_mean
 from harness.defaults import BUILTIN_NAMES, DEFAULT_PAIR, DEVICE_FORM, SEED_LIMIT
+from harness.oracles import defaults
 from harness.oracles.defaults import VERIFIER_NAMES
 from harness.pipeline import memory
 from harness.plugins.errors import ImplementationError
@@ -95,6 +96,28 @@ def check_verifiers_here(names: tuple[str, ...]) -> None:
         verifiers_named(names)
     except StatsError as error:
         raise UsageError(str(error)) from None
+
+
+def check_oracle_run(args: argparse.Namespace) -> None:
+    """The oracle's ``--rows`` (a positive integer) and the memory its run needs at them
+    (with ``stats``' ``--gamma``, ``--vocab`` and ``--m`` where a command has them, else
+    their defaults), before it runs: ``stats`` and ``compare`` alike."""
+    if args.rows < 1:
+        raise UsageError(f"--rows must be a positive integer, got {args.rows}")
+    estimate = memory.stats_run_bytes(
+        rows=args.rows,
+        gamma=max(getattr(args, "gamma", defaults.DEFAULT_GAMMA), 1),
+        vocab=getattr(args, "vocab", defaults.DEFAULT_VOCAB_SIZE),
+        m=max(getattr(args, "m", defaults.DEFAULT_M), 1),
+        hidden=defaults.DEFAULT_HIDDEN_SIZE,
+        rank=defaults.DEFAULT_MARKOV_RANK,
+    )
+    memory.check_fits(
+        estimate,
+        what="the statistical oracle run",
+        device=args.device,
+        max_memory_bytes=check_max_memory(args.max_memory),
+    )
 
 
 def check_device_form(device: str) -> None:

@@ -70,7 +70,9 @@ def validate(args: argparse.Namespace) -> None:
 
 def command(args: argparse.Namespace) -> ExitCode:
     """Sweep every available server's conversions and report the counts."""
-    from harness.measure.word_sweep import sweep, sweeps_ok
+    from harness.cli.options import run_options
+    from harness.judgement import Judgement, WordsVerdict
+    from harness.measure.word_sweep import sweep
     from harness.render.progress import progress_printer
     from harness.render.words import words_section
     from harness.upstream.noise_words import server_conversions
@@ -95,13 +97,13 @@ def command(args: argparse.Namespace) -> ExitCode:
         sweeps.append(
             sweep(conversion, start=start, stop=stop, chunk=args.chunk, progress=progress)
         )
-    ok = sweeps_ok(sweeps)
+    judgement = Judgement.of_parts(run_options(args), words=WordsVerdict.of(sweeps))
     return emit(
         args,
         command="words",
         heading=f"DSpark draft-sampler harness: every word of the noise streams "
         f"(words [{start}, {stop}))",
-        sections=[words_section(sweeps, unavailable=unavailable, ok=ok)],
-        ok=ok,
+        sections=[words_section(sweeps, unavailable=unavailable, ok=judgement.ok)],
+        ok=judgement.ok,
         timing={"words_s": round(time.perf_counter() - began, 3)},
     )

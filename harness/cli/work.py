@@ -77,7 +77,6 @@ def command(args: argparse.Namespace) -> ExitCode:
         judgement = judge([], implementations, options=options, executor=executor, work=True)
         assert judgement.work is not None  # asked for
         sections = [work_section(judgement.work)]
-        ok = judgement.ok
         if args.timing:
             timed = time_ratio(
                 seed=options.seed,
@@ -89,14 +88,14 @@ def command(args: argparse.Namespace) -> ExitCode:
                 pair=pair,
                 executor=executor,
             )
+            judgement = replace(judgement, time_ratio=timed)
             sections.append(timing_section(timed))
-            ok = ok and timed.ok
     heading = f"DSpark draft-sampler harness: eliminated work (seed {args.seed}, {args.device})"
     return emit(
         args,
         command="work",
         heading=heading,
         sections=sections,
-        ok=ok,
+        ok=judgement.ok,
         timing=judgement.timing,
     )

@@ -5,7 +5,6 @@ without torch, so that ``python -m harness stats --help`` answers at once;
 from __future__ import annotations
 
 GREEDY = 0.0  # the temperature that marks a greedy row (top_k = 1)
-DEFAULT_ROWS = 5_000  # per head kind
 DEFAULT_M = 2  # committed tokens per row in the joint
 DEFAULT_ROUNDS = 4  # draft-verify rounds per row
 DEFAULT_GAMMA = 4

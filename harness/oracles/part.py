@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from harness.defaults import LEGACY
+from harness.defaults import LEGACY, VerifierNoise
 from harness.executor import IN_PROCESS, Executor
 from harness.options import DEFAULT_OPTIONS, Roles, RunOptions
 from harness.oracles.power import TARGET_POWER, run_power_curves
@@ -76,7 +76,11 @@ def statistical_verdicts(oracle: OracleRun) -> dict[str, Statistical]:
     """Each implementation's statistical part, as its lossless verdict takes it: passed
     only when it passes under every verifier; otherwise the first verifier's failure,
     its carriers named with that verifier when the run had more than one."""
-    return {name: combined_statistical(oracle.results_of(name)) for name in oracle.results}
+    independent = oracle.config.verifier_noise is VerifierNoise.INDEPENDENT
+    return {
+        name: replace(combined_statistical(oracle.results_of(name)), independent=independent)
+        for name in oracle.results
+    }
 
 
 def combined_statistical(results: Sequence[StatsResult]) -> Statistical:

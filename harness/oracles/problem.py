@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from harness.case import TOP_K_ALL, Case, CaseInputs
-from harness.defaults import DEFAULT_VERIFIER_NOISE, VerifierNoise
+from harness.defaults import DEFAULT_ROWS, DEFAULT_VERIFIER_NOISE, VerifierNoise
 from harness.devices import intra_op_threads
 from harness.oracles.defaults import (
     DEFAULT_ALPHA,
@@ -31,7 +31,6 @@ from harness.oracles.defaults import (
     DEFAULT_MARKOV_RANK,
     DEFAULT_MODEL_SEED,
     DEFAULT_ROUNDS,
-    DEFAULT_ROWS,
     DEFAULT_TEMPERATURES,
     DEFAULT_VOCAB_SIZE,
     GREEDY,

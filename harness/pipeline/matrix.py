@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 
 from harness.case import Case
+from harness.options import RunOptions
 from harness.pipeline.life import MIN_REPLAYS
 
 MIXED = (False, True, False, False)  # rows 0, 2, 3 sampled; row 1 greedy
@@ -202,3 +203,10 @@ def thorough_matrix(*, seed: int = 0, device: str = "cpu") -> list[Case]:
         ),
     ]
     return [*standard_matrix(seed=seed, device=device), *_cases(specs, seed=seed, device=device)]
+
+
+def matrix_for(options: RunOptions) -> list[Case]:
+    """The matrix the options ask for (``thorough``: with production shapes), at their
+    seed on their device."""
+    matrix = thorough_matrix if options.thorough else standard_matrix
+    return matrix(seed=options.seed, device=options.device)

@@ -24,6 +24,9 @@ from harness.pipeline.records import CaseRecord, CheckRecord
 
 MAX_CARRIERS = 4  # rejections named in a verdict line
 CHECKS_ONLY = "checks only; statistical oracle not run"  # a lossless verdict without the oracle
+# an oracle's verdict under --verifier-noise independent: it rests on streams the server
+# never uses, so it says so wherever it is stated
+INDEPENDENT_STREAMS = "drafter and verifier on independent streams: a control"
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Statistical:
     randomness: str = ""  # a released server's verdict: judged on its server's own randomness
     # its decodes' calls that failed a per-call check: a defect, whatever the p-values say
     call_findings: tuple[CallFinding, ...] = ()
+    independent: bool = False  # its verifier drew from streams of its own (a control)
 
     @property
     def failed(self) -> bool:
@@ -50,8 +54,14 @@ class Statistical:
         check: either way not shown lossless."""
         return self.ran and (self.rejected is not False or bool(self.call_findings))
 
+    @property
+    def streams(self) -> str:
+        """What its decodes drew from, where that is not each server's own plumbing."""
+        return INDEPENDENT_STREAMS if self.ran and self.independent else ""
+
     def describe(self) -> str:
-        scope = "".join(f" [{note}]" for note in (self.scope, self.randomness) if note)
+        notes = (self.scope, self.randomness, self.streams)
+        scope = "".join(f" [{note}]" for note in notes if note)
         if not self.ran:
             return f"statistical oracle not run{scope}"
         if self.call_findings:
@@ -108,6 +118,7 @@ class Statistical:
             "not_ruled_out": self.not_ruled_out,
             "scope": self.scope,
             "randomness": self.randomness,
+            "independent_streams": bool(self.streams),
             "call_findings": [asdict(f) for f in self.call_findings],
         }
 
@@ -215,11 +226,12 @@ class Verdict:
         oracle's config with what it ran short of it."""
         if self.cases and not self.judged:
             return f"not run: all {self.cases} cases are outside its contract"
-        part = self.statistical.scope
+        part, streams = self.statistical.scope, self.statistical.streams
         if not self.statistical.ran:
             checks_only = f" ({CHECKS_ONLY}{': ' + part if part else ''})"
         else:
             checks_only = f" (statistical oracle on part: {part})" if part else ""
+            checks_only += f" (statistical oracle with {streams})" if streams else ""
         checks_only += self.not_run_note()
         if self.drop_in:
             return f"lossless and drop-in{checks_only}"
@@ -249,10 +261,12 @@ class Verdict:
         if not self.statistical.ran:
             return CHECKS_ONLY
         if not self.replayable:
+            streams = self.statistical.streams
+            passed = f"passed [{streams}]" if streams else "passed"
             return (
                 "draws not visible / not replayable: the statistical oracle carries the "
                 "lossless verdict — "
-                + ("passed" if not self.statistical.failed else self.statistical.describe())
+                + (passed if not self.statistical.failed else self.statistical.describe())
             )
         return self.statistical.describe()
 

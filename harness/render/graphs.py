@@ -4,18 +4,17 @@ redraws its noise."""
 
 from __future__ import annotations
 
-from harness.gpu.graphs import GraphCaseResult, redraws_hold
-from harness.judgement import Judgement
+from harness.judgement import Judgement, RedrawVerdict
 from harness.render.sections import Section, Table
 from harness.render.verdicts import comparison_sections
 
 GRAPH_TITLE = "CUDA graph replays"
 
 
-def redraw_section(results: list[GraphCaseResult]) -> Section:
+def redraw_section(redraws: RedrawVerdict) -> Section:
     """Every graph redraws its noise: on identical inputs two replays differ on sampled
-    rows (and in the noise buffer) and agree on greedy rows."""
-    checks = [(r.case.label(), check) for r in results for check in r.redraws]
+    rows (and in the noise buffer) and agree on greedy rows (``ok``: the judgement's)."""
+    checks = [(r.case.label(), check) for r in redraws.results for check in r.redraws]
     bad = [(label, c) for label, c in checks if not c.ok]
     sampled = sum(1 for _, c in checks if c.sampled_tokens_differ is not None)
     table = Table.of(
@@ -35,15 +34,16 @@ def redraw_section(results: list[GraphCaseResult]) -> Section:
         )
     return Section(
         title=f"{GRAPH_TITLE}: noise redrawn on every replay",
-        ok=redraws_hold(results),
+        ok=redraws.ok,
         verdict=verdict,
         blocks=(table,),
         data={"redraws": [{"case": label, **c.to_json()} for label, c in checks]},
     )
 
 
-def graph_sections(results: list[GraphCaseResult], *, judgement: Judgement) -> list[Section]:
+def graph_sections(judgement: Judgement) -> list[Section]:
     """The comparison sections of the replays' judgement, then the redraw section."""
+    assert judgement.redraws is not None  # a graphs judgement holds its redraws
     sections = comparison_sections(judgement)
     for section in sections:
         section.title = f"{GRAPH_TITLE}: {section.title}"
@@ -54,5 +54,5 @@ def graph_sections(results: list[GraphCaseResult], *, judgement: Judgement) -> l
     )
     if sections:
         sections[-1].prepend(note)
-    sections.insert(max(len(sections) - 1, 0), redraw_section(results))
+    sections.insert(max(len(sections) - 1, 0), redraw_section(judgement.redraws))
     return sections

@@ -4,16 +4,17 @@ implementation but legacy must run a warm call sync-free (``harness.gpu.host_syn
 from __future__ import annotations
 
 from harness.defaults import LEGACY
-from harness.gpu.host_sync import SyncCheck, sync_failed, syncs_hold
+from harness.judgement import SyncVerdict
 from harness.render.sections import Section, Table
 
 
-def sync_section(checks: list[SyncCheck]) -> Section:
-    """Every implementation but legacy must be sync-free in ``__call__`` on every case."""
-    rows, stacks, bad = [], [], []
+def sync_section(syncs: SyncVerdict) -> Section:
+    """Every implementation but legacy must be sync-free in ``__call__`` on every case
+    (``ok``: the judgement's)."""
+    checks, bad = syncs.checks, syncs.failed
+    rows, stacks = [], []
     for check in checks:
-        failed = sync_failed(check)
-        bad += [check] if failed else []
+        failed = check in bad
         rows.append(
             [
                 check.case.label(),
@@ -38,7 +39,7 @@ def sync_section(checks: list[SyncCheck]) -> Section:
         )
     return Section(
         title="Host synchronisation in __call__",
-        ok=syncs_hold(checks),
+        ok=syncs.ok,
         verdict=verdict,
         blocks=(Table.of(["case", "implementation", "status"], rows), *stacks),
         data={"checks": [c.to_json() for c in checks]},

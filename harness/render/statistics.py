@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -23,7 +23,6 @@ from harness.oracles.stats import (
     StatsResult,
     best_bounds,
     expected_rejected,
-    meets_expectation,
     not_ruled_out,
     where,
 )
@@ -77,14 +76,18 @@ def failing_checks(result: StatsResult) -> str:
 
 
 def verdict_line(
-    results: dict[str, StatsResult], *, config: StatsConfig, roles: Roles = DEFAULT_ROLES
+    results: dict[str, StatsResult],
+    *,
+    config: StatsConfig,
+    met: Mapping[str, bool],
+    roles: Roles = DEFAULT_ROLES,
 ) -> str:
     """One line: every implementation's verdict (``expected`` where its role wants it
-    rejected, ``UNEXPECTED`` where the verdict goes against its role); the pair's buggy
-    side on position 0 on its own."""
+    rejected, ``UNEXPECTED`` where it did not meet its role's expectation, ``met``: the
+    judgement's); the pair's buggy side on position 0 on its own."""
     parts = []
     for name, r in results.items():
-        mark = "" if meets_expectation(r, roles) else " UNEXPECTED"
+        mark = "" if met[name] else " UNEXPECTED"
         wanted = " (expected)" if expected_rejected(name, roles) and not mark else ""
         own = r.ran and r.family_size != family_size(config)  # a cut scope: its own family
         tests = f" [of {r.family_size} tests: its scope]" if own else ""
@@ -342,7 +345,8 @@ def oracle_text(oracle: OracleRun) -> str:
     return "\n".join(parts)
 
 
-def oracle_json(oracle: OracleRun, *, roles: Roles = DEFAULT_ROLES) -> dict[str, Any]:
+def oracle_json(judged: OracleVerdict, *, roles: Roles = DEFAULT_ROLES) -> dict[str, Any]:
+    oracle = judged.run
     return json_safe(
         {
             "config": asdict(oracle.config),
@@ -357,10 +361,7 @@ def oracle_json(oracle: OracleRun, *, roles: Roles = DEFAULT_ROLES) -> dict[str,
                 for verifier, results in oracle.by_verifier.items()
             },
             "roles": roles.to_json(),
-            "expectations": {
-                name: all(meets_expectation(r, roles) for r in oracle.results_of(name))
-                for name in oracle.results
-            },
+            "expectations": {name: judged.met(name) for name in oracle.results},
             "power_curves": [c.to_json_dict() for c in oracle.curves],
         }
     )
@@ -382,8 +383,8 @@ def stats_section(judged: OracleVerdict, *, roles: Roles = DEFAULT_ROLES) -> Sec
     ``roles`` under each verifier."""
     oracle, ok = judged.run, judged.ok
     lines = [
-        verdict_line(results, config=oracle.config, roles=roles)
-        for results in oracle.by_verifier.values()
+        verdict_line(results, config=oracle.config, met=judged.expectations[verifier], roles=roles)
+        for verifier, results in oracle.by_verifier.items()
     ]
     if len(lines) > 1:
         lines = [
@@ -394,7 +395,7 @@ def stats_section(judged: OracleVerdict, *, roles: Roles = DEFAULT_ROLES) -> Sec
         ok=ok,
         verdict="; ".join(lines),
         text=oracle_text(oracle),
-        data={**oracle_json(oracle, roles=roles), "ok": ok},
+        data={**oracle_json(judged, roles=roles), "ok": ok},
         brief=oracle_brief(oracle),
     )
 

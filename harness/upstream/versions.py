@@ -26,6 +26,7 @@ from harness.case import Case, make_case
 from harness.defaults import DEFAULT_VERIFIER_NOISE, FIXED, REFERENCE, VerifierNoise
 from harness.executor import IN_PROCESS
 from harness.judge import judge
+from harness.judgement import Judgement, ScanVerdict
 from harness.measure.timing import ab_timing
 from harness.options import Roles, RunOptions
 from harness.oracles.stats import StatsResult
@@ -50,6 +51,9 @@ from harness.upstream import vllm_loader
 from harness.upstream.dispatch import convention_of, provenance
 
 VERSIONS_VERIFIERS = ("chain", "sglang-blockwise")  # each version under ours and sglang's
+# The rows the table's verdict holds, by role: the bug's module must fail, its fix must be
+# lossless; every other row is reported beside them.
+BEFORE_FIX, AFTER_FIX = SHOWS_THE_BUG = ("before-fix", "after-fix")
 VERSIONS: dict[str, str] = {
     "before-fix": "before-fix=tests/plugins/upstream/dspark_before_fix.py",
     "after-fix": "after-fix=tests/plugins/upstream/dspark_after_fix.py",
@@ -114,17 +118,17 @@ class VersionRow:
 
 @dataclass(frozen=True)
 class Versions:
-    """Every version's row, and one line per version left out and why."""
+    """Every version's row, one line per version left out and why, and the judgement
+    the table holds: the before-fix module (expected to fail) is not lossless, the
+    after-fix one is (``SHOWS_THE_BUG``)."""
 
     rows: tuple[VersionRow, ...]
     absent: tuple[str, ...]
+    judgement: Judgement
 
     @property
     def ok(self) -> bool:
-        """The table shows the bug: the before-fix module is not lossless, the after-fix
-        one is."""
-        by_name = {row.name: row for row in self.rows}
-        return not by_name["before-fix"].lossless and by_name["after-fix"].lossless
+        return self.judgement.ok
 
 
 def versions_to_run() -> tuple[dict[str, str], tuple[str, ...]]:
@@ -251,7 +255,7 @@ def collect_versions(
         [*builtin_implementations((REFERENCE,)), *implementations.values()],
         options=RunOptions(
             seed=seed,
-            roles=Roles(require=Tier.LOSSLESS),
+            roles=Roles(require=Tier.LOSSLESS, expect_fail=(BEFORE_FIX,)),
             verifiers=VERSIONS_VERIFIERS,
             verifier_noise=verifier_noise,
             time_limit_s=None,
@@ -265,27 +269,25 @@ def collect_versions(
     for name, impl in implementations.items():
         progress(f"versions: {name}: work, timing, scan ...")
         parts = version_plan(impl, plan=plan, repeats=repeats)
-        verdict = judgement.verdict(impl.name)
         scan = tuple(scan_point(impl, point) for point in parts.scan_points)
         rules = nonfinite_behaviour(impl, bs=parts.nonfinite_bs, calls=parts.nonfinite_calls)
-        findings = scan_findings(scan)
+        hits = scan_findings(scan)
+        findings = [*hits]
         findings += [
             f"non-finite rule: {o.rule.value}: {o.violations} of {o.draws} draws break it"
             for o in rules
             if not o.holds
         ]
         findings += list(provenance(impl).get("adaptations", []))
-        lossless = verdict.lossless and not any(r.hit_count for r in scan)
-        why = verdict.summary()
-        if verdict.lossless and not lossless:  # the checks pass; the scan does not
-            why = f"NOT lossless: {findings[0]} (the checks alone: {why})"
+        judgement = judgement.with_scans([ScanVerdict(impl.name, next(iter(hits), ""))])
+        held = judgement.held_verdict(impl.name)
         rows.append(
             VersionRow(
                 name=name,
                 spec=impl.spec,
-                lossless=lossless,
-                drop_in=verdict.drop_in and lossless,
-                why=why,
+                lossless=held.lossless,
+                drop_in=held.drop_in,
+                why=held.summary(),
                 work=call_work(impl, seed=seed),
                 time_ratio=time_ratio(impl, seed=seed, repeats=parts.repeats),
                 statistics={v: results[impl.name] for v, results in oracle.by_verifier.items()},
@@ -294,4 +296,6 @@ def collect_versions(
                 cut=parts.cut,
             )
         )
-    return Versions(rows=tuple(rows), absent=absent)
+    return Versions(
+        rows=tuple(rows), absent=absent, judgement=judgement.of_implementations(SHOWS_THE_BUG)
+    )

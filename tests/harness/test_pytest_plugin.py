@@ -98,6 +98,114 @@ def test_a_planted_defect_fails_one_test_per_case_with_its_evidence_and_without_
     )
 
 
+# A sampler whose calling convention cannot express heads other than vanilla (as vLLM's
+# Markov hooks, which take no hidden state): the conftest declares it, as a server would.
+VANILLA_ONLY_CONFTEST = """
+from harness.pipeline import runner
+from harness.plugins.conventions import ConstructorConvention, ConventionName, bind_constructor
+from fixed import DsparkDraftSampler
+
+
+class VanillaOnlySampler(DsparkDraftSampler):
+    pass
+
+
+class VanillaOnly(ConstructorConvention):
+    def outside_contract(self, case, *, sampler_class):
+        return None if case.head_kind == "vanilla" else f"no {case.head_kind} head here"
+
+
+declared = runner.convention_of
+
+
+def convention_of(sampler_class):
+    if sampler_class is VanillaOnlySampler:
+        return VanillaOnly(ConventionName(bind_constructor(sampler_class).convention))
+    return declared(sampler_class)
+
+
+runner.convention_of = convention_of
+"""
+
+
+def test_a_case_outside_the_samplers_contract_is_skipped_with_its_reason(
+    plugin_run, pytester: pytest.Pytester
+) -> None:
+    pytester.makeconftest(VANILLA_ONLY_CONFTEST)
+    result = plugin_run(
+        "--dspark-impl", "mine=conftest:VanillaOnlySampler", "--dspark-no-stats", "-rs",
+        select=["-m", "dspark"],
+    )  # fmt: skip
+    heads = [case.head_kind for case in standard_matrix()]
+    outside = sum(head != "vanilla" for head in heads)
+    assert 0 < outside < len(heads)
+    result.assert_outcomes(passed=len(heads) - outside, skipped=outside)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] *: outside this contract: no gated head here"])
+
+
+USERS_OWN_TESTS = """
+import pytest
+
+from harness.pipeline.matrix import standard_matrix
+
+CASES = [c for c in standard_matrix() if c.name in ("folded-sampled/vanilla", "greedy-fold/gated")]
+SAMPLERS = {
+    "fixed": "fixed:DsparkDraftSampler",
+    "frozen": "tests.plugins.planted_defects_verdicts:FrozenNoiseSampler",
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("sampler", list(SAMPLERS), ids=list(SAMPLERS))
+def test_my_sampler(dspark, sampler, case):
+    verdict = dspark(SAMPLERS[sampler], case)
+    assert verdict.judged == 1 and not verdict.statistical.ran
+
+
+@pytest.mark.parametrize("round", [1, 2])
+def test_my_sampler_under_the_oracle(dspark, round):
+    first = dspark.oracle("fixed:DsparkDraftSampler")
+    assert first.ran and not first.failed
+    assert dspark.oracle("fixed:DsparkDraftSampler") is first  # decoded once a session
+    assert dspark.options.oracle_rows == 1000
+"""
+
+
+def test_the_dspark_fixture_judges_a_users_sampler_in_their_own_parametrized_tests(
+    plugin_run, pytester: pytest.Pytester
+) -> None:
+    pytester.makepyfile(test_mine=USERS_OWN_TESTS)
+    result = plugin_run("--dspark-rows", "1000", "-n", "2", select=[])
+    # the planted defect fails its sampled case alone, with its evidence; the rest pass
+    result.assert_outcomes(passed=5, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_my_sampler?frozen-folded-sampled/vanilla?*",
+            "FrozenNoiseSampler is not drop-in on folded-sampled/vanilla:",
+            "fresh_noise [[]lossless[]]: the second call drew the same noise as the first*",
+        ]
+    )
+
+
+def test_the_plugin_takes_a_named_profile_and_refuses_an_unknown_one(plugin_run) -> None:
+    gumbel = "gumbel=tests.plugins.alternative_samplers:UniformGumbelSampler"
+    select = ["-m", "dspark", "-k", "thorough"]
+    argv = ["--dspark-impl", gumbel, "--dspark-profile", "thorough", "--co"]
+    result = plugin_run(*argv, select=select)
+    result.stdout.fnmatch_lines(
+        [
+            "dspark: gumbel held to drop-in: one test per thorough case *",
+            "*thorough/gated/V=151936/fp16*",  # the production shapes
+        ]
+    )
+    result = plugin_run("--dspark-impl", gumbel, "--dspark-profile", "fast")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --dspark-profile: unknown profile 'fast': expected *"])
+    result = plugin_run("--dspark-impl", gumbel, "--dspark-rows", "0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --dspark-rows must be a positive integer, got 0"])
+
+
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_an_impl_that_cannot_be_loaded_is_the_same_usage_error_serially_and_under_xdist(
     plugin_run, pytester: pytest.Pytester, workers: list[str]

@@ -16,6 +16,7 @@ import pytest
 
 from harness.cli import main
 from harness.pipeline.matrix import standard_matrix
+from harness.pipeline.verdicts import INDEPENDENT_STREAMS
 from harness.testing import assert_lossless, check_sampler
 from tests.helpers import REPO_ROOT, lossless_compare_argv
 
@@ -54,6 +55,15 @@ def test_assert_lossless_rejects_a_drafter_reading_the_verifiers_stream(spec: st
 def test_a_drafter_sharing_the_stream_at_disjoint_offsets_is_lossless() -> None:
     verdict = assert_lossless(CORRECT, cases=CASES)
     assert verdict.statistical.ran and verdict.statistical.rejected is False
+    assert INDEPENDENT_STREAMS not in verdict.summary()  # the server's own plumbing
+
+
+def test_a_verdict_on_independent_streams_says_so_in_its_summary_and_json() -> None:
+    verdict = check_sampler(CORRECT, cases=CASES, require="lossless", verifier_noise="independent")
+    assert verdict.ok and verdict.statistical.ran
+    assert verdict.summary().endswith(f"(statistical oracle with {INDEPENDENT_STREAMS})")
+    assert f"[{INDEPENDENT_STREAMS}]" in verdict.statistical_line()
+    assert verdict.to_json()["statistical"]["independent_streams"] is True
 
 
 # -- compare and report ------------------------------------------------------------------------
@@ -65,6 +75,7 @@ def test_compare_require_lossless_judges_on_the_servers_own_randomness(
     assert main([*argv, "--quiet", "--long", "--out-dir", str(tmp_path / "out")]) == 1
     out = capsys.readouterr().out
     assert "verifier noise: shared (the server's own randomness" in " ".join(out.split())
+    assert INDEPENDENT_STREAMS not in out
     judgement = json.loads((tmp_path / "out" / "compare.json").read_text())["judgement"]
     assert judgement["oracle"]["verifier_noise"] == "shared"
     assert all(judgement["oracle"]["shared_noise"].values())
@@ -80,6 +91,12 @@ def test_compare_require_lossless_judges_on_the_servers_own_randomness(
     judgement = json.loads((tmp_path / "ind" / "compare.json").read_text())["judgement"]
     assert judgement["oracle"]["verifier_noise"] == "independent"
     assert all(v["lossless"] for v in judgement["implementations"].values())
+    sections = json.loads((tmp_path / "ind" / "compare.json").read_text())["sections"]
+    for name in [*DEFECTS, "reserved"]:  # each verdict line, summary and JSON says so
+        assert INDEPENDENT_STREAMS in judgement["implementations"][name]["summary"]
+        assert judgement["implementations"][name]["statistical"]["independent_streams"]
+        line = next(s["verdict"] for s in sections if s["verdict"].startswith(f"{name}: "))
+        assert f"[{INDEPENDENT_STREAMS}]" in line
 
 
 # -- the pytest plugin -------------------------------------------------------------------------

@@ -235,6 +235,7 @@ def _judged_row(
 ) -> ReleaseRow:
     from harness.defaults import REFERENCE, VerifierNoise
     from harness.judge import judge
+    from harness.judgement import ScanVerdict
     from harness.options import Roles, RunOptions
     from harness.pipeline.check_result import Tier
     from harness.pipeline.matrix import standard_matrix
@@ -270,7 +271,10 @@ def _judged_row(
         scan_hits, scan_gaps = scan.result()
     finally:
         scan.stop()
-    verdict = judgement.verdict(implementation.name)
+    held = judgement.with_scans([ScanVerdict(implementation.name, scan_hits)]).held_verdict(
+        implementation.name
+    )
+    verdict = held.verdict
     randomness = (
         {}
         if judgement.oracle is None
@@ -310,8 +314,8 @@ def _judged_row(
         era=era,
         started=started,
         judged=True,
-        lossless=verdict.lossless and not scan_hits,
-        drop_in=verdict.drop_in,
+        lossless=held.lossless,
+        drop_in=held.drop_in,
         verifier=list(verifiers),
         randomness=randomness,
         findings=findings,

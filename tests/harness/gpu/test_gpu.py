@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,8 +20,9 @@ import torch
 import reference.triton_race as triton_race
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.case import Case, build_inputs
-from harness.gpu.graphs import capture_and_replay
+from harness.gpu.graphs import capture_and_replay, replay_records
 from harness.gpu.host_sync import SyncStatus, no_host_sync
+from harness.judgement import RedrawVerdict
 from harness.pipeline.compare import case_record, evaluate_run
 from harness.pipeline.matrix import standard_matrix
 from harness.pipeline.runner import run_case
@@ -169,7 +171,9 @@ def test_graph_replays_pass_the_checks_for_fixed_and_show_the_ledger_for_legacy(
         if case.has_sampled_rows:
             assert "teacher_forcing_fails" in verdict.ledger.observed
             assert "noise_doubled" in verdict.ledger.observed
-    assert all(s.ok for s in graph_sections([result], require_coverage=False))
+    records = judged_records(replay_records(result.replays))
+    judgement = replace(records, redraws=RedrawVerdict.of([result]))
+    assert judgement.ok and all(s.ok for s in graph_sections(judgement))
 
 
 @pytest.mark.parametrize("name", ["folded-sampled/vanilla", "folded-sampled/rnn/bf16"])
@@ -224,7 +228,7 @@ def test_sync_check_names_a_host_read_inside_call() -> None:
 CAPTURE_FAILURE_SCRIPT = """
 import json, torch
 from fixed import DsparkDraftSampler
-from harness.gpu.graphs import capture_and_replay
+from harness.gpu.graphs import capture_and_replay, replay_records
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.pipeline.matrix import standard_matrix
 from harness.pipeline.runner import run_case

@@ -16,6 +16,7 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -32,11 +33,10 @@ from harness.gpu.graphs import (
     GraphCaseResult,
     GraphRunner,
     capture_and_replay,
-    redraws_hold,
     replay_inputs,
     replay_records,
 )
-from harness.judgement import Judgement, judge_records
+from harness.judgement import Judgement, RedrawVerdict, SyncVerdict, judge_records
 from harness.options import RunOptions
 from harness.pipeline.matrix import standard_matrix
 from harness.plugins.implementations import Implementation, builtin_implementations
@@ -116,7 +116,8 @@ def test_gpu_modules_import_in_a_fresh_process_without_touching_cuda() -> None:
 def _judged(results: list[GraphCaseResult], *, require_coverage: bool) -> Judgement:
     """The judgement of every replay's records, as the graphs command forms it."""
     records = [record for result in results for record in replay_records(result.replays)]
-    return judge_records(records, options=RunOptions(require_observable=require_coverage))
+    judgement = judge_records(records, options=RunOptions(require_observable=require_coverage))
+    return replace(judgement, redraws=RedrawVerdict.of(results))
 
 
 def test_graph_path_passes_fixed_and_holds_the_ledger_on_the_whole_standard_matrix() -> None:
@@ -125,10 +126,8 @@ def test_graph_path_passes_fixed_and_holds_the_ledger_on_the_whole_standard_matr
         for case in standard_matrix()
     ]
     judgement = _judged(results, require_coverage=True)
-    sections = graph_sections(results, judgement=judgement)
-    assert judgement.ok and redraws_hold(results), [
-        (s.title, s.verdict, s.text) for s in sections if not s.ok
-    ]
+    sections = graph_sections(judgement)
+    assert judgement.ok, [(s.title, s.verdict, s.text) for s in sections if not s.ok]
     assert all(section.ok for section in sections)  # each section shows its part's ok
     assert sections[0].title == "CUDA graph replays: Fixed sampler"
     assert "noise redrawn" in sections[-2].title
@@ -216,7 +215,9 @@ def test_a_graph_that_does_not_redraw_its_noise_fails_the_redraw_section() -> No
         _matrix_case("folded-sampled/vanilla"), ALL, replays=1, runner_factory=reseeding
     )
     assert all(r.noise_redrawn is False and not r.ok for r in result.redraws)
-    section = redraw_section([result])
+    judgement = _judged([result], require_coverage=False)
+    assert judgement.redraws is not None and not judgement.redraws.ok and not judgement.ok
+    section = redraw_section(judgement.redraws)
     assert not section.ok and "do NOT redraw" in section.verdict
 
 
@@ -253,7 +254,7 @@ def test_planted_defects_are_named_through_the_graph_path(
         assert not verdict.failed_checks("fixed")
     judgement = _judged([result], require_coverage=False)
     assert not judgement.ok
-    assert not all(section.ok for section in graph_sections([result], judgement=judgement))
+    assert not all(section.ok for section in graph_sections(judgement))
 
 
 def test_an_implementation_that_raises_is_recorded_on_every_replay() -> None:
@@ -289,12 +290,24 @@ def test_sync_section_requires_every_implementation_but_legacy_to_be_sync_free()
         host_sync.SyncCheck("fixed", case, host_sync.SyncStatus.SYNC_FREE),
         host_sync.SyncCheck("legacy", case, host_sync.SyncStatus.RAISED),
     ]
-    assert sync_section(checks).ok
+    assert sync_section(SyncVerdict.of(checks)).ok
     syncing = host_sync.SyncCheck(
         "fixed", case, host_sync.SyncStatus.SYNCS, stack=("fixed/x.py:3 in __call__",)
     )
-    section = sync_section([syncing])
+    section = sync_section(SyncVerdict.of([syncing]))
     assert not section.ok and "fixed/x.py:3" in section.text
+
+
+def test_a_call_that_syncs_fails_the_judgement_it_is_added_to() -> None:
+    case = _matrix_case("folded-sampled/vanilla")
+    result = capture_and_replay(case, ALL, replays=1, runner_factory=eager_replay_runner)
+    judgement = _judged([result], require_coverage=False)
+    assert judgement.ok
+    clean = host_sync.SyncCheck("fixed", case, host_sync.SyncStatus.SYNC_FREE)
+    assert replace(judgement, syncs=SyncVerdict.of([clean])).ok
+    syncing = replace(clean, status=host_sync.SyncStatus.SYNCS)
+    failed = replace(judgement, syncs=SyncVerdict.of([syncing]))
+    assert not failed.ok and failed.to_json()["syncs"] == {"ok": False}
 
 
 # -- the graphs command ------------------------------------------------------------------------
@@ -302,7 +315,13 @@ def _graphs_args(**overrides: object) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     graphs_command.add_arguments(parser)
     args = parser.parse_args([])
-    for key, value in {"device": "cpu", "seed": 0, "quiet": True, **overrides}.items():
+    for key, value in {
+        "device": "cpu",
+        "seed": 0,
+        "quiet": True,
+        "max_memory": None,
+        **overrides,
+    }.items():
         setattr(args, key, value)
     return args
 

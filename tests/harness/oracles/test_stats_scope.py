@@ -164,8 +164,8 @@ def test_the_oracles_text_shows_a_cut_result_at_what_it_ran(cut_convention: None
         replace(DEFAULT_CONFIG, rows=300), implementations=[FIXED], verifiers=(CHAIN_VERIFIER,)
     )
     text = oracle_text(oracle)  # the config has three targets and heads; the result one each
-    held = stats.expectations_hold(oracle.results)
-    judged = OracleVerdict(run=oracle, coverage=None, statisticals={}, ok=held, wall_s=0.0)
+    judged = OracleVerdict.of(oracle, roles=stats.DEFAULT_ROLES)
+    assert judged.ok == stats.expectations_hold(oracle.results)
     section = stats_section(judged)  # as compare and report build it, from the judged run
     assert section.ok and text in section.text
     assert "fixed passes (p=" in section.verdict and "[of 28 tests: its scope]" in section.verdict

@@ -165,8 +165,8 @@ def test_the_coverage_is_in_the_text_markdown_and_json_verdicts(oracle: stats.Or
     records = compare(cases, builtin_implementations(("reference", "fixed")), options=RunOptions())
     coverage = part.statistical_coverage(oracle)
     roles = Roles(pair=("reference", "fixed"))
-    judged = OracleVerdict(
-        run=oracle, coverage=coverage, statisticals={}, ok=True, wall_s=0.0
+    judged = replace(
+        OracleVerdict.of(oracle, roles=roles), coverage=coverage, statisticals={}
     )  # the oracle's coverage alone, as the judge holds it
     judgement = judged_records(records, roles=roles, oracle=judged)
     sections = comparison_sections(judgement)

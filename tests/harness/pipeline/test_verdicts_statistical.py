@@ -142,6 +142,7 @@ def test_without_the_oracle_the_verdict_says_its_statistical_part_was_not_run(ju
             "not_ruled_out": "",
             "scope": "",
             "randomness": "",
+            "independent_streams": False,
             "call_findings": [],
         }
 
