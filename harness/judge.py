@@ -1,8 +1,8 @@
 """``judge()``: the one function every entry point calls for a verdict.
 
-It takes the cases, the implementations, the options and the executor that runs the
-implementations' code (``harness.executor``: in process, or a worker per trust domain,
-chosen once by the caller), runs the stages (the comparison, the statistical oracle, the
+It takes the cases, the implementations and the options, runs the implementations' code
+where the options say (``RunOptions.isolate``: a worker per trust domain, else in
+process; ``harness.executor``), runs the stages (the comparison, the statistical oracle, the
 eliminated work) and returns a ``Judgement`` (``harness.judgement``). The command line,
 the Python API (``harness.testing``), the pytest plugin and the versions table read
 their verdicts from it, so "lossless" means the same on every path. The run's intra-op
@@ -37,7 +37,7 @@ def judge(
     implementations: Sequence[Implementation],
     *,
     options: RunOptions,
-    executor: Executor = IN_PROCESS,
+    executor: Executor | None = None,
     power: bool = False,
     work: bool = False,
     oracle_config: StatsConfig | None = None,
@@ -51,7 +51,28 @@ def judge(
     ``work`` the work the fix eliminates, on the options' device. ``oracle_on`` names
     the implementations the oracle decodes (default: all; the Python API leaves out the
     reference it compares against). With a ``journal``,
-    finished cases are kept there and ``options.resume`` reuses them."""
+    finished cases are kept there and ``options.resume`` reuses them.
+
+    The implementations run on the executor ``options.isolate`` asks for, started here
+    and stopped before the verdict; a caller that started it already (to load its
+    plug-ins there) passes it as ``executor``, which must be the one the options ask for
+    (``ExecutorMismatch`` otherwise)."""
+    from harness.pipeline.isolation import check_executor, make_executor
+
+    if executor is None:
+        with make_executor(isolate=options.isolate) as started:
+            return judge(
+                cases,
+                implementations,
+                options=options,
+                executor=started,
+                power=power,
+                work=work,
+                oracle_config=oracle_config,
+                oracle_on=oracle_on,
+                journal=journal,
+            )
+    check_executor(executor, isolate=options.isolate)
     timing: dict[str, float] = {}
     decoded = [i for i in implementations if oracle_on is None or i.name in oracle_on]
     with intra_op_threads(options.threads):

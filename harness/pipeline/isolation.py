@@ -59,10 +59,26 @@ START_LIMIT_S = 600.0  # a worker's start
 DEFAULT_LIMIT_S = 600.0  # a task that states no limit of its own
 
 
+class ExecutorMismatch(ValueError):
+    """An executor that is not the one the options ask for (``RunOptions.isolate``)."""
+
+
 def make_executor(*, isolate: bool) -> Executor:
     """Where the implementations of a run execute: one worker per trust domain with
-    ``isolate``, else this process."""
+    ``isolate``, else this process. The one place the executor follows from the options:
+    ``harness.judge.judge`` starts it, or checks the one it is given (``check_executor``)."""
     return IsolatedExecutor() if isolate else IN_PROCESS
+
+
+def check_executor(executor: Executor, *, isolate: bool) -> None:
+    """Refuse an executor that ``make_executor(isolate=isolate)`` would not give: code
+    asked to run isolated never runs in this process, and the reverse."""
+    if isinstance(executor, IsolatedExecutor) != isolate:
+        where = "in its trust domain's worker" if isinstance(executor, IsolatedExecutor) else "here"
+        raise ExecutorMismatch(
+            f"the options say isolate={isolate}, but the executor runs the code {where}; "
+            "pass no executor and judge() starts the one the options ask for"
+        )
 
 
 def task_name(fn: Callable[..., Any]) -> str:
