@@ -49,6 +49,7 @@ from harness.executor import (
     Executor,
     TimeLimited,
     WorkerFailure,
+    ended,
 )
 from harness.interrupts import stop_on_signals
 from harness.wire import WireError, read_answer, write_answer
@@ -139,12 +140,7 @@ def _serve(connection: Connection) -> None:
 # -- the judge's side ----------------------------------------------------------------------
 def _death(process: multiprocessing.process.BaseProcess) -> str:
     process.join(timeout=5)
-    code = process.exitcode
-    if code is None:
-        return "the worker process stopped answering"
-    if code < 0:
-        return f"the worker process died from signal {signal.Signals(-code).name} ({code})"
-    return f"the worker process exited with status {code} before returning a result"
+    return ended(process.exitcode)
 
 
 _started: weakref.WeakSet[WorkerExecutor] = weakref.WeakSet()

@@ -19,11 +19,10 @@ import multiprocessing
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-from harness.executor import Executor, start_beside
+from harness.executor import Executor, ForkedExecutor
 from harness.progress import Progress, no_progress
 from harness.upstream.releases.eras import (
     Loading,
@@ -253,7 +252,8 @@ def _judged_row(
     verifiers = oracle_verifiers(verifier)
     # The support scan in a process forked beside this one, while the matrix runs here
     # and the oracle beside it: its answer does not depend on where it runs.
-    scan = start_beside(partial(_scan_task, implementation, task=task), progress=no_progress)
+    scan_process = ForkedExecutor()
+    scan = scan_process.submit(_support_scan, implementation, task=task)
     try:
         judgement = judge(
             cases,
@@ -269,7 +269,7 @@ def _judged_row(
         )
         scan_hits, scan_gaps = scan.result()
     finally:
-        scan.stop()
+        scan_process.shutdown(cancel_futures=True)
     verdict = judgement.verdict(implementation.name)
     randomness = (
         {}
@@ -367,14 +367,6 @@ def oracle_not_covered(results: Sequence[StatsResult]) -> list[str]:
         bound = f" ({statistical.not_ruled_out})" if statistical.not_ruled_out else ""
         lines.append(f"the statistical oracle under {result.verifier}: {statistical.scope}{bound}")
     return lines
-
-
-def _scan_task(
-    implementation: Implementation, progress: Progress, *, task: ReleaseTask
-) -> tuple[str, list[str]]:
-    """``_support_scan`` as a task run beside (``start_beside``)."""
-    del progress
-    return _support_scan(implementation, task=task)
 
 
 def _support_scan(implementation: Implementation, *, task: ReleaseTask) -> tuple[str, list[str]]:
