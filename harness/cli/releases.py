@@ -137,11 +137,8 @@ def chosen_versions(args: argparse.Namespace, package: str) -> tuple[tuple[str, 
 def command(args: argparse.Namespace) -> ExitCode:
     from harness.render.progress import progress_printer
     from harness.render.releases import releases_section
-    from harness.upstream.releases.sweep import (
-        ReleaseTask,
-        advisory_json,
-        run_sweep,
-    )
+    from harness.upstream.releases.run import run_sweep
+    from harness.upstream.releases.sweep import ReleaseTask, advisory_json
 
     started = time.perf_counter()
     cache = args.wheel_dir or DEFAULT_CACHE

@@ -55,7 +55,12 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("logic", frozenset({"pipeline", "oracles", "measure", "gpu", "io"})),
     ("judge", frozenset({"judgement", "judge"})),  # the one verdict, and what computes it
     # the Python API and its tables
-    ("api", frozenset({"testing", "upstream.versions", "upstream.releases.sweep"})),
+    (
+        "api",
+        frozenset(
+            {"testing", "upstream.versions", "upstream.releases.sweep", "upstream.releases.run"}
+        ),
+    ),
     ("render", frozenset({"render"})),
     ("entry", frozenset({"cli", "pytest_plugin", "__main__"})),
 )
