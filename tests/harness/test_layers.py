@@ -45,6 +45,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "upstream.releases.__init__",
                 "upstream.releases.wheels",
                 "upstream.releases.eras",
+                "examples",  # samplers to copy: the built-ins' packages, no more
             }
         ),
     ),
