@@ -160,3 +160,15 @@ def test_the_terminal_names_the_markdown_file_the_command_wrote(
     named = {word.strip(",.()") for word in text.split() if word.strip(",.()").endswith(".md")}
     assert {Path(n).name for n in named} == {f"{command}.md"}
     assert f"the whole evidence (every case, every test): {command}.md, or --long" in text
+
+
+def test_a_table_too_wide_for_the_terminal_wraps_its_last_column_to_fit() -> None:
+    words = " ".join(f"word{n}" for n in range(40))
+    wide = Table.of(["name", "what"], [["a" * 30, words], ["b", "short"]], wrap=(None, 90))
+    assert max(len(line) for line in wide.render().splitlines()) > 100  # the planted width
+    fitted = wide.fitted()
+    assert max(len(line) for line in fitted.render().splitlines()) <= 100
+    words_of = [w for w in fitted.render().split() if set(w) != {"-"}]
+    assert words_of == [w for w in wide.render().split() if set(w) != {"-"}]  # none cut
+    narrow = Table.of(["name", "what"], [["a", "b"]])
+    assert narrow.fitted() is narrow
