@@ -32,7 +32,7 @@ from harness.executor import (
 )
 from harness.judgement import Judgement, OracleVerdict, WorkVerdict, judge_records
 from harness.options import RunOptions
-from harness.progress import Progress
+from harness.progress import Progress, no_progress
 
 T = TypeVar("T")
 
@@ -302,7 +302,7 @@ class OracleBeside:
         self.options.progress(f"statistical oracle: {names}: {failure}")
         return _oracle_run(
             share,
-            options=replace(self.options, progress=lambda _: None),
+            options=replace(self.options, progress=no_progress),
             executor=_NoAnswer(failure),
             power=self.power,
             config=self.config,
