@@ -347,10 +347,12 @@ def oracle_shares(
     implementations: Sequence[Implementation], *, jobs: int, power: bool
 ) -> list[list[Implementation]]:
     """``implementations`` dealt into shares that never mix trust domains (a plug-in's
-    process runs no other code, so its death blames it alone): each plug-in a share of
-    its own, the built-ins into the shares left of ``jobs`` (at least one) of about
-    equal work, the longest first (legacy with its power curves counts three decodes),
-    each share in the given order; an empty share is left out."""
+    process runs no other code, so its death blames it alone, as under ``--isolate``):
+    each plug-in a share of its own (more than ``jobs`` shares where the plug-ins are
+    ``jobs`` or more: ``start_oracle`` then runs the oracle here); the built-ins into
+    the shares left of ``jobs`` (at least one) of about equal work, the longest first
+    (legacy with its power curves counts three decodes); each share in the given order;
+    an empty share is left out."""
 
     def weight(implementation: Implementation) -> int:
         return 3 if power and implementation.name == LEGACY else 1

@@ -126,3 +126,20 @@ def test_compare_blames_the_plugin_whose_process_beside_ended_and_writes_its_rep
     assert not held[fault]["ok"] and died in json.dumps(held[fault])
     assert held["reference"]["ok"] and held["fixed"]["ok"]  # it is blamed alone
     assert (tmp_path / "compare.json").is_file()
+
+
+def test_a_plug_in_never_shares_a_process_beside_with_other_code() -> None:
+    built = builtin_implementations()
+    plugins = [
+        parse_impl_spec(f"p{n}=tests.plugins.stats_defects:ReusedNoiseSampler") for n in (1, 2)
+    ]
+    assert names(oracle_shares([*built, plugins[0]], jobs=2, power=True)) == [
+        ["reference", "fixed", "legacy"],
+        ["p1"],
+    ]
+    assert names(oracle_shares([*built, *plugins], jobs=2, power=False)) == [
+        ["reference", "fixed", "legacy"],
+        ["p1"],
+        ["p2"],
+    ]
+    assert names(oracle_shares(plugins, jobs=1, power=False)) == [["p1"], ["p2"]]
