@@ -51,7 +51,10 @@ def _plugin_digest(spec: str) -> str:
 
     _, where, _, is_file = split_impl_spec(spec)
     if not is_file:
-        return package_digest(where)
+        try:  # a module spec: its package's files (a parent that is missing: none)
+            return package_digest(where)
+        except ImportError:
+            return f"missing:{where}"
     path = Path(where)
     return hashlib.sha256(path.read_bytes()).hexdigest()[:24] if path.is_file() else "missing"
 
@@ -169,7 +172,9 @@ def run_sweep(
     """Judge every task (``judge``: a module-level function, run in the task's process)
     through the executor, each release in a process of its own; each finished row goes
     to the journal in ``out_dir`` at once (``resume``: the rows already there under this
-    sweep's fingerprint are reused, not judged again; ``harness.upstream.releases.journal``)."""
+    sweep's fingerprint are reused, not judged again, as this module's docstring says).
+    A task that gave no row (its process died, or it raised) has a row that says so,
+    and ``ok`` is false; that row is not journalled, so a resumed sweep tries it again."""
     journal = ReleaseJournal(out_dir, tasks)
     done = journal.finished(resume=resume, progress=progress)
     rows = {key: row for key, row in done.items() if key in {_key(t) for t in tasks}}
@@ -189,7 +194,8 @@ def run_sweep(
                         row = not_judged(
                             task, reason=f"the task failed: {type(error).__name__}: {error}"
                         )
-                    journal.append(row)
+                    else:
+                        journal.append(row)
                     rows[_key(task)] = row
                     progress(f"releases: {task.package} {task.version}: {_said(row)}")
             except BaseException:  # a stop request: the releases still running end with it

@@ -7,6 +7,7 @@ releases are judged by a stub (no wheel), in the sweep's own processes."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,17 @@ def test_without_resume_the_journal_is_replaced_by_the_first_row(tmp_path: Path)
     rows = [json.loads(line)["row"] for line in (tmp_path / JOURNAL).read_text().splitlines()]
     assert sorted(r["version"] for r in rows) == ["0.5.22", "0.5.23"]
     assert [r["lossless"] for r in rows] == [r["lossless"] for r in again.rows] == [False, False]
+
+
+def dies_on_0_5_23(task: ReleaseTask) -> ReleaseRow:
+    if task.version == "0.5.23":
+        os._exit(3)
+    return stub_judge(task)
+
+
+def test_a_task_that_gave_no_row_is_not_journalled_and_is_tried_again(tmp_path: Path) -> None:
+    died = run_sweep(tasks(), jobs=2, out_dir=tmp_path, judge=dies_on_0_5_23)
+    assert not died.ok and "the task failed" in died.rows[1]["not_covered"][0]
+    assert len((tmp_path / JOURNAL).read_text().splitlines()) == 1  # 0.5.22's row alone
+    resumed = sweep(tmp_path, tasks(), resume=True)
+    assert resumed.ok and resumed.rows == sweep(tmp_path / "fresh", tasks(), resume=False).rows
