@@ -23,6 +23,12 @@ tasks:
 
 ``InProcessExecutor`` runs each task at once, in this process, and returns a completed
 ``Future`` (an exception the task raised is inside it); ``for_domain`` answers itself.
+``ForkedExecutor`` runs each task in a process forked from this one while this one goes
+on (the statistical oracle beside the matrix, ``--jobs``; the releases' support scan);
+``Relayed(fn, progress)`` is a task whose progress lines come home as they are said.
+With the isolated executor (``harness.pipeline.isolation``) and the releases' pool of
+fresh processes (``harness.upstream.releases.run``), these are the only ways the
+harness runs code in another process (``tests/harness/test_executor.py`` holds it).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar, runtime_checkable
 T = TypeVar("T")
 
 BUILTINS = "builtin"  # the trust domain of the built-in implementations
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @runtime_checkable
@@ -122,84 +129,138 @@ class InProcessExecutor(concurrent.futures.Executor):
 IN_PROCESS = InProcessExecutor()  # stateless: one serves every caller
 
 
-class Beside(Generic[T]):
-    """A task running in a process forked beside this one (``start_beside``): its
-    progress lines reach this process's ``progress`` as they come, and ``result()``
-    waits for its answer (or raises what it raised there)."""
+@dataclass(frozen=True)
+class Relayed(Generic[T]):
+    """``fn``, whose first argument is where its progress lines go: calling it hands it
+    ``progress``; an executor that runs it in another process (``ForkedExecutor``) hands
+    it a sink there that sends each line home to ``progress`` as it comes."""
 
-    def __init__(self, task: Callable[[Callable[[str], None]], T], progress: Callable[[str], None]):
+    fn: Callable[..., T]
+    progress: Callable[[str], None]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> T:
+        return self.fn(self.progress, *args, **kwargs)
+
+
+def ended(exitcode: int | None) -> str:
+    """How a worker process that gave no answer ended, in words."""
+    if exitcode is None:
+        return "the worker process stopped answering"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = "an unknown signal"
+        return f"the worker process died from signal {name} ({exitcode})"
+    return f"the worker process exited with status {exitcode} before returning a result"
+
+
+class ForkedExecutor(concurrent.futures.Executor):
+    """Each task in a process forked from this one while this process goes on: it
+    inherits everything loaded here (no import, no pickled input), and its answer comes
+    back pickled. ``submit`` returns at once. Only for tasks that touch no CUDA device
+    and read no intra-op thread pool of more than one thread: a fork carries neither.
+
+    A task that gives no answer is a ``WorkerFailure`` in its ``Future``, as on the
+    isolated executor: the process died (a signal: SIGKILL, SIGTERM, a segfault; or
+    ``os._exit``: ``WorkerDied``, with the signal or the status) or answered what cannot
+    cross (``BadAnswer``); an exception the task raised is raised here. The process
+    ignores SIGINT (the caller decides what Ctrl-C stops) and dies of SIGTERM, and dies
+    with this one. ``shutdown(cancel_futures=True)`` kills the tasks still running."""
+
+    def __init__(self) -> None:
+        self._running: list[_Forked] = []
+
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[T]:
+        forked: _Forked = _Forked(fn, args, kwargs)
+        self._running.append(forked)
+        return forked.future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Wait for the tasks still running (``cancel_futures``: kill them first)."""
+        for forked in self._running:
+            forked.end(kill=cancel_futures or not wait)
+        self._running.clear()
+
+
+class _Forked:
+    """One task in its forked process, and the thread that reads what it sends."""
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]):
         import multiprocessing
         import threading
 
+        self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        progress = fn.progress if isinstance(fn, Relayed) else None
         context = multiprocessing.get_context("fork")
         receiving, sending = context.Pipe(duplex=False)
         self._process = context.Process(
-            target=_run_beside, args=(task, sending, os.getpid()), daemon=True
+            target=_run_forked, args=(fn, args, kwargs, sending, os.getpid()), daemon=True
         )
-        self._process.start()
+        # The process starts with this one's signal handlers: SIGTERM and SIGINT wait,
+        # blocked, until it has put its own in place (``_run_forked``).
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            self._process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         sending.close()
-        self._answer: tuple[str, Any] | None = None
         self._reader = threading.Thread(
-            target=self._read, args=(receiving, progress), name="beside", daemon=True
+            target=self._read, args=(receiving, progress), name="forked", daemon=True
         )
         self._reader.start()
 
-    def _read(self, receiving: Any, progress: Callable[[str], None]) -> None:
+    def _read(self, receiving: Any, progress: Callable[[str], None] | None) -> None:
+        answer: tuple[str, Any] | None = None
         with receiving:
-            while True:
+            while answer is None:
                 try:
                     kind, value = pickle.loads(receiving.recv_bytes())
                 except (EOFError, OSError):
-                    return
-                except Exception as error:  # what came could not be read here
-                    self._answer = ("raised", WorkerFailure("BadAnswer", repr(error)))
-                    return
+                    break
+                except Exception as error:  # what came cannot be read here
+                    answer = ("raised", WorkerFailure("BadAnswer", repr(error)))
+                    self._process.kill()
+                    break
                 if kind == "progress":
-                    progress(value)
+                    if progress is not None:
+                        progress(value)
                 else:
-                    self._answer = (kind, value)
-                    return
-
-    def result(self) -> T:
-        self._reader.join()
+                    answer = (kind, value)
         self._process.join()
-        if self._answer is None:
-            raise WorkerFailure(
-                "WorkerDied",
-                f"the process beside this one ended without an answer "
-                f"(exit code {self._process.exitcode})",
-            )
-        kind, value = self._answer
+        if answer is None:
+            answer = ("raised", WorkerFailure("WorkerDied", ended(self._process.exitcode)))
+        kind, value = answer
         if kind == "raised":
-            raise value
-        return value
+            self.future.set_exception(value)
+        else:
+            self.future.set_result(value)
 
-    def stop(self) -> None:
-        """Stop the task if it still runs (the caller gave up on it)."""
-        if self._process.is_alive():
+    def end(self, *, kill: bool) -> None:
+        if kill and self._process.is_alive():
             self._process.kill()
-        self._process.join()
         self._reader.join()
 
 
-def start_beside(
-    task: Callable[[Callable[[str], None]], T], *, progress: Callable[[str], None]
-) -> Beside[T]:
-    """Run ``task(progress)`` in a process forked from this one (it inherits everything
-    loaded here: no import, no pickled input), while this process goes on. Only for
-    tasks that touch no CUDA device and read no intra-op thread pool of more than one
-    thread: a fork does not carry either."""
-    return Beside(task, progress)
-
-
-def _run_beside(task: Callable[[Callable[[str], None]], Any], sending: Any, parent: int) -> None:
-    """The forked process: run ``task``, send its progress and its answer home."""
+def _run_forked(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    sending: Any,
+    parent: int,
+) -> None:
+    """The forked process: run the task, send its progress and its answer home."""
     if sys.platform == "linux":  # die with the parent rather than run on as an orphan
         import ctypes
 
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:
         os._exit(1)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's stop handlers stay there
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
     def send(message: tuple[str, Any]) -> None:  # plain pickle: tensors travel as bytes
         sending.send_bytes(pickle.dumps(message))
@@ -208,7 +269,10 @@ def _run_beside(task: Callable[[Callable[[str], None]], Any], sending: Any, pare
         send(("progress", message))
 
     try:
-        answer: tuple[str, Any] = ("done", task(progress))
+        if isinstance(fn, Relayed):
+            answer: tuple[str, Any] = ("done", fn.fn(progress, *args, **kwargs))
+        else:
+            answer = ("done", fn(*args, **kwargs))
     except BaseException as error:
         answer = ("raised", error)
     try:

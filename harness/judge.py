@@ -1,8 +1,8 @@
 """``judge()``: the one function every entry point calls for a verdict.
 
-It takes the cases, the implementations, the options and the executor that runs the
-implementations' code (``harness.executor``: in process, or a worker per trust domain,
-chosen once by the caller), runs the stages (the comparison, the statistical oracle, the
+It takes the cases, the implementations and the options, runs the implementations' code
+where the options say (``RunOptions.isolate``: a worker per trust domain, else in
+process; ``harness.executor``), runs the stages (the comparison, the statistical oracle, the
 eliminated work) and returns a ``Judgement`` (``harness.judgement``). The command line,
 the Python API (``harness.testing``), the pytest plugin and the versions table read
 their verdicts from it, so "lossless" means the same on every path. The run's intra-op
@@ -11,19 +11,30 @@ threads (``RunOptions.threads``) hold for the whole judgement.
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from harness.defaults import LEGACY
 from harness.devices import intra_op_threads
-from harness.executor import IN_PROCESS, Executor, InProcessExecutor, start_beside
+from harness.executor import (
+    BUILTINS,
+    IN_PROCESS,
+    Executor,
+    ForkedExecutor,
+    InProcessExecutor,
+    Relayed,
+    WorkerFailure,
+)
 from harness.judgement import Judgement, OracleVerdict, WorkVerdict, judge_records
 from harness.options import RunOptions
-from harness.progress import Progress
+from harness.progress import Progress, no_progress
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from harness.case import Case
@@ -37,7 +48,7 @@ def judge(
     implementations: Sequence[Implementation],
     *,
     options: RunOptions,
-    executor: Executor = IN_PROCESS,
+    executor: Executor | None = None,
     power: bool = False,
     work: bool = False,
     oracle_config: StatsConfig | None = None,
@@ -53,8 +64,29 @@ def judge(
     reference it compares against). With a ``journal``,
     finished cases are kept there and ``options.resume`` reuses them.
 
+    The implementations run on the executor ``options.isolate`` asks for, started here
+    and stopped before the verdict; a caller that started it already (to load its
+    plug-ins there) passes it as ``executor``, which must be the one the options ask for
+    (``ExecutorMismatch`` otherwise).
+
     The device has one carrier, ``options.device``: every case runs there (a case
     loaded from a file for another device is moved), as do the oracle and the work."""
+    from harness.pipeline.isolation import check_executor, make_executor
+
+    if executor is None:
+        with make_executor(isolate=options.isolate) as chosen:
+            return judge(
+                cases,
+                implementations,
+                options=options,
+                executor=chosen,
+                power=power,
+                work=work,
+                oracle_config=oracle_config,
+                oracle_on=oracle_on,
+                journal=journal,
+            )
+    check_executor(executor, isolate=options.isolate)
     cases = on_device(cases, options.device)
     timing: dict[str, float] = {}
     decoded = [i for i in implementations if oracle_on is None or i.name in oracle_on]
@@ -112,11 +144,13 @@ def start_oracle(
     alone: bool = False,
 ) -> OracleLater | OracleBeside:
     """The oracle stage, started: in processes forked beside this one where
-    ``_oracle_beside`` allows and something runs beside it (the matrix or the work, or
-    another share: ``alone``, nothing else runs), else run when its verdict is asked for
-    (``judge_oracle``, after the matrix and the work). The verdict is the same."""
+    ``_oracle_beside`` allows, the shares fit in ``options.jobs`` and something runs
+    beside it (the matrix or the work, or another share: ``alone``, nothing else runs),
+    else run when its verdict is asked for (``judge_oracle``, after the matrix and the
+    work). The verdict is the same."""
     shares = oracle_shares(implementations, jobs=options.jobs, power=power)
-    if _oracle_beside(options, executor=executor) and (len(shares) > 1 or not alone):
+    beside = _oracle_beside(options, executor=executor) and len(shares) <= options.jobs
+    if beside and (len(shares) > 1 or not alone):
         order = [i.name for i in implementations]
         return OracleBeside(shares, order=order, options=options, power=power, config=config)
     return OracleLater(
@@ -213,10 +247,13 @@ def _oracle_verdict(run: OracleRun, *, options: RunOptions, wall_s: float) -> Or
 
 
 class OracleBeside:
-    """The oracle's decodes in processes forked beside this one, one per share of the
-    implementations (``oracle_shares``; legacy's share draws its power curves, since
-    ``run_statistics`` draws them where legacy is decoded), while this process goes on;
-    ``verdict()`` joins their runs in ``order``."""
+    """The oracle's decodes in processes forked beside this one (``ForkedExecutor``), one
+    per share of the implementations (``oracle_shares``; legacy's share draws its power
+    curves, since ``run_statistics`` draws them where legacy is decoded), while this
+    process goes on; ``verdict()`` joins their runs in ``order``. A share's process that
+    gives no answer (it died, was killed or stopped, or answered what cannot cross) is
+    the failure of the implementations whose code ran there, as a worker's is under
+    ``--isolate``: each gets the failed result the isolated executor's would give."""
 
     def __init__(
         self,
@@ -229,12 +266,19 @@ class OracleBeside:
     ) -> None:
         options.progress("statistical oracle ...")
         self.started = time.perf_counter()
-        self.options = options
+        self.options, self.power, self.config = options, power, config
         self.order = list(order)
+        self.executor = ForkedExecutor()
         self.shares = [
-            start_beside(
-                partial(_share_task, share, options=options, power=power, config=config),
-                progress=options.progress,
+            (
+                share,
+                self.executor.submit(
+                    Relayed(_share_task, options.progress),
+                    share,
+                    options=options,
+                    power=power,
+                    config=config,
+                ),
             )
             for share in shares
         ]
@@ -242,18 +286,49 @@ class OracleBeside:
     def verdict(self) -> OracleVerdict:
         from harness.oracles.stats import merged_runs
 
-        runs = [share.result() for share in self.shares]
+        runs = []
+        for share, future in self.shares:
+            try:
+                runs.append(future.result())
+            except WorkerFailure as failure:
+                runs.append(self._failed_share(share, failure))
         run = merged_runs(runs, order=self.order)
         return _oracle_verdict(run, options=self.options, wall_s=time.perf_counter() - self.started)
 
+    def _failed_share(self, share: Sequence[Implementation], failure: WorkerFailure) -> OracleRun:
+        """The share's run as the isolated executor gives it when every task of its
+        implementations ends in ``failure``: their failed results, no decode, no curve."""
+        names = ", ".join(i.name for i in share)
+        self.options.progress(f"statistical oracle: {names}: {failure}")
+        return _oracle_run(
+            share,
+            options=replace(self.options, progress=no_progress),
+            executor=_NoAnswer(failure),
+            power=self.power,
+            config=self.config,
+        )
+
     def stop(self) -> None:
-        for share in self.shares:
-            share.stop()
+        self.executor.shutdown(cancel_futures=True)
+
+
+class _NoAnswer(InProcessExecutor):
+    """Every task ends in ``failure``, as the tasks of a process that died."""
+
+    def __init__(self, failure: WorkerFailure) -> None:
+        self.failure = failure
+
+    def submit(
+        self, fn: Callable[..., T], /, *args: object, **kwargs: object
+    ) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        future.set_exception(self.failure)
+        return future
 
 
 def _share_task(
-    implementations: Sequence[Implementation],
     progress: Progress,
+    implementations: Sequence[Implementation],
     *,
     options: RunOptions,
     power: bool,
@@ -271,19 +346,28 @@ def _share_task(
 def oracle_shares(
     implementations: Sequence[Implementation], *, jobs: int, power: bool
 ) -> list[list[Implementation]]:
-    """``implementations`` dealt into at most ``jobs`` shares of about equal work, the
-    longest first (legacy with its power curves counts three decodes), each share in the
-    given order; an empty share is left out."""
+    """``implementations`` dealt into shares that never mix trust domains (a plug-in's
+    process runs no other code, so its death blames it alone, as under ``--isolate``):
+    each plug-in a share of its own (more than ``jobs`` shares where the plug-ins are
+    ``jobs`` or more: ``start_oracle`` then runs the oracle here); the built-ins into
+    the shares left of ``jobs`` (at least one) of about equal work, the longest first
+    (legacy with its power curves counts three decodes); each share in the given order;
+    an empty share is left out."""
 
     def weight(implementation: Implementation) -> int:
         return 3 if power and implementation.name == LEGACY else 1
 
-    shares: list[list[Implementation]] = [[] for _ in range(min(jobs, len(implementations)))]
-    for implementation in sorted(implementations, key=weight, reverse=True):
+    builtins = [i for i in implementations if i.trust_domain == BUILTINS]
+    plugins = [[i] for i in implementations if i.trust_domain != BUILTINS]
+    shares: list[list[Implementation]] = [
+        [] for _ in range(min(max(1, jobs - len(plugins)), len(builtins)))
+    ]
+    for implementation in sorted(builtins, key=weight, reverse=True):
         lightest = min(shares, key=lambda share: sum(weight(i) for i in share))
         lightest.append(implementation)
     index = {i.name: n for n, i in enumerate(implementations)}
-    return [sorted(share, key=lambda i: index[i.name]) for share in shares if share]
+    dealt = [*shares, *plugins]
+    return [sorted(share, key=lambda i: index[i.name]) for share in dealt if share]
 
 
 def judge_work(

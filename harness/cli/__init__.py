@@ -303,8 +303,9 @@ def _common_options(spec: CommandSpec) -> CommandLineParser:
     common.add_argument(
         "--long",
         action="store_true",
-        help="print the whole evidence (every case, every test's p-value), as report.md "
-        "and the .txt file hold it; by default the terminal gets what fits 100 columns",
+        help="print the whole evidence (every case, every test's p-value), as the .md and "
+        ".txt files the command writes hold it; by default the terminal gets what fits "
+        "100 columns",
     )
     common.add_argument(
         "--threads",

@@ -2,7 +2,8 @@
 wheel (``harness.upstream.releases``), one process per release, and the advisory.
 
 The options are checked before anything heavy is imported: the version selections
-(``0.5.19,0.5.21-0.5.23``; ``none``), ``--jobs``, the executor. Exit 0 when every
+(``0.5.19,0.5.21-0.5.23``; ``none``; a range from low to high that holds a known
+release; something to judge), ``--jobs``, the executor. Exit 0 when every
 selected release has a row (a verdict, or the reason it is not judged); 1 when a
 release's task gave no answer (its row says why).
 """
@@ -82,8 +83,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_impl_option(parser, verb="also judge (one row each, in its own process)")
 
 
+def _none(text: str | None) -> bool:
+    return text is not None and text.strip() == "none"
+
+
 def _checked_selection(text: str, *, option: str) -> tuple[str, ...]:
-    if text.strip() == "none":
+    if _none(text):
         return ()
     parts = parse_selection(text)
     bad = [part for part in parts if not _PART.match(part)]
@@ -92,6 +97,13 @@ def _checked_selection(text: str, *, option: str) -> tuple[str, ...]:
             f"{option}: expected versions and ranges like 0.5.19,0.5.21-0.5.23 or none; "
             f"got {', '.join(bad) or repr(text)}"
         )
+    for part in parts:
+        low, dash, high = part.partition("-")
+        if dash and version_key(low) > version_key(high):
+            raise UsageError(
+                f"{option}: the range {part} runs backwards; write it from the lower "
+                f"version to the higher: {high}-{low}"
+            )
     return parts
 
 
@@ -101,6 +113,8 @@ def validate(args: argparse.Namespace) -> None:
         text = getattr(args, package)
         if text is not None:
             _checked_selection(text, option=f"--{package}")
+    if not args.all and not args.impl and all(_none(getattr(args, p)) for p in PACKAGES):
+        raise UsageError("nothing to judge: --sglang none and --vllm none, and no --impl")
     if args.all and any(getattr(args, p) is not None for p in PACKAGES):
         raise UsageError("--all judges every release; give it without --sglang/--vllm")
     if args.scan_triples < 0:
@@ -131,17 +145,20 @@ def chosen_versions(args: argparse.Namespace, package: str) -> tuple[tuple[str, 
     text = getattr(args, package)
     if text is None:
         return default_selection(package), ""
-    return select(_checked_selection(text, option=f"--{package}"), known=known), ""
+    chosen = select(_checked_selection(text, option=f"--{package}"), known=known)
+    if not _none(text) and not chosen:
+        raise UsageError(
+            f"--{package} {text}: no known release in that range "
+            f"(known: {known[0]} to {known[-1]}); give versions, ranges or none"
+        )
+    return chosen, ""
 
 
 def command(args: argparse.Namespace) -> ExitCode:
     from harness.render.progress import progress_printer
     from harness.render.releases import releases_section
-    from harness.upstream.releases.sweep import (
-        ReleaseTask,
-        advisory_json,
-        run_sweep,
-    )
+    from harness.upstream.releases.run import run_sweep
+    from harness.upstream.releases.sweep import ReleaseTask, advisory_json
 
     started = time.perf_counter()
     cache = args.wheel_dir or DEFAULT_CACHE

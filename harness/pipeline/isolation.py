@@ -49,6 +49,7 @@ from harness.executor import (
     Executor,
     TimeLimited,
     WorkerFailure,
+    ended,
 )
 from harness.interrupts import stop_on_signals
 from harness.wire import WireError, read_answer, write_answer
@@ -59,10 +60,26 @@ START_LIMIT_S = 600.0  # a worker's start
 DEFAULT_LIMIT_S = 600.0  # a task that states no limit of its own
 
 
+class ExecutorMismatch(ValueError):
+    """An executor that is not the one the options ask for (``RunOptions.isolate``)."""
+
+
 def make_executor(*, isolate: bool) -> Executor:
     """Where the implementations of a run execute: one worker per trust domain with
-    ``isolate``, else this process."""
+    ``isolate``, else this process. The one place the executor follows from the options:
+    ``harness.judge.judge`` starts it, or checks the one it is given (``check_executor``)."""
     return IsolatedExecutor() if isolate else IN_PROCESS
+
+
+def check_executor(executor: Executor, *, isolate: bool) -> None:
+    """Refuse an executor that ``make_executor(isolate=isolate)`` would not give: code
+    asked to run isolated never runs in this process, and the reverse."""
+    if isinstance(executor, IsolatedExecutor) != isolate:
+        where = "in its trust domain's worker" if isinstance(executor, IsolatedExecutor) else "here"
+        raise ExecutorMismatch(
+            f"the options say isolate={isolate}, but the executor runs the code {where}; "
+            "pass no executor and judge() starts the one the options ask for"
+        )
 
 
 def task_name(fn: Callable[..., Any]) -> str:
@@ -123,12 +140,7 @@ def _serve(connection: Connection) -> None:
 # -- the judge's side ----------------------------------------------------------------------
 def _death(process: multiprocessing.process.BaseProcess) -> str:
     process.join(timeout=5)
-    code = process.exitcode
-    if code is None:
-        return "the worker process stopped answering"
-    if code < 0:
-        return f"the worker process died from signal {signal.Signals(-code).name} ({code})"
-    return f"the worker process exited with status {code} before returning a result"
+    return ended(process.exitcode)
 
 
 _started: weakref.WeakSet[WorkerExecutor] = weakref.WeakSet()

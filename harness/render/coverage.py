@@ -128,7 +128,7 @@ def coverage_section(
         ok=True,
         verdict="",
         blocks=(Table.of(["exercised", "covered"], rows), *bound),
-        brief=(Table.of(["exercised", "covered"], rows, wrap=(None, 60)), *brief_bound),
+        brief=(Table.of(["exercised", "covered"], rows).fitted(), *brief_bound),
         data={
             "matrix": matrix.to_json(),
             "statistical": None if statistical is None else statistical.to_json(),

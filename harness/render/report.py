@@ -56,8 +56,9 @@ def render_text(
 ) -> str:
     """Verdict first (one line per section; without ``long``, wrapped to the terminal's
     width), then the evidence of each section (without ``long``, what each section shows
-    by default), the files ``written`` when given, and the verdict again as the last
-    line, where a terminal leaves it in view."""
+    by default), the files ``written`` when given (and, without ``long``, the one that
+    holds the whole evidence), and the verdict again as the last line, where a terminal
+    leaves it in view."""
     lines = [heading, "", verdict_line(ok)]
     for section in sections:
         if not section.verdict:
@@ -82,7 +83,8 @@ def render_text(
     if written:
         lines += ["", f"written: {', '.join(str(path) for path in written)}"]
     if not long and any(s.brief is not None for s in sections):
-        lines.append("the whole evidence (every case, every test): report.md, or --long")
+        where = "".join(f"{path.name}, or " for path in written if path.suffix == ".md")
+        lines.append(f"the whole evidence (every case, every test): {where}--long")
     lines += ["", verdict_line(ok)]
     return "\n".join(lines) + "\n"
 

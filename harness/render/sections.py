@@ -4,7 +4,7 @@ tables) and its data; and how that evidence renders as terminal text or Markdown
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.render.tables import Alignment, TableFormat, table
@@ -41,6 +41,20 @@ class Table:
 
     def render(self, fmt: TableFormat = "text") -> str:
         return table(self.header, self.rows, fmt=fmt, align=self.align, wrap=self.wrap)
+
+    def fitted(self, width: int = TERMINAL_WIDTH) -> Table:
+        """This table with its last column wrapped narrower, where its terminal text is
+        wider than ``width``, so that it fits (down to the column's header: the other
+        columns stay as wide as their cells)."""
+        over = max(len(line) for line in self.render().splitlines()) - width
+        if over <= 0:
+            return self
+        cells = [self.header[-1], *(row[-1] for row in self.rows)]
+        natural = max(len(line) for cell in cells for line in cell.splitlines())
+        wrap = list(self.wrap or (None,) * len(self.header))
+        shown = natural if wrap[-1] is None else min(wrap[-1], natural)
+        wrap[-1] = max(len(self.header[-1]), shown - over)
+        return replace(self, wrap=tuple(wrap))
 
 
 def right_aligned(columns: int) -> list[Alignment]:

@@ -427,9 +427,9 @@ def oracle_brief(oracle: OracleRun) -> tuple[Block, ...]:
         ),
         *cut_lines(oracle),
         Table.of(
-            ["impl", "verifier", "verdict", "family p", "rejected tests", "strongest rejection"],
+            ["impl", "verifier", "verdict", "family p", "rejected", "strongest rejection"],
             rows,
-        ),
+        ).fitted(),
     ]
     findings = finding_lines(oracle.every_result(), every=False)
     if findings:

@@ -104,7 +104,7 @@ def _first_failures(lines: list[str]) -> tuple[Block, ...]:
     failures = [line for line in lines if line]
     shown = [textwrap.shorten(f, width=TERMINAL_WIDTH, placeholder=" ...") for f in failures]
     more = len(failures) - BRIEF_FAILURES
-    tail = [f"... and {more} more (report.md, or --long)"] if more > 0 else []
+    tail = [f"... and {more} more (the whole evidence, or --long)"] if more > 0 else []
     return ("\n".join([*shown[:BRIEF_FAILURES], *tail]),) if failures else ()
 
 

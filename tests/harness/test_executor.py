@@ -5,21 +5,28 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import re
+import signal
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
 
+import harness
 from harness.executor import (
     BUILTINS,
     IN_PROCESS,
     DomainExecutor,
     Executor,
+    ForkedExecutor,
     InProcessExecutor,
+    Relayed,
     TimeLimited,
     WorkerFailure,
     for_domain,
-    start_beside,
 )
+from harness.interrupts import stop_on_signals
 from harness.pipeline.isolation import IsolatedExecutor, make_executor, task_name
 from tests.plugins import untrusted_samplers
 
@@ -151,24 +158,67 @@ def answers_what_cannot_cross(progress) -> object:
     return lambda: None
 
 
-def test_a_task_beside_sends_its_progress_and_its_answer_home() -> None:
+def test_a_forked_task_sends_its_progress_and_its_answer_home() -> None:
     said: list[str] = []
-    answer = start_beside(answers_with_progress, progress=said.append).result()
-    assert torch.equal(answer, torch.arange(4)) and said == ["half way", "done"]
+    with ForkedExecutor() as forked:
+        future = forked.submit(Relayed(answers_with_progress, said.append))
+        assert torch.equal(future.result(), torch.arange(4)) and said == ["half way", "done"]
+        assert forked.submit(doubled, 21).result() == 42
 
 
-def test_a_task_beside_that_raises_dies_or_answers_what_cannot_cross_raises_here() -> None:
-    with pytest.raises(ValueError, match="planted"):
-        start_beside(lambda progress: raises_planted(), progress=print).result()
-    with pytest.raises(WorkerFailure, match=r"WorkerDied: .*exit code 3"):
-        start_beside(lambda progress: exits(), progress=print).result()
-    with pytest.raises(WorkerFailure, match="BadAnswer: the answer could not cross"):
-        start_beside(answers_what_cannot_cross, progress=print).result()
-
-
-def test_a_task_beside_that_is_stopped_is_killed() -> None:
+def sleeps() -> None:
     import time
 
-    beside = start_beside(lambda progress: time.sleep(600), progress=print)
-    beside.stop()
-    assert beside._process.exitcode is not None and beside._process.exitcode < 0
+    time.sleep(600)
+
+
+@pytest.mark.parametrize(
+    "ending, died",
+    [
+        (lambda pid: None, "exited with status 3"),  # the task's os._exit
+        (lambda pid: os.kill(pid, signal.SIGKILL), "died from signal SIGKILL"),
+        (lambda pid: os.kill(pid, signal.SIGTERM), "died from signal SIGTERM"),
+    ],
+)
+def test_a_forked_task_that_exits_or_is_killed_or_stopped_is_a_worker_failure(
+    ending: Callable[[int], None], died: str
+) -> None:
+    forked = ForkedExecutor()
+    try:
+        with stop_on_signals():  # the judge's own handlers do not follow into the fork
+            future = forked.submit(exits if "status" in died else sleeps)
+            ending(forked._running[0]._process.pid)  # type: ignore[arg-type]
+            with pytest.raises(WorkerFailure, match=f"WorkerDied: the worker process {died}"):
+                future.result()
+    finally:
+        forked.shutdown(cancel_futures=True)
+
+
+def test_a_forked_task_that_raises_or_answers_what_cannot_cross_raises_here() -> None:
+    with ForkedExecutor() as forked:
+        with pytest.raises(ValueError, match="planted"):
+            forked.submit(raises_planted).result()
+        with pytest.raises(WorkerFailure, match="BadAnswer: the answer could not cross"):
+            forked.submit(Relayed(answers_what_cannot_cross, print)).result()
+
+
+def test_a_forked_task_given_up_on_is_killed() -> None:
+    forked = ForkedExecutor()
+    future = forked.submit(sleeps)
+    process = forked._running[0]._process
+    forked.shutdown(cancel_futures=True)
+    assert process.exitcode is not None and process.exitcode < 0
+    assert isinstance(future.exception(), WorkerFailure)
+
+
+def test_the_harness_runs_code_in_another_process_three_ways_at_most() -> None:
+    """Every process the harness starts for its own code is a task on an executor: the
+    forked one, the isolated one's workers and the releases' pool of fresh processes."""
+    starts = re.compile(r"get_context\(|ProcessPoolExecutor\(|os\.fork\(|\.Process\(|Popen\(")
+    root = Path(harness.__file__).parent
+    starting = {
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if starts.search(path.read_text())
+    }
+    assert starting == {"executor.py", "pipeline/isolation.py", "upstream/releases/run.py"}

@@ -4,13 +4,19 @@ judge gives with every stage in one process, timings apart."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from harness.cli import main
+from harness.cli.exit_codes import ExitCode
 from harness.judge import judge, oracle_shares
 from harness.options import RunOptions
 from harness.oracles.problem import FAR, StatsConfig
 from harness.pipeline.matrix import standard_matrix
 from harness.plugins.implementations import builtin_implementations, parse_impl_spec
+from harness.testing import check_sampler
 
 SMALL = StatsConfig(rows=200, rounds=2, head_kinds=("vanilla", "gated"), targets=(FAR,))
 
@@ -64,3 +70,76 @@ def test_the_oracle_beside_the_matrix_gives_the_same_judgement(power: bool) -> N
     assert sorted(progress[1]) == sorted(progress[2])  # every line of the share's progress
     if power:
         assert judgements[2].oracle is not None and judgements[2].oracle.run.curves
+
+
+FAULTS = {
+    "exits": ("ExitsForked", "exited with status 0"),
+    "killed": ("KilledForked", "died from signal SIGKILL"),
+    "stopped": ("StoppedForked", "died from signal SIGTERM"),
+}
+ONE_CASE = "folded-sampled/vanilla"
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_process_beside_that_ends_without_an_answer_is_its_samplers_failure(
+    fault: str,
+) -> None:
+    """``os._exit``, SIGKILL or SIGTERM in the oracle's process alone: the API's verdict
+    fails on the statistical oracle, saying how the process ended, and raises nothing."""
+    sampler, died = FAULTS[fault]
+    verdict = check_sampler(
+        f"tests.plugins.forked_faults:{sampler}",
+        cases=[c for c in standard_matrix() if c.name == ONE_CASE],
+        jobs=2,
+    )
+    assert not verdict.ok and not verdict.lossless
+    assert verdict.statistical.ran and verdict.statistical.failed
+    assert verdict.statistical.error is not None and died in verdict.statistical.error
+    assert not verdict.failures  # the matrix ran in the judge, where it is correct
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_compare_blames_the_plugin_whose_process_beside_ended_and_writes_its_report(
+    fault: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sampler, died = FAULTS[fault]
+    case = next(c for c in standard_matrix() if c.name == ONE_CASE)
+    case.save(tmp_path / "case.json")
+    code = main(
+        [
+            "compare",
+            "--case",
+            str(tmp_path / "case.json"),
+            "--impl",
+            f"{fault}=tests.plugins.forked_faults:{sampler}",
+            "--jobs",
+            "2",
+            "--out-dir",
+            str(tmp_path),
+            "--json",
+        ]
+    )
+    assert code == ExitCode.FAIL
+    report = json.loads(capsys.readouterr().out)
+    held = report["judgement"]["implementations"]
+    assert not held[fault]["ok"] and died in json.dumps(held[fault])
+    assert held["reference"]["ok"] and held["fixed"]["ok"]  # it is blamed alone
+    assert (tmp_path / "compare.json").is_file()
+
+
+def test_a_plug_in_never_shares_a_process_beside_with_other_code() -> None:
+    built = builtin_implementations()
+    plugins = [
+        parse_impl_spec(f"p{n}=tests.plugins.stats_defects:ReusedNoiseSampler") for n in (1, 2)
+    ]
+    assert names(oracle_shares([*built, plugins[0]], jobs=2, power=True)) == [
+        ["reference", "fixed", "legacy"],
+        ["p1"],
+    ]
+    assert names(oracle_shares([*built, *plugins], jobs=2, power=False)) == [
+        ["reference", "fixed", "legacy"],
+        ["p1"],
+        ["p2"],
+    ]
+    assert names(oracle_shares(plugins, jobs=1, power=False)) == [["p1"], ["p2"]]

@@ -45,6 +45,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "upstream.releases.__init__",
                 "upstream.releases.wheels",
                 "upstream.releases.eras",
+                "examples",  # samplers to copy: the built-ins' packages, no more
             }
         ),
     ),
@@ -55,7 +56,12 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("logic", frozenset({"pipeline", "oracles", "measure", "gpu", "io"})),
     ("judge", frozenset({"judgement", "judge"})),  # the one verdict, and what computes it
     # the Python API and its tables
-    ("api", frozenset({"testing", "upstream.versions", "upstream.releases.sweep"})),
+    (
+        "api",
+        frozenset(
+            {"testing", "upstream.versions", "upstream.releases.sweep", "upstream.releases.run"}
+        ),
+    ),
     ("render", frozenset({"render"})),
     ("entry", frozenset({"cli", "pytest_plugin", "__main__"})),
 )
@@ -283,9 +289,10 @@ def test_importing_every_module_leaves_the_process_environment_unchanged() -> No
 
 
 def test_no_stage_imports_the_isolated_executor() -> None:
-    """Where implementation code runs is the caller's choice: a stage takes an executor
-    (``harness.executor``, below every stage with the wire) and never imports the
-    isolated one."""
+    """Where implementation code runs follows from the options in one place, the judge
+    (``harness.judge`` starts the executor ``RunOptions.isolate`` asks for): a stage
+    takes an executor (``harness.executor``, below every stage with the wire) and never
+    imports the isolated one."""
     graph = module_imports()
     for leaf in ("harness.executor", "harness.wire"):
         assert {t for t in graph[leaf] if layer_of(t) > 0} == set(), leaf
@@ -293,6 +300,6 @@ def test_no_stage_imports_the_isolated_executor() -> None:
         module
         for module, targets in graph.items()
         if "harness.pipeline.isolation" in targets
-        and module.split(".")[1] in {"pipeline", "oracles", "measure", "gpu", "judge"}
+        and module.split(".")[1] in {"pipeline", "oracles", "measure", "gpu"}
     }
     assert users == set()

@@ -1,6 +1,7 @@
 """The README's first screen holds: its two commands name tox environments that run the
-main job and the tests, its Python example runs as written and says what it claims, and
-the sampler it shows is ``examples/my_sampler.py`` to the byte, lossless as it says.
+main job and the tests, its Python example runs as written from any directory and says
+what it claims, and the sampler it shows is ``harness/examples/my_sampler.py`` (installed
+with the package) to the byte, lossless as it says.
 ``scripts/time_jobs.py --jobs tox`` runs the two commands on a fresh clone and measures
 the times the README states."""
 
@@ -8,15 +9,21 @@ from __future__ import annotations
 
 import configparser
 import contextlib
+import importlib.util
 import io
+import os
 import re
 import shlex
+import sys
+from pathlib import Path
+
+import pytest
 
 from harness.cli import build_parser
 from tests.helpers import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text()
-SAMPLER_FILE = REPO_ROOT / "examples" / "my_sampler.py"
+SAMPLER_FILE = REPO_ROOT / "harness" / "examples" / "my_sampler.py"
 
 
 def _section(title: str) -> str:
@@ -40,9 +47,13 @@ def test_the_two_commands_run_the_report_and_the_tests_through_tox() -> None:
     assert "TIME_" not in README, "a time on the first screen was never measured"
 
 
-def test_the_python_example_runs_as_written() -> None:
+def test_the_python_example_runs_as_written_from_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (example,) = _blocks(_section("The Python API in ten lines"), "python")
     assert len([line for line in example.splitlines() if line.strip()]) <= 10
+    monkeypatch.chdir(tmp_path)  # not the repository: what an installed package has
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", os.getcwd())])
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(compile(example, "README.md", "exec"), {})
@@ -59,5 +70,6 @@ def test_the_sampler_shown_is_the_file_and_the_command_shown_parses() -> None:
     argv = shlex.split(command)
     assert argv[:3] == ["python", "-m", "harness"]
     args = build_parser(with_options=[argv[3]]).parse_args(argv[3:])
-    spec = args.impl[0].split("=", 1)[1]
-    assert (REPO_ROOT / spec.split(":")[0]).is_file()
+    module = args.impl[0].split("=", 1)[1].split(":")[0]
+    found = importlib.util.find_spec(module)  # a module of the package: any directory
+    assert found is not None and found.origin == str(SAMPLER_FILE)

@@ -1,4 +1,4 @@
-"""One release judged in a process of its own, the sweep's journal, and the advisory.
+"""One release judged in a process of its own, the sweep, and the advisory.
 
 ``judge_release(task)`` is the task an executor runs (module-level, plain arguments,
 plain answer): it fetches the version's wheel into the cache, extracts it, checks its
@@ -13,18 +13,13 @@ later judged version that is free of the class.
 
 from __future__ import annotations
 
-import concurrent.futures
-import json
-import multiprocessing
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-from harness.executor import Executor, start_beside
-from harness.progress import Progress, no_progress
+from harness.executor import ForkedExecutor
 from harness.upstream.releases.eras import (
     Loading,
     ReleaseEra,
@@ -120,6 +115,11 @@ def _row(
     }
     row.update(judged)  # type: ignore[typeddict-item]
     return row
+
+
+def not_judged(task: ReleaseTask, *, reason: str) -> ReleaseRow:
+    """The row of a task that gave none (its process died or it raised): why."""
+    return _row(task, era="?", started=time.perf_counter(), reason=f"not judged: {reason}")
 
 
 def _release_files(task: ReleaseTask, members: tuple[str, ...]) -> Wheel:
@@ -254,7 +254,8 @@ def _judged_row(
     verifiers = oracle_verifiers(verifier)
     # The support scan in a process forked beside this one, while the matrix runs here
     # and the oracle beside it: its answer does not depend on where it runs.
-    scan = start_beside(partial(_scan_task, implementation, task=task), progress=no_progress)
+    scan_process = ForkedExecutor()
+    scan = scan_process.submit(_support_scan, implementation, task=task)
     try:
         judgement = judge(
             cases,
@@ -270,7 +271,7 @@ def _judged_row(
         )
         scan_hits, scan_gaps = scan.result()
     finally:
-        scan.stop()
+        scan_process.shutdown(cancel_futures=True)
     held = judgement.with_scans([ScanVerdict(implementation.name, scan_hits)]).held_verdict(
         implementation.name
     )
@@ -373,14 +374,6 @@ def oracle_not_covered(results: Sequence[StatsResult]) -> list[str]:
     return lines
 
 
-def _scan_task(
-    implementation: Implementation, progress: Progress, *, task: ReleaseTask
-) -> tuple[str, list[str]]:
-    """``_support_scan`` as a task run beside (``start_beside``)."""
-    del progress
-    return _support_scan(implementation, task=task)
-
-
 def _support_scan(implementation: Implementation, *, task: ReleaseTask) -> tuple[str, list[str]]:
     """The support scan's first hit in words (empty: none, or no scan asked for), and
     what it did not cover: points that did not run (by reason) and a batch cut by the
@@ -427,123 +420,6 @@ def scan_not_covered(
 
 def _layout(sample_from_anchor: bool) -> str:
     return "anchor" if sample_from_anchor else "no-anchor"
-
-
-# -- the journal ---------------------------------------------------------------------------
-JOURNAL = "releases-journal.jsonl"
-
-
-def journal_key(row: ReleaseRow) -> tuple[str, str]:
-    return row["package"], row["version"]
-
-
-def read_journal(out_dir: Path) -> dict[tuple[str, str], ReleaseRow]:
-    """The rows an earlier run finished (its last row per release)."""
-    path = out_dir / JOURNAL
-    if not path.is_file():
-        return {}
-    rows: dict[tuple[str, str], ReleaseRow] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row: ReleaseRow = json.loads(line)
-            rows[journal_key(row)] = row
-    return rows
-
-
-def append_journal(out_dir: Path, row: ReleaseRow) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with (out_dir / JOURNAL).open("a") as journal:
-        journal.write(json.dumps(row, sort_keys=True) + "\n")
-
-
-# -- the sweep -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Sweep:
-    """Every task's row, in the order asked; ``ok``: every task answered."""
-
-    rows: tuple[ReleaseRow, ...]
-    ok: bool
-
-
-def release_executor(*, jobs: int, executor: str, ray_address: str | None) -> Executor:
-    """``jobs`` local processes, a fresh one for every release (``max_tasks_per_child``),
-    or a Ray cluster (``harness.upstream.releases.ray_executor``)."""
-    if executor == "ray":
-        from harness.upstream.releases.ray_executor import RayExecutor
-
-        return RayExecutor(address=ray_address, num_cpus=jobs)
-    return concurrent.futures.ProcessPoolExecutor(
-        max_workers=jobs,
-        mp_context=multiprocessing.get_context("spawn"),
-        max_tasks_per_child=1,
-    )
-
-
-def _key(task: ReleaseTask) -> tuple[str, str]:
-    return task.package, task.version
-
-
-def run_sweep(
-    tasks: Sequence[ReleaseTask],
-    *,
-    jobs: int,
-    executor: str = "local",
-    ray_address: str | None = None,
-    out_dir: Path,
-    resume: bool = False,
-    progress: Progress = no_progress,
-) -> Sweep:
-    """Judge every task through the executor, each release in a process of its own;
-    each finished row goes to the journal in ``out_dir`` at once (``resume``: the rows
-    already there are reused, not judged again)."""
-    done = read_journal(out_dir) if resume else {}
-    if not resume:
-        (out_dir / JOURNAL).unlink(missing_ok=True)
-    rows = {key: row for key, row in done.items() if key in {_key(t) for t in tasks}}
-    pending = [task for task in tasks if _key(task) not in rows]
-    ok = True
-    if pending:
-        others = set(multiprocessing.active_children())  # not the pool's: left alone on a stop
-        with release_executor(jobs=jobs, executor=executor, ray_address=ray_address) as pool:
-            futures = {pool.submit(judge_release, task): task for task in pending}
-            try:
-                for future in concurrent.futures.as_completed(futures):
-                    task = futures[future]
-                    try:
-                        row = future.result()
-                    except Exception as error:  # its process died or raised: the row says so
-                        ok = False
-                        row = _row(
-                            task,
-                            era="?",
-                            started=time.perf_counter(),
-                            reason=f"not judged: the task failed: {type(error).__name__}: {error}",
-                        )
-                    append_journal(out_dir, row)
-                    rows[_key(task)] = row
-                    progress(f"releases: {task.package} {task.version}: {_said(row)}")
-            except BaseException:  # a stop request: the releases still running end with it
-                _stop_now(pool, others=others)
-                raise
-    return Sweep(rows=tuple(rows[_key(t)] for t in tasks), ok=ok)
-
-
-def _stop_now(pool: Executor, *, others: set[multiprocessing.process.BaseProcess]) -> None:
-    """Cancel the tasks not started and end those running: a stopped sweep does not wait
-    for a judgement (a vLLM release's takes minutes). The journal keeps every finished
-    row for ``--resume``. The local pool's processes are the children started since
-    ``others`` were."""
-    pool.shutdown(wait=False, cancel_futures=True)
-    if isinstance(pool, concurrent.futures.ProcessPoolExecutor):
-        for process in set(multiprocessing.active_children()) - others:
-            process.kill()
-
-
-def _said(row: ReleaseRow) -> str:
-    if not row["judged"]:
-        return row["not_covered"][0] if row["not_covered"] else "not judged"
-    word = "lossless" if row["lossless"] else "NOT lossless"
-    return f"{word} ({row['seconds']:.0f} s)"
 
 
 # -- the advisory --------------------------------------------------------------------------

@@ -26,6 +26,14 @@ def test_main_job_passes_and_states_the_verdict_first(default_report: DefaultRep
     assert (default_report.out_dir / "report.md").read_text().startswith("# DSpark")
 
 
+def test_the_quiet_report_through_a_pipe_fits_100_columns(default_report: DefaultReport) -> None:
+    lines = default_report.stdout.splitlines()
+    # the files written are named by the paths the user chose (here a long temporary one)
+    wide = [line for line in lines if len(line) > 100 and not line.startswith("written: ")]
+    assert wide == []
+    assert "== Coverage ==" in default_report.stdout  # the tables that were wider are there
+
+
 def test_main_job_with_the_oracle_writes_the_power_curve_figure(
     default_report: DefaultReport,
 ) -> None:

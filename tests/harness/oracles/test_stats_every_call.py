@@ -154,7 +154,7 @@ def test_the_rare_wrong_token_passes_the_tests_and_fails_its_calls(rare_result) 
 
 def test_the_correct_designs_have_no_finding_on_the_oracles_calls() -> None:
     specs = [
-        "mine=examples/my_sampler.py:MySampler",
+        "mine=harness.examples.my_sampler:MySampler",
         "pre=tests.plugins.alternative_samplers:PrestagedNoiseSampler",
         "gumbel=tests.plugins.alternative_samplers:UniformGumbelSampler",
         "multi=tests.plugins.alternative_samplers:MultinomialSampler",

@@ -12,7 +12,7 @@ import pytest
 from harness.cli.report import write_power_plot
 from harness.measure import sweep
 from harness.render.figures import PLOT_EXTRA_HINT, render_png
-from harness.render.report import render_markdown, render_text
+from harness.render.report import render_markdown, render_text, write_report
 from harness.render.sections import Section, Table
 from harness.render.sweep import sweep_png, sweep_section
 from tests.harness.measure.test_sweep import TINY, fake_measure
@@ -148,3 +148,27 @@ def test_coinciding_measured_points_of_the_power_figure_stay_visible(
     assert all(line.get_markerfacecolor() == "none" for line in measured)  # hollow
     assert len({line.get_marker() for line in measured}) == 3
     assert len({line.get_markersize() for line in measured}) == 3  # nested, none hidden
+
+
+@pytest.mark.parametrize("command", ["report", "compare", "releases", "stats"])
+def test_the_terminal_names_the_markdown_file_the_command_wrote(
+    command: str, tmp_path: Path
+) -> None:
+    sections = [Section(title="t", ok=False, verdict="v", text="a\nb", brief=("a",))]
+    written = write_report(tmp_path, stem=command, data={}, text="", markdown="")
+    text = render_text(heading="h", ok=False, sections=sections, written=written, long=False)
+    named = {word.strip(",.()") for word in text.split() if word.strip(",.()").endswith(".md")}
+    assert {Path(n).name for n in named} == {f"{command}.md"}
+    assert f"the whole evidence (every case, every test): {command}.md, or --long" in text
+
+
+def test_a_table_too_wide_for_the_terminal_wraps_its_last_column_to_fit() -> None:
+    words = " ".join(f"word{n}" for n in range(40))
+    wide = Table.of(["name", "what"], [["a" * 30, words], ["b", "short"]], wrap=(None, 90))
+    assert max(len(line) for line in wide.render().splitlines()) > 100  # the planted width
+    fitted = wide.fitted()
+    assert max(len(line) for line in fitted.render().splitlines()) <= 100
+    words_of = [w for w in fitted.render().split() if set(w) != {"-"}]
+    assert words_of == [w for w in wide.render().split() if set(w) != {"-"}]  # none cut
+    narrow = Table.of(["name", "what"], [["a", "b"]])
+    assert narrow.fitted() is narrow

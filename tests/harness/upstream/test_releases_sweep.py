@@ -224,13 +224,18 @@ def test_the_repro_command_judges_that_release_alone(tmp_path: Path) -> None:
         (["--ray-address", "auto"], "--ray-address needs --executor ray"),
         (["--all", "--vllm", "none"], "--all judges every release"),
         (["--wheel-dir", "/definitely/not/here"], "no such folder"),
+        (["--sglang", "0.5.23-0.5.19"], "the range 0.5.23-0.5.19 runs backwards"),
+        (["--sglang", "none", "--vllm", "none"], "nothing to judge"),
+        (["--sglang", "0.4.0-0.4.9", "--vllm", "none"], "no known release in that range"),
     ],
 )
 def test_bad_options_are_refused_before_any_work(
     argv: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["releases", *argv, "--out-dir", str(tmp_path)]) == 2
-    assert said in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0]
+    assert not (tmp_path / "releases.md").exists()  # nothing judged, nothing written
 
 
 @pytest.mark.e2e

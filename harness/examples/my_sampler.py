@@ -3,8 +3,8 @@ multinomial sampling instead of the exponential race.
 
 It keeps the single walk, so each token is drawn from the very step logits written to
 ``corrected_out``: lossless, and not drop-in (it consumes other random numbers than the
-reference). Change ``sample_step`` and run
-``python -m harness compare --only reference --impl mine=examples/my_sampler.py:MySampler``.
+reference). Copy this file as ``my_sampler.py``, change ``sample_step`` and run
+``python -m harness compare --only reference --impl mine=my_sampler.py:MySampler``.
 """
 
 from __future__ import annotations

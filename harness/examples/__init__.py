@@ -1,0 +1,1 @@
+"""Samplers to copy, installed with the harness (the README shows them)."""
