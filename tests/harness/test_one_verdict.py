@@ -131,7 +131,7 @@ VERDICT_WORDS = {"ok", "lossless", "drop_in", "passed", "holds"}
 # Readers whose ok is no verdict on an implementation, with why (docs/verdicts.md, "One
 # verdict"): the release sweep's ok is that every task answered (each release's verdict
 # is a row of the advisory, reported, never held).
-NOT_A_VERDICT = {"upstream/releases/sweep.py": "every task answered"}
+NOT_A_VERDICT = {"upstream/releases/run.py": "every task answered"}
 # The rules that decide a part, each called by the judgement alone (and where it lives).
 PREDICATES = {
     "redraws_hold": "gpu/graphs.py",
