@@ -25,7 +25,10 @@ from harness.pipeline.checks.life import (
     replay_run,
 )
 from harness.pipeline.checks.noise import check_fresh_noise, check_noise_budget, check_noise_replay
-from harness.pipeline.checks.plumbing import check_noise_shared_with_verifier
+from harness.pipeline.checks.plumbing import (
+    check_noise_shared_with_verifier,
+    check_torch_stream_shared_with_verifier,
+)
 from harness.pipeline.checks.subject import Subject, token_ids_valid
 from harness.pipeline.checks.walk import (
     check_greedy_consistency,
@@ -159,6 +162,13 @@ CHECKS: tuple[Check, ...] = (  # the order checks run in, and are listed in
         tier=Tier.LOSSLESS,
         needs=Needs.TOKEN_IDS,
         code="NSV",
+    ),
+    Check(
+        name="torch_stream_shared_with_verifier",
+        function=check_torch_stream_shared_with_verifier,
+        tier=Tier.LOSSLESS,
+        needs=Needs.TOKEN_IDS,
+        code="TSV",
     ),
     Check(
         name="noise_budget",
