@@ -254,9 +254,12 @@ def replay_failures(run: CaseRun, result: ImplResult) -> dict[Tier, list[str]]:
     """Per tier, the first failing per-call check of each replay that has one, named."""
     assert result.life is not None
     failures: dict[Tier, list[str]] = {tier: [] for tier in Tier}
-    for replay in result.life.replays:
+    replays = result.life.replays
+    for replay in replays:
         first: dict[Tier, str] = {}
-        for check in run_checks(Subject(replay_run(run, replay), replay.result)):
+        others = tuple(r.result for r in replays if r is not replay)
+        subject = Subject(replay_run(run, replay), replay.result, other_calls=others)
+        for check in run_checks(subject):
             tier = tier_of(check.name)
             if check.failed and tier not in first:
                 first[tier] = f"{replay.step.describe()}: {check.name}: {check.detail}"
