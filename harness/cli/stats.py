@@ -51,6 +51,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"rows per head (default {defaults.DEFAULT_ROWS})",
     )
     parser.add_argument(
+        "--stage-rows",
+        type=comma_separated(int, what="--stage-rows", minimum=0),
+        default=defaults.DEFAULT_STAGE_ROWS,
+        metavar="N[,N...]",
+        help="rows of each sequential stage, run when the family's p-value is below "
+        f"{defaults.DEFAULT_SUSPICIOUS:g} but not decisive; 0: no stage (default "
+        f"{','.join(map(str, defaults.DEFAULT_STAGE_ROWS))})",
+    )
+    parser.add_argument(
         "--rounds",
         type=int,
         default=defaults.DEFAULT_ROUNDS,
@@ -115,7 +124,7 @@ def validate(args: argparse.Namespace) -> None:
             f"stats --vocab must be >= 2 (a 1-token vocabulary has no test), got {args.vocab}"
         )
     estimate = memory.stats_run_bytes(
-        rows=max(args.rows, 1),
+        rows=max(args.rows, *args.stage_rows, 1),  # a stage decodes its rows too
         gamma=max(args.gamma, 1),
         vocab=args.vocab,
         m=max(args.m, 1),
@@ -163,6 +172,7 @@ def command(args: argparse.Namespace) -> int:
             model_seed=args.model_seed,
             device=args.device,
             verifier_noise=options.verifier_noise,
+            stage_rows=tuple(rows for rows in args.stage_rows if rows),
         )
         with make_executor(isolate=options.isolate) as executor:  # stopped before the report
             extras = selected_implementations(args, [], executor=executor)

@@ -202,6 +202,25 @@ class HashKeySampler(ReservedBlockInverseCdfSampler):
         return torch.rand(bs, self.gamma, dtype=torch.float64, generator=keyed)
 
 
+class NearThresholdUniforms(VerifierUniformsSampler):
+    """The verifier's acceptance uniforms on 45% of the rows: the family is suspicious at
+    the default rows, not decisive (docs/statistics.md, "Sequential stages")."""
+
+    coupled_fraction = 0.45
+
+
+class NearThresholdResidual(ResidualDrawSampler):
+    """The verifier's residual draw on 45% of the rows."""
+
+    coupled_fraction = 0.45
+
+
+class FainterUniforms(VerifierUniformsSampler):
+    """The verifier's acceptance uniforms on 40% of the rows."""
+
+    coupled_fraction = 0.4
+
+
 # The ways through the generator itself, and the correct designs that touch it.
 TORCH_GENERATOR_COUPLINGS: dict[str, type[ReservedBlockInverseCdfSampler]] = {
     "peeks-ahead": VerifierUniformsSampler,
@@ -221,3 +240,10 @@ SHARED_STREAM_DEFECTS: dict[str, type[ReservedBlockInverseCdfSampler]] = {
     "verifier-residual-reuses-draft-noise": ResidualDrawSampler,
 }
 SHARED_STREAM_CORRECT = {"reserved-block": ReservedBlockInverseCdfSampler}
+
+# Couplings the family at the default rows does not decide; the sequential stages do.
+NEAR_THRESHOLD_COUPLINGS: dict[str, type[ReservedBlockInverseCdfSampler]] = {
+    "uniforms-on-45%": NearThresholdUniforms,
+    "residual-on-45%": NearThresholdResidual,
+    "uniforms-on-40%": FainterUniforms,
+}
