@@ -47,6 +47,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_role_options(parser, require=False)
     add_rows_option(parser)
     parser.add_argument(
+        "--stage-rows",
+        type=comma_separated(int, what="--stage-rows", minimum=0),
+        default=defaults.DEFAULT_STAGE_ROWS,
+        metavar="N[,N...]",
+        help="rows of each sequential stage, run when the family's p-value is below "
+        f"{defaults.DEFAULT_SUSPICIOUS:g} but not decisive; 0: no stage (default "
+        f"{','.join(map(str, defaults.DEFAULT_STAGE_ROWS))})",
+    )
+    parser.add_argument(
         "--rounds",
         type=int,
         default=defaults.DEFAULT_ROUNDS,
@@ -145,6 +154,7 @@ def command(args: argparse.Namespace) -> int:
             model_seed=args.model_seed,
             device=args.device,
             verifier_noise=options.verifier_noise,
+            stage_rows=tuple(rows for rows in args.stage_rows if rows),
         )
         with make_executor(isolate=options.isolate) as executor:  # stopped before the report
             extras = selected_implementations(args, [], executor=executor)

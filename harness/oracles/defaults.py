@@ -13,6 +13,11 @@ DEFAULT_HIDDEN_SIZE = 16  # of the toy drafters
 DEFAULT_MARKOV_RANK = 8
 DEFAULT_TEMPERATURES = (0.6, 1.0, 1.4, GREEDY)
 DEFAULT_ALPHA = 1e-6  # family-wise level
+# The sequential stages (docs/statistics.md, "Sequential stages"): a family p-value below
+# this, and not decisive, is suspicious; each stage decodes this many fresh rows of the
+# strongest test's target and head, and the stages' sum is the row budget.
+DEFAULT_SUSPICIOUS = 1e-3
+DEFAULT_STAGE_ROWS = (20_000, 50_000)
 DEFAULT_MODEL_SEED = 0
 
 # The verifiers by the names the command line uses, each with what it needs

@@ -109,6 +109,11 @@ def combined_statistical(results: Sequence[StatsResult]) -> Statistical:
         p_value=min(p_values) if p_values else None,
         scope="; ".join(s for s, r in zip(scopes, ran, strict=True) if r.scope()),
         randomness=next((r.randomness() for r in ran if r.randomness()), ""),
+        stages="; ".join(
+            f"under {r.verifier}: {r.stages_note()}" if several else r.stages_note()
+            for r in ran
+            if r.stages
+        ),
     )
 
 

@@ -31,6 +31,8 @@ from harness.oracles.defaults import (
     DEFAULT_MARKOV_RANK,
     DEFAULT_MODEL_SEED,
     DEFAULT_ROUNDS,
+    DEFAULT_STAGE_ROWS,
+    DEFAULT_SUSPICIOUS,
     DEFAULT_TEMPERATURES,
     DEFAULT_VOCAB_SIZE,
     GREEDY,
@@ -114,6 +116,9 @@ class StatsConfig:
     ``verifier_noise``: each sampler's drafter and its verifier on its server's own
     plumbing, from one seed (``BuiltSampler.decode_streams``), or on independent
     streams (a control).
+    ``suspicious`` and ``stage_rows``: when the family's p-value is below ``suspicious``
+    but not decisive, the strongest test is decoded again on fresh rows, one stage per
+    entry of ``stage_rows`` at most (``harness.oracles.sequential``; ``()``: no stage).
     """
 
     rows: int = DEFAULT_ROWS
@@ -134,9 +139,12 @@ class StatsConfig:
     targets: tuple[TargetSpec, ...] = DEFAULT_TARGETS
     restage: bool = True
     verifier_noise: VerifierNoise = DEFAULT_VERIFIER_NOISE
+    suspicious: float = DEFAULT_SUSPICIOUS
+    stage_rows: tuple[int, ...] = DEFAULT_STAGE_ROWS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
+        object.__setattr__(self, "stage_rows", tuple(self.stage_rows))
         object.__setattr__(self, "head_kinds", tuple(self.head_kinds))
         object.__setattr__(self, "targets", tuple(self.targets))
         self.validate()
@@ -170,6 +178,11 @@ class StatsConfig:
                 raise StatsError(f"temperatures must be finite and >= 0 (0: greedy), got {t!r}")
         if not 0 < self.alpha < 1:
             raise StatsError(f"alpha must be in (0, 1), got {self.alpha!r}")
+        if not 0 < self.suspicious < 0.5:
+            raise StatsError(f"suspicious must be in (0, 0.5), got {self.suspicious!r}")
+        for rows in self.stage_rows:
+            if not isinstance(rows, int) or isinstance(rows, bool) or rows <= 0:
+                raise StatsError(f"stage rows must be positive integers, got {self.stage_rows}")
         if not self.prev_embedding_scale > 0:
             raise StatsError(
                 f"prev_embedding_scale must be positive, got {self.prev_embedding_scale}"
@@ -214,6 +227,8 @@ class StatsConfig:
             f"{self.rounds} rounds per row ({'restaged' if self.restage else 'one call'} "
             f"on odd rounds), V={self.vocab_size}, gamma={self.gamma}, "
             f"H={self.hidden_size}, r={self.markov_rank}, family alpha={self.alpha:g}, "
+            f"stages {'/'.join(map(str, self.stage_rows)) or 'none'} rows below family p "
+            f"{self.suspicious:g}, "
             f"seed={self.seed}, model seed={self.model_seed}, "
             f"verifier noise: {self.verifier_noise.value} ({self.verifier_noise.description})"
         )

@@ -20,6 +20,33 @@ from reference.verifier import CHAIN_VERIFIER, DecodeResult
 
 
 @dataclass(frozen=True)
+class Stage:
+    """One sequential stage after the family: its strongest test decoded again on fresh
+    rows (``harness.oracles.sequential``)."""
+
+    index: int  # 1, 2, ...
+    target: str
+    head: str
+    group: str
+    test: str
+    rows: int  # rows per head decoded by this stage
+    seed: int
+    p_value: float
+    level: float  # what p is compared with: the stated alpha
+    rejected: bool
+
+    def where(self) -> str:
+        return f"{self.target}/{self.head}/{self.group}/{self.test}"
+
+    def describe(self) -> str:
+        found = "REJECTED" if self.rejected else "not decisive"
+        return (
+            f"stage {self.index}: {self.where()} on {self.rows:,} fresh rows (seed "
+            f"{self.seed}), p={self.p_value:.3g} against {self.level:g}: {found}"
+        )
+
+
+@dataclass(frozen=True)
 class StatsResult:
     """The oracle's verdict on one implementation over the whole family of tests."""
 
@@ -41,11 +68,14 @@ class StatsResult:
     shared_noise: bool | None = None
     server: str | None = None  # the released server whose plumbing it ran on
     held_calls: HeldCalls = field(default_factory=HeldCalls)  # its calls, held per call
+    # the level Holm's correction ran at: alpha less what the sequential stages may spend
+    first_alpha: float | None = None
+    stages: tuple[Stage, ...] = ()  # the strongest test on fresh rows, when it was unsure
     wall_s: float = field(default=0.0, compare=False)
 
     @property
     def rejected(self) -> bool:
-        return any(s.rejected for s in self.statistics)
+        return any(s.rejected for s in self.statistics) or any(s.rejected for s in self.stages)
 
     @property
     def ran(self) -> bool:
@@ -80,7 +110,8 @@ class StatsResult:
 
     @property
     def p_value(self) -> float:
-        """The family's adjusted p-value: rejected exactly when it is below alpha."""
+        """The family's adjusted p-value: the family rejects exactly when it is below
+        ``first_alpha`` (alpha, less what the stages may spend)."""
         if not self.statistics:
             return math.nan
         return min(1.0, self.family_size * min(s.p_value for s in self.statistics))
@@ -88,7 +119,8 @@ class StatsResult:
     @property
     def test_level(self) -> float:
         """Holm's first threshold: what the smallest p-value is compared with."""
-        return self.alpha / max(1, self.family_size)
+        first = self.alpha if self.first_alpha is None else self.first_alpha
+        return first / max(1, self.family_size)
 
     @property
     def impossible(self) -> int:
@@ -105,8 +137,16 @@ class StatsResult:
         )
 
     def carrier_names(self) -> tuple[str, ...]:
-        """``target/head/group/test`` of each rejection, strongest first."""
-        return tuple(where(s) for s in sorted(self.rejections(), key=_by_p))
+        """``target/head/group/test`` of each rejection, strongest first (a stage's:
+        ``... at stage k``)."""
+        staged = tuple(f"{s.where()} at stage {s.index}" for s in self.stages if s.rejected)
+        return (*staged, *(where(s) for s in sorted(self.rejections(), key=_by_p)))
+
+    def stages_note(self) -> str:
+        """What the sequential stages did, one clause each (``""``: no stage ran)."""
+        if not self.stages:
+            return ""
+        return "sequential " + "; ".join(s.describe() for s in self.stages)
 
     def statistical(self) -> Statistical:
         """This result as the lossless verdict takes it (what it ran short of the config
@@ -128,6 +168,7 @@ class StatsResult:
             scope=scope,
             randomness=self.randomness(),
             call_findings=self.held_calls.findings,
+            stages=self.stages_note(),
         )
 
     def randomness(self) -> str:
@@ -203,6 +244,7 @@ answer_types(
     Marginal,
     DetectionBound,
     OracleCut,
+    Stage,
     DecodeResult,
     HeldCalls,
     CallFinding,

@@ -65,6 +65,12 @@ from harness.oracles.scope import scope_in_domain
 from harness.oracles.scope import scope_label as scope_label
 from harness.oracles.scope import scope_of as scope_of
 from harness.oracles.scope import scope_under as scope_under
+from harness.oracles.sequential import (
+    first_stage_alpha,
+    run_stages,
+    stage_decoder,
+    wants_stages,
+)
 from harness.pipeline.call import failed_in_worker, guarded_call
 from harness.pipeline.call_findings import HeldCalls
 from harness.pipeline.results import RaisedError
@@ -102,12 +108,14 @@ def fit_decoded(
     size = sum(family_size(problem.config) for problem in problems)
     assert len(statistics) == size, (len(statistics), size)
     alpha = problems[0].config.alpha
-    verdicts = holm_rejections([s.p_value for s in statistics], alpha=alpha)
-    bounds = detection_bounds(tables, gamma=problems[0].config.gamma, level=alpha / size)
+    first_alpha = first_stage_alpha(problems[0].config)  # the stages spend the rest
+    verdicts = holm_rejections([s.p_value for s in statistics], alpha=first_alpha)
+    bounds = detection_bounds(tables, gamma=problems[0].config.gamma, level=first_alpha / size)
     return StatsResult(
         name=name,
         rows=target_rows(problems),
         alpha=alpha,
+        first_alpha=first_alpha,
         family_size=len(statistics),
         statistics=tuple(replace(s, rejected=r) for s, r in zip(statistics, verdicts, strict=True)),
         marginals=tuple(marginals),
@@ -212,14 +220,27 @@ def _decode_and_fit(
             verifier=verifier.name,
         ), None
     decoded, held = outcome.returned()
-    result = fit_decoded(
-        implementation.name,
-        decoded=decoded,
-        problems=problems,
-        wall_s=time.perf_counter() - started,
-        verifier=verifier.name,
+    name = implementation.name
+    result = fit_decoded(name, decoded=decoded, problems=problems, verifier=verifier.name)
+    config = oracle_config(problems)
+    if not wants_stages(result, config=config):  # nothing suspicious: nothing to add
+        return replace(result, held_calls=held, wall_s=time.perf_counter() - started), decoded
+    decode = stage_decoder(implementation.sampler_class, verifier=verifier)
+    spent_s = time.perf_counter() - started
+    left_s = None if time_limit_s is None else max(time_limit_s - spent_s, 1e-3)
+    staged = guarded_call(
+        functools.partial(run_stages, result, config=config, decode=decode),
+        time_limit_s=left_s,
+        owner=name,
     )
-    return replace(result, held_calls=held), decoded
+    wall_s = time.perf_counter() - started
+    if staged.error is not None:  # the implementation failed a stage: no verdict
+        failed = failed_result(name, config=config, error=staged.error, verifier=verifier.name)
+        failed = replace(result, error=failed.error, not_judged=failed.not_judged)
+        return replace(failed, wall_s=wall_s), decoded
+    stage_list, stage_calls = staged.returned()
+    held = HeldCalls.merged([held, stage_calls])
+    return replace(result, held_calls=held, stages=stage_list, wall_s=wall_s), decoded
 
 
 def run_stats(

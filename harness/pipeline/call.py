@@ -215,6 +215,7 @@ def observed_call(
         result.noise_draws = dispatch.noise_draws
         result.random_draws = list(dispatch.draws)
         result.walk_tokens = head_counts.walk_tokens
+        result.server_stream = dispatch.stream_of_call()
     record_outputs(sampler.read(case), result)
     result.outside_writes = sampler.outside_writes(case)
 

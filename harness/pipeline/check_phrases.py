@@ -16,6 +16,8 @@ CHECK_PHRASES: dict[str, str] = {
     "support": "every emitted token has non-zero probability under its own q",
     "fresh_noise": "a second staged call draws new noise and passes teacher forcing and replay",
     "noise_shared_with_verifier": "the drafter's and the verifier's (key, counter) never meet",
+    "torch_stream_shared_with_verifier": "the call reads only the stretch of torch's stream "
+    "it moved the generator over",
     "noise_budget": "exactly gamma exponential_ draws of [bs, V] per folded call, nothing else",
     "single_walk": "one walk (or one fused call) and at most gamma head steps per call",
     "inputs_unchanged": "hidden states, ids, model and sampling parameters left as given",

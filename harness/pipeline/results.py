@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.case import Case
-from harness.pipeline.observe import RandomDraw
+from harness.pipeline.observe import RandomDraw, StreamStates
 from harness.plugins.conventions import (
     CounterReads,
     DraftKey,
@@ -87,6 +87,9 @@ class ImplResult:
     walk_tokens: list[torch.Tensor] = field(default_factory=list)  # tokens of each walk
     work: WorkCounts = field(default_factory=WorkCounts)
     random_draws: list[RandomDraw] = field(default_factory=list)  # every phase, in order
+    # torch's CPU generator from the start of the staging to the end of the call: the
+    # stretch of its stream the call may draw (``None``: not seen, the call raised)
+    server_stream: StreamStates | None = None
     outside_writes: dict[str, int] = field(default_factory=dict)  # buffer: entries written
     mutated_inputs: list[str] = field(default_factory=list)  # shared inputs it changed
     leaked_state: list[str] = field(default_factory=list)  # global settings it changed
@@ -161,6 +164,7 @@ answer_types(
     WorkCounts,
     ImplResult,
     RandomDraw,
+    StreamStates,
     StagedParams,  # a convention's staging, as read (sglang 0.5.23)
     NoiseCounter,
     CounterReads,  # the counters a call's draws read (sglang 0.5.23, in torch)

@@ -47,6 +47,7 @@ class Statistical:
     # its decodes' calls that failed a per-call check: a defect, whatever the p-values say
     call_findings: tuple[CallFinding, ...] = ()
     independent: bool = False  # its verifier drew from streams of its own (a control)
+    stages: str = ""  # what the sequential stages found, when the family was unsure
 
     @property
     def failed(self) -> bool:
@@ -71,13 +72,14 @@ class Statistical:
         if self.error is not None:
             return f"statistical oracle could not judge it: {self.error}{scope}"
         p = "nan" if self.p_value is None else f"{self.p_value:.3g}"
+        stages = f"; {self.stages}" if self.stages else ""
         if self.rejected:
             return (
                 f"statistical oracle REJECTED it (family p={p}; carried by "
-                f"{self.carriers()}){scope}"
+                f"{self.carriers()}{stages}){scope}"
             )
         bound = f"; {self.not_ruled_out}" if self.not_ruled_out else ""
-        return f"statistical oracle passed it (family p={p}{bound}){scope}"
+        return f"statistical oracle passed it (family p={p}{stages}{bound}){scope}"
 
     def describe_findings(self) -> str:
         """The first finding on the oracle's calls, how many more, and what the tests
@@ -120,6 +122,7 @@ class Statistical:
             "randomness": self.randomness,
             "independent_streams": bool(self.streams),
             "call_findings": [asdict(f) for f in self.call_findings],
+            "stages": self.stages,
         }
 
 

@@ -62,12 +62,16 @@ def verdict_word(result: StatsResult) -> str:
     if result.error:
         return f"raised ({result.error})"
     failing = failing_checks(result)
+    staged = "".join(
+        f"; stage {s.index} on {s.rows:,} rows p={p_text(s.p_value)}" for s in result.stages
+    )
     if not result.rejected:
         if failing:
-            return f"FAILS {failing} on its calls (tests p={p_text(result.p_value)})"
-        return f"passes (p={p_text(result.p_value)})"
+            return f"FAILS {failing} on its calls (tests p={p_text(result.p_value)}{staged})"
+        return f"passes (p={p_text(result.p_value)}{staged})"
     calls = f"; its calls fail {failing}" if failing else ""
-    return f"REJECTED (p={p_text(result.p_value)}; {len(result.rejections())} tests{calls})"
+    tests = f"{len(result.rejections())} tests" if result.rejections() else "the family: none"
+    return f"REJECTED (p={p_text(result.p_value)}; {tests}{staged}{calls})"
 
 
 def failing_checks(result: StatsResult) -> str:
@@ -323,6 +327,17 @@ def noise_lines(oracle: OracleRun) -> list[str]:
     return [f"{r.name} under {r.verifier}: judged on {on[bool(r.shared_noise)]}" for r in results]
 
 
+def stage_lines(oracle: OracleRun) -> list[str]:
+    """Each sequential stage a result added, what it decoded and what it found."""
+    staged = [r for r in oracle.every_result() if r.stages]
+    if not staged:
+        return []
+    lines = ["sequential stages (the family was suspicious, not decisive):"]
+    for result in staged:
+        lines += [f"  {result.name} ({result.verifier}): {s.describe()}" for s in result.stages]
+    return lines
+
+
 def oracle_text(oracle: OracleRun) -> str:
     config = oracle.config
     parts = [
@@ -330,6 +345,7 @@ def oracle_text(oracle: OracleRun) -> str:
         coverage_text(config),
         *noise_lines(oracle),
         *cut_lines(oracle),
+        *stage_lines(oracle),
         "",
         results_table(oracle.every_result()),
     ]

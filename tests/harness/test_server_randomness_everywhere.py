@@ -1,11 +1,13 @@
 """The drafter and the verifier on the server's own randomness, on every path: a drafter
 whose noise is what the verifier draws next (its acceptance uniforms, its residual
-draw) passes every per-call check and is NOT lossless in ``report``, ``compare
---require lossless``, the Python API and the pytest plugin, because each runs the oracle
-on the shared plumbing by default; a drafter sharing the stream at disjoint offsets is
-lossless. ``--verifier-noise independent`` (the control) cannot see the couplings, and
-the verdicts say which plumbing was used. ``report`` is held to it in the same run as
-another defect only the oracle sees (``tests/harness/pipeline/test_verdicts_statistical.py``)."""
+draw) is NOT lossless in ``report``, ``compare --require lossless``, the Python API and
+the pytest plugin twice over: the exact per-call check on torch's stream
+(``torch_stream_shared_with_verifier``) fails it, and the oracle, run on the shared
+plumbing by default, rejects it; a drafter sharing the stream at disjoint offsets is
+lossless. ``--verifier-noise independent`` (the control) takes the oracle off the shared
+plumbing, where it cannot see the couplings, and the verdicts say which plumbing was
+used. ``report`` is held to it in the same run as another defect only the oracle sees
+(``tests/harness/pipeline/test_verdicts_statistical.py``)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ DEFECTS = {
     "residual": f"{MODULE}:ResidualDrawSampler",
 }
 CORRECT = f"{MODULE}:ReservedBlockInverseCdfSampler"
+EXACT = "torch_stream_shared_with_verifier"
 
 
 # -- the option ----------------------------------------------------------------------------------
@@ -45,11 +48,14 @@ def test_verifier_noise_of_another_name_is_bad_usage_before_any_work(
 # -- the Python API ----------------------------------------------------------------------------
 @pytest.mark.parametrize("spec", list(DEFECTS.values()), ids=list(DEFECTS))
 def test_assert_lossless_rejects_a_drafter_reading_the_verifiers_stream(spec: str) -> None:
-    by_checks = check_sampler(spec, cases=CASES, require="lossless", stats=False)
-    assert by_checks.ok and by_checks.lossless  # every per-call check passes
-    with pytest.raises(AssertionError, match=r"NOT lossless: statistical oracle REJECTED it"):
-        assert_lossless(spec, cases=CASES)
-    # the independent control, blind to the coupling: compare's test below
+    verdict = check_sampler(spec, cases=CASES, require="lossless")
+    # the exact check, on the case's call and on each replay of its life
+    failures = [f for f in verdict.failures if f.lossless]
+    assert {f.check for f in failures} == {EXACT, "life_replays"}
+    assert all(EXACT in f.detail for f in failures if f.check == "life_replays")
+    assert verdict.statistical.ran and verdict.statistical.rejected is True  # and the oracle
+    with pytest.raises(AssertionError, match=rf"NOT lossless: {EXACT}: the call's draw 1"):
+        assert_lossless(spec, cases=CASES, stats=False)
 
 
 def test_a_drafter_sharing_the_stream_at_disjoint_offsets_is_lossless() -> None:
@@ -81,20 +87,22 @@ def test_compare_require_lossless_judges_on_the_servers_own_randomness(
     assert all(judgement["oracle"]["shared_noise"].values())
     verdicts = judgement["implementations"]
     for name in DEFECTS:
-        assert f"{name}: passes every lossless check on 2/2 cases, but NOT lossless" in out
         assert verdicts[name]["lossless"] is False
         assert verdicts[name]["statistical"]["rejected"] is True
     assert verdicts["reserved"]["lossless"] is True
 
     control = ["--verifier-noise", "independent", "--quiet", "--out-dir", str(tmp_path / "ind")]
-    assert main([*argv, *control]) == 0
+    assert main([*argv, *control]) == 1  # the exact check does not depend on the oracle's
     judgement = json.loads((tmp_path / "ind" / "compare.json").read_text())["judgement"]
     assert judgement["oracle"]["verifier_noise"] == "independent"
-    assert all(v["lossless"] for v in judgement["implementations"].values())
+    verdicts = judgement["implementations"]
+    assert not any(verdicts[name]["statistical"]["rejected"] for name in DEFECTS)
+    assert not any(verdicts[name]["lossless"] for name in DEFECTS)
+    assert verdicts["reserved"]["lossless"] is True
     sections = json.loads((tmp_path / "ind" / "compare.json").read_text())["sections"]
     for name in [*DEFECTS, "reserved"]:  # each verdict line, summary and JSON says so
-        assert INDEPENDENT_STREAMS in judgement["implementations"][name]["summary"]
-        assert judgement["implementations"][name]["statistical"]["independent_streams"]
+        assert INDEPENDENT_STREAMS in verdicts[name]["summary"]
+        assert verdicts[name]["statistical"]["independent_streams"]
         line = next(s["verdict"] for s in sections if s["verdict"].startswith(f"{name}: "))
         assert f"[{INDEPENDENT_STREAMS}]" in line
 
@@ -111,7 +119,11 @@ def test_the_pytest_plugin_rejects_a_drafter_reading_the_verifiers_residual_draw
         "-p", "harness.pytest_plugin", "-p", "no:cacheprovider", *select,
         "--dspark-impl", impl, "--dspark-require", "lossless",
     )  # fmt: skip
-    result.assert_outcomes(passed=2, failed=1)  # the per-call checks pass; the oracle fails
+    result.assert_outcomes(failed=3)  # the exact check on both cases, and the oracle
     result.stdout.fnmatch_lines(
-        ["residual is NOT lossless: statistical oracle REJECTED it (family p=*; carried by *"]
+        [
+            "residual is not lossless on folded-sampled/vanilla:",
+            f"{EXACT} [[]lossless]: the call's draw 1 *",
+            "residual is NOT lossless: statistical oracle REJECTED it (family p=*; carried by *",
+        ]
     )

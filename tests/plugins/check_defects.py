@@ -63,6 +63,12 @@ PLANTED_DEFECTS: dict[str, PlantedDefect] = {  # check name -> its planted defec
         also_fails=("noise_budget",),
         package="sglang",
     ),
+    # inverse-CDF uniforms are never the reference's exponential_ budget
+    "torch_stream_shared_with_verifier": PlantedDefect(
+        sampler="shared_stream_defects:RewoundGeneratorSampler",
+        case="folded",
+        also_fails=("noise_budget",),
+    ),
     "noise_budget": PlantedDefect(
         sampler="planted_defects:NoiseRefreshSampler", case="folded", against_reference=True
     ),

@@ -13,7 +13,11 @@ calls the package's own code and changes one thing around it.
 - ``KeyedWithVerifierNoise`` (noise_shared_with_verifier): the server's draft noise
   re-keyed with the verifier's rejection key of the same server seed;
 - life defects, each aimed at a life check: ``OwnOutBuffer`` (life_server_buffer) and
-  ``CounterBackAfterSecondCall`` (life_fresh_noise: right on the first two calls).
+  ``CounterBackAfterSecondCall`` (life_fresh_noise: right on the first two calls);
+- the counter moved before the walk instead of after: ``OffsetAdvancedFirst`` (correct,
+  fresh words every call: lossless, not drop-in) and ``OffsetAdvancedFirstOnce``
+  (defect: only its first call does it, so its second call reads the same words:
+  noise_replay).
 """
 
 from __future__ import annotations
@@ -142,6 +146,32 @@ class CounterBackAfterSecondCall(Sampler):
             self._second_start = int(self._noise.offset.item())
         elif self._calls > 2:
             self._noise.offset.fill_(self._second_start)  # planted
+        super().__call__(hidden_states, input_ids)
+
+
+class OffsetAdvancedFirst(Sampler):
+    """Correct, not drop-in: advances the noise counter before the walk instead of after,
+    so each block reads the counter after the one it began at, never read before or
+    after by another block."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        if self.greedy_draft:
+            super().__call__(hidden_states, input_ids)
+            return
+        self._noise.offset.add_(1)
+        super().__call__(hidden_states, input_ids)
+        self._noise.offset.sub_(1)  # the package's own move after the walk, undone
+
+
+class OffsetAdvancedFirstOnce(OffsetAdvancedFirst):
+    """Defect: only its first call advances the counter first; later calls read the
+    counter they begin at, as the package does, the first of them the first call's."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        if getattr(self, "_advanced_once", False):
+            Sampler.__call__(self, hidden_states, input_ids)
+            return
+        self._advanced_once = True  # planted: the next call reuses this call's words
         super().__call__(hidden_states, input_ids)
 
 

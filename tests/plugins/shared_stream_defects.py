@@ -24,10 +24,30 @@ shows it.
 
 ``coupled_fraction`` (1 here) couples only the first rows of each call, that fraction
 of them: the coupling's strength, for the detection bound (docs/statistics.md).
+
+The ways a drafter can reach the verifier's numbers through the generator itself, each
+caught by the exact check ``torch_stream_shared_with_verifier`` and by nothing else of
+the lossless tier (``TORCH_GENERATOR_COUPLINGS``):
+
+- ``VerifierUniformsSampler`` above peeks ahead (``get_state``, draw, ``set_state``);
+- ``ClonedGeneratorSampler`` peeks through a clone of the generator;
+- ``RewoundGeneratorSampler`` draws its block, then puts the generator back to one
+  float64 past where the block began: the verifier's coin of step ``k`` is the
+  drafter's uniform of step ``k + 1`` of the same row;
+- ``ReseededGeneratorSampler`` rebuilds the server's stream on a generator of its own
+  from ``torch.initial_seed()`` and never moves torch's: the verifier reads the same
+  words.
+
+And three correct designs that touch the generator without sharing it
+(``TORCH_GENERATOR_CORRECT``): ``DisjointOffsetSampler`` reads a clone and moves the
+generator past what it read, ``SaltedSeedSampler`` draws from a generator of the
+server's seed with a salt, ``HashKeySampler`` from one keyed by a hash of the seed and
+the call.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import torch
@@ -93,9 +113,137 @@ class ResidualDrawSampler(VerifierUniformsSampler):
         return block
 
 
+def cloned_generator(device: str) -> torch.Generator:
+    """A generator of its own standing where torch's generator stands."""
+    clone = torch.Generator(device)
+    clone.set_state(default_generator(torch.device(device)).get_state())
+    return clone
+
+
+class ClonedGeneratorSampler(VerifierUniformsSampler):
+    """Draws its block, then samples its first rows with the block after it, read from a
+    clone of the generator: the verifier's acceptance uniforms."""
+
+    def uniform_block(self, bs: int) -> torch.Tensor:
+        block = ReservedBlockInverseCdfSampler.uniform_block(self, bs)
+        clone = cloned_generator(self.device)  # the planted defect
+        after = torch.rand(bs, self.gamma, dtype=torch.float64, generator=clone, device=self.device)
+        rows = self.coupled(bs)
+        block[:rows] = after[:rows]
+        return block
+
+
+class RewoundGeneratorSampler(ReservedBlockInverseCdfSampler):
+    """Draws its block, then rewinds the generator to one float64 past the block's start."""
+
+    def uniform_block(self, bs: int) -> torch.Tensor:
+        generator = default_generator(torch.device(self.device))
+        start = generator.get_state()
+        block = super().uniform_block(bs)
+        generator.set_state(start)  # the planted defect: the verifier reads the block again
+        torch.rand(1, dtype=torch.float64, device=self.device)  # the next call's block moves
+        return block
+
+
+class ReseededGeneratorSampler(VerifierUniformsSampler):
+    """Samples its first rows from a generator of its own seeded with
+    ``torch.initial_seed()`` (built on its first call, then drawn on); the others from a
+    block of torch's generator."""
+
+    rebuilt: torch.Generator | None = None
+
+    def uniform_block(self, bs: int) -> torch.Tensor:
+        if self.rebuilt is None:  # the planted defect: the server's stream, from its seed
+            self.rebuilt = torch.Generator(self.device).manual_seed(torch.initial_seed())
+        own = torch.rand(bs, self.gamma, dtype=torch.float64, generator=self.rebuilt)
+        rows = self.coupled(bs)
+        if rows == bs:
+            return own.to(self.device)
+        block = ReservedBlockInverseCdfSampler.uniform_block(self, bs)
+        block[:rows] = own[:rows].to(self.device)
+        return block
+
+
+class DisjointOffsetSampler(ReservedBlockInverseCdfSampler):
+    """Correct: reads its block from a clone of the generator, then moves the generator
+    past the same stretch."""
+
+    def uniform_block(self, bs: int) -> torch.Tensor:
+        clone = cloned_generator(self.device)
+        block = torch.rand(bs, self.gamma, dtype=torch.float64, generator=clone, device=self.device)
+        super().uniform_block(bs)  # torch's generator moves past what the clone read
+        return block
+
+
+SALT = 0x5EED_DA7A
+
+
+class SaltedSeedSampler(ReservedBlockInverseCdfSampler):
+    """Correct: a generator of its own, seeded with the server's seed and a salt."""
+
+    salted: torch.Generator | None = None
+
+    def uniform_block(self, bs: int) -> torch.Tensor:
+        if self.salted is None:
+            self.salted = torch.Generator(self.device).manual_seed(torch.initial_seed() ^ SALT)
+        return torch.rand(bs, self.gamma, dtype=torch.float64, generator=self.salted)
+
+
+class HashKeySampler(ReservedBlockInverseCdfSampler):
+    """Correct: each call's block from a generator keyed by a hash of the server's seed
+    and the call's index."""
+
+    calls = 0
+
+    def uniform_block(self, bs: int) -> torch.Tensor:
+        self.calls += 1
+        digest = hashlib.sha256(f"draft:{torch.initial_seed()}:{self.calls}".encode()).digest()
+        keyed = torch.Generator(self.device).manual_seed(int.from_bytes(digest[:8], "little"))
+        return torch.rand(bs, self.gamma, dtype=torch.float64, generator=keyed)
+
+
+class NearThresholdUniforms(VerifierUniformsSampler):
+    """The verifier's acceptance uniforms on 45% of the rows: the family is suspicious at
+    the default rows, not decisive (docs/statistics.md, "Sequential stages")."""
+
+    coupled_fraction = 0.45
+
+
+class NearThresholdResidual(ResidualDrawSampler):
+    """The verifier's residual draw on 45% of the rows."""
+
+    coupled_fraction = 0.45
+
+
+class FainterUniforms(VerifierUniformsSampler):
+    """The verifier's acceptance uniforms on 40% of the rows."""
+
+    coupled_fraction = 0.4
+
+
+# The ways through the generator itself, and the correct designs that touch it.
+TORCH_GENERATOR_COUPLINGS: dict[str, type[ReservedBlockInverseCdfSampler]] = {
+    "peeks-ahead": VerifierUniformsSampler,
+    "clones-the-generator": ClonedGeneratorSampler,
+    "rewinds-the-generator": RewoundGeneratorSampler,
+    "reseeds-from-initial-seed": ReseededGeneratorSampler,
+}
+TORCH_GENERATOR_CORRECT: dict[str, type[ReservedBlockInverseCdfSampler]] = {
+    "disjoint-offset": DisjointOffsetSampler,
+    "salted-seed": SaltedSeedSampler,
+    "hash-key": HashKeySampler,
+}
+
 # The couplings, by the name a report gives them, and the correct design beside them.
 SHARED_STREAM_DEFECTS: dict[str, type[ReservedBlockInverseCdfSampler]] = {
     "drafter-reads-verifier-uniforms": VerifierUniformsSampler,
     "verifier-residual-reuses-draft-noise": ResidualDrawSampler,
 }
 SHARED_STREAM_CORRECT = {"reserved-block": ReservedBlockInverseCdfSampler}
+
+# Couplings the family at the default rows does not decide; the sequential stages do.
+NEAR_THRESHOLD_COUPLINGS: dict[str, type[ReservedBlockInverseCdfSampler]] = {
+    "uniforms-on-45%": NearThresholdUniforms,
+    "residual-on-45%": NearThresholdResidual,
+    "uniforms-on-40%": FainterUniforms,
+}

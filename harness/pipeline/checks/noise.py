@@ -134,7 +134,7 @@ def check_noise_replay(subject: Subject) -> CheckResult:
     if result.tokens is None or result.corrected is None:
         return skipped(name, "no output", code=Skip.NO_OUTPUT)
     if result.counter_replay is not None and counter_noise(result) is not None:
-        return counter_stream_replay(run, result)  # declared counter noise: no torch draw
+        return counter_stream_replay(subject)  # declared counter noise: no torch draw
     replayed = replay(run, result)
     if replayed.contradicted is not None:
         return failed(
@@ -182,29 +182,56 @@ class CounterReplay:
     other: tuple[int, ...]  # fresh counters read through another transform of the words
 
 
-def replay_counters(result: ImplResult) -> CounterReplay:
+def proven_fresh(subject: Subject) -> frozenset[int]:
+    """The counters past the call's fresh range that it was seen to read and that the key
+    check proves fresh: read by none of the instance's other observed draft calls (each
+    call's reads observed) and by no verifier draw of the decode (docs/upstream.md,
+    "Fresh counters"). Empty where anything needed is not observed."""
+    result = subject.result
+    counter, reads = result.noise_counter, result.counter_reads
+    others = subject.draft_calls_beside()
+    if counter is None or reads is None or not others:
+        return frozenset()
+    read_elsewhere: set[int] = set()
+    for other in others:
+        if other.counter_reads is None or other.noise_counter is None:
+            return frozenset()  # a call whose reads were not seen proves nothing
+        if other.noise_counter.key == counter.key:
+            read_elsewhere |= set(other.counter_reads.counters)
+    verifier = result.verifier_counter
+    if verifier is not None and verifier.key == counter.key:
+        read_elsewhere |= set(range(verifier.start, verifier.end))
+    past = {c for c in reads.counters if c >= counter.fresh.stop}
+    return frozenset(past - read_elsewhere)
+
+
+def replay_counters(result: ImplResult, proven: frozenset[int] = frozenset()) -> CounterReplay:
     """Search, for each position, the call's fresh counters (those the stream had not
-    handed out before it, up to where it left the counter) for one whose replay with the
-    kept step logits gives its token; and say which counters the call was seen to read."""
+    handed out before it, up to where it left the counter, and those ``proven`` fresh
+    past it) for one whose replay with the kept step logits gives its token; and say
+    which counters the call was seen to read."""
     counter, tokens = result.noise_counter, result.tokens
     assert counter is not None and tokens is not None and result.counter_replay is not None
     replays = result.stream_replays or {counter.start: result.counter_replay}
     explained = torch.zeros_like(tokens, dtype=torch.bool)
     counters = []
     for at in sorted(replays):
-        if at not in counter.fresh:
+        if at not in counter.fresh and at not in proven:
             continue
         hit = torch.eq(replays[at].to(tokens.device), tokens) & ~explained
         if hit.any():
             counters.append(at)
             explained |= hit
     reads = result.counter_reads
-    outside = () if reads is None else tuple(c for c in reads.counters if c not in counter.fresh)
-    other = () if reads is None else tuple(c for c in reads.other if c in counter.fresh)
+    fresh = set(counter.fresh) | proven
+    outside = () if reads is None else tuple(c for c in reads.counters if c not in fresh)
+    other = () if reads is None else tuple(c for c in reads.other if c in fresh)
     return CounterReplay(explained, tuple(counters), outside, other)
 
 
-def counter_layout(result: ImplResult, replayed: CounterReplay) -> str:
+def counter_layout(
+    result: ImplResult, replayed: CounterReplay, proven: frozenset[int] = frozenset()
+) -> str:
     """How the call's draws differ from the package's layout (every step at the block's
     counter, through its race), named; ``""`` where they do not."""
     assert result.noise_counter is not None
@@ -215,6 +242,12 @@ def counter_layout(result: ImplResult, replayed: CounterReplay) -> str:
         notes.append(
             f"draws at counters {at}: not the package's layout (every step at the block's "
             f"counter {start})"
+        )
+    past = sorted(c for c in replayed.counters if c in proven)
+    if past:
+        notes.append(
+            f"counter(s) {', '.join(map(str, past))} past where the call left the counter, "
+            "proven fresh: read by no other draft call and no verifier draw"
         )
     if replayed.other:
         at = ", ".join(str(c) for c in replayed.other)
@@ -238,17 +271,20 @@ def _outside_fresh(result: ImplResult, outside: tuple[int, ...]) -> str:
     )
 
 
-def counter_stream_replay(run: CaseRun, result: ImplResult) -> CheckResult:
+def counter_stream_replay(subject: Subject) -> CheckResult:
     """Counter-based noise declared by the convention (sglang 0.5.23's ``DraftNoise``):
     every draw at a fresh counter of the stream, and the tokens what the stream's race
     gives there for the kept step logits at the server's step temperatures; draws at
-    other fresh counters, or through another transform of fresh counters' words, are a
-    drop-in difference, named; a read outside the fresh counters fails where a row is
-    sampled (docs/upstream.md, "Replaying counter-based noise")."""
+    other fresh counters (past the call's range too, where the key check proves them
+    fresh: ``proven_fresh``), or through another transform of fresh counters' words, are
+    a drop-in difference, named; a read of reused counters fails where a row is sampled
+    (docs/upstream.md, "Replaying counter-based noise", "Fresh counters")."""
+    run, result = subject.run, subject.result
     name = "noise_replay"
-    replayed = replay_counters(result)
+    proven = proven_fresh(subject)
+    replayed = replay_counters(result, proven)
     unexplained = ~replayed.explained
-    layout = counter_layout(result, replayed)
+    layout = counter_layout(result, replayed, proven)
     if replayed.outside and run.case.has_sampled_rows:
         mask = unexplained if unexplained.any() else None
         return failed(name, _outside_fresh(result, replayed.outside), mask)
@@ -325,7 +361,7 @@ def check_fresh_noise(subject: Subject) -> CheckResult:
     if result.mutated_inputs:  # the second call ran on changed inputs: inputs_unchanged says so
         return passed(name, "noise differs; outputs not judged (the first call changed the inputs)")
     for check in (check_teacher_forcing, check_noise_replay):
-        outcome = check(Subject(run, second))
+        outcome = check(Subject(run, second, other_calls=(result,)))
         if outcome.failed and not check(subject).failed:  # else the first call's check says it
             return failed(name, f"second call: {outcome.name}: {outcome.detail}")
     return passed(name)
@@ -350,7 +386,8 @@ def check_noise_budget(subject: Subject) -> CheckResult:
     if counter is not None and case.folded_sampling:
         layout = ""
         if result.tokens is not None and result.counter_replay is not None:
-            layout = counter_layout(result, replay_counters(result))
+            proven = proven_fresh(subject)
+            layout = counter_layout(result, replay_counters(result, proven), proven)
         return failed(
             name,
             f"noise source differs: counter-based noise (key, counter advanced "

@@ -25,7 +25,10 @@ from harness.pipeline.checks.life import (
     replay_run,
 )
 from harness.pipeline.checks.noise import check_fresh_noise, check_noise_budget, check_noise_replay
-from harness.pipeline.checks.plumbing import check_noise_shared_with_verifier
+from harness.pipeline.checks.plumbing import (
+    check_noise_shared_with_verifier,
+    check_torch_stream_shared_with_verifier,
+)
 from harness.pipeline.checks.subject import Subject, token_ids_valid
 from harness.pipeline.checks.walk import (
     check_greedy_consistency,
@@ -161,6 +164,13 @@ CHECKS: tuple[Check, ...] = (  # the order checks run in, and are listed in
         code="NSV",
     ),
     Check(
+        name="torch_stream_shared_with_verifier",
+        function=check_torch_stream_shared_with_verifier,
+        tier=Tier.LOSSLESS,
+        needs=Needs.TOKEN_IDS,
+        code="TSV",
+    ),
+    Check(
         name="noise_budget",
         function=check_noise_budget,
         tier=Tier.DROP_IN,
@@ -244,9 +254,12 @@ def replay_failures(run: CaseRun, result: ImplResult) -> dict[Tier, list[str]]:
     """Per tier, the first failing per-call check of each replay that has one, named."""
     assert result.life is not None
     failures: dict[Tier, list[str]] = {tier: [] for tier in Tier}
-    for replay in result.life.replays:
+    replays = result.life.replays
+    for replay in replays:
         first: dict[Tier, str] = {}
-        for check in run_checks(Subject(replay_run(run, replay), replay.result)):
+        others = tuple(r.result for r in replays if r is not replay)
+        subject = Subject(replay_run(run, replay), replay.result, other_calls=others)
+        for check in run_checks(subject):
             tier = tier_of(check.name)
             if check.failed and tier not in first:
                 first[tier] = f"{replay.step.describe()}: {check.name}: {check.detail}"

@@ -26,6 +26,16 @@ class Subject:
     # Per tier, the first failing per-call check of each replay of the life that has one,
     # named: judged once by ``run_checks`` for both life verdicts (None: no lived life).
     replay_failures: dict[Tier, list[str]] | None = None
+    # The instance's other draft calls the harness observed (the second call, the first,
+    # the other replays of a life); () for a case's first call: its second call.
+    other_calls: tuple[ImplResult, ...] = ()
+
+    def draft_calls_beside(self) -> tuple[ImplResult, ...]:
+        """The instance's other observed draft calls."""
+        if self.other_calls:
+            return self.other_calls
+        second = self.result.second_call
+        return () if second is None else (second,)
 
 
 def tolerances(dtype: torch.dtype) -> tuple[float, float]:

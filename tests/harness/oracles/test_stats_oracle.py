@@ -26,6 +26,7 @@ from harness.options import RunOptions
 from harness.oracles import stats
 from harness.oracles.fits import REPEAT, family_size, position_name
 from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, StatsError
+from harness.oracles.sequential import first_stage_alpha
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.statistics import stats_section
 from reference import HEAD_KINDS
@@ -75,7 +76,9 @@ def test_the_default_covers_every_head_a_temperature_mix_and_every_committed_pos
     assert {s.target for s in default_results["fixed"].statistics} == {"far", "mid", "near"}
     positions = {s.test for s in default_results["fixed"].statistics}
     assert {position_name(j) for j in range(config.gamma + 1)} <= positions  # gamma: bonus
-    assert default_results["fixed"].test_level == pytest.approx(ALPHA / family_size(config))
+    # Holm's first level: alpha less the sequential stages' share, over the family
+    level = first_stage_alpha(config) / family_size(config)
+    assert default_results["fixed"].test_level == pytest.approx(level, rel=1e-12)
 
 
 # -- fixed passes -------------------------------------------------------------------------------

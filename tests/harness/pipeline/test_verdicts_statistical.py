@@ -144,6 +144,7 @@ def test_without_the_oracle_the_verdict_says_its_statistical_part_was_not_run(ju
             "randomness": "",
             "independent_streams": False,
             "call_findings": [],
+            "stages": "",
         }
 
 
@@ -168,9 +169,10 @@ def test_comparison_tables_are_markdown_tables_and_aligned_text(judged) -> None:
 def test_report_command_carries_the_statistical_verdict_into_json_and_exit_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Two defects only the oracle sees: one noise draw reused by every step, and a drafter
+    # One defect only the oracle sees, one noise draw reused by every step, and a drafter
     # whose noise is the verifier's next acceptance uniforms, which the report's oracle sees
-    # because it runs on the server's own randomness by default (one report for both).
+    # because it runs on the server's own randomness by default (one report for both), as
+    # the exact check on torch's stream does (tests/harness/pipeline/test_torch_stream.py).
     argv = ["report", "--impl", REUSED_IMPL, "--impl", UNIFORMS_IMPL, "--no-work", "--quiet"]
     argv += ["--require", "lossless", "--out-dir", str(tmp_path), "--json"]
     expected = ["--expect-fail", "reused", "--expect-fail", "uniforms"]

@@ -93,7 +93,10 @@ def test_every_lossless_check_is_exercised_on_the_package_sampler() -> None:
         for name, status in statuses.items():
             outcomes.setdefault(name, set()).add(status)
     lossless = {name for name in outcomes if tier_of(name) == "lossless"}
-    assert {name for name in lossless if "pass" not in outcomes[name]} == set()
+    # one torch generator's plumbing only: counter-based noise is noise_shared_with_verifier's
+    one_generator = "torch_stream_shared_with_verifier"
+    assert outcomes[one_generator] == {"skip"}
+    assert {name for name in lossless - {one_generator} if "pass" not in outcomes[name]} == set()
     assert all("fail" not in outcomes[name] for name in lossless)
 
 
@@ -161,6 +164,8 @@ ROWS = (
         BUCKETED,
         frozenset({"noise_shared_with_verifier"}),
     ),
+    # its first call reads the counter its second call reads too: reused, not fresh
+    DefectRow("noise_replay", "OffsetAdvancedFirstOnce", BUCKETED, frozenset({"noise_replay"})),
 )
 
 
@@ -172,6 +177,33 @@ def test_each_planted_defect_fails_the_check_aimed_at_it(
     failing = {name for name, status in statuses.items() if status == "fail"}
     assert failing == row.fails | ALWAYS
     assert tier_of(row.check) == "lossless"
+
+
+def test_fresh_counters_past_the_calls_range_are_a_drop_in_difference(
+    samplers: ModuleType,
+) -> None:
+    """The counter moved before the walk: every block reads the counter after the one it
+    began at, which the key check proves fresh (no other draft call and no verifier draw
+    reads it), and the tokens are the stream's there: lossless, not drop-in."""
+    result, statuses = _run(BUCKETED, samplers.OffsetAdvancedFirst)
+    assert {name for name, status in statuses.items() if status == "fail"} == ALWAYS
+    assert result.noise_counter is not None and result.counter_reads is not None
+    start = result.noise_counter.start
+    assert result.counter_reads.counters == (start + 1,)  # past where the call left it
+    verdict = check_sampler(samplers.OffsetAdvancedFirst, require="lossless")
+    assert verdict.ok and verdict.lossless and not verdict.drop_in
+    assert verdict.statistical.ran and verdict.statistical.rejected is False
+    (budget,) = [f for f in verdict.failures if f.check == "noise_budget"][:1]
+    assert f"counter(s) {start + 1} past where the call left the counter, proven fresh" in (
+        budget.detail
+    )
+
+
+def test_a_counter_read_again_by_the_next_call_is_not_lossless(samplers: ModuleType) -> None:
+    verdict = check_sampler(samplers.OffsetAdvancedFirstOnce, require="lossless", stats=False)
+    assert not verdict.lossless
+    replay = [f for f in verdict.failures if f.check == "noise_replay"]
+    assert replay and "past where the call left the counter (the next call's)" in (replay[0].detail)
 
 
 def test_the_package_sampler_itself_fails_only_the_noise_budget() -> None:
