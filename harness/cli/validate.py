@@ -105,7 +105,7 @@ def check_oracle_run(args: argparse.Namespace) -> None:
     if args.rows < 1:
         raise UsageError(f"--rows must be a positive integer, got {args.rows}")
     estimate = memory.stats_run_bytes(
-        rows=max(args.rows, *getattr(args, "stage_rows", ())),  # a stage decodes its rows too
+        rows=max((args.rows, *getattr(args, "stage_rows", ()))),  # a stage decodes its rows too
         gamma=max(getattr(args, "gamma", defaults.DEFAULT_GAMMA), 1),
         vocab=getattr(args, "vocab", defaults.DEFAULT_VOCAB_SIZE),
         m=max(getattr(args, "m", defaults.DEFAULT_M), 1),
