@@ -39,7 +39,7 @@ import torch
 
 from harness.plugins.conventions import WORD, DraftKey, KeyedDraws, RequestKeys
 from harness.upstream.noise_words import interpreted
-from harness.upstream.vllm_loader import GUMBEL_MODULE, SPECULATOR_MODULE
+from harness.upstream.vllm_loader import GUMBEL_MODULE, SPECULATOR_MODULE, with_fixed_costs_cached
 
 SEED_BITS = 63
 FIRST_POSITION = 0  # each request's first anchor: a one-token prompt
@@ -180,9 +180,11 @@ class DraftReads:
 def observe_draft_keys() -> Iterator[DraftReads]:
     """Record what each ``gumbel_sample`` call of the speculator module is handed (the
     speculator's ``_sample_logits`` looks the name up there when it runs); the
-    package's function is called unchanged and put back after the block."""
+    package's function is called unchanged, with the interpreter's fixed costs cached
+    (``with_fixed_costs_cached``), and put back after the block."""
     module: Any = importlib.import_module(SPECULATOR_MODULE)
     sample = module.gumbel_sample
+    sample_cached = with_fixed_costs_cached(sample)
     reads = DraftReads()
 
     def recording_sample(
@@ -207,7 +209,7 @@ def observe_draft_keys() -> Iterator[DraftReads]:
                 "fp64": bool(kwargs.get("use_fp64", False)),
             }
         )
-        return sample(logits, expanded_idx_mapping, temperature, seed, pos, *args, **kwargs)
+        return sample_cached(logits, expanded_idx_mapping, temperature, seed, pos, *args, **kwargs)
 
     module.gumbel_sample = recording_sample
     try:

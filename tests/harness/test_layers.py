@@ -42,6 +42,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "wire",
                 "upstream.sglang_loader",
                 "upstream.vllm_loader",
+                "upstream.interpreter_libdevice",
+                "upstream.interpreter_patching",
                 "upstream.releases.__init__",
                 "upstream.releases.wheels",
                 "upstream.releases.eras",

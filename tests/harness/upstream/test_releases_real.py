@@ -181,3 +181,39 @@ def test_a_vllm_releases_scan_reads_its_tokens_without_replaying_the_noise() -> 
         "print('ok')\n",
     )
     assert out.split()[-1] == "ok"
+
+
+def test_vllm_0_25_gumbel_kernel_runs_under_the_interpreter_with_the_libdevice_bodies() -> None:
+    """0.25.0's ``gumbel_sample`` calls ``tldevice.log1p``: under Triton's interpreter it
+    fails on the stub alone, and runs with the bodies of ``libdevice_bodies()``
+    installed, the release's files unchanged: every token inside the support, the same
+    tokens for the same seeds and positions, every allowed token drawn somewhere, and
+    the argmax where the temperature is 0."""
+    out = _in_a_vllm_release(
+        "0.25.0",
+        "import torch\n"
+        "from triton.runtime.errors import InterpreterError\n"
+        "from harness.upstream.interpreter_libdevice import libdevice_bodies\n"
+        "vllm_loader.load_vllm()\n"
+        "from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample\n"
+        "tokens, allowed = 256, 5\n"
+        "logits = torch.randn(tokens, 8, generator=torch.Generator().manual_seed(0))\n"
+        "logits[:, allowed:] = float('-inf')\n"
+        "rows = torch.arange(tokens, dtype=torch.int32)\n"
+        "def sample(temperature):\n"
+        "    return gumbel_sample(logits.clone(), rows, temperature,\n"
+        "        torch.arange(tokens, dtype=torch.int64) % 7, torch.arange(tokens), True)\n"
+        "warm = torch.ones(tokens)\n"
+        "try:\n"
+        "    sample(warm)\n"
+        "    raise SystemExit('the stub ran')\n"
+        "except InterpreterError as error:\n"
+        "    assert 'NoneType' in str(error), error\n"
+        "with libdevice_bodies():\n"
+        "    drawn, again, greedy = sample(warm), sample(warm), sample(torch.zeros(tokens))\n"
+        "assert drawn.max() < allowed and torch.equal(drawn, again)\n"
+        "assert set(drawn.tolist()) == set(range(allowed)), drawn.bincount()\n"
+        "assert torch.equal(greedy, logits.argmax(dim=1))\n"
+        "print('ok')\n",
+    )
+    assert out.split()[-1] == "ok"

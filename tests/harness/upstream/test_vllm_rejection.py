@@ -38,17 +38,7 @@ from reference.verifier import (
 MISSING = vllm_loader.unavailable_reason()
 if MISSING is None:
     vllm_loader.load_vllm()  # at collection: its import sets process-wide variables once
-    import triton
-    import triton.language as tl
-    import triton.language.extra.libdevice as libdevice
-
-    @triton.jit
-    def log1p_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
-        """Our own kernel: ``out = libdevice.log1p(x)`` over one block."""
-        offsets = tl.arange(0, BLOCK)
-        mask = offsets < n
-        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
-        tl.store(out_ptr + offsets, libdevice.log1p(x), mask=mask)
+    from tests.harness.upstream.test_interpreter_libdevice import log1p_kernel
 
 
 needs_vllm = pytest.mark.vllm  # skipped without the package, with the loader's one-line reason

@@ -1,0 +1,139 @@
+"""Triton's interpreter without two of its fixed costs: ``triton.language`` patched once
+per launch, not again at every nested ``@triton.jit`` call, and Triton's dtype map built
+once, not at every operation.
+
+Under ``TRITON_INTERPRET=1`` a launch (``GridExecutor.__call__``) patches the kernel's
+``triton.language`` modules with the interpreter's numpy bodies (``_patch_lang``: every
+builtin of ``triton.language``, its ``core``, ``math`` and ``tensor``, read with
+``inspect.getmembers``, plus a dozen attributes set afresh), runs every program, and
+restores them. Each nested ``@triton.jit`` call a program makes
+(``InterpretedFunction.__call__``) runs ``_patch_lang`` again on the callee's modules
+and drops the result. While the launch's patch holds, that second pass changes nothing:
+the builtins it looks for are already the interpreter's (it finds none), and the
+attributes it sets get closures equal to those the launch set, which the launch's
+restore replaces anyway. vLLM's Gumbel kernel makes 16 such calls per program (the
+counter hash, its rounds, ``tl_rand32``, ...), and the profile puts about a third of a
+vLLM row's time in them (docs/performance.md, "A vLLM row").
+
+Second, every operation the interpreter runs asks ``_get_np_dtype`` for the numpy type
+of a Triton type, and that function builds its table of 19 types afresh at each call:
+about a tenth of what is left once the patching is gone.
+
+``fixed_costs_cached()`` takes out both, from outside Triton and outside the release.
+While the block runs, ``_get_np_dtype`` (a global of the interpreter's module, looked
+up at call time) answers from a table filled by Triton's own function, once per
+scalar type (a block's answer is its element's, as in Triton's; pointers are passed
+through to it, uncached), and ``_patch_lang`` (likewise) is a wrapper that
+
+- patches as Triton does for a launch's own call (the launch's ``fn``, noted by a
+  wrapper of ``GridExecutor.__call__``), and remembers which modules it covered;
+- returns a scope with nothing to restore for a nested call made inside that launch
+  whose modules a patch of this launch already covers;
+- patches as Triton does in any other case: a call outside any launch, or a callee
+  whose modules the launch has not patched yet (Triton's own ``triton.language.random``
+  sees ``triton.language.core``, which a kernel importing ``triton.language`` alone
+  does not), whose modules count as covered from then on: Triton restores a nested
+  call's patch never, so it holds for the rest of the launch.
+
+What a kernel computes does not change: the same bodies run on the same values
+(``tests/harness/upstream/test_interpreter_patching.py`` holds the tokens and logits of
+vLLM's own kernels bit for bit, with and without it). Where kernels are compiled it
+changes nothing; the three functions are put back after the block, raise or not.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from harness.upstream.interpreter_libdevice import interpreting
+
+
+@dataclass
+class _Launch:
+    """A launch in progress: its kernel, and the modules its own patch covered."""
+
+    fn: Callable[..., Any]
+    covered: frozenset[int] | None = None  # ids of the modules patched, once the launch's are
+
+
+class _NothingToRestore:
+    """The scope of a nested call the launch's patches already cover."""
+
+    def restore(self) -> None:
+        """Nothing was set."""
+
+
+def _language_modules(fn: Callable[..., Any]) -> frozenset[int]:
+    """The ``triton.language`` modules visible to ``fn``, as Triton's ``_patch_lang``
+    picks them (``triton.language`` and ``triton.language.core``)."""
+    import triton.language as tl
+
+    return frozenset(
+        id(value)
+        for value in fn.__globals__.values()
+        if inspect.ismodule(value) and value in (tl, tl.core)
+    )
+
+
+def _numpy_types_once(get_np_dtype: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Triton's ``_get_np_dtype``, each scalar type's answer kept after its first call."""
+    import triton.language as tl
+
+    known: dict[Any, Any] = {}
+
+    def np_dtype(tt_dtype: Any) -> Any:
+        scalar = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+        if isinstance(scalar, tl.pointer_type):  # no hash of its own: Triton's answer
+            return get_np_dtype(tt_dtype)
+        found = known.get(scalar)
+        if found is None:
+            found = known[scalar] = get_np_dtype(scalar)
+        return found
+
+    return np_dtype
+
+
+@contextmanager
+def fixed_costs_cached() -> Iterator[None]:
+    """Patch ``triton.language`` once per launch while the block runs, not again at
+    each nested ``@triton.jit`` call the launch covers, and map Triton's types to
+    numpy's from a table filled once."""
+    if not interpreting():
+        yield
+        return
+    from triton.runtime import interpreter
+
+    patch_lang, get_np_dtype = interpreter._patch_lang, interpreter._get_np_dtype
+    launch = interpreter.GridExecutor.__call__
+    launches: list[_Launch] = []
+
+    def launch_noted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        launches.append(_Launch(self.fn))
+        try:
+            return launch(self, *args, **kwargs)
+        finally:
+            launches.pop()
+
+    def patch_lang_once(fn: Callable[..., Any]) -> Any:
+        current = launches[-1] if launches else None
+        modules = _language_modules(fn)
+        if current is not None and current.covered is not None and modules <= current.covered:
+            return _NothingToRestore()
+        scope = patch_lang(fn)
+        if current is not None and (current.covered is not None or fn is current.fn):
+            current.covered = (current.covered or frozenset()) | modules
+        return scope
+
+    interpreter._patch_lang = patch_lang_once
+    interpreter._get_np_dtype = _numpy_types_once(get_np_dtype)
+    interpreter.GridExecutor.__call__ = launch_noted
+    try:
+        yield
+    finally:
+        interpreter._patch_lang = patch_lang
+        interpreter._get_np_dtype = get_np_dtype
+        interpreter.GridExecutor.__call__ = launch
