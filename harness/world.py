@@ -258,15 +258,20 @@ def take_thread_blame(owner: str) -> list[str]:
 
 
 def _split_by_thread(
-    *, owner: str, since: int, changed_environment: list[str], directory_changed: bool
+    *,
+    owner: str,
+    audited: list[tuple[str, Touched, str]],
+    changed_environment: list[str],
+    directory_changed: bool,
 ) -> tuple[list[str], bool]:
-    """Move the changes other owners' threads made (per the audit log from ``since``)
-    to their late blame; what stays is this owner's: environment keys, and whether the
-    directory change is its own."""
+    """Move the changes other owners' threads made (per ``audited``: the block's audit
+    log, and the changes undone as it began, since a thread is audited before its change
+    lands, so that change may land inside the block) to their late blame; what stays is
+    this owner's: environment keys, and whether the directory change is its own."""
     foreign: dict[str, set[str]] = {}
     own_keys = set(changed_environment)
     own_directory = directory_changed
-    for thread_owner, kind, key in _thread_changes[since:]:
+    for thread_owner, kind, key in audited:
         if thread_owner == owner:
             continue
         if kind is Touched.ENVIRONMENT and key in own_keys:
@@ -286,13 +291,15 @@ def _blame_threads(foreign: dict[str, set[str]], *, when: str) -> None:
         )
 
 
-def _undo_changes_between_calls() -> None:
+def _undo_changes_between_calls() -> list[tuple[str, Touched, str]]:
     """Changes that still-running threads of other owners made while no implementation
-    code ran: put back as the last block left them, and blamed on their owners. (A
+    code ran: put back as the last block left them, and blamed on their owners (returned,
+    since a change audited here may land only once the next block has begun). (A
     finished thread's owner may be a past run's: its changes are left alone.)"""
     alive = set(_thread_owners.values())
     foreign: dict[str, set[str]] = {}
-    for thread_owner, kind, key in _thread_changes:
+    handled = list(_thread_changes)
+    for thread_owner, kind, key in handled:
         if _settled is None or thread_owner not in alive:
             continue
         if kind is Touched.ENVIRONMENT:
@@ -305,8 +312,9 @@ def _undo_changes_between_calls() -> None:
         else:
             os.chdir(_settled.working_directory)
             foreign.setdefault(thread_owner, set()).add("working directory")
-    _thread_changes.clear()
+    del _thread_changes[: len(handled)]  # not clear(): a thread may have appended since
     _blame_threads(foreign, when="between calls")
+    return handled
 
 
 # -- child processes --------------------------------------------------------------------------
@@ -412,12 +420,12 @@ def implementation_world(*, owner: str) -> Iterator[WorldChanges]:
     _install_audit_hook()
     for ident in [i for i in _thread_owners if not _alive(i)]:
         del _thread_owners[ident]  # a dead thread's ident may be reused
-    if _depth == 0:
-        _undo_changes_between_calls()
+    undone = _undo_changes_between_calls() if _depth == 0 else []
     changes = WorldChanges()
     threads_before = {t.ident for t in threading.enumerate()}
     children_before = child_processes()
-    audit_mark = len(_thread_changes)
+    # outermost: what is left in the audit log came after the undo, so it is this block's
+    audit_mark = 0 if _depth == 0 else len(_thread_changes)
     before = GlobalState.capture()
     _depth += 1
     try:
@@ -427,9 +435,10 @@ def implementation_world(*, owner: str) -> Iterator[WorldChanges]:
         now = GlobalState.capture()
         unrestored = before.restore()
         _remember_threads(threads_before, owner=owner)
+        audited = _thread_changes[audit_mark:]
         own_keys, own_directory = _split_by_thread(
             owner=owner,
-            since=audit_mark,
+            audited=[*undone, *audited],
             changed_environment=before.changed_environment(now),
             directory_changed=before.working_directory != now.working_directory,
         )
@@ -443,7 +452,8 @@ def implementation_world(*, owner: str) -> Iterator[WorldChanges]:
         lines += unrestored
         lines += kill_children(child_processes() - children_before)
         changes.lines = lines
-        del _thread_changes[audit_mark:]
+        if _depth == 1:  # a block inside another leaves its entries to the outer one's split
+            del _thread_changes[audit_mark : audit_mark + len(audited)]
         _depth -= 1
         if _depth == 0:
             _settled = before
