@@ -316,7 +316,7 @@ def test_a_stopped_sweep_ends_the_releases_it_is_judging(tmp_path: Path) -> None
     finally:
         process.kill()
     assert process.returncode == 143, err
-    assert err.strip().splitlines()[-1].startswith("interrupted by SIGTERM")
+    assert err.strip().splitlines()[-1].startswith("interrupted by SIGTERM"), err
     for _ in range(100):
         try:
             os.kill(judging, 0)
