@@ -209,10 +209,15 @@ def _stop_now(pool: Executor, *, others: set[multiprocessing.process.BaseProcess
     for a judgement (a vLLM release's takes minutes). The journal keeps every finished
     row for ``--resume``. The local pool's processes are the children started since
     ``others`` were."""
-    pool.shutdown(wait=False, cancel_futures=True)
-    if isinstance(pool, concurrent.futures.ProcessPoolExecutor):
-        for process in set(multiprocessing.active_children()) - others:
-            process.kill()
+    if not isinstance(pool, concurrent.futures.ProcessPoolExecutor):
+        pool.shutdown(wait=False, cancel_futures=True)
+        return
+    for process in set(multiprocessing.active_children()) - others:
+        process.kill()
+    # Its manager thread joined here, its workers dead: left to close its pipe as the
+    # interpreter exits, it races concurrent.futures' exit hook (Python 3.11 prints an
+    # EBADF traceback after the stop's one line).
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _said(row: ReleaseRow) -> str:
