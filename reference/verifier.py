@@ -83,11 +83,16 @@ def draft_distribution(
 
 def sample_categorical(probs: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
     """One draw per row from unnormalised non-negative weights ``[bs, V]`` (inverse CDF)."""
-    cdf = probs.cumsum(dim=-1)  # [bs, V]
-    threshold = (
-        torch.rand(probs.shape[0], 1, generator=generator, dtype=cdf.dtype, device=cdf.device)
-        * cdf[:, -1:]
+    uniforms = torch.rand(
+        probs.shape[0], generator=generator, dtype=probs.dtype, device=probs.device
     )
+    return categorical_at(probs, uniforms=uniforms)
+
+
+def categorical_at(probs: torch.Tensor, *, uniforms: torch.Tensor) -> torch.Tensor:
+    """The inverse-CDF draw of each row of weights ``[bs, V]`` at its uniform ``[bs]``."""
+    cdf = probs.cumsum(dim=-1)  # [bs, V]
+    threshold = uniforms.to(cdf.dtype).unsqueeze(1) * cdf[:, -1:]
     # token i wins when cdf[i-1] <= t < cdf[i]: a zero-weight token (flat cdf) never does
     return (cdf <= threshold).sum(dim=-1).clamp_max(probs.shape[-1] - 1)
 
@@ -103,26 +108,50 @@ def chain_verify(
 
     target_probs ``[bs, gamma+1, V]`` (row ``k`` conditioned on the anchor and the
     first ``k`` drafts), draft_probs ``[bs, gamma, V]``, draft_tokens ``[bs, gamma]``.
+    The acceptance uniforms ``[bs, gamma]`` are drawn first, then the residual's.
     """
+    bs, gamma = draft_tokens.shape
+    dtype, device = target_probs.dtype, target_probs.device
+    accept = torch.rand(bs, gamma, generator=generator, dtype=dtype, device=device)
+    residual = torch.rand(bs, generator=generator, dtype=dtype, device=device)
+    return chain_verify_at(
+        target_probs=target_probs,
+        draft_probs=draft_probs,
+        draft_tokens=draft_tokens,
+        accept_uniforms=accept,
+        residual_uniforms=residual,
+    )
+
+
+def chain_verify_at(
+    *,
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    accept_uniforms: torch.Tensor,
+    residual_uniforms: torch.Tensor,
+) -> VerifyResult:
+    """``chain_verify`` at given uniforms: ``[bs, gamma]`` for the acceptances and ``[bs]``
+    for the residual (or bonus) draw, so a server keying its draws per request (or a
+    row with no drafts, ``gamma = 0``: one token from the target) verifies the same way."""
     bs, gamma = draft_tokens.shape
     rows = torch.arange(bs, device=draft_tokens.device)
     p_draft = target_probs[:, :gamma].gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
     q_draft = draft_probs.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)  # [bs, gamma]
-    uniforms = torch.rand(
-        bs, gamma, generator=generator, dtype=p_draft.dtype, device=p_draft.device
-    )
+    uniforms = accept_uniforms.to(p_draft.dtype)
     # u < p/q without dividing: q = 0 (a token its own q calls impossible) is accepted iff p > 0
     accept = uniforms * q_draft < p_draft  # [bs, gamma]
     accepted = accept.long().cumprod(dim=1).sum(dim=1)  # [bs], leading accepts
     # at the first rejection q is subtracted; after all gamma accepted it is zero (the bonus)
-    padded_q = torch.cat([draft_probs, torch.zeros_like(draft_probs[:, :1])], dim=1)
+    bonus_q = draft_probs.new_zeros(bs, 1, target_probs.shape[-1])
+    padded_q = torch.cat([draft_probs, bonus_q], dim=1)
     p_next, q_next = target_probs[rows, accepted], padded_q[rows, accepted]  # [bs, V]
     residual = (p_next - q_next).clamp_min(0.0)
     # p == q leaves no residual; a rejection is then impossible unless p(x) = q(x) = 0
     residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, p_next)
-    extra_token = sample_categorical(residual, generator=generator)  # [bs]
+    extra_token = categorical_at(residual, uniforms=residual_uniforms)  # [bs]
     positions = torch.arange(gamma + 1, device=draft_tokens.device)
-    committed = torch.cat([draft_tokens, torch.full_like(draft_tokens[:, :1], -1)], dim=1)
+    committed = torch.cat([draft_tokens, draft_tokens.new_full((bs, 1), -1)], dim=1)
     committed = torch.where(positions < accepted.unsqueeze(1), committed, -1)
     committed[rows, accepted] = extra_token
     return VerifyResult(committed=committed, num_committed=accepted + 1)

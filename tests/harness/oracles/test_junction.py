@@ -1,0 +1,196 @@
+"""A life across the junction of the drafter and the verifier (docs/design.md, "A life
+across the junction"): the life itself, each planted server defect killed by the check
+that should kill it, and servers that differ from ours without losing anything."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fixed import DsparkDraftSampler as Fixed
+from harness.oracles.junction import (
+    MIN_STEPS,
+    PRIMARY_POISON,
+    JunctionPlan,
+    JunctionServer,
+    Request,
+    RequestState,
+    keyed_uniforms,
+    plan_requests,
+)
+from harness.oracles.junction_judge import JUNCTION_ROWS, judge_junction
+from legacy import DsparkDraftSampler as Legacy
+from reference.target_model import MarkovTargetModel
+from reference.verifier import DraftBlock, VerifyResult
+
+SMALL = 300  # rows a state for the exact checks, which need no statistics
+
+
+class StaleDraftProbs(JunctionServer):
+    """A slot taken over keeps the previous request's q for the new request's first
+    drafts: the verifier scores them with another request's law."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.taken_over: set[int] = set()
+        self.ever_used: set[int] = set()
+
+    def admit(self, slot: int, request: Request) -> None:
+        super().admit(slot, request)
+        if slot in self.ever_used:
+            self.taken_over.add(slot)
+        self.ever_used.add(slot)
+
+    def store_drafts(self, slots: torch.Tensor, block: DraftBlock, requests: list[Request]) -> None:
+        kept = [s for s in slots.tolist() if s in self.taken_over]
+        old = self.draft_probs[kept].clone()
+        super().store_drafts(slots, block, requests)
+        self.draft_probs[kept] = old
+        self.taken_over -= set(kept)
+
+
+class PlaceholdersVerified(JunctionServer):
+    """Rows without drafts are verified against whatever their draft rows hold."""
+
+    def verify(
+        self, slots: torch.Tensor, *, target: MarkovTargetModel, requests: list[Request]
+    ) -> VerifyResult:
+        return self.verify_rows(slots, gamma=self.gamma, target=target, requests=requests)
+
+
+class InheritedKey(JunctionServer):
+    """A request taking a slot keeps the slot's previous seed (or position)."""
+
+    keep = "seeds"
+
+    def admit(self, slot: int, request: Request) -> None:
+        kept = getattr(self, self.keep)[slot].clone()
+        super().admit(slot, request)
+        getattr(self, self.keep)[slot] = kept
+
+
+class InheritedPosition(InheritedKey):
+    keep = "positions"
+
+
+class LeakedOutput(JunctionServer):
+    """A request taking a slot starts from the slot's output row: the last token the
+    previous request committed there."""
+
+    def admit(self, slot: int, request: Request) -> None:
+        super().admit(slot, request)
+        self.last_tokens[slot] = self.outputs[slot, 0]
+
+
+class LazyClearing(JunctionServer):
+    """Clears the slots freed since its last drafts, if still free, one step late; it
+    never reads them."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.freed: set[int] = set()
+
+    def release(self, slot: int) -> None:
+        super().release(slot)
+        self.freed.add(slot)
+
+    def admit(self, slot: int, request: Request) -> None:
+        self.freed.discard(slot)
+        super().admit(slot, request)
+
+    def store_drafts(self, slots: torch.Tensor, block: DraftBlock, requests: list[Request]) -> None:
+        super().store_drafts(slots, block, requests)
+        cleared = torch.tensor(sorted(self.freed), dtype=torch.int64)
+        for buffer in (self.draft_tokens, self.draft_probs, self.outputs, self.seeds):
+            buffer[cleared] = 0
+        self.freed.clear()
+
+
+class ResampledPlaceholders(JunctionServer):
+    """Fills a row without drafts with drafts sampled from the target law (its own
+    keyed stream), with ``q = p``, and verifies every row as drafted."""
+
+    def verify(
+        self, slots: torch.Tensor, *, target: MarkovTargetModel, requests: list[Request]
+    ) -> VerifyResult:
+        by_slot = {r.slot: r for r in requests}
+        empty = slots[~self.drafted[slots]]
+        if len(empty):
+            temperatures = torch.tensor(
+                [by_slot[int(s)].temperature for s in empty], dtype=torch.float64
+            )
+            uniforms = keyed_uniforms(self.seeds[empty] ^ 0x7A11, self.positions[empty], self.gamma)
+            previous = self.last_tokens[empty]
+            for step in range(self.gamma):
+                p = target.next_token_probs(
+                    previous, temperatures=temperatures, greedy_mask=temperatures == 0
+                )  # [n, V]
+                token = (
+                    p.cumsum(-1) <= uniforms[:, step : step + 1] * p.sum(-1, keepdim=True)
+                ).sum(-1)
+                token = token.clamp_max(self.vocab_size - 1)
+                self.draft_tokens[empty, step], self.draft_probs[empty, step] = token, p
+                previous = token
+        return self.verify_rows(slots, gamma=self.gamma, target=target, requests=requests)
+
+
+def test_the_life_has_every_state_of_a_server() -> None:
+    plan = JunctionPlan(rows=12, m=2, gamma=4, groups=(0.0, 0.7, 1.3), seed=3)
+    target = MarkovTargetModel(torch.randn(8, 8, generator=torch.Generator().manual_seed(0)))
+    arrivals = plan_requests(plan, target=target)
+    joining = [r for step, wave in arrivals.items() if step >= 0 for r in wave]
+    assert {r.prompt_left for r in joining} == {1, 2}  # one token left, or a chunk first
+    mixes = [{r.temperature == 0 for r in wave} for wave in arrivals.values()]
+    assert mixes == [{True, False}, {False}, {True, False}, {True}]
+    verdict = judge_junction(Fixed, rows=SMALL)
+    assert verdict.steps >= MIN_STEPS and len(set(verdict.batch_sizes)) > 2
+    assert {law.state for law in verdict.laws} == {s.value for s in RequestState}
+    assert all(law.rows >= SMALL for law in verdict.laws)
+    assert verdict.incomplete == 0 and verdict.held.calls == verdict.calls
+
+
+def test_keyed_uniforms_are_a_function_of_the_key_alone() -> None:
+    seeds, positions = torch.tensor([1, 1, 2]), torch.tensor([5, 6, 5])
+    drawn = keyed_uniforms(seeds, positions, 4)
+    assert torch.equal(drawn[0], keyed_uniforms(seeds[:1], positions[:1], 4)[0])
+    assert len({tuple(row) for row in drawn.tolist()}) == 3
+    assert bool(((drawn >= 0) & (drawn < 1)).all())
+
+
+def test_our_server_and_sampler_pass_the_life_at_full_rows() -> None:
+    verdict = judge_junction(Fixed, rows=JUNCTION_ROWS)
+    assert verdict.ok, "\n".join(verdict.lines())
+    assert all(law.rows >= JUNCTION_ROWS and law.bound is not None for law in verdict.laws)
+
+
+def test_legacy_shows_the_bug_in_the_life() -> None:
+    verdict = judge_junction(Legacy, rows=SMALL)
+    assert "teacher_forcing" in verdict.failed_checks()
+
+
+@pytest.mark.parametrize(
+    ("server", "check"),
+    [
+        (StaleDraftProbs, "junction_leftovers"),
+        (PlaceholdersVerified, "junction_leftovers"),
+        (InheritedKey, "junction_keys"),
+        (InheritedPosition, "junction_keys"),
+        (LeakedOutput, "junction_leftovers"),
+    ],
+)
+def test_each_planted_server_defect_is_killed(server: type[JunctionServer], check: str) -> None:
+    verdict = judge_junction(Fixed, rows=SMALL, server_class=server)
+    assert check in verdict.failed_checks(), "\n".join(verdict.lines())
+
+
+@pytest.mark.parametrize("server", [LazyClearing, ResampledPlaceholders])
+def test_servers_that_differ_without_losing_anything_pass(server: type[JunctionServer]) -> None:
+    verdict = judge_junction(Fixed, rows=JUNCTION_ROWS, server_class=server)
+    assert verdict.ok, "\n".join(verdict.lines())
+
+
+def test_the_poison_is_a_valid_value_that_changes_outcomes() -> None:
+    server = JunctionServer(slots=2, gamma=3, vocab_size=8, poison=PRIMARY_POISON)
+    assert int(server.draft_tokens.max()) < 8 and torch.allclose(
+        server.draft_probs.sum(-1), torch.ones(2, 3, dtype=torch.float64)
+    )
