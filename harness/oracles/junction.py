@@ -117,6 +117,10 @@ class JunctionServer:
     steps, what it writes when a request takes a slot, what the drafter leaves there,
     and what the verifier reads. A server that wrote less, or read more, is a subclass."""
 
+    # The buffers it keeps a slot between steps, and which of them the verifier reads.
+    KEPT = ("draft_tokens", "draft_probs", "seeds", "positions", "outputs", "last_tokens")
+    VERIFIER_READS = ("draft_tokens", "draft_probs", "seeds", "positions", "last_tokens")
+
     def __init__(self, *, slots: int, gamma: int, vocab_size: int, poison: Poison) -> None:
         self.gamma, self.vocab_size = gamma, vocab_size
         self.draft_tokens = torch.empty(slots, gamma, dtype=torch.int64)  # [S, gamma]

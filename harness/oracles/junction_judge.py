@@ -23,7 +23,7 @@ and every drafter call of the primary life is held to the exact per-call checks
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -91,8 +91,9 @@ class JunctionVerdict:
     keys: str | None  # the first row verified under another request's key
     held: HeldCalls
     alpha: float
+    kept: tuple[str, ...]  # the buffers the server keeps between steps
+    verifier_reads: tuple[str, ...]  # those of them the verifier reads
     incomplete: int = 0  # judged segments short of m tokens (a life that lost a request)
-    findings: tuple[str, ...] = field(default=())
 
     @property
     def ok(self) -> bool:
@@ -117,6 +118,8 @@ class JunctionVerdict:
             f"life across the junction: {self.sampler} on {self.server}, {self.steps} steps, "
             f"{self.calls} drafter calls (batch sizes {sizes}), {self.held.calls} calls held "
             "to the per-call checks",
+            f"  buffers kept between steps: {', '.join(self.kept)}; the verifier reads "
+            f"{', '.join(self.verifier_reads)}; all poisoned before the first step",
         ]
         for law in self.laws:
             bound = (
@@ -304,6 +307,8 @@ def judge_junction(
         keys=_first_foreign_key(server),
         held=checker.held(),
         alpha=alpha,
+        kept=server_class.KEPT,
+        verifier_reads=server_class.VERIFIER_READS,
         incomplete=incomplete,
     )
 
