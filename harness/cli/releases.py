@@ -155,10 +155,10 @@ def chosen_versions(args: argparse.Namespace, package: str) -> tuple[tuple[str, 
 
 
 def command(args: argparse.Namespace) -> ExitCode:
+    from harness.releases.run import run_sweep
+    from harness.releases.sweep import ReleaseTask, advisory_json
     from harness.render.progress import progress_printer
     from harness.render.releases import releases_section
-    from harness.upstream.releases.run import run_sweep
-    from harness.upstream.releases.sweep import ReleaseTask, advisory_json
 
     started = time.perf_counter()
     cache = args.wheel_dir or DEFAULT_CACHE

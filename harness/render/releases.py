@@ -2,14 +2,14 @@
 the verifiers its oracle ran under and the randomness of each, its findings' classes,
 what was not covered, the time) and one row per defect class (affected versions, first
 and last, first fixed), then each finding's evidence and the command that replays it.
-It formats the rows ``harness.upstream.releases.sweep`` made and decides nothing."""
+It formats the rows ``harness.releases.sweep`` made and decides nothing."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from harness.releases.sweep import Advisory, ReleaseRow
 from harness.render.sections import Block, Section, Table
-from harness.upstream.releases.sweep import Advisory, ReleaseRow
 
 TITLE = "Releases (docs/releases.md)"
 

@@ -14,9 +14,9 @@ import pytest
 
 from harness.cli import main
 from harness.io.files import JournalError
-from harness.upstream.releases import run
-from harness.upstream.releases.run import JOURNAL, ROW_FIELDS, ReleaseJournal, run_sweep
-from harness.upstream.releases.sweep import ReleaseRow, ReleaseTask, not_judged
+from harness.releases import run
+from harness.releases.run import JOURNAL, ROW_FIELDS, ReleaseJournal, run_sweep
+from harness.releases.sweep import ReleaseRow, ReleaseTask, not_judged
 
 
 def stub_judge(task: ReleaseTask) -> ReleaseRow:

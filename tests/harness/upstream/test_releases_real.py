@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from harness.upstream.releases.sweep import ReleaseTask, judge_release
+from harness.releases.sweep import ReleaseTask, judge_release
 from harness.upstream.releases.wheels import DEFAULT_CACHE, NotFetched, extract, fetch
 
 pytestmark = pytest.mark.releases

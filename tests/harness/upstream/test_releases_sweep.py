@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.upstream.releases import sweep
-from harness.upstream.releases.sweep import (
+from harness.releases import sweep
+from harness.releases.sweep import (
     ReleaseRow,
     ReleaseTask,
     advisories,

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.upstream
 
 @pytest.fixture(scope="module")
 def rows():  # type: ignore[no-untyped-def]
-    from harness.upstream.versions import collect_versions
+    from harness.releases.versions import collect_versions
 
     versions = collect_versions(scan_triples_per_point=1 << 14, repeats=1)
     return {row.name: row for row in versions.rows}

@@ -381,8 +381,8 @@ def _support_scan(implementation: Implementation, *, task: ReleaseTask) -> tuple
     if not task.scan_triples:
         return "", []
     from harness.pipeline.support_scan import full_plan, scan_point
+    from harness.releases.versions import scan_findings
     from harness.upstream.dispatch import convention_of
-    from harness.upstream.versions import scan_findings
 
     batch = convention_of(implementation.sampler_class).scan_batch
     asked = full_plan(triples_per_point=task.scan_triples, seed=task.seed)

@@ -27,7 +27,7 @@ from harness.executor import Executor
 from harness.io.fingerprint import package_digest, run_fingerprint
 from harness.io.journal import Journal
 from harness.progress import Progress, no_progress
-from harness.upstream.releases.sweep import ReleaseRow, ReleaseTask, judge_release, not_judged
+from harness.releases.sweep import ReleaseRow, ReleaseTask, judge_release, not_judged
 
 JOURNAL = "releases-journal.jsonl"
 ROW_SCHEMA = "dspark-release-row/1"
@@ -142,9 +142,9 @@ class Sweep:
 
 def release_executor(*, jobs: int, executor: str, ray_address: str | None) -> Executor:
     """``jobs`` local processes, a fresh one for every release (``max_tasks_per_child``),
-    or a Ray cluster (``harness.upstream.releases.ray_executor``)."""
+    or a Ray cluster (``harness.releases.ray_executor``)."""
     if executor == "ray":
-        from harness.upstream.releases.ray_executor import RayExecutor
+        from harness.releases.ray_executor import RayExecutor
 
         return RayExecutor(address=ray_address, num_cpus=jobs)
     return concurrent.futures.ProcessPoolExecutor(
