@@ -4,10 +4,16 @@ Read from the wheels themselves (``pip download --no-deps``; docs/releases.md ha
 table in words). Each era says once where its sampler lives in the wheel, its
 constructor, how the server stages parameters, where its noise comes from, what it
 writes, which of the harness's verifiers is its own server's, how the harness loads it
-(``Loading``) and the light dependencies its modules import. A new patch release of a
-known era is one more version in ``versions``; a version in no era, or whose files do
-not fit its era's contract (``contract_differences``), is not judged: "unknown
-contract", with what differs.
+(``Loading``), the light dependencies its modules import, the convention object that
+builds and reads its samplers and which sampler classes speak it (``ConventionRef``),
+and the plug-in era whose ``sglang`` its files import. ``ERAS`` is the one registry of
+server eras: the release sweep, the versions table, ``convention_of``
+(``harness.upstream.dispatch``) and every test and doc check that enumerates eras read
+it. A new patch release of a known era is one more version in ``versions``; a new
+contract is one more value here (and, where its calling convention is new, one module
+that holds it; docs/releases.md, "Adding a contract"); a version in no era, or whose
+files do not fit its era's contract (``contract_differences``), is not judged:
+"unknown contract", with what differs.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import enum
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from harness.upstream.releases.wheels import version_key
 
@@ -36,6 +43,16 @@ class Loading(enum.Enum):
     # proposer drives them (harness.upstream.releases.sglang_0_5_16)
     SGLANG_0_5_16 = "sglang-0.5.16"
     NONE = "none"  # the harness has no convention for this contract
+
+
+class ConventionRef(NamedTuple):
+    """Where an era's convention lives, named as vLLM's model registry names a model's
+    module and class and imported only when a sampler is built (``harness.upstream.dispatch``
+    resolves it): the ``Convention`` object, and the predicate that says which sampler
+    classes speak it."""
+
+    convention: str  # "module.ATTRIBUTE": a ``harness.plugins.conventions.Convention``
+    speaks: str  # "module.function": ``(sampler_class) -> bool``
 
 
 @dataclass(frozen=True)
@@ -63,6 +80,12 @@ class ReleaseEra:
     why_not_judged: str = ""  # Loading.NONE: why
     # the Triton kernels its sampling runs, read for libdevice calls under the interpreter
     kernel_files: tuple[str, ...] = ()
+    # the convention that builds and reads its samplers; None: the constructor says
+    # (ours and the PR-era server's, ``harness.plugins.conventions``), or the harness has
+    # none yet (``Loading.NONE``, ``why_not_judged``)
+    convention: ConventionRef | None = None
+    # the plug-in era (``harness.plugins.eras.Era``) whose ``sglang`` its files import
+    plugin_era: str = ""
 
     @property
     def first(self) -> str:
@@ -105,6 +128,7 @@ _PR_SERVER_ERA = ReleaseEra(
     loading=Loading.SERVER_FILE,
     light_deps="requirements/sglang-dspark.txt",
     members=(_SERVER_FILE,),
+    plugin_era="pr36934",
     layouts=("anchor",),  # the sampler has no sample_from_anchor: gamma rows a request
     not_covered=(_SURFACE_STANDS_IN, "its server's verifier: the harness has none"),
 )
@@ -142,6 +166,10 @@ _VLLM_0_31_ERA = replace(
     _VLLM_ERA,
     name="vllm-0.31-0.33",
     loading=Loading.VLLM_PACKAGE,
+    convention=ConventionRef(
+        "harness.upstream.vllm_convention.VLLM_0_33",
+        speaks="harness.upstream.vllm_loader.speaks_vllm_0_33",
+    ),
     why_not_judged="",
     versions=("0.31.0", "0.32.0", "0.33.0"),
     methods=(
@@ -183,6 +211,11 @@ ERAS: tuple[ReleaseEra, ...] = (
         ),
         verifier=None,
         loading=Loading.SGLANG_0_5_16,
+        convention=ConventionRef(
+            "harness.upstream.releases.sglang_0_5_16.SGLANG_0_5_16",
+            speaks="harness.upstream.releases.sglang_0_5_16.speaks_sglang_0_5_16",
+        ),
+        plugin_era="pr36934",  # the wheel's file sees the bug era's surface
         light_deps="requirements/sglang-dspark.txt",
         members=("sglang/srt/speculative/dspark_components/dspark_draft.py",),
         layouts=("anchor",),  # the sampler takes gamma query rows a request, anchor first
@@ -236,6 +269,11 @@ ERAS: tuple[ReleaseEra, ...] = (
         outputs="out[: bs*gamma]; step_logits; confidence_out; verify_ids (0.5.23)",
         verifier="sglang-blockwise",
         loading=Loading.SGLANG_PACKAGE,
+        convention=ConventionRef(
+            "harness.upstream.sglang_convention.SGLANG_0_5_23",
+            speaks="harness.upstream.sglang_loader.speaks_sglang_0_5_23",
+        ),
+        plugin_era="sglang-0.5.23",
         light_deps="requirements/sglang-dspark.txt",
         members=("sglang/",),
         not_covered=("the megakernel path (NVIDIA only)",),
@@ -248,6 +286,7 @@ ERAS: tuple[ReleaseEra, ...] = (
         # Driven through 0.33's convention, 0.30.0's first sampled case raised
         # (measured, docs/releases.md "Measured"): no verdict on it.
         loading=Loading.NONE,
+        convention=None,
         noise="Gumbel from Triton's Philox (tl.randint of the request's seed and position)",
         why_not_judged=(
             "no convention for this contract: the harness's vLLM convention keys the "

@@ -430,7 +430,7 @@ def test_vllm_before_0_31_is_not_judged_for_want_of_a_convention() -> None:
     early, middle, late = (era_of("vllm", v) for v in ("0.25.0", "0.30.0", "0.31.0"))
     assert early is not None and middle is not None and late is not None
     assert early.loading is middle.loading is Loading.NONE
-    assert late.loading is Loading.VLLM_PACKAGE and late.versions[-1] == "0.33.0"
+    assert late.loading is Loading.VLLM_PACKAGE
     nothing = lambda: pytest.fail("nothing is extracted")  # noqa: E731
     for era, names in ((early, "_sample_logits"), (middle, "Philox")):
         why = load_release(era, files=nothing, name="v")
