@@ -134,10 +134,12 @@ class ReleaseJournal:
 # -- the sweep -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Sweep:
-    """Every task's row, in the order asked; ``ok``: every task answered."""
+    """Every task's row, in the order asked; ``ok``: every task answered
+    (``unanswered``: how many did not)."""
 
     rows: tuple[ReleaseRow, ...]
     ok: bool
+    unanswered: int = 0
 
 
 def release_executor(*, jobs: int, executor: str, ray_address: str | None) -> Executor:
@@ -179,7 +181,7 @@ def run_sweep(
     done = journal.finished(resume=resume, progress=progress)
     rows = {key: row for key, row in done.items() if key in {_key(t) for t in tasks}}
     pending = [task for task in tasks if _key(task) not in rows]
-    ok = True
+    unanswered = 0
     if pending:
         others = set(multiprocessing.active_children())  # not the pool's: left alone on a stop
         with release_executor(jobs=jobs, executor=executor, ray_address=ray_address) as pool:
@@ -190,7 +192,7 @@ def run_sweep(
                     try:
                         row = future.result()
                     except Exception as error:  # its process died or raised: the row says so
-                        ok = False
+                        unanswered += 1
                         row = not_judged(
                             task, reason=f"the task failed: {type(error).__name__}: {error}"
                         )
@@ -201,7 +203,9 @@ def run_sweep(
             except BaseException:  # a stop request: the releases still running end with it
                 _stop_now(pool, others=others)
                 raise
-    return Sweep(rows=tuple(rows[_key(t)] for t in tasks), ok=ok)
+    return Sweep(
+        rows=tuple(rows[_key(t)] for t in tasks), ok=unanswered == 0, unanswered=unanswered
+    )
 
 
 def _stop_now(pool: Executor, *, others: set[multiprocessing.process.BaseProcess]) -> None:
