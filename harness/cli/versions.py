@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace) -> ExitCode:
-    from harness.upstream.sglang_loader import unavailable_reason
+    from harness.upstream.loaders.sglang_loader import unavailable_reason
 
     missing = unavailable_reason()
     if missing is not None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.oracles.cut import OracleCut
+from harness.oracle_cut import OracleCut
 from harness.oracles.fits import JOINT, Marginal, Statistic, position_name
 from harness.oracles.power import DetectionBound
 from harness.pipeline.call_findings import CallFinding, HeldCalls

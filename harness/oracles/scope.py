@@ -1,7 +1,7 @@
 """What one decode of the statistical oracle runs: its scope (``docs/statistics.md``).
 
 The config after every cut the verifier and the implementation's convention declare
-(``harness.oracles.cut``: an interpreted part that cannot afford the defaults), without
+(``harness.oracle_cut``: an interpreted part that cannot afford the defaults), without
 the heads the convention cannot express (``Convention.outside_contract``).
 ``scope_under`` reads them where the implementation is loaded; ``scope_in_domain`` asks
 the implementation's trust domain (``scope_task``), where only a plug-in's own process
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from harness.executor import Executor, TimeLimited, WorkerFailure, for_domain
-from harness.oracles.cut import DeclaresCut, OracleCut
+from harness.oracle_cut import DeclaresCut, OracleCut
 from harness.oracles.problem import StatsConfig, StatsError, oracle_case
 from harness.plugins.implementations import Implementation
 from harness.upstream.dispatch import convention_of

@@ -38,7 +38,7 @@ from reference.verifier import DraftBlock, read_draft_block
 
 if TYPE_CHECKING:
     from harness.case import Case, CaseInputs
-    from harness.oracles.cut import OracleCut
+    from harness.oracle_cut import OracleCut
 
 TOKEN_SENTINEL = -1  # never a token id: shows an unwritten ``out`` entry
 # How many counters from a call's start a counter replay tries (docs/upstream.md).
@@ -421,7 +421,7 @@ class Convention(ABC):
     @property
     def oracle_cut(self) -> OracleCut | None:
         """What the statistical oracle may decode with a sampler of this convention here
-        (``harness.oracles.cut``: one that runs interpreted cannot afford the defaults),
+        (``harness.oracle_cut``: one that runs interpreted cannot afford the defaults),
         or ``None``: the config as asked."""
         return None
 

@@ -183,7 +183,7 @@ def judge_release(task: ReleaseTask) -> ReleaseRow:
 def _kernels_not_run_here(task: ReleaseTask, era: ReleaseEra) -> str:
     """Why Triton's interpreter cannot run the era's sampling kernels as this release
     ships them ("" where it can, or where a CUDA device runs them)."""
-    from harness.upstream.vllm_loader import interpreted
+    from harness.upstream.loaders.vllm_loader import interpreted
 
     if not era.kernel_files or not interpreted():
         return ""

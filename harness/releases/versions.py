@@ -47,8 +47,8 @@ from harness.plugins.implementations import (
     parse_impl_spec,
 )
 from harness.progress import Progress, no_progress
-from harness.upstream import sglang_loader, vllm_loader
 from harness.upstream.dispatch import convention_of, provenance
+from harness.upstream.loaders import sglang_loader, vllm_loader
 
 VERSIONS_VERIFIERS = ("chain", "sglang-blockwise")  # each version under ours and sglang's
 # The rows the table's verdict holds, by role: the bug's module must fail, its fix must be

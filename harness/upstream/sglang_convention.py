@@ -48,8 +48,8 @@ from harness.plugins.conventions import (
     rows_written,
 )
 from harness.plugins.walks import HeadCounts
+from harness.upstream.loaders.sglang_loader import LoadedSglang, load_sglang
 from harness.upstream.sglang_counters import observe_counter_reads
-from harness.upstream.sglang_loader import LoadedSglang, load_sglang
 from harness.upstream.sglang_walks import observe_package_walks
 from reference import MarkovHead
 from reference.sampling_params import SamplingInfo

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness.oracles.cut import OracleCut
+from harness.oracle_cut import OracleCut
 from harness.plugins.conventions import (
     BuiltSampler,
     CallOutputs,
@@ -59,8 +59,8 @@ from harness.plugins.conventions import (
     read_tensor,
 )
 from harness.plugins.walks import HeadCounts
+from harness.upstream.loaders.vllm_loader import TOPK_ATTRIBUTE, LoadedVllm, interpreted, load_vllm
 from harness.upstream.vllm_drafter import VllmDrafter, reduced_vocab_state
-from harness.upstream.vllm_loader import TOPK_ATTRIBUTE, LoadedVllm, interpreted, load_vllm
 from harness.upstream.vllm_plumbing import (
     DraftReads,
     RequestPlumbing,

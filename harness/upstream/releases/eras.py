@@ -168,7 +168,7 @@ _VLLM_0_31_ERA = replace(
     loading=Loading.VLLM_PACKAGE,
     convention=ConventionRef(
         "harness.upstream.vllm_convention.VLLM_0_33",
-        speaks="harness.upstream.vllm_loader.speaks_vllm_0_33",
+        speaks="harness.upstream.loaders.vllm_loader.speaks_vllm_0_33",
     ),
     why_not_judged="",
     versions=("0.31.0", "0.32.0", "0.33.0"),
@@ -271,7 +271,7 @@ ERAS: tuple[ReleaseEra, ...] = (
         loading=Loading.SGLANG_PACKAGE,
         convention=ConventionRef(
             "harness.upstream.sglang_convention.SGLANG_0_5_23",
-            speaks="harness.upstream.sglang_loader.speaks_sglang_0_5_23",
+            speaks="harness.upstream.loaders.sglang_loader.speaks_sglang_0_5_23",
         ),
         plugin_era="sglang-0.5.23",
         light_deps="requirements/sglang-dspark.txt",

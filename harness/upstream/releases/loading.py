@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.plugins.implementations import Implementation, ImplementationError, parse_impl_spec
-from harness.upstream import sglang_loader, vllm_loader
+from harness.upstream.loaders import sglang_loader, vllm_loader
 from harness.upstream.releases.eras import Loading, ReleaseEra
 from harness.upstream.releases.wheels import Wheel
 

@@ -12,7 +12,8 @@ import pytest
 
 from harness.plugins.conventions import Convention, ConventionName
 from harness.plugins.eras import Era
-from harness.upstream import dispatch, sglang_loader
+from harness.upstream import dispatch
+from harness.upstream.loaders import sglang_loader
 from harness.upstream.releases import eras
 from harness.upstream.releases.eras import ERAS, ConventionRef, Loading
 from tests.helpers import REPO_ROOT

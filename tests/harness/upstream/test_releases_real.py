@@ -124,7 +124,7 @@ def _in_a_vllm_release(version: str, body: str) -> str:
         pytest.skip(f"the light dependencies are not installed as pinned: {missing[:3]}")
     _task("vllm", version)  # fetched into the cache, or skipped
     script = (
-        "from harness.upstream import vllm_loader\n"
+        "from harness.upstream.loaders import vllm_loader\n"
         "from harness.upstream.releases.wheels import DEFAULT_CACHE, extract, fetch\n"
         f"wheel = fetch('vllm', {version!r}, cache=DEFAULT_CACHE, offline=True)\n"
         f"files = extract('vllm', {version!r}, wheel=wheel, members=('vllm/',))\n"
@@ -193,7 +193,7 @@ def test_vllm_0_25_gumbel_kernel_runs_under_the_interpreter_with_the_libdevice_b
         "0.25.0",
         "import torch\n"
         "from triton.runtime.errors import InterpreterError\n"
-        "from harness.upstream.interpreter_libdevice import libdevice_bodies\n"
+        "from harness.upstream.loaders.interpreter_libdevice import libdevice_bodies\n"
         "vllm_loader.load_vllm()\n"
         "from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample\n"
         "tokens, allowed = 256, 5\n"

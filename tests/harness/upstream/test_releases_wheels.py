@@ -156,7 +156,7 @@ def test_a_vllm_release_is_imported_from_its_extracted_folder(tmp_path: Path) ->
     script = (
         "import importlib, sys\n"
         "from pathlib import Path\n"
-        "from harness.upstream import vllm_loader\n"
+        "from harness.upstream.loaders import vllm_loader\n"
         f"vllm_loader.use_release(vllm_loader.VllmRelease(root=Path({str(tmp_path)!r}), "
         "version='0.25.0'))\n"
         "print(vllm_loader.installed_version())\n"

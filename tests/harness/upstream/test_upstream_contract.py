@@ -60,8 +60,8 @@ def test_impl_sglang_is_the_package_sampler_in_its_own_convention() -> None:
 
 
 def test_a_working_copy_of_the_package_module_loads_for_its_era_and_is_lossless() -> None:
+    from harness.upstream.loaders.sglang_loader import load_sglang
     from harness.upstream.sglang_convention import SAMPLER_MODULE
-    from harness.upstream.sglang_loader import load_sglang
 
     path = load_sglang().modules[SAMPLER_MODULE].__file__  # the file a kernel engineer edits
     implementation = parse_impl_spec(f"copy={path}")

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from harness.cli import main
-from harness.upstream import vllm_loader
+from harness.upstream.loaders import vllm_loader
 from harness.upstream.rejection import BLOCKWISE_REJECTION
 from reference.verifier import CHAIN_VERIFIER
 

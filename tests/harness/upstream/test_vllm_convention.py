@@ -23,9 +23,9 @@ from harness.pipeline.runner import ImplResult, run_case
 from harness.plugins.conventions import ConventionName
 from harness.plugins.errors import ImplementationError
 from harness.plugins.implementations import Implementation, parse_impl_spec
-from harness.upstream import vllm_loader
 from harness.upstream.dispatch import build_for_case, convention_of, provenance
-from harness.upstream.vllm_loader import parse_vllm_variant
+from harness.upstream.loaders import vllm_loader
+from harness.upstream.loaders.vllm_loader import parse_vllm_variant
 
 SHAPE = {"bs": 4, "gamma": 4, "vocab_size": 64, "hidden_size": 16, "markov_rank": 8}
 MIXED = (False, True, False, False)  # one greedy row among sampled ones
