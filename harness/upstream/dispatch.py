@@ -80,7 +80,7 @@ def provenance(implementation: Implementation) -> dict[str, Any]:
     convention and adaptations its worker found, else those of its class."""
     if implementation.convention is None or implementation.adaptations is None:
         convention = convention_of(implementation.sampler_class)
-        name, adaptations = convention.name.value, convention.adaptations()
+        name, adaptations = str(convention.name), convention.adaptations()
     else:
         name, adaptations = implementation.convention, implementation.adaptations
     return {

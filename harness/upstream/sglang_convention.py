@@ -36,7 +36,6 @@ from harness.plugins.conventions import (
     BuiltSampler,
     CallOutputs,
     Convention,
-    ConventionName,
     CounterReads,
     NoiseCounter,
     OutputError,
@@ -179,7 +178,7 @@ def server_sampling_info(sampling_info: SamplingInfo | None) -> SamplingInfo | N
 class Sglang0523Sampler(BuiltSampler):
     """The package's sampler, its noise counter, its drafter and its buffers."""
 
-    convention = ConventionName.SGLANG_0_5_23
+    convention = "sglang-0.5.23"
 
     def __init__(
         self,
@@ -411,7 +410,7 @@ def searched_counters(counter: NoiseCounter, reads: CounterReads | None) -> list
 class Sglang0523Convention(Convention):
     """Builds the package's sampler the way today's server does (module docstring)."""
 
-    name = ConventionName.SGLANG_0_5_23
+    name = "sglang-0.5.23"
 
     def adaptations(self) -> tuple[str, ...]:
         return () if torch.backends.cuda.is_built() else (CPU_CAPTURE_FINDING,)

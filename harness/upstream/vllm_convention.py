@@ -50,7 +50,6 @@ from harness.plugins.conventions import (
     BuiltSampler,
     CallOutputs,
     Convention,
-    ConventionName,
     NoiseCounter,
     OutputError,
     RequestKeys,
@@ -125,7 +124,7 @@ class _InputBuffers:
 class VllmSampler(BuiltSampler):
     """The package's speculator, its drafter, and the server state the harness owns."""
 
-    convention = ConventionName.VLLM_0_33
+    convention = "vllm-0.33"
 
     def __init__(self, *, sampler: Any, model: VllmDrafter, case: Case, loaded: LoadedVllm):
         self.sampler = sampler
@@ -421,7 +420,7 @@ def observe_speculator_walks(sampler: Any, drafter: VllmDrafter) -> Iterator[Hea
 class VllmConvention(Convention):
     """Builds the package's speculator the way vLLM's model runner leaves it (module doc)."""
 
-    name = ConventionName.VLLM_0_33
+    name = "vllm-0.33"
 
     def takes_out(self, sampler_class: type[Any]) -> bool:
         return False  # the server reads the speculator's own draft_tokens

@@ -43,7 +43,6 @@ from harness.plugins.conventions import (
     BuiltSampler,
     CallOutputs,
     Convention,
-    ConventionName,
     poison,
     read_confidence,
     read_tensor,
@@ -179,7 +178,7 @@ class Sglang0516Sampler(BuiltSampler):
     """The wheel's folded sampler and its module's eager ``sample_draft_block``, called
     per batch as 0.5.16's proposer calls them."""
 
-    convention = ConventionName.SGLANG_0_5_16
+    convention = "sglang-0.5.16"
 
     def __init__(self, *, sampler: Any, model: Any, server_out: torch.Tensor | None) -> None:
         self.sampler = sampler
@@ -297,7 +296,7 @@ class Sglang0516Convention(Convention):
     """Builds the wheel's sampler as 0.5.16's worker does (``maybe_build_draft_sampler``:
     the server's ``out=`` token buffer, the planner's confidence function)."""
 
-    name = ConventionName.SGLANG_0_5_16
+    name = "sglang-0.5.16"
 
     def takes_out(self, sampler_class: type[Any]) -> bool:
         return True
