@@ -19,6 +19,7 @@ from harness.plugins.conventions import (
 from harness.plugins.implementations import Implementation
 from harness.plugins.protocol import DraftSampler
 from harness.upstream.releases.sglang_0_5_16 import SGLANG_0_5_16, speaks_sglang_0_5_16
+from harness.upstream.releases.sglang_wheel import SGLANG_WHEEL, speaks_sglang_wheel
 from harness.upstream.sglang_convention import SGLANG_0_5_23
 from harness.upstream.sglang_loader import speaks_sglang_0_5_23
 from harness.upstream.vllm_convention import VLLM_0_33
@@ -30,13 +31,16 @@ if TYPE_CHECKING:
 
 def convention_of(sampler_class: type[DraftSampler]) -> Convention:
     """The convention a sampler class speaks: sglang 0.5.23's for the package's own
-    ``DsparkDraftSampler`` and its subclasses, sglang 0.5.16's for that wheel's (loaded
-    by the release sweep), vLLM 0.33's for its ``DSparkSpeculator`` and its subclasses,
-    else what its constructor says."""
+    ``DsparkDraftSampler`` and its subclasses, sglang 0.5.16's for that wheel's and the
+    PR-era server's over the wheel's own heads for 0.5.17-0.5.21's (loaded by the
+    release sweep), vLLM 0.33's for its ``DSparkSpeculator`` and its subclasses, else
+    what its constructor says."""
     if speaks_sglang_0_5_23(sampler_class):
         return SGLANG_0_5_23
     if speaks_sglang_0_5_16(sampler_class):
         return SGLANG_0_5_16
+    if speaks_sglang_wheel(sampler_class):
+        return SGLANG_WHEEL
     if speaks_vllm_0_33(sampler_class):
         return VLLM_0_33
     return ConstructorConvention(ConventionName(bind_constructor(sampler_class).convention))
