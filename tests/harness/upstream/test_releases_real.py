@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
+from harness.upstream import sglang_loader
 from harness.upstream.releases.sweep import ReleaseTask, judge_release
 from harness.upstream.releases.wheels import DEFAULT_CACHE, NotFetched, extract, fetch
 
@@ -20,6 +22,13 @@ pytestmark = pytest.mark.releases
 
 PR_ERA = "shared: torch's one generator, drafter and verifier in turn"
 SGLANG_0_5_23 = "shared: sglang 0.5.23's plumbing"
+
+
+@pytest.fixture(autouse=True)
+def _installed_sglang_after() -> Iterator[None]:
+    """An sglang row points this process's sglang loader at its wheel: put it back."""
+    yield
+    sglang_loader.use_release(None)
 
 
 def _task(package: str, version: str) -> ReleaseTask:
