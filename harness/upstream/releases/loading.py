@@ -96,21 +96,20 @@ def _sglang_wheel(era: ReleaseEra, *, files: Wheel, name: str) -> LoadedRelease 
     from harness.upstream.releases import sglang_0_5_16, sglang_wheel
 
     path = files.extracted / era.sampler_file
+    spec = f"sglang-{files.version}:{path}"
     first = era.loading is Loading.SGLANG_0_5_16
     lacking = sglang_wheel.lacking(files.extracted)
     try:
         if not lacking:
             loaded = sglang_wheel.load_wheel(files.extracted, version=files.version)
             module = loaded.modules[sglang_wheel.DRAFT if first else sglang_wheel.SAMPLER]
-            implementation = Implementation(name, module.DsparkDraftSampler, f"sglang:{path}")
+            implementation = Implementation(name, module.DsparkDraftSampler, spec)
             return LoadedRelease(implementation, "chain", ())
         note = f"the wheel has no {', '.join(lacking)}: {sglang_wheel.SURFACE_STANDS_IN}"
         if not first:
             return LoadedRelease(parse_impl_spec(f"{name}={path}"), "chain", (note,))
         sampler_class = sglang_0_5_16.load_sampler_class(path)
-        return LoadedRelease(
-            Implementation(name, sampler_class, f"sglang:{path}"), "chain", (note,)
-        )
+        return LoadedRelease(Implementation(name, sampler_class, spec), "chain", (note,))
     except (ImportError, AttributeError, RuntimeError) as error:
         return f"its sampler did not load: {type(error).__name__}: {error}"
 
