@@ -170,3 +170,47 @@ def test_a_sound_release_keeps_its_verdict_under_its_own_kernels(version: str) -
         [],
     )
     assert not any("stands in for its step kernel" in n for n in row["not_covered"])  # type: ignore[attr-defined]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.19", "0.5.21"])
+def test_the_wheels_triton_kernels_give_the_tokens_of_the_torch_paths_a_row_runs(
+    monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
+    """On a CPU the wheel's own dispatch runs its kernels' torch paths, which the rows
+    judge; their Triton kernels (CUDA only in a row) run here under Triton's interpreter,
+    unchanged, on the same inputs: the same tokens. The step sampler on logits over
+    three vocabulary tiles, sampled and greedy rows, a temperature at the 1e-5 clamp;
+    the fused greedy step (0.5.19 on) in float32 (in bfloat16 it accumulates in float32
+    where the torch path rounds, near-ties apart, as the wheel's own docstring says)."""
+    import torch
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # read as the wheel's kernels are defined
+    era = era_of("sglang", version)
+    assert era is not None
+    folder = extract("sglang", version, wheel=_wheel(version), members=era.members).extracted
+    modules = sglang_wheel.load_wheel(folder, version=version).modules
+    kernels = modules[sglang_wheel.STEP_KERNELS[0 if version == "0.5.16" else 1]]
+    generator = torch.Generator().manual_seed(0)
+    bs, vocab, rank = 32, 2100, 16
+    step = {
+        "step_logits": torch.randn(bs, vocab, generator=generator) * 3,
+        "temperatures": torch.cat(
+            [torch.full((1,), 1e-5), torch.rand(bs - 1, generator=generator) + 0.3]
+        ),
+        "greedy_mask": torch.rand(bs, generator=generator) < 0.25,
+        "exp_noise": torch.empty(bs, vocab).exponential_(generator=generator),
+    }
+    drawn = kernels.SampleStepTokens.torch(**step)
+    assert torch.equal(kernels.SampleStepTokens.triton(**step), drawn)
+    assert len(set(drawn.tolist())) > bs // 2  # sampled, not one argmax row after another
+    if version == "0.5.16":
+        assert not hasattr(kernels, "MarkovGreedyStep")  # 0.5.16-0.5.18 have no fused walk
+        return
+    greedy = {
+        "base_logits": torch.randn(bs, vocab, generator=generator),
+        "prev_embeds": torch.randn(bs, rank, generator=generator),
+        "w2_weight": torch.randn(vocab, rank, generator=generator),
+    }
+    fused = kernels.MarkovGreedyStep.triton(**greedy)
+    assert torch.equal(fused, kernels.MarkovGreedyStep.torch(**greedy))
