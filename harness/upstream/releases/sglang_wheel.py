@@ -115,8 +115,9 @@ def load_wheel(extracted: Path, *, version: str) -> sglang_loader.LoadedModules:
 
 
 def from_wheel(sampler_class: type[Any], module: str) -> bool:
-    """Whether the class (or a base) is the wheel's ``DsparkDraftSampler`` of ``module``,
-    loaded by the sglang loader under its own name."""
+    """Whether the class (or a base) is a ``DsparkDraftSampler`` defined in ``module``:
+    the wheel's own module name, as the sglang loader loads it (or the name 0.5.16's
+    file is loaded under beside the surface)."""
     return any(
         c.__module__ == module and c.__name__ == "DsparkDraftSampler"
         for c in getattr(sampler_class, "__mro__", ())
