@@ -162,7 +162,7 @@ def judge_release(task: ReleaseTask) -> ReleaseRow:
             started=started,
             reason="not judged: " + "; ".join([*reasons, blocked]),
         )
-    from harness.upstream.releases.loading import load_release
+    from harness.releases.loading import load_release
 
     loaded = load_release(
         era, files=lambda: _release_files(task, era.members), name=_impl_name(task)

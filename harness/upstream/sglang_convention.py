@@ -73,9 +73,10 @@ CPU_CAPTURE_FINDING = (
 )
 
 
-def package_head(head: MarkovHead, *, loaded: LoadedSglang | None = None) -> Any:
+def package_head(head: MarkovHead, *, loaded: Any = None) -> Any:
     """The package's head of ``head``'s kind, holding copies of its weights (same dtype
-    and device), renamed through ``HEAD_WEIGHT_NAMES``."""
+    and device), renamed through ``HEAD_WEIGHT_NAMES`` (``loaded``: what holds the
+    head classes, ``LoadedSglang`` or an earlier release's heads module)."""
     package = loaded or load_sglang()
     shape = {"vocab_size": head.vocab_size, "markov_rank": head.rank}
     with torch.random.fork_rng(devices=[]):  # nn layers' default init must not move the RNG

@@ -40,7 +40,7 @@ class Loading(enum.Enum):
     VLLM_PACKAGE = "vllm-package"
     # sglang 0.5.16: the wheel's dspark_draft.py under the bug era's surface and the
     # worker's names as stand-ins; its folded sampler and eager block driven as its
-    # proposer drives them (harness.upstream.releases.sglang_0_5_16)
+    # proposer drives them (harness.upstream.sglang_0_5_16)
     SGLANG_0_5_16 = "sglang-0.5.16"
     NONE = "none"  # the harness has no convention for this contract
 
@@ -97,9 +97,20 @@ class ReleaseEra:
 
 
 _SERVER_FILE = "sglang/srt/speculative/dspark_components/dspark_draft_sampler.py"
-_SURFACE_STANDS_IN = (
-    "the wheel's SampleStepTokens kernel, Markov heads and environment flags: the "
-    "harness's surface (reference) stands in for them; the sampler's own code is the wheel's"
+# What of sglang 0.5.16-0.5.21 still stands in: their sampler, step kernel, Markov heads
+# and flags are the wheel's own (harness.upstream.sglang_wheel).
+_STEP_KERNEL_ON_CUDA = (
+    "the Triton kernel of its step sampler (SampleStepTokens.triton): CUDA only; on a CPU "
+    "the wheel's own SampleStepTokens.execute runs its torch path, which is judged"
+)
+_FUSED_GREEDY_ON_CUDA = (
+    "the vanilla head's fused greedy walk (sample_block_greedy_fused over MarkovGreedyStep's "
+    "Triton kernel): CUDA only; off CUDA the wheel's head returns None and the sampler "
+    "walks the head step by step, which is judged"
+)
+_CONFIDENCE_STANDS_IN = (
+    "the confidence function the sampler is handed: its server's planner's; the case's "
+    "linear probe stands in"
 )
 _PR_STAGING = "stage_sampling_params: temperatures clamped >= 1e-5, greedy_mask = top_k <= 1"
 _PR_OUTPUTS = "out[: bs*gamma]; corrected_out (the kept step logits); confidence_out"
@@ -127,10 +138,20 @@ _PR_SERVER_ERA = ReleaseEra(
     verifier=None,
     loading=Loading.SERVER_FILE,
     light_deps="requirements/sglang-dspark.txt",
-    members=(_SERVER_FILE,),
+    members=("sglang/",),
     plugin_era="pr36934",
+    # the wheel's own step kernel, heads and flags (a wheel holding only the sampler
+    # file is a file plug-in under the bug era's surface, and its row says so)
+    convention=ConventionRef(
+        "harness.upstream.sglang_wheel.SGLANG_WHEEL",
+        speaks="harness.upstream.sglang_wheel.speaks_sglang_wheel",
+    ),
     layouts=("anchor",),  # the sampler has no sample_from_anchor: gamma rows a request
-    not_covered=(_SURFACE_STANDS_IN, "its server's verifier: the harness has none"),
+    not_covered=(
+        _STEP_KERNEL_ON_CUDA,
+        _CONFIDENCE_STANDS_IN,
+        "its server's verifier: the harness has none",
+    ),
 )
 
 _VLLM_ERA = ReleaseEra(
@@ -212,20 +233,19 @@ ERAS: tuple[ReleaseEra, ...] = (
         verifier=None,
         loading=Loading.SGLANG_0_5_16,
         convention=ConventionRef(
-            "harness.upstream.releases.sglang_0_5_16.SGLANG_0_5_16",
-            speaks="harness.upstream.releases.sglang_0_5_16.speaks_sglang_0_5_16",
+            "harness.upstream.sglang_0_5_16.SGLANG_0_5_16",
+            speaks="harness.upstream.sglang_0_5_16.speaks_sglang_0_5_16",
         ),
         plugin_era="pr36934",  # the wheel's file sees the bug era's surface
         light_deps="requirements/sglang-dspark.txt",
-        members=("sglang/srt/speculative/dspark_components/dspark_draft.py",),
+        members=("sglang/",),
         layouts=("anchor",),  # the sampler takes gamma query rows a request, anchor first
         not_covered=(
-            "the wheel's SampleStepTokens kernel and environment flags: the harness's "
-            "surface (reference) stands in; the sampler's and sample_draft_block's own "
-            "code is the wheel's",
+            _STEP_KERNEL_ON_CUDA,
             "the eager path's multinomial branch (SGLANG_DSPARK_FAST_SAMPLING=0): not run",
             "the proposer's draft forward pass: the case's hidden states stand in; the "
             "folded path is taken whenever the batch is all greedy (the draft graph runs)",
+            _CONFIDENCE_STANDS_IN,
             "its server's verifier: the harness has none (chain)",
         ),
     ),
@@ -245,6 +265,7 @@ ERAS: tuple[ReleaseEra, ...] = (
             "folded_sampling",
         ),
         layouts=("anchor", "no-anchor"),
+        not_covered=(_FUSED_GREEDY_ON_CUDA, *_PR_SERVER_ERA.not_covered),
     ),
     ReleaseEra(
         name="sglang-0.5.22-0.5.23",

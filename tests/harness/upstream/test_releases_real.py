@@ -10,16 +10,25 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
 from harness.releases.sweep import ReleaseTask, judge_release
+from harness.upstream.loaders import sglang_loader
 from harness.upstream.releases.wheels import DEFAULT_CACHE, NotFetched, extract, fetch
 
 pytestmark = pytest.mark.releases
 
 PR_ERA = "shared: torch's one generator, drafter and verifier in turn"
 SGLANG_0_5_23 = "shared: sglang 0.5.23's plumbing"
+
+
+@pytest.fixture(autouse=True)
+def _installed_sglang_after() -> Iterator[None]:
+    """An sglang row points this process's sglang loader at its wheel: put it back."""
+    yield
+    sglang_loader.use_release(None)
 
 
 def _task(package: str, version: str) -> ReleaseTask:
@@ -114,8 +123,8 @@ def _in_a_vllm_release(version: str, body: str) -> str:
     """Run ``body`` in a process of its own with vLLM ``version`` imported from its
     extracted wheel under Triton's interpreter; its output (skipped without the pinned
     light dependencies or the wheel)."""
+    from harness.releases.loading import missing_light_deps
     from harness.upstream.releases.eras import era_of
-    from harness.upstream.releases.loading import missing_light_deps
 
     era = era_of("vllm", version)
     assert era is not None

@@ -158,7 +158,7 @@ def test_the_first_releases_eager_block_is_held_to_the_law(tmp_path: Path) -> No
 
 
 def test_the_first_releases_worker_names_are_stand_ins_that_refuse_use() -> None:
-    from harness.upstream.releases.sglang_0_5_16 import WORKER_SURFACE
+    from harness.upstream.sglang_0_5_16 import WORKER_SURFACE
 
     batch = WORKER_SURFACE["sglang.srt.managers.schedule_batch"]["ScheduleBatch"]
     with pytest.raises(RuntimeError, match=r"ScheduleBatch\.forward is the worker's"):
@@ -429,8 +429,8 @@ def test_vllm_before_0_31_is_not_judged_for_want_of_a_convention() -> None:
     ``_sample_logits``) and 0.28-0.30's draft noise (Triton's Philox, not the murmur3
     hash the convention keys) are not judged through it, and their rows say why; 0.31
     and later are loaded as the vLLM package."""
+    from harness.releases.loading import load_release
     from harness.upstream.releases.eras import Loading, era_of
-    from harness.upstream.releases.loading import load_release
 
     early, middle, late = (era_of("vllm", v) for v in ("0.25.0", "0.30.0", "0.31.0"))
     assert early is not None and middle is not None and late is not None
