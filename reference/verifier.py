@@ -172,6 +172,7 @@ class ChainVerifier:
     plumbing's torch generator."""
 
     name: str = "chain"
+    reads_truncation: bool = True  # its target law is each request's (reference.request_law)
 
     def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep:
         generator = noise.generator
