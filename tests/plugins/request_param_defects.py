@@ -19,10 +19,15 @@ import torch
 
 from fixed import DsparkDraftSampler as FixedSampler
 from reference import Truncation, truncation_mask
-from reference.block import BlockInputs
 from reference.step_samplers import StepSampler
 from reference.streams import VerifierNoise
-from reference.verifier import VerifyResult, VerifyRound, VerifyStep, chain_verify, draft_distribution
+from reference.verifier import (
+    VerifyResult,
+    VerifyRound,
+    VerifyStep,
+    chain_verify,
+    draft_distribution,
+)
 
 
 @dataclass(frozen=True)
@@ -107,42 +112,44 @@ class TopPOnDraftOnly(DropsTopP):
         return only_top_p.unsqueeze(1).apply(super().draft_probs(round_))
 
 
+def untruncated_probs(round_: VerifyRound) -> torch.Tensor:
+    """The round's target rows at the requests' temperatures, truncated by nothing."""
+    return round_.target.block_probs(
+        anchor_tokens=round_.anchors,
+        draft_tokens=round_.draft.tokens,
+        temperatures=round_.target_temperatures,
+        greedy_mask=round_.target_greedy,
+    )  # [bs, gamma+1, V]
+
+
+def renormalised(probs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    kept = torch.where(keep, probs, 0.0)
+    return kept / kept.sum(-1, keepdim=True)
+
+
 @dataclass(frozen=True)
 class TopKOverDraftSet(ChainOnRequestLaw):
     """Keeps the target's mass on the draft ``q``'s top-k tokens (the bonus row: the
-    target's own), renormalised there: the wrong set."""
+    target's own) instead of the target's, top-p and min-p as requested: the wrong set."""
 
     name: str = "top-k-over-draft-set"
 
     def target_probs(self, round_: VerifyRound) -> torch.Tensor:
-        requested = _requested(round_)
-        untruncated = replace(self, name="untruncated").untruncated_probs(round_)
-        q = self.draft_probs(round_)
-        ranked_by = torch.cat([q, untruncated[:, -1:]], dim=1)  # [bs, gamma+1, V]
-        only_top_k = Truncation(
-            top_ks=requested.top_ks,
+        requested = _requested(round_).unsqueeze(1)
+        untruncated = untruncated_probs(round_)
+        ranked_by = torch.cat([self.draft_probs(round_), untruncated[:, -1:]], dim=1)
+        no = Truncation(
+            top_ks=torch.zeros_like(requested.top_ks),
             top_ps=torch.ones_like(requested.top_ps),
             min_ps=torch.zeros_like(requested.min_ps),
-        ).unsqueeze(1)
-        kept = torch.where(
-            truncation_mask(
-                ranked_by,
-                top_ks=only_top_k.top_ks,
-                top_ps=only_top_k.top_ps,
-                min_ps=only_top_k.min_ps,
-            ),
-            untruncated,
-            0.0,
         )
-        return kept / kept.sum(-1, keepdim=True)
-
-    def untruncated_probs(self, round_: VerifyRound) -> torch.Tensor:
-        return round_.target.block_probs(
-            anchor_tokens=round_.anchors,
-            draft_tokens=round_.draft.tokens,
-            temperatures=round_.target_temperatures,
-            greedy_mask=round_.target_greedy,
+        top_k_of_draft = truncation_mask(
+            ranked_by, top_ks=requested.top_ks, top_ps=no.top_ps, min_ps=no.min_ps
         )
+        rest = truncation_mask(
+            untruncated, top_ks=no.top_ks, top_ps=requested.top_ps, min_ps=requested.min_ps
+        )
+        return renormalised(untruncated, top_k_of_draft & rest)
 
 
 @dataclass(frozen=True)
@@ -153,13 +160,12 @@ class TopPTieHighestIdFirst(ChainOnRequestLaw):
 
     def target_probs(self, round_: VerifyRound) -> torch.Tensor:
         requested = _requested(round_).unsqueeze(1)
-        untruncated = TopKOverDraftSet.untruncated_probs(self, round_)
+        untruncated = untruncated_probs(round_)
         flipped = untruncated.flip(-1)  # a stable sort of the flipped row: highest id first
         keep = truncation_mask(
             flipped, top_ks=requested.top_ks, top_ps=requested.top_ps, min_ps=requested.min_ps
         ).flip(-1)
-        kept = torch.where(keep, untruncated, 0.0)
-        return kept / kept.sum(-1, keepdim=True)
+        return renormalised(untruncated, keep)
 
 
 @dataclass(frozen=True)
@@ -226,6 +232,3 @@ class OwnTopKDrafter(FixedSampler):
     def store_corrected(self, bs: int, corrected: torch.Tensor | None) -> None:
         assert corrected is not None
         super().store_corrected(bs, self.own_top_k(corrected))
-
-    def emit(self, block: BlockInputs, tokens: torch.Tensor) -> None:
-        super().emit(block, tokens)
