@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from harness.case import Case, CaseInputs
+from harness.case import TOP_K_ALL, Case, CaseInputs
 from harness.defaults import DEFAULT_ROWS, DEFAULT_VERIFIER_NOISE, VerifierNoise
 from harness.devices import intra_op_threads
 from harness.oracles.defaults import (
@@ -262,10 +262,12 @@ def group_label(group: ParameterSet) -> str:
 def sampling_info_of(
     sets: Sequence[ParameterSet], *, device: str | torch.device = "cpu"
 ) -> SamplingInfo:
-    """One request per parameter set, in order."""
+    """One request per parameter set, in order; no top-k staged as ``TOP_K_ALL``, as the
+    matrix's cases and a server stage it (a server's convention reads ``top_k <= 1`` as
+    greedy)."""
     return SamplingInfo.from_lists(
         temperatures=[s.temperature for s in sets],
-        top_ks=[s.top_k for s in sets],
+        top_ks=[s.top_k or TOP_K_ALL for s in sets],
         top_ps=[s.top_p for s in sets],
         min_ps=[s.min_p for s in sets],
         device=device,
