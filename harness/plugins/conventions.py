@@ -162,7 +162,7 @@ class CallOutputs:
     counter_replay: torch.Tensor | None  # [bs, gamma]: tokens the declared stream gives
     verify_ids: torch.Tensor | None = None  # [bs, gamma + 1]: anchor, then the drafts
     # The requests as the server stages them (its own rule, from the batch it sends);
-    # None: the reference's rule (``top_k <= 1`` greedy, clamped temperatures).
+    # None: the reference's rule (``top_k == 1`` greedy, clamped temperatures).
     requested: StagedParams | None = None
     # Counter -> [bs, gamma]: the tokens the declared stream's own transform gives with
     # the kept step logits at that counter (the fresh counters and the observed reads).
