@@ -23,7 +23,7 @@ from reference.heads import (
     make_markov_head,
 )
 from reference.oracle import ReferenceDraftSampler, teacher_forced_logits
-from reference.request_law import Truncation, truncated_probs, truncation_mask
+from reference.request_law import Truncation, top_k_mask, truncated_probs, truncation_mask
 from reference.sampler_base import DraftSamplerBase
 from reference.sampling_params import (
     MIN_TEMPERATURE,
@@ -69,6 +69,7 @@ __all__ = [
     "query_rows_per_request",
     "stage_sampling_params",
     "teacher_forced_logits",
+    "top_k_mask",
     "truncated_probs",
     "truncation_mask",
 ]

@@ -44,6 +44,17 @@ def truncation_mask(
     return torch.zeros_like(keep).scatter_(-1, order, keep)
 
 
+def top_k_mask(logits: torch.Tensor, *, k: int) -> torch.Tensor:
+    """``[..., V]`` bool: the ``k`` most likely tokens of ``logits`` ``[..., V]``, ranked as
+    ``truncation_mask`` ranks them (ties: lowest id first): a drafter's own top-k."""
+    return truncation_mask(
+        logits.to(torch.float64).softmax(-1),
+        top_ks=torch.tensor(k, device=logits.device),
+        top_ps=torch.tensor(1.0, dtype=torch.float64, device=logits.device),
+        min_ps=torch.tensor(0.0, dtype=torch.float64, device=logits.device),
+    )
+
+
 def truncated_probs(
     probs: torch.Tensor, *, top_ks: torch.Tensor, top_ps: torch.Tensor, min_ps: torch.Tensor
 ) -> torch.Tensor:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from fixed import DsparkDraftSampler as FixedSampler
-from reference import Truncation, truncation_mask
+from reference import Truncation, top_k_mask, truncation_mask
 from reference.step_samplers import StepSampler
 from reference.streams import VerifierNoise
 from reference.verifier import (
@@ -206,20 +206,16 @@ OWN_TOP_K = 4
 
 class OwnTopKDrafter(FixedSampler):
     """The fixed sampler that drafts from its own ``q`` truncated to its ``OWN_TOP_K``
-    most likely tokens, and writes exactly that ``q`` (the truncated logits) for the
-    verifier: a correct design that differs."""
+    most likely tokens (``reference.top_k_mask``), writes exactly that ``q`` (the
+    truncated logits) for the verifier and declares it (``draft_top_k``): a correct design
+    that differs."""
+
+    draft_top_k = OWN_TOP_K
 
     @staticmethod
     def own_top_k(logits: torch.Tensor) -> torch.Tensor:
-        """``logits`` ``[..., V]`` with every token outside their top ``OWN_TOP_K`` at -inf
-        (ties: the lowest ids, as ``reference.request_law`` ranks them)."""
-        keep = truncation_mask(
-            logits.float().softmax(-1),
-            top_ks=torch.tensor(OWN_TOP_K),
-            top_ps=torch.tensor(1.0),
-            min_ps=torch.tensor(0.0),
-        )
-        return logits.masked_fill(~keep, float("-inf"))
+        """``logits`` ``[..., V]`` with every token off their top ``OWN_TOP_K`` at -inf."""
+        return logits.masked_fill(~top_k_mask(logits, k=OWN_TOP_K), float("-inf"))
 
     def step_sampler(self, bs: int) -> StepSampler:
         race = super().step_sampler(bs)
@@ -232,3 +228,18 @@ class OwnTopKDrafter(FixedSampler):
     def store_corrected(self, bs: int, corrected: torch.Tensor | None) -> None:
         assert corrected is not None
         super().store_corrected(bs, self.own_top_k(corrected))
+
+
+class OwnTopKWrittenOnly(OwnTopKDrafter):
+    """A planted defect: declares and writes its own top-k ``q`` but drafts from the
+    whole ``q``, so a drafted token can lie outside the ``q`` it hands the verifier."""
+
+    def step_sampler(self, bs: int) -> StepSampler:
+        return FixedSampler.step_sampler(self, bs)
+
+
+class UndeclaredOwnTopK(OwnTopKDrafter):
+    """A planted defect: truncates its ``q`` without declaring it, so the ``-inf`` it
+    writes is an entry of the drafter's law left unwritten."""
+
+    draft_top_k = None

@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from harness.case import make_case
 from harness.oracles import stats
 from harness.oracles.defaults import DEFAULT_TRUNCATED, GREEDY, ParameterSet
 from harness.oracles.problem import (
@@ -28,6 +29,8 @@ from harness.oracles.problem import (
     group_truncation,
 )
 from harness.oracles.scope import scope_under
+from harness.pipeline.compare import evaluate_run
+from harness.pipeline.runner import run_case
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.upstream.rejection import BLOCKWISE_REJECTION
 from reference.target_model import MarkovTargetModel
@@ -36,10 +39,12 @@ from tests.plugins.request_param_defects import (
     DropsMinP,
     DropsTopP,
     OwnTopKDrafter,
+    OwnTopKWrittenOnly,
     ShuffledRowParams,
     TopKOverDraftSet,
     TopPOnDraftOnly,
     TopPTieHighestIdFirst,
+    UndeclaredOwnTopK,
 )
 
 FIXED, LEGACY = builtin_implementations(("fixed", "legacy"))
@@ -154,14 +159,29 @@ def test_fixed_drafting_from_its_untruncated_law_passes_and_legacy_is_rejected(
     assert legacy.rejected and {TOP_K, TOP_P, MIXED} <= rejected
 
 
-def test_a_drafter_truncating_its_own_q_with_its_own_top_k_follows_the_requests_law(
+def test_a_drafter_truncating_its_own_q_with_its_own_top_k_passes_every_check(
     problems: tuple[StatsProblem, ...],
 ) -> None:
-    # The law only: the per-call checks do not yet read a drafter's own truncation.
     own = Implementation("own-top-k", OwnTopKDrafter, "test:own-top-k")
     result, rejected = _rejected_groups(problems, verifier=CHAIN_VERIFIER, implementation=own)
-    assert not result.rejected and not rejected
-    assert result.statistics  # it ran every group
+    assert result.passed and not rejected
+    assert result.held_calls.calls > 0 and not result.held_calls.findings
+
+
+@pytest.mark.parametrize(
+    ("sampler", "killed_by"),
+    [
+        pytest.param(OwnTopKWrittenOnly, "support", id="declared-but-drafts-the-whole-q"),
+        pytest.param(UndeclaredOwnTopK, "outputs_written", id="truncates-undeclared"),
+    ],
+)
+def test_the_per_call_checks_compare_what_the_drafter_truncated_with_what_it_declares(
+    problems: tuple[StatsProblem, ...], sampler: type, killed_by: str
+) -> None:
+    implementation = Implementation(sampler.__name__, sampler, f"test:{sampler.__name__}")
+    result = stats.run_stats(implementation, problems=problems, verifier=CHAIN_VERIFIER)
+    assert not result.passed
+    assert killed_by in {f.check for f in result.held_calls.findings}
 
 
 def test_a_verifier_that_applies_no_truncation_is_cut_to_the_temperature_groups() -> None:
@@ -185,3 +205,17 @@ def test_a_truncated_group_outside_its_range_is_refused_on_one_line(
 ) -> None:
     with pytest.raises(StatsError, match=message):
         StatsConfig(truncated=(bad,))
+
+
+@pytest.mark.parametrize(
+    ("sampler", "failing"),
+    [
+        pytest.param(OwnTopKDrafter, set(), id="own-top-k"),
+        pytest.param(UndeclaredOwnTopK, {"outputs_written", "teacher_forcing"}, id="undeclared"),
+    ],
+)
+def test_the_matrix_checks_read_a_drafters_declared_top_k(sampler: type, failing: set) -> None:
+    case = make_case(bs=4, gamma=4, vocab_size=64, hidden_size=16, markov_rank=8, seed=11)
+    run = run_case(case, [Implementation("own", sampler, f"test:{sampler.__name__}")])
+    checks = evaluate_run(run, require_observable=False).checks["own"]
+    assert {c.name for c in checks if c.failed} == failing, [(c.name, c.detail) for c in checks]
