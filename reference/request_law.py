@@ -78,6 +78,16 @@ class Truncation:
         """``truncated_probs`` of ``probs`` ``[..., V]`` under these parameters."""
         return truncated_probs(probs, top_ks=self.top_ks, top_ps=self.top_ps, min_ps=self.min_ps)
 
+    def truncates(self, *, vocab_size: int) -> bool:
+        """Whether any row drops a token: a top-k in ``2 .. V-1`` (1 is greedy, the
+        argmax either way), a top-p below 1 or a min-p above 0. Reads on the host."""
+        top_ks = self.top_ks
+        return bool(
+            ((top_ks > 1) & (top_ks < vocab_size)).any()
+            | (self.top_ps < 1).any()
+            | (self.min_ps > 0).any()
+        )
+
     def unsqueeze(self, dim: int) -> Truncation:
         return Truncation(
             top_ks=self.top_ks.unsqueeze(dim),

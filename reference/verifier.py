@@ -419,10 +419,14 @@ def speculative_decode(
     target_temperatures = sampling_info.temperatures.to(device, torch.float64)
     target_greedy = sampling_info.greedy_mask.to(device)
     requested = sampling_info.truncation
-    target_truncation = Truncation(
-        top_ks=requested.top_ks.to(device),
-        top_ps=requested.top_ps.to(device, torch.float64),
-        min_ps=requested.min_ps.to(device, torch.float64),
+    target_truncation = (  # None where no request drops a token: no sort per round
+        Truncation(
+            top_ks=requested.top_ks.to(device),
+            top_ps=requested.top_ps.to(device, torch.float64),
+            min_ps=requested.min_ps.to(device, torch.float64),
+        )
+        if requested.truncates(vocab_size=target.vocab_size)
+        else None
     )
     anchors = target.sample_anchors(
         rows, generator=torch.Generator(device).manual_seed(streams.anchor_seed)

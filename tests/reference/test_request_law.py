@@ -73,3 +73,28 @@ def test_truncated_probs_renormalise_what_is_kept_per_row() -> None:
         ),
         PROBS,
     )
+
+
+@pytest.mark.parametrize(
+    ("top_k", "top_p", "min_p", "drops"),
+    [
+        (0, 1.0, 0.0, False),
+        (1, 1.0, 0.0, False),  # greedy: the argmax either way
+        (4, 1.0, 0.0, False),  # top-k V keeps every token
+        (3, 1.0, 0.0, True),
+        (0, 0.9, 0.0, True),
+        (0, 1.0, 0.1, True),
+    ],
+)
+def test_a_truncation_says_whether_it_drops_a_token(
+    top_k: int, top_p: float, min_p: float, drops: bool
+) -> None:
+    truncation = Truncation(
+        top_ks=torch.tensor([0, top_k]),
+        top_ps=torch.tensor([1.0, top_p]),
+        min_ps=torch.tensor([0.0, min_p]),
+    )
+    assert truncation.truncates(vocab_size=4) is drops
+    if not drops and top_k != 1:  # then it is the identity on every row
+        probs = torch.stack([PROBS, PROBS])
+        assert torch.equal(truncation.apply(probs), probs)
