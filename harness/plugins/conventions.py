@@ -161,7 +161,7 @@ class CallOutputs:
     counter_replay: torch.Tensor | None  # [bs, gamma]: tokens the declared stream gives
     verify_ids: torch.Tensor | None = None  # [bs, gamma + 1]: anchor, then the drafts
     # The requests as the server stages them (its own rule, from the batch it sends);
-    # None: the reference's rule (``top_k <= 1`` greedy, clamped temperatures).
+    # None: the reference's rule (``top_k == 1`` greedy, clamped temperatures).
     requested: StagedParams | None = None
     # Counter -> [bs, gamma]: the tokens the declared stream's own transform gives with
     # the kept step logits at that counter (the fresh counters and the observed reads).
@@ -181,6 +181,10 @@ class CallOutputs:
     # False: the convention's contract keeps no step logits on this call (sglang 0.5.16's
     # graph-folded sampler, greedy only), so none is missing.
     keeps_step_logits: bool = True
+    # The drafter's own top-k (``draft_top_k``): it draws from, and writes, its ``q``
+    # truncated to its k most likely tokens (``reference.top_k_mask``); None: no own
+    # truncation.
+    draft_top_k: int | None = None
 
 
 def plain_tensor(value: object, *, name: str) -> torch.Tensor | None:
@@ -291,6 +295,18 @@ class BuiltSampler(ABC):
         del base_logits
         return None
 
+    @property
+    def draft_top_k(self) -> int | None:
+        """The sampler's own top-k, where it declares one (``draft_top_k``, a positive int:
+        it draws from and writes its ``q`` truncated to its k most likely tokens);
+        ``OutputError`` for a declaration that is not one."""
+        k = getattr(self.sampler, "draft_top_k", None)
+        if k is None:
+            return None
+        if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
+            raise OutputError(f"draft_top_k must be a positive int or None, got {k!r}")
+        return k
+
     def seek_noise(self, counter: int) -> None:
         """Put the noise stream at ``counter`` before a call: here torch's RNG, seeded
         with it (a counter-based stream sets its counter)."""
@@ -383,6 +399,7 @@ class CorrectedOutSampler(BuiltSampler):
             staged=None,  # checks stage the case with the reference's rule (the same contract)
             noise_counter=None,
             counter_replay=None,
+            draft_top_k=self.draft_top_k,
         )
 
     def outside_writes(self, case: Case) -> dict[str, int]:

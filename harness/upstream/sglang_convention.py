@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from harness.case import TOP_K_ALL
 from harness.plugins.construct import environment_variable
 from harness.plugins.conventions import (
     COUNTER_SEARCH,
@@ -51,7 +52,7 @@ from harness.upstream.loaders.sglang_loader import LoadedSglang, load_sglang
 from harness.upstream.sglang_counters import observe_counter_reads
 from harness.upstream.sglang_walks import observe_package_walks
 from reference import MarkovHead
-from reference.sampling_params import SamplingInfo
+from reference.sampling_params import NO_TOP_K, SamplingInfo
 from reference.streams import DecodeStreams, VerifierNoise, derived_seeds, independent_streams
 from reference.verifier import DraftBlock
 
@@ -166,14 +167,26 @@ def _capture_query_on_cpu_only_torch() -> Iterator[None]:
 
 
 def server_sampling_info(sampling_info: SamplingInfo | None) -> SamplingInfo | None:
-    """The batch as today's server sends it: a greedy request is ``T = 1``, ``top_k = 1``."""
+    """The batch as today's server sends it (``SamplingBatchInfo``): a greedy request is
+    ``T = 1``, ``top_k = 1``; no top-k (our 0) is ``TOP_K_ALL``; top-p and min-p as
+    requested (docs/sampling-params.md)."""
     if sampling_info is None:
         return None
-    greedy = sampling_info.top_ks <= 1
+    greedy = sampling_info.greedy_mask
     temperatures = torch.where(
         greedy, torch.ones_like(sampling_info.temperatures), sampling_info.temperatures
     )
-    return SamplingInfo(temperatures=temperatures, top_ks=sampling_info.top_ks)
+    top_ks = torch.where(
+        sampling_info.top_ks == NO_TOP_K,
+        torch.full_like(sampling_info.top_ks, TOP_K_ALL),
+        sampling_info.top_ks,
+    )
+    return SamplingInfo(
+        temperatures=temperatures,
+        top_ks=top_ks,
+        top_ps=sampling_info.top_ps,
+        min_ps=sampling_info.min_ps,
+    )
 
 
 class Sglang0523Sampler(BuiltSampler):
