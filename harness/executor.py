@@ -27,7 +27,7 @@ tasks:
 on (the statistical oracle beside the matrix, ``--jobs``; the releases' support scan);
 ``Relayed(fn, progress)`` is a task whose progress lines come home as they are said.
 With the isolated executor (``harness.pipeline.isolation``) and the releases' pool of
-fresh processes (``harness.upstream.releases.run``), these are the only ways the
+fresh processes (``harness.releases.run``), these are the only ways the
 harness runs code in another process (``tests/harness/test_executor.py`` holds it).
 """
 

@@ -23,8 +23,15 @@ from reference.heads import (
     make_markov_head,
 )
 from reference.oracle import ReferenceDraftSampler, teacher_forced_logits
+from reference.request_law import Truncation, top_k_mask, truncated_probs, truncation_mask
 from reference.sampler_base import DraftSamplerBase
-from reference.sampling_params import MIN_TEMPERATURE, SamplingInfo, stage_sampling_params
+from reference.sampling_params import (
+    MIN_TEMPERATURE,
+    NO_TOP_K,
+    SamplingInfo,
+    check_sampling_info,
+    stage_sampling_params,
+)
 from reference.step_samplers import (
     exponential_race,
     exponential_race_torch,
@@ -35,6 +42,7 @@ from reference.step_samplers import (
 __all__ = [
     "HEAD_KINDS",
     "MIN_TEMPERATURE",
+    "NO_TOP_K",
     "BlockInputs",
     "DraftSamplerBase",
     "GatedMarkovHead",
@@ -46,7 +54,9 @@ __all__ = [
     "RnnMarkovHead",
     "SamplingInfo",
     "ToyDraftModel",
+    "Truncation",
     "VanillaMarkovHead",
+    "check_sampling_info",
     "drop_anchor_row",
     "exponential_race",
     "exponential_race_torch",
@@ -59,4 +69,7 @@ __all__ = [
     "query_rows_per_request",
     "stage_sampling_params",
     "teacher_forced_logits",
+    "top_k_mask",
+    "truncated_probs",
+    "truncation_mask",
 ]

@@ -2,7 +2,8 @@
 
 A seeded first-order Markov chain over a small vocabulary:
 ``p(x_t | prefix) = softmax(transition_logits[x_{t-1}] / T)`` at the request's
-temperature ``T`` (greedy requests: the one-hot argmax). Each row starts from an
+temperature ``T`` (greedy requests: the one-hot argmax), truncated by the request's
+top-k, top-p and min-p where they are given (``reference.request_law``). Each row starts from an
 anchor drawn uniformly from the vocabulary. Because the chain only looks at the
 last token, the exact joint of the first ``m`` tokens after the anchor is a
 product of ``m`` transition rows, enumerable over ``V**m`` cells; that is the
@@ -12,6 +13,8 @@ expected distribution the oracle compares committed tokens with.
 from __future__ import annotations
 
 import torch
+
+from reference.request_law import Truncation
 
 
 class MarkovTargetModel:
@@ -44,11 +47,13 @@ class MarkovTargetModel:
         *,
         temperatures: torch.Tensor,
         greedy_mask: torch.Tensor,
+        truncation: Truncation | None = None,
     ) -> torch.Tensor:
         """``p(. | prev)`` ``[..., V]`` float64 for prev_tokens ``[...]``.
 
-        temperatures and greedy_mask broadcast against ``prev_tokens``; greedy rows
-        get the one-hot argmax of the logits (lowest index on ties).
+        temperatures, greedy_mask and ``truncation`` (``None``: none) broadcast against
+        ``prev_tokens``; greedy rows get the one-hot argmax of the logits (lowest index on
+        ties).
         """
         shape = prev_tokens.shape
         greedy = greedy_mask.expand(shape).reshape(-1)
@@ -61,7 +66,8 @@ class MarkovTargetModel:
         sampled = torch.softmax(logits / settings.abs().view(-1, 1, 1), dim=-1)  # [U, V, V]
         one_hot = torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
         table = torch.where((settings < 0).view(-1, 1, 1), one_hot, sampled)  # [U, V, V]
-        return table[which, prev_tokens.reshape(-1)].view(*shape, self.vocab_size)
+        probs = table[which, prev_tokens.reshape(-1)].view(*shape, self.vocab_size)
+        return probs if truncation is None else truncation.apply(probs)
 
     def block_probs(
         self,
@@ -70,18 +76,20 @@ class MarkovTargetModel:
         draft_tokens: torch.Tensor,
         temperatures: torch.Tensor,
         greedy_mask: torch.Tensor,
+        truncation: Truncation | None = None,
     ) -> torch.Tensor:
         """Target rows a chain verifier needs: ``[bs, gamma+1, V]`` float64.
 
         Row ``k`` is ``p(. | anchor, d_0 .. d_{k-1})``; row ``gamma`` is the bonus row
         after all drafts. anchor_tokens ``[bs]``, draft_tokens ``[bs, gamma]``,
-        temperatures and greedy_mask ``[bs]``.
+        temperatures, greedy_mask and ``truncation`` ``[bs]`` (``None``: none).
         """
         prev = torch.cat([anchor_tokens.unsqueeze(1), draft_tokens], dim=1)  # [bs, gamma+1]
         return self.next_token_probs(
             prev,
             temperatures=temperatures.unsqueeze(1),
             greedy_mask=greedy_mask.unsqueeze(1),
+            truncation=None if truncation is None else truncation.unsqueeze(1),
         )
 
     # -- the start of every row ---------------------------------------------------------------
@@ -96,8 +104,11 @@ class MarkovTargetModel:
         return torch.randint(0, self.vocab_size, (rows,), generator=generator, device=self.device)
 
     # -- the exact expected distribution ------------------------------------------------------
-    def joint_probs(self, *, m: int, temperature: float, greedy: bool) -> torch.Tensor:
-        """Exact joint of the first ``m`` tokens after a uniform anchor, ``[V**m]`` float64.
+    def joint_probs(
+        self, *, m: int, temperature: float, greedy: bool, truncation: Truncation | None = None
+    ) -> torch.Tensor:
+        """Exact joint of the first ``m`` tokens after a uniform anchor, ``[V**m]`` float64,
+        every step truncated by ``truncation`` (scalars; ``None``: none).
 
         Cells are row-major over ``(x_1, ..., x_m)``: index ``sum_j x_j * V**(m-1-j)``.
         """
@@ -109,6 +120,7 @@ class MarkovTargetModel:
             every_token,
             temperatures=torch.tensor(temperature, dtype=torch.float64, device=self.device),
             greedy_mask=torch.tensor(greedy, device=self.device),
+            truncation=truncation,
         )  # [V, V]: transition[a, x] = p(x | a)
         joint = self.anchor_probs() @ transition  # [V]
         for _ in range(m - 1):

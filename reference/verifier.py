@@ -47,7 +47,8 @@ from typing import Any, Protocol
 import torch
 
 from reference.draft_model import query_rows_per_request
-from reference.sampling_params import SamplingInfo
+from reference.request_law import Truncation
+from reference.sampling_params import SamplingInfo, check_sampling_info
 from reference.streams import DecodeStreams, VerifierNoise, independent_streams
 from reference.streams import derived_seeds as derived_seeds
 from reference.target_model import MarkovTargetModel
@@ -176,6 +177,8 @@ class VerifyRound:
     target: MarkovTargetModel
     target_temperatures: torch.Tensor  # [bs] float64 (0 on greedy rows)
     target_greedy: torch.Tensor  # [bs] bool
+    # [bs] each: the requests' top-k, top-p, min-p (reference.request_law); None: none
+    target_truncation: Truncation | None = None
 
 
 VerifyStep = Callable[[VerifyRound], VerifyResult]
@@ -193,10 +196,12 @@ class Verifier(Protocol):
 
 @dataclass(frozen=True)
 class ChainVerifier:
-    """``chain_verify`` on ``q = draft_distribution(...)`` and the target's block rows,
-    drawing from the plumbing's torch generator."""
+    """``chain_verify`` on ``q = draft_distribution(...)`` and the target's block rows
+    under each request's law (its temperature, then its truncation), drawing from the
+    plumbing's torch generator."""
 
     name: str = "chain"
+    reads_truncation: bool = True  # its target law is each request's (reference.request_law)
 
     def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep:
         generator = noise.generator
@@ -209,6 +214,7 @@ class ChainVerifier:
                     draft_tokens=draft.tokens,
                     temperatures=round_.target_temperatures,
                     greedy_mask=round_.target_greedy,
+                    truncation=round_.target_truncation,
                 ),  # [bs, gamma+1, V]
                 draft_probs=draft_distribution(
                     draft.step_logits,
@@ -434,12 +440,23 @@ def speculative_decode(
         raise ValueError(f"m must be positive, got {m}")
     if min_rounds <= 0:
         raise ValueError(f"min_rounds must be positive, got {min_rounds}")
+    check_sampling_info(sampling_info)  # before anything runs
     device = target.device
     rows = int(sampling_info.temperatures.shape[0])
     gamma = int(sampler.gamma)
     streams = streams if streams is not None else independent_streams(seed, device=device)
     target_temperatures = sampling_info.temperatures.to(device, torch.float64)
-    target_greedy = sampling_info.top_ks.to(device) <= 1
+    target_greedy = sampling_info.greedy_mask.to(device)
+    requested = sampling_info.truncation
+    target_truncation = (  # None where no request drops a token: no sort per round
+        Truncation(
+            top_ks=requested.top_ks.to(device),
+            top_ps=requested.top_ps.to(device, torch.float64),
+            min_ps=requested.min_ps.to(device, torch.float64),
+        )
+        if requested.truncates(vocab_size=target.vocab_size)
+        else None
+    )
     anchors = target.sample_anchors(
         rows, generator=torch.Generator(device).manual_seed(streams.anchor_seed)
     )  # [rows]
@@ -500,6 +517,7 @@ def speculative_decode(
                     target=target,
                     target_temperatures=target_temperatures,
                     target_greedy=target_greedy,
+                    target_truncation=target_truncation,
                 )
             )
             active = filled < m

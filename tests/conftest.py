@@ -14,8 +14,8 @@ import torch
 from hypothesis import HealthCheck, settings
 
 from harness.defaults import DEFAULT_THREADS
-from harness.upstream import vllm_loader
-from harness.upstream.sglang_loader import unavailable_reason
+from harness.upstream.loaders import vllm_loader
+from harness.upstream.loaders.sglang_loader import unavailable_reason
 from tests.helpers import DefaultReport
 from tests.oracle_memo import FRESH, SWITCH, OracleMemo, installed, must_compute_afresh
 from tests.session_share import computed_once, session_folder

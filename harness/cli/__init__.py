@@ -37,6 +37,7 @@ from harness.io.lock import OutDirBusy, claim_out_dir
 from harness.options import DEFAULT_OPTIONS, RolesError
 from harness.pipeline.memory import MemoryLimitError
 from harness.plugins.errors import ImplementationError
+from harness.upstream.releases.eras import FIRST_WITH_DSPARK
 
 
 @dataclass(frozen=True)
@@ -173,15 +174,18 @@ COMMAND_TABLE: dict[str, CommandSpec] = {
     "releases": CommandSpec(
         module="releases",
         summary="every released sglang and vLLM DSpark sampler, judged from its wheel",
-        description="Every released DSpark sampler (sglang 0.5.16 and later, vLLM 0.25.0 "
+        description="Every released DSpark sampler (sglang "
+        f"{FIRST_WITH_DSPARK['sglang']} and later, vLLM {FIRST_WITH_DSPARK['vllm']} "
         "and later), each fetched as a wheel without dependencies into a cache, loaded "
         "unchanged under its own era's contract and judged in a process of its own: the "
         "checks on the standard matrix and the statistical oracle under its own server's "
         "verifier (chain where the harness has none, said so). A release the harness "
         "cannot judge says why (unknown contract, not fetched, missing light "
         "dependencies). Then the advisory: per defect class, the affected releases (first, "
-        "last) and the first fixed. Exit 0 when every release has a row; 1 when a "
-        "release's task gave no answer.",
+        "last), the first fixed, each class's first evidence and the command that replays "
+        "it. As an audit tool exits: 1 when a judged release is not lossless (--exit-zero: "
+        "0, a sweep that only reports), when nothing could be judged or a release's task "
+        "gave no answer; 0 otherwise; 2 on bad usage.",
         examples=(
             "python -m harness releases --sglang 0.5.19,0.5.21-0.5.23 --vllm none",
             "python -m harness releases --all --jobs 2 --resume",

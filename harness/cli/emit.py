@@ -39,6 +39,8 @@ def emit(
     judgement: Judgement | None = None,
     cases: Sequence[Mapping[str, Any]] = (),
     timing: dict[str, float] | None = None,
+    said: str = "",
+    top_level: Mapping[str, Any] | None = None,
 ) -> ExitCode:
     """Emit a command's report with the common options in ``args`` (``--out-dir``,
     ``--json``, ``--seed``, ``--device``): ``OK`` when it holds (the ``judgement``'s
@@ -47,7 +49,9 @@ def emit(
 
     A command that runs implementations elsewhere (``--isolate``) has stopped its
     executor, and every worker with it, before it comes here: the report and the exit
-    status are the judge's alone. A plug-in run in process is said to share the judge."""
+    status are the judge's alone. A plug-in run in process is said to share the judge.
+    ``said`` replaces PASS/FAIL on the verdict line with what the command found;
+    ``top_level`` adds its findings at the top of the JSON."""
     if getattr(args, "impl", None) and not getattr(args, "isolate", False):
         heading += f"\n({IN_PROCESS_NOTE})"
     if judgement is not None:
@@ -65,6 +69,8 @@ def emit(
         cases=cases,
         timing=timing or {},
         judgement=None if judgement is None else judgement.to_json(),
+        said=said,
+        top_level=top_level or {},
     )
     holds = emit_report(
         report,

@@ -79,6 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ray-address", help="the Ray cluster to join (default: start a local one)"
     )
+    parser.add_argument(
+        "--exit-zero",
+        action="store_true",
+        help="exit 0 even when a judged release is not lossless: a sweep that only "
+        "reports (a sweep that judged nothing, or whose task gave no answer, still exits 1)",
+    )
     add_resume_option(parser)
     add_impl_option(parser, verb="also judge (one row each, in its own process)")
 
@@ -155,10 +161,11 @@ def chosen_versions(args: argparse.Namespace, package: str) -> tuple[tuple[str, 
 
 
 def command(args: argparse.Namespace) -> ExitCode:
+    from harness.releases.advisory import advisory_json, advisory_verdict
+    from harness.releases.run import run_sweep
+    from harness.releases.sweep import ReleaseTask
     from harness.render.progress import progress_printer
     from harness.render.releases import releases_section
-    from harness.upstream.releases.run import run_sweep
-    from harness.upstream.releases.sweep import ReleaseTask, advisory_json
 
     started = time.perf_counter()
     cache = args.wheel_dir or DEFAULT_CACHE
@@ -198,10 +205,11 @@ def command(args: argparse.Namespace) -> ExitCode:
         progress=progress_printer(quiet=args.quiet),
     )
     advisory = advisory_json(sweep.rows)
+    verdict = advisory_verdict(sweep.rows, unanswered=sweep.unanswered, exit_zero=args.exit_zero)
     section = releases_section(
         advisory["releases"],  # type: ignore[arg-type]
         advisory["advisories"],  # type: ignore[arg-type]
-        ok=sweep.ok,
+        verdict=verdict,
     )
     for note in notes:
         section.append(f"discovery: {note}")
@@ -210,6 +218,8 @@ def command(args: argparse.Namespace) -> ExitCode:
         command="releases",
         heading=f"DSpark draft-sampler harness: releases (seed {args.seed}, {args.jobs} jobs)",
         sections=[section],
-        ok=sweep.ok,
+        ok=verdict.ok,
+        said=verdict.line(),
+        top_level=advisory,
         timing={"releases_s": round(time.perf_counter() - started, 3)},
     )

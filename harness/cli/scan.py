@@ -139,7 +139,7 @@ def _scan_verdict(name: str, results: list[PointResult]) -> ScanVerdict:
     """``name``'s scan as its verdict takes it: its first hit, else the first point that
     raised (neither: clean)."""
     from harness.judgement import ScanVerdict
-    from harness.upstream.versions import scan_findings
+    from harness.releases.versions import scan_findings
 
     raised = [f"support scan raised: {r.error}" for r in results if r.error is not None]
     return ScanVerdict(name, next(iter([*scan_findings(results), *raised]), ""))

@@ -1,6 +1,6 @@
 """``python -m harness versions``: the before-fix module, the after-fix module, the
 installed sglang 0.5.23 and, where the vllm package loads, vLLM 0.33's dense and top-k
-speculators side by side (``harness.upstream.versions``), measured in one
+speculators side by side (``harness.releases.versions``), measured in one
 run: lossless and drop-in with why, walks, torch random-number launches and counter
 advances per call, the A/B time per call against ``fixed``, the statistical verdicts
 under both verifiers, and the findings. Needs the sglang package (exit 2 with its one
@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace) -> ExitCode:
-    from harness.upstream.sglang_loader import unavailable_reason
+    from harness.upstream.loaders.sglang_loader import unavailable_reason
 
     missing = unavailable_reason()
     if missing is not None:
@@ -41,8 +41,8 @@ def command(args: argparse.Namespace) -> ExitCode:
         raise UsageError(f"versions runs on the CPU only; got --device {args.device}")
     if args.scan_triples < 1 or args.repeats < 1:
         raise UsageError("--scan-triples and --repeats must be positive integers")
+    from harness.releases.versions import collect_versions
     from harness.render.versions import versions_section
-    from harness.upstream.versions import collect_versions
 
     started = time.perf_counter()
     versions = collect_versions(

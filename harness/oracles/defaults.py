@@ -4,6 +4,8 @@ without torch, so that ``python -m harness stats --help`` answers at once;
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 GREEDY = 0.0  # the temperature that marks a greedy row (top_k = 1)
 DEFAULT_M = 2  # committed tokens per row in the joint
 DEFAULT_ROUNDS = 4  # draft-verify rounds per row
@@ -12,6 +14,42 @@ DEFAULT_VOCAB_SIZE = 8
 DEFAULT_HIDDEN_SIZE = 16  # of the toy drafters
 DEFAULT_MARKOV_RANK = 8
 DEFAULT_TEMPERATURES = (0.6, 1.0, 1.4, GREEDY)
+
+
+@dataclass(frozen=True)
+class ParameterSet:
+    """One group's request parameters (``reference.request_law``): a temperature, a top-k
+    (0: none, 1: greedy), a top-p (1: none) and a min-p (0: none)."""
+
+    temperature: float
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.top_k == 1
+
+    @property
+    def label(self) -> str:
+        """``greedy``, ``T=0.6``, ``T=1 top-k 3 top-p 0.9``: how reports name the group."""
+        if self.greedy:
+            return "greedy"
+        parts = [f"T={self.temperature:g}"]
+        parts += [f"top-k {self.top_k}"] if self.top_k else []
+        parts += [f"top-p {self.top_p:g}"] if self.top_p != 1 else []
+        parts += [f"min-p {self.min_p:g}"] if self.min_p else []
+        return " ".join(parts)
+
+
+# The truncated groups beside the temperature groups: each truncation alone, and all three
+# together (docs/statistics.md, "Request parameters").
+DEFAULT_TRUNCATED = (
+    ParameterSet(1.0, top_k=3),
+    ParameterSet(1.0, top_p=0.8),
+    ParameterSet(1.0, min_p=0.2),
+    ParameterSet(0.8, top_k=6, top_p=0.9, min_p=0.1),
+)
 DEFAULT_ALPHA = 1e-6  # family-wise level
 # The sequential stages (docs/statistics.md, "Sequential stages"): a family p-value below
 # this, and not decisive, is suspicious; each stage decodes this many fresh rows of the

@@ -86,8 +86,11 @@ class CallChecker:
             input_ids=call.input_ids(),
         )
         candidates = self.built.contract_candidates(inputs.base_logits)
+        own_top_k = self.built.draft_top_k
         bad_ids = (tokens < 0) | (tokens >= vocab)
-        unwritten = logits_not_written(kept, base_logits=inputs.base_logits, candidates=candidates)
+        unwritten = logits_not_written(
+            kept, base_logits=inputs.base_logits, candidates=candidates, draft_top_k=own_top_k
+        )
         self._tally("outputs_written", call, bad_ids | unwritten, held=bs * gamma, why=_unwritten)
         if bool(bad_ids.any()):
             return  # what follows indexes by token id
@@ -98,6 +101,7 @@ class CallChecker:
             tokens=tokens,
             candidates=candidates,
             exact=inputs.base_logits.dtype == torch.float32,  # as on a float32 case
+            draft_top_k=own_top_k,
         )
         self._tally(
             "teacher_forcing",

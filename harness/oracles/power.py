@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from harness.devices import intra_op_threads
-from harness.oracles.defaults import GREEDY
+from harness.oracles.defaults import GREEDY, ParameterSet
 from harness.oracles.fits import CountTable, HeadTables, head_tables, position_name
 from harness.oracles.gof import (
     chi2_isf,
@@ -210,7 +210,7 @@ def detection_bounds(
     """Per target and committed position ``0..gamma``, the detection bound of a run's
     count tables (every head kind's, every sampled group's: greedy rows cannot fail)."""
     bounds = []
-    greedy = group_label(GREEDY)
+    greedy = group_label(ParameterSet(GREEDY, top_k=1))
     for target in dict.fromkeys(t.target for t in tables):
         for position in range(gamma + 1):
             found = [
@@ -338,7 +338,7 @@ def power_curve(
     pooled_rows = int(pooled.committed.shape[0])
     row_group = problem.row_group.cpu().repeat(len(runs))  # [pooled rows]
     tables = head_tables(pooled, problem=problem, head_kind=head_kind, row_group=row_group)
-    cycle = len(config.temperatures)  # blocks of whole cycles keep the groups balanced
+    cycle = len(config.row_sets)  # blocks of whole cycles keep the groups balanced
 
     def predicted(rows: int) -> float:
         return head_power_at(tables, scale=rows / pooled_rows, level=level)

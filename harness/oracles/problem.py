@@ -4,7 +4,7 @@ This module owns ``StatsConfig`` (and the default the command and the report
 run), ``TargetSpec`` (a target at one distance from the drafters' own law),
 ``StatsProblem`` (for one target: the drafter of every head kind, the synthetic
 target of each head, the draft context, each row's sampling setting, and the exact
-target laws each temperature group is tested against), the sampler's life over a
+target laws each parameter-set group is tested against), the sampler's life over a
 decode (``life_batches``: which rows each call drafts, so one instance is restaged
 with other requests and other batch sizes between calls), and ``decode_rows``,
 which builds a sampler and drives it through the reference decode loop
@@ -36,6 +36,7 @@ from harness.oracles.defaults import (
     DEFAULT_TEMPERATURES,
     DEFAULT_VOCAB_SIZE,
     GREEDY,
+    ParameterSet,
 )
 from harness.plugins.conventions import BuiltSampler
 from harness.upstream.dispatch import build_for_case
@@ -43,6 +44,8 @@ from reference import (
     HEAD_KINDS,
     SamplingInfo,
     ToyDraftModel,
+    Truncation,
+    check_sampling_info,
     make_toy_draft_model,
     prepare_block,
     teacher_forced_logits,
@@ -105,10 +108,12 @@ class StatsError(ValueError):
 class StatsConfig:
     """Everything that defines one oracle run.
 
-    ``rows`` independent rows per head kind; row ``i`` takes ``temperatures[i % len]``
-    (0 marks a greedy row). Every row runs ``rounds`` draft-verify rounds (more if
-    it still lacks ``m`` tokens). ``model_seed`` fixes drafters, target and context;
-    ``seed`` fixes the anchors, the samplers' noise and the verifier's draws.
+    ``rows`` independent rows per head kind; row ``i`` takes the ``i % len``-th of the
+    row parameter sets (``row_sets``): one per entry of ``temperatures`` (0 marks a
+    greedy row, ``top_k = 1``; the others truncate nothing), then each of ``truncated``.
+    Every row runs ``rounds`` draft-verify rounds (more if it still lacks ``m`` tokens).
+    ``model_seed`` fixes drafters, target and context; ``seed`` fixes the anchors, the
+    samplers' noise and the verifier's draws.
     ``targets``: the targets decoded against, the first the one power is drawn at.
     ``restage``: odd rounds draft their rows in several calls of other sizes, each
     with other requests staged in its slots (``life_batches``); off, every round is
@@ -130,6 +135,7 @@ class StatsConfig:
     markov_rank: int = DEFAULT_MARKOV_RANK
     head_kinds: tuple[str, ...] = HEAD_KINDS
     temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES
+    truncated: tuple[ParameterSet, ...] = ()
     alpha: float = DEFAULT_ALPHA
     seed: int = 0
     model_seed: int = DEFAULT_MODEL_SEED
@@ -144,6 +150,7 @@ class StatsConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
+        object.__setattr__(self, "truncated", tuple(self.truncated))
         object.__setattr__(self, "stage_rows", tuple(self.stage_rows))
         object.__setattr__(self, "head_kinds", tuple(self.head_kinds))
         object.__setattr__(self, "targets", tuple(self.targets))
@@ -176,6 +183,12 @@ class StatsConfig:
         for t in self.temperatures:
             if not math.isfinite(t) or t < 0:
                 raise StatsError(f"temperatures must be finite and >= 0 (0: greedy), got {t!r}")
+        if not all(isinstance(s, ParameterSet) for s in self.truncated):
+            raise StatsError(f"truncated must hold ParameterSet values, got {self.truncated!r}")
+        try:
+            check_sampling_info(sampling_info_of(self.truncated))
+        except ValueError as error:
+            raise StatsError(f"truncated: {error}") from None
         if not 0 < self.alpha < 1:
             raise StatsError(f"alpha must be in (0, 1), got {self.alpha!r}")
         if not 0 < self.suspicious < 0.5:
@@ -212,9 +225,17 @@ class StatsConfig:
         return replace(self, rows=self.target_rows(target), targets=(target,))
 
     @property
-    def groups(self) -> tuple[float, ...]:
-        """The temperature groups, in first-seen order (0: greedy)."""
-        return tuple(dict.fromkeys(self.temperatures))
+    def row_sets(self) -> tuple[ParameterSet, ...]:
+        """The parameter sets rows take in turn: the temperatures', then ``truncated``."""
+        return (
+            tuple(ParameterSet(t, top_k=1 if t == GREEDY else 0) for t in self.temperatures)
+            + self.truncated
+        )
+
+    @property
+    def groups(self) -> tuple[ParameterSet, ...]:
+        """The parameter-set groups, in first-seen order."""
+        return tuple(dict.fromkeys(self.row_sets))
 
     def describe(self) -> str:
         targets = ", ".join(
@@ -234,8 +255,34 @@ class StatsConfig:
         )
 
 
-def group_label(temperature: float) -> str:
-    return "greedy" if temperature == GREEDY else f"T={temperature:g}"
+def group_label(group: ParameterSet) -> str:
+    return group.label
+
+
+def sampling_info_of(
+    sets: Sequence[ParameterSet], *, device: str | torch.device = "cpu"
+) -> SamplingInfo:
+    """One request per parameter set, in order; no top-k staged as ``TOP_K_ALL``, as the
+    matrix's cases and a server stage it (a server's convention reads ``top_k <= 1`` as
+    greedy)."""
+    return SamplingInfo.from_lists(
+        temperatures=[s.temperature for s in sets],
+        top_ks=[s.top_k or TOP_K_ALL for s in sets],
+        top_ps=[s.top_p for s in sets],
+        min_ps=[s.min_p for s in sets],
+        device=device,
+    )
+
+
+def group_truncation(group: ParameterSet, *, device: torch.device) -> Truncation:
+    """A group's truncation as scalars, rounded as the decode stages it (float32 top-p
+    and min-p read in float64), so the exact law truncates what the verifier truncates."""
+    staged = sampling_info_of([group]).truncation
+    return Truncation(
+        top_ks=staged.top_ks[0].to(device),
+        top_ps=staged.top_ps[0].to(device, torch.float64),
+        min_ps=staged.min_ps[0].to(device, torch.float64),
+    )
 
 
 DEFAULT_CONFIG = StatsConfig()
@@ -323,12 +370,8 @@ def build_problem(
         for kind in config.head_kinds
     }
     groups = config.groups
-    temperatures = row_temperatures(config)
-    sampling_info = SamplingInfo.from_lists(
-        temperatures=temperatures,
-        top_ks=[1 if t == GREEDY else TOP_K_ALL for t in temperatures],
-        device=device,
-    )
+    sets = row_sets(config)
+    sampling_info = sampling_info_of(sets, device=device)
     return StatsProblem(
         config=config,
         oracle_config=oracle_config,
@@ -336,28 +379,37 @@ def build_problem(
         targets=targets,
         context=context,
         sampling_info=sampling_info,
-        row_group=torch.tensor([groups.index(t) for t in temperatures], device=device),
+        row_group=torch.tensor([groups.index(s) for s in sets], device=device),
         transition={kind: group_transitions(t, groups=groups) for kind, t in targets.items()},
         expected_joint={
             kind: torch.stack(
-                [t.joint_probs(m=config.m, temperature=g, greedy=g == GREEDY) for g in groups]
+                [
+                    t.joint_probs(
+                        m=config.m,
+                        temperature=g.temperature,
+                        greedy=g.greedy,
+                        truncation=group_truncation(g, device=t.device),
+                    )
+                    for g in groups
+                ]
             ).cpu()
             for kind, t in targets.items()
         },
     )
 
 
-def group_transitions(target: MarkovTargetModel, *, groups: Sequence[float]) -> torch.Tensor:
-    """``p(x | prev)`` of every temperature group: ``[G, V, V]`` float64 on the CPU."""
+def group_transitions(target: MarkovTargetModel, *, groups: Sequence[ParameterSet]) -> torch.Tensor:
+    """``p(x | prev)`` of every parameter-set group: ``[G, V, V]`` float64 on the CPU."""
     every_token = torch.arange(target.vocab_size, device=target.device)
     return torch.stack(
         [
             target.next_token_probs(
                 every_token,
-                temperatures=torch.tensor(t, dtype=torch.float64, device=target.device),
-                greedy_mask=torch.tensor(t == GREEDY, device=target.device),
+                temperatures=torch.tensor(g.temperature, dtype=torch.float64, device=target.device),
+                greedy_mask=torch.tensor(g.greedy, device=target.device),
+                truncation=group_truncation(g, device=target.device),
             )
-            for t in groups
+            for g in groups
         ]
     ).cpu()
 
@@ -386,7 +438,7 @@ def life_batches(problem: StatsProblem, round_index: int) -> tuple[torch.Tensor,
 
     Even rounds (and every round without ``restage``): one call of every row in order,
     at ``bs = max_bs``, so row ``i`` sits in slot ``i`` in rounds 0, 2, ... (noise
-    frozen per slot shows as repeats). Odd rounds: the rows sorted by temperature
+    frozen per slot shows as repeats). Odd rounds: the rows sorted by parameter-set
     group (the groups' order turned by one each odd round), cut into a call of one row,
     calls of one group only (all greedy, all one temperature) and one call of two
     groups: other batch sizes, and other requests staged in every slot.
@@ -417,16 +469,17 @@ def cpu_threads(device: str) -> int | None:
     return 1 if torch.device(device).type == "cpu" else None
 
 
-def row_temperatures(config: StatsConfig) -> list[float]:
-    """Each row's temperature: row ``i`` takes ``temperatures[i % len]`` (0: greedy)."""
-    return [config.temperatures[i % len(config.temperatures)] for i in range(config.rows)]
+def row_sets(config: StatsConfig) -> list[ParameterSet]:
+    """Each row's parameter set: row ``i`` takes ``row_sets[i % len]``."""
+    sets = config.row_sets
+    return [sets[i % len(sets)] for i in range(config.rows)]
 
 
 def oracle_case(config: StatsConfig, *, head_kind: str, seed: int) -> Case:
     """The case a sampler of one head kind is built for in a decode of ``config``
-    (folded sampling at ``max_bs = rows``, each row's temperature, greedy rows at
-    temperature 0), keyed by that head's decode seed."""
-    temperatures = row_temperatures(config)
+    (folded sampling at ``max_bs = rows``, each row's temperature and greedy flag; the
+    truncation is the verifier's), keyed by that head's decode seed."""
+    sets = row_sets(config)
     return Case(
         bs=config.rows,
         gamma=config.gamma,
@@ -434,8 +487,8 @@ def oracle_case(config: StatsConfig, *, head_kind: str, seed: int) -> Case:
         hidden_size=config.hidden_size,
         markov_rank=config.markov_rank,
         head_kind=head_kind,
-        temperatures=tuple(temperatures),
-        greedy_rows=tuple(t == GREEDY for t in temperatures),
+        temperatures=tuple(s.temperature for s in sets),
+        greedy_rows=tuple(s.greedy for s in sets),
         device=config.device,
         seed=head_seed(seed, head_kind=head_kind),  # a counter-based stream keys its noise from it
     )

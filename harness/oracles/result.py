@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.oracles.cut import OracleCut
+from harness.oracle_cut import OracleCut
 from harness.oracles.fits import JOINT, Marginal, Statistic, position_name
 from harness.oracles.power import DetectionBound
 from harness.pipeline.call_findings import CallFinding, HeldCalls
@@ -102,7 +102,12 @@ class StatsResult:
         for cut in cuts:  # each as it declares itself: the fewest rows of them all ran
             rounds = "" if cut.rounds is None else f", {cut.rounds} rounds per row"
             only = "" if cut.targets is None else f"{', '.join(cut.targets)} target only, "
-            parts.append(f"cut by {cut.by}: {only}at most {cut.rows} rows per head{rounds}")
+            kept = (
+                f"at most {cut.rows} rows per head{rounds}"
+                if cut.truncated
+                else f"the temperature groups only{rounds}"  # its rows are the config's
+            )
+            parts.append(f"cut by {cut.by}: {only}{kept}")
         if cuts:
             ran = ", ".join(f"{target} {rows}" for target, rows in self.rows.items())
             parts.append(f"ran {ran} rows per head")

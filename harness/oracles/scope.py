@@ -1,7 +1,7 @@
 """What one decode of the statistical oracle runs: its scope (``docs/statistics.md``).
 
 The config after every cut the verifier and the implementation's convention declare
-(``harness.oracles.cut``: an interpreted part that cannot afford the defaults), without
+(``harness.oracle_cut``: an interpreted part that cannot afford the defaults), without
 the heads the convention cannot express (``Convention.outside_contract``).
 ``scope_under`` reads them where the implementation is loaded; ``scope_in_domain`` asks
 the implementation's trust domain (``scope_task``), where only a plug-in's own process
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from harness.executor import Executor, TimeLimited, WorkerFailure, for_domain
-from harness.oracles.cut import DeclaresCut, OracleCut
+from harness.oracle_cut import DeclaresCut, OracleCut, ReadsTruncation
 from harness.oracles.problem import StatsConfig, StatsError, oracle_case
 from harness.plugins.implementations import Implementation
 from harness.upstream.dispatch import convention_of
@@ -52,10 +52,21 @@ def scope_under(
         parts.append(convention_of(implementation.sampler_class))
     cuts = tuple(
         p.oracle_cut for p in parts if isinstance(p, DeclaresCut) and p.oracle_cut is not None
-    )
+    ) + truncation_cut(config, verifier=verifier)
     cuts = tuple(c for c in cuts if cut_config(config, c) != config)  # only those that cut
     outside = {} if implementation is None else heads_outside(cut_all(config, cuts), implementation)
     return scope_of(config, cuts=cuts, heads_not_run=tuple(outside.items()))
+
+
+def truncation_cut(config: StatsConfig, *, verifier: Verifier) -> tuple[OracleCut, ...]:
+    """The cut to the temperature groups of a verifier that applies no truncation
+    (``ReadsTruncation``), where ``config`` has truncated groups."""
+    if not config.truncated or (
+        isinstance(verifier, ReadsTruncation) and verifier.reads_truncation
+    ):
+        return ()
+    by = f"{verifier.name}: applies no top-k, top-p or min-p to its target"
+    return (OracleCut(rows=config.rows, by=by, truncated=False),)
 
 
 def cut_all(config: StatsConfig, cuts: Sequence[OracleCut]) -> StatsConfig:
@@ -99,6 +110,7 @@ def cut_config(config: StatsConfig, cut: OracleCut) -> StatsConfig:
         rows=min(config.rows, cut.rows),
         targets=targets,
         rounds=config.rounds if cut.rounds is None else cut.rounds,
+        truncated=config.truncated if cut.truncated else (),
     )
     return config if ran == config else ran
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from harness.oracles.cut import DeclaresCut
+from harness.oracle_cut import DeclaresCut
 from harness.oracles.problem import StatsError
-from harness.upstream import sglang_loader, vllm_loader
+from harness.upstream.loaders import sglang_loader, vllm_loader
 from harness.upstream.rejection import BLOCKWISE_REJECTION
 from harness.upstream.vllm_rejection import VLLM_REJECTION
 from reference.verifier import CHAIN_VERIFIER, Verifier

@@ -175,6 +175,7 @@ def record_outputs(outputs: CallOutputs, result: ImplResult) -> None:
     result.keyed_draws = outputs.keyed_draws
     result.verify_ids = outputs.verify_ids
     result.candidates = outputs.candidates
+    result.draft_top_k = outputs.draft_top_k
     result.keeps_step_logits = outputs.keeps_step_logits
 
 

@@ -81,6 +81,7 @@ class ImplResult:
     keyed_draws: KeyedDraws | None = None  # per-request keys: the draft's and the verifier's
     verify_ids: torch.Tensor | None = None  # [bs, gamma + 1]: anchor then drafts
     candidates: torch.Tensor | None = None  # [bs, gamma, V] bool: the contract's draft support
+    draft_top_k: int | None = None  # the drafter's own top-k, as it declares it
     keeps_step_logits: bool = True  # False: its convention keeps none on this call
     error: RaisedError | None = None
     noise_draws: list[torch.Tensor] = field(default_factory=list)  # each [bs, V]

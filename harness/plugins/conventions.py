@@ -38,21 +38,20 @@ from reference.verifier import DraftBlock, read_draft_block
 
 if TYPE_CHECKING:
     from harness.case import Case, CaseInputs
-    from harness.oracles.cut import OracleCut
+    from harness.oracle_cut import OracleCut
 
 TOKEN_SENTINEL = -1  # never a token id: shows an unwritten ``out`` entry
 # How many counters from a call's start a counter replay tries (docs/upstream.md).
 COUNTER_SEARCH = 8
 
 
-class ConventionName(enum.Enum):
-    """The calling conventions the harness speaks."""
+class ConventionName(enum.StrEnum):
+    """Our calling conventions, told apart by a class's constructor. A released server's
+    convention names itself in its own contract module (its era's words, "vllm-0.33"),
+    bound to its eras by the registry (``harness.upstream.releases.eras``)."""
 
     HARNESS = "harness"
     SERVER = "server"  # the PR-era server (the before/after-fix modules)
-    SGLANG_0_5_16 = "sglang-0.5.16"  # its wheel's folded sampler and eager block (releases)
-    SGLANG_0_5_23 = "sglang-0.5.23"
-    VLLM_0_33 = "vllm-0.33"
 
 
 class OutputError(ValueError):
@@ -162,7 +161,7 @@ class CallOutputs:
     counter_replay: torch.Tensor | None  # [bs, gamma]: tokens the declared stream gives
     verify_ids: torch.Tensor | None = None  # [bs, gamma + 1]: anchor, then the drafts
     # The requests as the server stages them (its own rule, from the batch it sends);
-    # None: the reference's rule (``top_k <= 1`` greedy, clamped temperatures).
+    # None: the reference's rule (``top_k == 1`` greedy, clamped temperatures).
     requested: StagedParams | None = None
     # Counter -> [bs, gamma]: the tokens the declared stream's own transform gives with
     # the kept step logits at that counter (the fresh counters and the observed reads).
@@ -182,6 +181,10 @@ class CallOutputs:
     # False: the convention's contract keeps no step logits on this call (sglang 0.5.16's
     # graph-folded sampler, greedy only), so none is missing.
     keeps_step_logits: bool = True
+    # The drafter's own top-k (``draft_top_k``): it draws from, and writes, its ``q``
+    # truncated to its k most likely tokens (``reference.top_k_mask``); None: no own
+    # truncation.
+    draft_top_k: int | None = None
 
 
 def plain_tensor(value: object, *, name: str) -> torch.Tensor | None:
@@ -259,7 +262,7 @@ def read_confidence(confidence: torch.Tensor | None, case: Case) -> torch.Tensor
 class BuiltSampler(ABC):
     """One sampler built in its convention, with the state the harness owns for it."""
 
-    convention: ConventionName
+    convention: str  # the name of the convention that built it
     sampler: Any  # the implementation's own object
     model: Any  # the drafter the sampler was built over
     server_out: torch.Tensor | None = None  # the server's token buffer, passed as out=
@@ -291,6 +294,18 @@ class BuiltSampler(ABC):
         a call's base logits ``[bs, gamma, V]``; ``None`` (here): every entry."""
         del base_logits
         return None
+
+    @property
+    def draft_top_k(self) -> int | None:
+        """The sampler's own top-k, where it declares one (``draft_top_k``, a positive int:
+        it draws from and writes its ``q`` truncated to its k most likely tokens);
+        ``OutputError`` for a declaration that is not one."""
+        k = getattr(self.sampler, "draft_top_k", None)
+        if k is None:
+            return None
+        if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
+            raise OutputError(f"draft_top_k must be a positive int or None, got {k!r}")
+        return k
 
     def seek_noise(self, counter: int) -> None:
         """Put the noise stream at ``counter`` before a call: here torch's RNG, seeded
@@ -338,7 +353,7 @@ class CorrectedOutSampler(BuiltSampler):
         *,
         sampler: DraftSampler,
         model: Any,
-        convention: ConventionName,
+        convention: str,
         server_out: torch.Tensor | None = None,
     ) -> None:
         self.sampler = sampler
@@ -384,6 +399,7 @@ class CorrectedOutSampler(BuiltSampler):
             staged=None,  # checks stage the case with the reference's rule (the same contract)
             noise_counter=None,
             counter_replay=None,
+            draft_top_k=self.draft_top_k,
         )
 
     def outside_writes(self, case: Case) -> dict[str, int]:
@@ -405,7 +421,7 @@ BUFFER_ROWS = {
 class Convention(ABC):
     """Builds samplers of one calling convention."""
 
-    name: ConventionName
+    name: str  # as reports show it: ours (``ConventionName``), or a released server's
 
     def adaptations(self) -> tuple[str, ...]:
         """What the harness's adapter works around in the implementation on this machine
@@ -421,7 +437,7 @@ class Convention(ABC):
     @property
     def oracle_cut(self) -> OracleCut | None:
         """What the statistical oracle may decode with a sampler of this convention here
-        (``harness.oracles.cut``: one that runs interpreted cannot afford the defaults),
+        (``harness.oracle_cut``: one that runs interpreted cannot afford the defaults),
         or ``None``: the config as asked."""
         return None
 

@@ -8,7 +8,7 @@ never decides it:
   names come from the harness's surface (``harness.plugins.sglang_surface``), mapped
   onto ``reference``;
 - ``sglang-0.5.23``: today's released package; its names come from the installed
-  package's own DSpark modules, loaded by ``harness.upstream.sglang_loader``;
+  package's own DSpark modules, loaded by ``harness.upstream.loaders.sglang_loader``;
 - ``installed``: whatever ``import sglang`` finds, as it is (only when named).
 
 The era is the module's contract: the ``sglang`` imports that run when it loads here
@@ -35,7 +35,7 @@ from typing import Any
 
 from harness.plugins.errors import ImplementationError
 from harness.plugins.sglang_surface import SURFACE, harness_import_surface, surface_modules
-from harness.upstream import sglang_loader
+from harness.upstream.loaders import sglang_loader
 
 
 class Era(enum.Enum):

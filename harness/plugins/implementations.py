@@ -9,9 +9,9 @@ other sampler joins with ``--impl``:
 - ``NAME=module:function`` or ``NAME=path.py:function``: a block sampler function
   (``harness.plugins.protocol.BlockSamplerFunction``), wrapped into a sampler;
 - ``NAME=sglang``: the installed sglang release's own ``DsparkDraftSampler``, loaded by
-  ``harness.upstream.sglang_loader`` and built in its convention;
+  ``harness.upstream.loaders.sglang_loader`` and built in its convention;
 - ``NAME=vllm[:dense|:topk=K]``: the installed vLLM 0.33's own ``DSparkSpeculator``
-  (dense, or its top-``K`` variant), loaded by ``harness.upstream.vllm_loader`` and
+  (dense, or its top-``K`` variant), loaded by ``harness.upstream.loaders.vllm_loader`` and
   built in its convention (``harness.upstream.vllm_convention``).
 
 The released packages are found and named through their loaders, which import nothing
@@ -56,14 +56,18 @@ from harness.plugins.specs import (
     parse_names,
     split_name,
 )
-from harness.upstream.sglang_loader import UpstreamUnavailable, load_sglang, speaks_sglang_0_5_23
-from harness.upstream.vllm_loader import (
+from harness.upstream.loaders.sglang_loader import (
+    UpstreamUnavailable,
+    load_sglang,
+    speaks_sglang_0_5_23,
+)
+from harness.upstream.loaders.vllm_loader import (
     VLLM_FORM,
     VllmUnavailable,
     parse_vllm_variant,
     speaks_vllm_0_33,
 )
-from harness.upstream.vllm_loader import variant_class as vllm_variant_class
+from harness.upstream.loaders.vllm_loader import variant_class as vllm_variant_class
 from harness.world import import_world
 from legacy import DsparkDraftSampler as LegacySampler
 from reference import ReferenceDraftSampler

@@ -28,7 +28,7 @@ from harness.plugins.eras import (
 )
 from harness.plugins.errors import ImplementationError
 from harness.plugins.specs import FILE_FORM, MODULE_FORM
-from harness.upstream.sglang_loader import unavailable_reason
+from harness.upstream.loaders.sglang_loader import unavailable_reason
 
 
 @dataclass(frozen=True)

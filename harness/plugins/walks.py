@@ -29,14 +29,15 @@ class HeadCounts:
 
 
 @contextmanager
-def observe_head(head: MarkovHead) -> Iterator[HeadCounts]:
-    """Count the head's walks, fused calls, steps and step-sampler calls (the wrappers
-    live on the instance: ``wrapped_on_instance``)."""
+def observe_head(head: MarkovHead, *, step: str = "step_bias") -> Iterator[HeadCounts]:
+    """Count the head's walks, fused calls (where it has a fused path), steps (calls of
+    its method ``step``, once a step) and step-sampler calls (the wrappers live on the
+    instance: ``wrapped_on_instance``)."""
     counts = HeadCounts()
     sample_block, fused, step_bias = (
         head.sample_block,
-        head.sample_block_greedy_fused,
-        head.step_bias,
+        getattr(head, "sample_block_greedy_fused", None),
+        getattr(head, step),
     )
 
     def counting_sample_block(*args: Any, sampler: StepSampler, **kwargs: Any) -> Any:
@@ -50,6 +51,7 @@ def observe_head(head: MarkovHead) -> Iterator[HeadCounts]:
         return tokens, corrected
 
     def counting_fused(*args: Any, **kwargs: Any) -> Any:
+        assert fused is not None  # wrapped only where the head has it
         tokens = fused(*args, **kwargs)
         counts.fused_calls += tokens is not None  # a head without a fused path did no work
         return tokens
@@ -58,11 +60,9 @@ def observe_head(head: MarkovHead) -> Iterator[HeadCounts]:
         counts.head_steps += 1
         return step_bias(*args, **kwargs)
 
-    patches = {
-        "sample_block": counting_sample_block,
-        "sample_block_greedy_fused": counting_fused,
-        "step_bias": counting_step_bias,
-    }
+    patches = {"sample_block": counting_sample_block, step: counting_step_bias}
+    if fused is not None:  # sglang 0.5.16-0.5.18's heads have no fused path
+        patches["sample_block_greedy_fused"] = counting_fused
     with wrapped_on_instance(head, patches):
         yield counts
 

@@ -2,14 +2,16 @@
 the verifiers its oracle ran under and the randomness of each, its findings' classes,
 what was not covered, the time) and one row per defect class (affected versions, first
 and last, first fixed), then each finding's evidence and the command that replays it.
-It formats the rows ``harness.upstream.releases.sweep`` made and decides nothing."""
+It formats the rows ``harness.releases.sweep`` made and the verdict
+``harness.releases.advisory`` gave, and decides nothing."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from harness.releases.advisory import Advisory, AdvisoryVerdict
+from harness.releases.sweep import ReleaseRow
 from harness.render.sections import Block, Section, Table
-from harness.upstream.releases.sweep import Advisory, ReleaseRow
 
 TITLE = "Releases (docs/releases.md)"
 
@@ -60,9 +62,9 @@ def advisory_table(advisories: Sequence[Advisory]) -> Table:
             [
                 a["class"],
                 a["package"],
-                ", ".join(str(v) for v in a["affected"]["versions"]),  # type: ignore[attr-defined]
-                str(a["affected"]["first"]),
-                str(a["affected"]["last"]),
+                ", ".join(a["affected"]["versions"]),
+                a["affected"]["first"],
+                a["affected"]["last"],
                 a["fixed_in"] or "not fixed in the judged releases",
             ]
             for a in advisories
@@ -72,16 +74,9 @@ def advisory_table(advisories: Sequence[Advisory]) -> Table:
 
 
 def releases_section(
-    rows: Sequence[ReleaseRow], advisories: Sequence[Advisory], *, ok: bool
+    rows: Sequence[ReleaseRow], advisories: Sequence[Advisory], *, verdict: AdvisoryVerdict
 ) -> Section:
-    """The advisory; ``ok`` (every release judged or given a reason, as the sweep
-    decided) is shown, not decided."""
-    judged = [r for r in rows if r["judged"]]
-    defective = [r for r in judged if r["findings"] or r["lossless"] is False]
-    verdict = (
-        f"{len(judged)} of {len(rows)} releases judged; "
-        f"{len(defective)} not lossless; {len(advisories)} defect classes"
-    )
+    """The advisory under its verdict line (what the sweep found, shown, not decided)."""
     evidence = "\n".join(
         f"- {row['package']} {row['version']}: {f['class']}: {f['evidence']}\n  repro: {f['repro']}"
         for row in rows
@@ -94,8 +89,8 @@ def releases_section(
         blocks.append(f"Findings, first evidence and repro:\n{evidence}")
     return Section(
         title=TITLE,
-        ok=ok,
-        verdict=verdict,
+        ok=verdict.ok,
+        verdict=verdict.line(),
         blocks=tuple(blocks),
         brief=tuple(blocks[:2]),
         data={"releases": list(rows), "advisories": list(advisories)},

@@ -40,10 +40,14 @@ class Report:
     cases: Sequence[Mapping[str, Any]] = ()
     timing: dict[str, float] = field(default_factory=dict)
     judgement: dict[str, Any] | None = None
+    # what the command found, said in place of PASS/FAIL (the releases advisory: "2 of 20
+    # releases affected by 1 defect class ..."), and its findings at the JSON's top level
+    said: str = ""
+    top_level: Mapping[str, Any] = field(default_factory=dict)
 
 
-def verdict_line(ok: bool) -> str:
-    return f"VERDICT: {'PASS' if ok else 'FAIL'}"
+def verdict_line(ok: bool, *, said: str = "") -> str:
+    return f"VERDICT: {said or ('PASS' if ok else 'FAIL')}"
 
 
 def render_text(
@@ -51,6 +55,7 @@ def render_text(
     heading: str,
     ok: bool,
     sections: list[Section],
+    said: str = "",
     written: Sequence[Path] = (),
     long: bool = True,
 ) -> str:
@@ -59,7 +64,7 @@ def render_text(
     by default), the files ``written`` when given (and, without ``long``, the one that
     holds the whole evidence), and the verdict again as the last line, where a terminal
     leaves it in view."""
-    lines = [heading, "", verdict_line(ok)]
+    lines = [heading, "", verdict_line(ok, said=said)]
     for section in sections:
         if not section.verdict:
             continue
@@ -85,12 +90,12 @@ def render_text(
     if not long and any(s.brief is not None for s in sections):
         where = "".join(f"{path.name}, or " for path in written if path.suffix == ".md")
         lines.append(f"the whole evidence (every case, every test): {where}--long")
-    lines += ["", verdict_line(ok)]
+    lines += ["", verdict_line(ok, said=said)]
     return "\n".join(lines) + "\n"
 
 
-def render_markdown(*, heading: str, ok: bool, sections: list[Section]) -> str:
-    lines = [f"# {heading}", "", f"**Verdict: {'PASS' if ok else 'FAIL'}**", ""]
+def render_markdown(*, heading: str, ok: bool, sections: list[Section], said: str = "") -> str:
+    lines = [f"# {heading}", "", f"**Verdict: {said or ('PASS' if ok else 'FAIL')}**", ""]
     for section in sections:
         if section.verdict:
             lines.append(f"- {'✅' if section.ok else '❌'} {section.verdict}")
@@ -130,6 +135,8 @@ def report_json(report: Report) -> dict[str, Any]:
         "seed": report.seed,
         "device": report.device,
         "ok": report.ok,
+        **({"verdict": report.said} if report.said else {}),
+        **report.top_level,
         **extra,
         "environment": environment(),
         "sections": [
@@ -163,13 +170,15 @@ def emit_report(report: Report, *, out_dir: Path, as_json: bool, long: bool = Fa
     text (the sections' default evidence unless ``long``) or the JSON, and return
     whether the report holds (``Report.ok``)."""
     data = report_json(report)
-    heading, sections, ok = report.heading, report.sections, report.ok
-    text = render_text(heading=heading, ok=ok, sections=sections)
-    markdown = render_markdown(heading=heading, ok=ok, sections=sections)
+    heading, sections, ok, said = report.heading, report.sections, report.ok, report.said
+    text = render_text(heading=heading, ok=ok, sections=sections, said=said)
+    markdown = render_markdown(heading=heading, ok=ok, sections=sections, said=said)
     paths = write_report(out_dir, stem=report.command, data=data, text=text, markdown=markdown)
     if as_json:
         print(json.dumps(data, indent=2))
     else:
-        shown = render_text(heading=heading, ok=ok, sections=sections, written=paths, long=long)
+        shown = render_text(
+            heading=heading, ok=ok, sections=sections, said=said, written=paths, long=long
+        )
         print(shown, end="")
     return report.ok

@@ -195,17 +195,19 @@ def results_table(results: Sequence[StatsResult], *, fmt: TableFormat = "text") 
 
 def detail_table(result: StatsResult, *, config: StatsConfig) -> str:
     """p-values of every test (``*``: rejected by Holm) and the first marginals, at
-    each target and head the result ran (a cut one: fewer than the config's)."""
+    each target, head and group the result ran (a cut one: fewer than the config's)."""
     tests = [JOINT, *(position_name(j) for j in range(config.gamma + 1)), REPEAT]
     header = ["target", "head", "group", *tests, *(f"marg {j}" for j in range(config.m))]
     by_cell = {(s.target, s.head, s.group, s.test): s for s in result.statistics}
     marginals = {(m.target, m.head, m.group, m.position): m for m in result.marginals}
     rows = []
-    ran = {(s.target, s.head) for s in result.statistics}  # a cut result ran fewer
+    ran = {(s.target, s.head, s.group) for s in result.statistics}  # a cut result ran fewer
     for target in (t.name for t in config.targets):
         for head in config.head_kinds:
-            for group in map(group_label, config.groups) if (target, head) in ran else ():
+            for group in map(group_label, config.groups):
                 key = (target, head, group)
+                if key not in ran:
+                    continue
                 cells = [
                     p_text(by_cell[(*key, t)].p_value)
                     + ("*" if by_cell[(*key, t)].rejected else "")

@@ -1,4 +1,4 @@
-"""The versions table as a report section (``harness.upstream.versions`` gathers it):
+"""The versions table as a report section (``harness.releases.versions`` gathers it):
 each version's verdicts, work per call, time against ``fixed``, the statistical
 verdicts under both verifiers, what an interpreted version ran short of the others,
 its findings, and a line for each version not run here."""
@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from harness.oracles.stats import StatsResult
+from harness.releases.versions import VersionRow, Versions, timing_case, work_case
 from harness.render.sections import Section
 from harness.render.tables import table
 from harness.upstream.rejection import BLOCKWISE_REJECTION
-from harness.upstream.versions import VersionRow, Versions, timing_case, work_case
 from reference.verifier import CHAIN_VERIFIER
 
 TITLE = "Versions (docs/upstream.md, 'Versions')"

@@ -1,10 +1,14 @@
 """Which calling convention a sampler class speaks, among ours (``harness.plugins``) and
-the released packages' (``sglang_convention``, ``vllm_convention``), a sampler built in
-it, and an implementation's provenance as reports show it. It sits above both: the
-conventions of ``harness.plugins`` know no released package."""
+the released packages' (each era of the registry, ``harness.upstream.releases.eras.ERAS``,
+names its convention and the classes that speak it), a sampler built in it, and an
+implementation's provenance as reports show it. It sits above both: the conventions of
+``harness.plugins`` know no released package."""
 
 from __future__ import annotations
 
+import functools
+import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -18,27 +22,41 @@ from harness.plugins.conventions import (
 )
 from harness.plugins.implementations import Implementation
 from harness.plugins.protocol import DraftSampler
-from harness.upstream.releases.sglang_0_5_16 import SGLANG_0_5_16, speaks_sglang_0_5_16
-from harness.upstream.sglang_convention import SGLANG_0_5_23
-from harness.upstream.sglang_loader import speaks_sglang_0_5_23
-from harness.upstream.vllm_convention import VLLM_0_33
-from harness.upstream.vllm_loader import speaks_vllm_0_33
+from harness.upstream.releases.eras import ERAS, ConventionRef
 
 if TYPE_CHECKING:
     from harness.case import Case, CaseInputs
 
 
+def _resolve(dotted: str) -> Any:
+    """``"package.module.NAME"`` -> the module's ``NAME``, the module imported now."""
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+@functools.cache
+def bound_convention(reference: ConventionRef) -> tuple[Convention, Callable[[type[Any]], bool]]:
+    """The convention an era of the registry names, and its predicate (imported now)."""
+    convention = _resolve(reference.convention)
+    if not isinstance(convention, Convention):
+        raise TypeError(f"{reference.convention} is no Convention: {convention!r}")
+    return convention, _resolve(reference.speaks)
+
+
+def contract_conventions() -> tuple[tuple[Convention, Callable[[type[Any]], bool]], ...]:
+    """Every convention the registry binds an era to, once each, in the registry's order,
+    with the predicate that says which sampler classes speak it."""
+    references = dict.fromkeys(era.convention for era in ERAS if era.convention is not None)
+    return tuple(bound_convention(reference) for reference in references)
+
+
 def convention_of(sampler_class: type[DraftSampler]) -> Convention:
-    """The convention a sampler class speaks: sglang 0.5.23's for the package's own
-    ``DsparkDraftSampler`` and its subclasses, sglang 0.5.16's for that wheel's (loaded
-    by the release sweep), vLLM 0.33's for its ``DSparkSpeculator`` and its subclasses,
-    else what its constructor says."""
-    if speaks_sglang_0_5_23(sampler_class):
-        return SGLANG_0_5_23
-    if speaks_sglang_0_5_16(sampler_class):
-        return SGLANG_0_5_16
-    if speaks_vllm_0_33(sampler_class):
-        return VLLM_0_33
+    """The convention a sampler class speaks: the first of the registry's conventions that
+    says the class speaks it (a released package's own sampler class and its subclasses),
+    else ours or the PR-era server's, as its constructor says."""
+    for convention, speaks in contract_conventions():
+        if speaks(sampler_class):
+            return convention
     return ConstructorConvention(ConventionName(bind_constructor(sampler_class).convention))
 
 
@@ -62,7 +80,7 @@ def provenance(implementation: Implementation) -> dict[str, Any]:
     convention and adaptations its worker found, else those of its class."""
     if implementation.convention is None or implementation.adaptations is None:
         convention = convention_of(implementation.sampler_class)
-        name, adaptations = convention.name.value, convention.adaptations()
+        name, adaptations = str(convention.name), convention.adaptations()
     else:
         name, adaptations = implementation.convention, implementation.adaptations
     return {

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.upstream import sglang_loader, vllm_loader
+from harness.upstream.loaders import sglang_loader, vllm_loader
 
 Convert = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.upstream.sglang_loader import UpstreamUnavailable, load_sglang
+from harness.upstream.loaders.sglang_loader import UpstreamUnavailable, load_sglang
 from reference.streams import VerifierNoise
 from reference.verifier import (
     VerifyResult,

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from harness.case import TOP_K_ALL
 from harness.plugins.construct import environment_variable
 from harness.plugins.conventions import (
     COUNTER_SEARCH,
     BuiltSampler,
     CallOutputs,
     Convention,
-    ConventionName,
     CounterReads,
     NoiseCounter,
     OutputError,
@@ -48,11 +48,11 @@ from harness.plugins.conventions import (
     rows_written,
 )
 from harness.plugins.walks import HeadCounts
+from harness.upstream.loaders.sglang_loader import LoadedSglang, load_sglang
 from harness.upstream.sglang_counters import observe_counter_reads
-from harness.upstream.sglang_loader import LoadedSglang, load_sglang
 from harness.upstream.sglang_walks import observe_package_walks
 from reference import MarkovHead
-from reference.sampling_params import SamplingInfo
+from reference.sampling_params import NO_TOP_K, SamplingInfo
 from reference.streams import DecodeStreams, VerifierNoise, derived_seeds, independent_streams
 from reference.verifier import DraftBlock
 
@@ -74,9 +74,10 @@ CPU_CAPTURE_FINDING = (
 )
 
 
-def package_head(head: MarkovHead, *, loaded: LoadedSglang | None = None) -> Any:
+def package_head(head: MarkovHead, *, loaded: Any = None) -> Any:
     """The package's head of ``head``'s kind, holding copies of its weights (same dtype
-    and device), renamed through ``HEAD_WEIGHT_NAMES``."""
+    and device), renamed through ``HEAD_WEIGHT_NAMES`` (``loaded``: what holds the
+    head classes, ``LoadedSglang`` or an earlier release's heads module)."""
     package = loaded or load_sglang()
     shape = {"vocab_size": head.vocab_size, "markov_rank": head.rank}
     with torch.random.fork_rng(devices=[]):  # nn layers' default init must not move the RNG
@@ -166,20 +167,32 @@ def _capture_query_on_cpu_only_torch() -> Iterator[None]:
 
 
 def server_sampling_info(sampling_info: SamplingInfo | None) -> SamplingInfo | None:
-    """The batch as today's server sends it: a greedy request is ``T = 1``, ``top_k = 1``."""
+    """The batch as today's server sends it (``SamplingBatchInfo``): a greedy request is
+    ``T = 1``, ``top_k = 1``; no top-k (our 0) is ``TOP_K_ALL``; top-p and min-p as
+    requested (docs/sampling-params.md)."""
     if sampling_info is None:
         return None
-    greedy = sampling_info.top_ks <= 1
+    greedy = sampling_info.greedy_mask
     temperatures = torch.where(
         greedy, torch.ones_like(sampling_info.temperatures), sampling_info.temperatures
     )
-    return SamplingInfo(temperatures=temperatures, top_ks=sampling_info.top_ks)
+    top_ks = torch.where(
+        sampling_info.top_ks == NO_TOP_K,
+        torch.full_like(sampling_info.top_ks, TOP_K_ALL),
+        sampling_info.top_ks,
+    )
+    return SamplingInfo(
+        temperatures=temperatures,
+        top_ks=top_ks,
+        top_ps=sampling_info.top_ps,
+        min_ps=sampling_info.min_ps,
+    )
 
 
 class Sglang0523Sampler(BuiltSampler):
     """The package's sampler, its noise counter, its drafter and its buffers."""
 
-    convention = ConventionName.SGLANG_0_5_23
+    convention = "sglang-0.5.23"
 
     def __init__(
         self,
@@ -411,7 +424,7 @@ def searched_counters(counter: NoiseCounter, reads: CounterReads | None) -> list
 class Sglang0523Convention(Convention):
     """Builds the package's sampler the way today's server does (module docstring)."""
 
-    name = ConventionName.SGLANG_0_5_23
+    name = "sglang-0.5.23"
 
     def adaptations(self) -> tuple[str, ...]:
         return () if torch.backends.cuda.is_built() else (CPU_CAPTURE_FINDING,)

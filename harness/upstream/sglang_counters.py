@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from harness.plugins.conventions import CounterReads
-from harness.upstream.sglang_loader import LoadedSglang
+from harness.upstream.loaders.sglang_loader import LoadedSglang
 
 MARKOV_SAMPLE_MODULE = "sglang.kernels.ops.speculative.dspark.markov_sample"
 

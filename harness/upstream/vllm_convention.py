@@ -45,12 +45,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness.oracles.cut import OracleCut
+from harness.oracle_cut import OracleCut
 from harness.plugins.conventions import (
     BuiltSampler,
     CallOutputs,
     Convention,
-    ConventionName,
     NoiseCounter,
     OutputError,
     RequestKeys,
@@ -59,8 +58,8 @@ from harness.plugins.conventions import (
     read_tensor,
 )
 from harness.plugins.walks import HeadCounts
+from harness.upstream.loaders.vllm_loader import TOPK_ATTRIBUTE, LoadedVllm, interpreted, load_vllm
 from harness.upstream.vllm_drafter import VllmDrafter, reduced_vocab_state
-from harness.upstream.vllm_loader import TOPK_ATTRIBUTE, LoadedVllm, interpreted, load_vllm
 from harness.upstream.vllm_plumbing import (
     DraftReads,
     RequestPlumbing,
@@ -125,7 +124,7 @@ class _InputBuffers:
 class VllmSampler(BuiltSampler):
     """The package's speculator, its drafter, and the server state the harness owns."""
 
-    convention = ConventionName.VLLM_0_33
+    convention = "vllm-0.33"
 
     def __init__(self, *, sampler: Any, model: VllmDrafter, case: Case, loaded: LoadedVllm):
         self.sampler = sampler
@@ -421,7 +420,7 @@ def observe_speculator_walks(sampler: Any, drafter: VllmDrafter) -> Iterator[Hea
 class VllmConvention(Convention):
     """Builds the package's speculator the way vLLM's model runner leaves it (module doc)."""
 
-    name = ConventionName.VLLM_0_33
+    name = "vllm-0.33"
 
     def takes_out(self, sampler_class: type[Any]) -> bool:
         return False  # the server reads the speculator's own draft_tokens

@@ -38,8 +38,12 @@ import numpy as np
 import torch
 
 from harness.plugins.conventions import WORD, DraftKey, KeyedDraws, RequestKeys
+from harness.upstream.loaders.vllm_loader import (
+    GUMBEL_MODULE,
+    SPECULATOR_MODULE,
+    with_fixed_costs_cached,
+)
 from harness.upstream.noise_words import interpreted
-from harness.upstream.vllm_loader import GUMBEL_MODULE, SPECULATOR_MODULE, with_fixed_costs_cached
 
 SEED_BITS = 63
 FIRST_POSITION = 0  # each request's first anchor: a one-token prompt

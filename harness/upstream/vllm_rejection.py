@@ -3,7 +3,7 @@
 ``VLLM_REJECTION`` is a ``reference.verifier.Verifier`` that verifies every row of a
 round with the installed package's own ``rejection_sample`` (its Triton kernels, run
 by Triton's interpreter on a machine without CUDA, ``libdevice.log1p`` given its body
-by ``interpreter_log1p``), loaded unchanged by ``harness.upstream.vllm_loader``. It
+by ``interpreter_log1p``), loaded unchanged by ``harness.upstream.loaders.vllm_loader``. It
 reads what vLLM's server passes it, laid out as the server lays it out for a round of
 ``bs`` requests of ``gamma`` drafts (row ``i`` of the round in request slot ``i``):
 
@@ -45,8 +45,8 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.oracles.cut import OracleCut
-from harness.upstream.vllm_loader import interpreter_log1p, load_vllm
+from harness.oracle_cut import OracleCut
+from harness.upstream.loaders.vllm_loader import interpreter_log1p, load_vllm
 from harness.upstream.vllm_plumbing import RequestPlumbing
 from reference.streams import VerifierNoise
 from reference.verifier import VerifyResult, VerifyRound, VerifyStep

@@ -221,4 +221,4 @@ def test_the_harness_runs_code_in_another_process_three_ways_at_most() -> None:
         for path in root.rglob("*.py")
         if starts.search(path.read_text())
     }
-    assert starting == {"executor.py", "pipeline/isolation.py", "upstream/releases/run.py"}
+    assert starting == {"executor.py", "pipeline/isolation.py", "releases/run.py"}

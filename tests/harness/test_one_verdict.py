@@ -123,7 +123,7 @@ READERS = sorted(
         *HARNESS.glob("cli/*.py"),
         *HARNESS.glob("render/*.py"),
         *(HARNESS / name for name in ("testing.py", "pytest_plugin.py", "__main__.py")),
-        *HARNESS.glob("upstream/versions.py"),
+        *HARNESS.glob("releases/*.py"),
         *HARNESS.glob("upstream/releases/*.py"),
     ]
 )
@@ -131,7 +131,7 @@ VERDICT_WORDS = {"ok", "lossless", "drop_in", "passed", "holds"}
 # Readers whose ok is no verdict on an implementation, with why (docs/verdicts.md, "One
 # verdict"): the release sweep's ok is that every task answered (each release's verdict
 # is a row of the advisory, reported, never held).
-NOT_A_VERDICT = {"upstream/releases/run.py": "every task answered"}
+NOT_A_VERDICT = {"releases/run.py": "every task answered"}
 # The rules that decide a part, each called by the judgement alone (and where it lives).
 PREDICATES = {
     "redraws_hold": "gpu/graphs.py",

@@ -1,7 +1,7 @@
 """sglang 0.5.23-shaped samplers that the checks must judge on the server's plumbing (the
 requests as the server stages them, the counters its stream hands out), not on the
 sampler's own bookkeeping. Each subclasses or wraps the installed package's
-``DsparkDraftSampler`` (``harness.upstream.sglang_loader``); no line of it is copied.
+``DsparkDraftSampler`` (``harness.upstream.loaders.sglang_loader``); no line of it is copied.
 
 - ``TemperatureGreedyMask``: defect: derives its greedy mask from the temperature
   (``T == 0``) instead of ``top_k <= 1``, so a greedy request, which the server sends as
@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from harness.upstream.sglang_loader import load_sglang
+from harness.upstream.loaders.sglang_loader import load_sglang
 from tests.plugins.sglang_samplers import walked_block
 
 PACKAGE = load_sglang()

@@ -1,6 +1,6 @@
 """sglang 0.5.23-shaped samplers: the installed package's ``DsparkDraftSampler``, subclassed.
 
-Importing this module loads the installed package (``harness.upstream.sglang_loader``),
+Importing this module loads the installed package (``harness.upstream.loaders.sglang_loader``),
 so only ``upstream`` tests import it. No line of the package is copied: each class
 calls the package's own code and changes one thing around it.
 
@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 import torch
 
-from harness.upstream.sglang_loader import load_sglang
+from harness.upstream.loaders.sglang_loader import load_sglang
 from reference import exponential_race_torch
 
 PACKAGE = load_sglang()

@@ -120,7 +120,7 @@ class Proposal:
         monkeypatch.setattr(torch.Tensor, "exponential_", literal_exponential_)
         monkeypatch.setattr(head, "sample_block", recorded_walk)
         sampler = sampler_class(model=self.drafter, gamma=GAMMA, max_bs=BS, device="cpu")
-        # top_k <= 1 makes a row greedy: row 0 samples at T = 1, row 1 is greedy
+        # top_k 1 makes a row greedy: row 0 samples at T = 1, row 1 is greedy
         sampler.stage_sampling_params(
             bs=BS, sampling_info=SamplingInfo.from_lists(temperatures=[1.0, 1.0], top_ks=[4, 1])
         )

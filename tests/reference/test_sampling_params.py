@@ -1,8 +1,10 @@
 """Staging per-request sampling parameters (reference.sampling_params).
 
-The contract, as upstream: ``None`` means all greedy at T=1; temperatures are clamped to
-at least ``MIN_TEMPERATURE`` (0 is a greedy request's usual T); a row is greedy when
-``top_k <= 1``. A negative or NaN temperature is a caller error, not a clamp case.
+The contract (docs/sampling-params.md): ``None`` means all greedy at T=1; temperatures are
+clamped to at least ``MIN_TEMPERATURE`` (0 is a greedy request's usual T); a row is greedy
+when ``top_k == 1`` (0: no top-k). A value outside its range (a negative or NaN
+temperature, top-k below 0, top-p outside (0, 1], min-p outside [0, 1)) is a caller
+error, not a clamp case: one line naming the parameter and its range, nothing written.
 """
 
 from __future__ import annotations
@@ -54,12 +56,59 @@ def test_temperatures_are_clamped_to_the_minimum_and_zero_becomes_1e_minus_5() -
     assert temperatures[5] == 42.0
 
 
-def test_greedy_mask_is_top_k_at_most_one() -> None:
-    info = SamplingInfo.from_lists(
-        temperatures=[1.0] * 6, top_ks=[-1, 0, 1, 2, 50, 1 << 30]
-    )  # top_k -1 / 0 count as greedy: the rule is top_k <= 1
+def test_greedy_mask_is_top_k_one_and_top_k_zero_is_no_top_k() -> None:
+    info = SamplingInfo.from_lists(temperatures=[1.0] * 6, top_ks=[0, 0, 1, 2, 50, 1 << 30])
     _, greedy_mask = _stage(6, info)
-    assert torch.equal(greedy_mask, torch.tensor([True, True, True, False, False, False]))
+    assert torch.equal(greedy_mask, torch.tensor([False, False, True, False, False, False]))
+
+
+@pytest.mark.parametrize(
+    ("field", "bad", "message"),
+    [
+        ("top_ks", -1, r"top_ks must be integers >= 0 \(0: no top-k, 1: greedy\)"),
+        ("top_ps", 0.0, r"top_ps must be in \(0, 1\] \(1: no top-p\)"),
+        ("top_ps", 1.5, r"top_ps must be in \(0, 1\]"),
+        ("top_ps", math.nan, r"top_ps must be in \(0, 1\]"),
+        ("min_ps", 1.0, r"min_ps must be in \[0, 1\) \(0: no min-p\)"),
+        ("min_ps", -0.1, r"min_ps must be in \[0, 1\)"),
+        ("min_ps", math.nan, r"min_ps must be in \[0, 1\)"),
+    ],
+)
+def test_a_truncation_outside_its_range_raises_one_line_and_writes_nothing(
+    field: str, bad: float, message: str
+) -> None:
+    lists: dict[str, list] = {
+        "temperatures": [1.0, 1.0],
+        "top_ks": [0, 0],
+        "top_ps": [1.0, 1.0],
+        "min_ps": [0.0, 0.0],
+    }
+    lists[field][1] = bad
+    info = SamplingInfo.from_lists(**lists)
+    temperatures, greedy_mask = _buffers()
+    with pytest.raises(ValueError, match=message) as raised:
+        stage_sampling_params(
+            bs=2, sampling_info=info, temperatures=temperatures, greedy_mask=greedy_mask
+        )
+    assert "\n" not in str(raised.value)
+    assert bool((temperatures == 42.0).all())
+    assert not bool(greedy_mask.any())
+
+
+def test_top_p_and_min_p_default_to_no_truncation_and_select_keeps_every_field() -> None:
+    info = SamplingInfo.from_lists(temperatures=[0.5, 1.0, 2.0], top_ks=[1, 0, 3])
+    assert info.top_ps.tolist() == [1.0, 1.0, 1.0]
+    assert info.min_ps.tolist() == [0.0, 0.0, 0.0]
+    mixed = SamplingInfo.from_lists(
+        temperatures=[0.5, 1.0, 2.0],
+        top_ks=[1, 0, 3],
+        top_ps=[1.0, 0.5, 0.9],
+        min_ps=[0.0, 0.25, 0.1],
+    )
+    picked = mixed.select(torch.tensor([2, 0]))
+    assert picked.top_ks.tolist() == [3, 1]
+    assert picked.top_ps.tolist() == pytest.approx([0.9, 1.0])
+    assert picked.min_ps.tolist() == pytest.approx([0.1, 0.0])
 
 
 def test_staging_overwrites_the_previous_calls_rows() -> None:
@@ -109,7 +158,7 @@ def test_negative_or_nan_temperature_raises_and_writes_nothing(bad: float) -> No
 )
 def test_sampling_info_of_the_wrong_shape_raises(temps: torch.Tensor, top_ks: torch.Tensor) -> None:
     info = SamplingInfo(temperatures=temps, top_ks=top_ks)
-    with pytest.raises(ValueError, match=r"must both be \[bs=3\]"):
+    with pytest.raises(ValueError, match=r"fields must all be \[bs=3\]"):
         _stage(3, info)
 
 

@@ -10,18 +10,26 @@ import torch
 
 from harness.pipeline.check_result import CheckResult, Skip, failed, passed, skipped
 from harness.pipeline.checks.subject import Subject, token_ids_valid
+from reference import top_k_mask
 
 
 def logits_not_written(
-    kept: torch.Tensor, *, base_logits: torch.Tensor, candidates: torch.Tensor | None
+    kept: torch.Tensor,
+    *,
+    base_logits: torch.Tensor,
+    candidates: torch.Tensor | None,
+    draft_top_k: int | None = None,
 ) -> torch.Tensor:
     """``[bs, gamma]``: positions whose kept step logits ``[bs, gamma, V]`` are unwritten
     or not finite where the drafter's law has the entry (``-inf`` is what is written
-    outside its support, the base logits' ``-inf``, and off a contract's candidates)."""
+    outside its support, the base logits' ``-inf``, off a contract's candidates, and off
+    the drafter's own ``draft_top_k``: teacher forcing judges that set)."""
     not_finite = ~torch.isfinite(kept)
     off_law = base_logits.to(kept.device) == -math.inf  # outside the support
     if candidates is not None:  # the contract's candidates (vLLM's top-K)
         off_law |= ~candidates.to(kept.device)
+    if draft_top_k is not None:
+        off_law |= ~top_k_mask(kept, k=draft_top_k)
     not_finite &= ~off_law | (kept != -math.inf)  # -inf there is written
     return not_finite.any(dim=-1)
 
@@ -49,7 +57,10 @@ def check_outputs_written(subject: Subject) -> CheckResult:
         problems.append((f"token ids outside [0, {run.case.vocab_size}) or unwritten", bad_tokens))
     if result.corrected is not None:
         not_finite = logits_not_written(
-            result.corrected, base_logits=run.block.base_logits, candidates=result.candidates
+            result.corrected,
+            base_logits=run.block.base_logits,
+            candidates=result.candidates,
+            draft_top_k=result.draft_top_k,
         )
         if not_finite.any():
             problems.append(("corrected_out unwritten or not finite", not_finite))

@@ -25,7 +25,7 @@ from harness.pipeline.checks.subject import (
 )
 from harness.pipeline.diffs import max_abs_diff_text
 from harness.pipeline.runner import CaseRun, ImplResult
-from reference import BlockInputs, ToyDraftModel, teacher_forced_logits
+from reference import BlockInputs, ToyDraftModel, teacher_forced_logits, top_k_mask
 from reference.verifier import draft_distribution
 
 
@@ -37,13 +37,16 @@ def rebuilt_step_logits(
     tokens: torch.Tensor,
     kept_dtype: torch.dtype,
     candidates: torch.Tensor | None,
+    draft_top_k: int | None = None,
 ) -> torch.Tensor:
     """``[bs, gamma, V]``: the step logits rebuilt from the emitted ``tokens`` ``[bs,
     gamma]`` in the dtype the sampler kept them in, ``-inf`` off the contract's
-    ``candidates``. Kept no wider than the base: rebuilt in the base dtype and rounded to
-    it; kept wider (float32 over a bfloat16 base): each step's base logits plus its bias
-    summed in that dtype, as a sampler keeping it does (the bias: the teacher-forced walk
-    on zero base logits of the kept dtype, exact)."""
+    ``candidates`` and off the drafter's own ``draft_top_k`` of the rebuilt logits (what
+    it declares it truncated, compared with what it wrote). Kept no wider than the base:
+    rebuilt in the base dtype and rounded to it; kept wider (float32 over a bfloat16
+    base): each step's base logits plus its bias summed in that dtype, as a sampler
+    keeping it does (the bias: the teacher-forced walk on zero base logits of the kept
+    dtype, exact)."""
     kept, base = kept_dtype, block.base_logits.dtype
     if kept == base or torch.promote_types(kept, base) != kept:
         rebuilt = teacher_forced_logits(model=model, block=block, tokens=tokens)
@@ -53,7 +56,10 @@ def rebuilt_step_logits(
         )
         bias = teacher_forced_logits(model=model, block=zero, tokens=tokens)
         rebuilt = block.base_logits.to(kept) + bias.to(kept)
-    return on_candidates(rebuilt, candidates).to(kept)
+    rebuilt = on_candidates(rebuilt, candidates)
+    if draft_top_k is not None:
+        rebuilt = on_candidates(rebuilt, top_k_mask(rebuilt, k=draft_top_k))
+    return rebuilt.to(kept)
 
 
 def teacher_forcing_mismatches(
@@ -64,6 +70,7 @@ def teacher_forcing_mismatches(
     tokens: torch.Tensor,
     candidates: torch.Tensor | None,
     exact: bool,
+    draft_top_k: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``[bs, gamma]`` mask of the positions whose kept step logits ``kept`` ``[bs, gamma,
     V]`` differ from those rebuilt from the emitted ``tokens`` (``rebuilt_step_logits``),
@@ -71,7 +78,12 @@ def teacher_forcing_mismatches(
     ``assert_close`` tolerance."""
     with torch.inference_mode():
         rebuilt = rebuilt_step_logits(
-            model=model, block=block, tokens=tokens, kept_dtype=kept.dtype, candidates=candidates
+            model=model,
+            block=block,
+            tokens=tokens,
+            kept_dtype=kept.dtype,
+            candidates=candidates,
+            draft_top_k=draft_top_k,
         )  # [bs, gamma, V] in the kept dtype
     return positions_differ(kept, rebuilt, exact=exact), rebuilt
 
@@ -125,6 +137,7 @@ def check_teacher_forcing(subject: Subject) -> CheckResult:
         tokens=result.tokens,
         candidates=result.candidates,
         exact=exact_comparison(run),
+        draft_top_k=result.draft_top_k,
     )
     if differ.any():
         return failed(

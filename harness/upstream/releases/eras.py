@@ -4,10 +4,16 @@ Read from the wheels themselves (``pip download --no-deps``; docs/releases.md ha
 table in words). Each era says once where its sampler lives in the wheel, its
 constructor, how the server stages parameters, where its noise comes from, what it
 writes, which of the harness's verifiers is its own server's, how the harness loads it
-(``Loading``) and the light dependencies its modules import. A new patch release of a
-known era is one more version in ``versions``; a version in no era, or whose files do
-not fit its era's contract (``contract_differences``), is not judged: "unknown
-contract", with what differs.
+(``Loading``), the light dependencies its modules import, the convention object that
+builds and reads its samplers and which sampler classes speak it (``ConventionRef``),
+and the plug-in era whose ``sglang`` its files import. ``ERAS`` is the one registry of
+server eras: the release sweep, the versions table, ``convention_of``
+(``harness.upstream.dispatch``) and every test and doc check that enumerates eras read
+it. A new patch release of a known era is one more version in ``versions``; a new
+contract is one more value here (and, where its calling convention is new, one module
+that holds it; docs/releases.md, "Adding a contract"); a version in no era, or whose
+files do not fit its era's contract (``contract_differences``), is not judged:
+"unknown contract", with what differs.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import enum
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from harness.upstream.releases.wheels import version_key
 
@@ -33,9 +40,19 @@ class Loading(enum.Enum):
     VLLM_PACKAGE = "vllm-package"
     # sglang 0.5.16: the wheel's dspark_draft.py under the bug era's surface and the
     # worker's names as stand-ins; its folded sampler and eager block driven as its
-    # proposer drives them (harness.upstream.releases.sglang_0_5_16)
+    # proposer drives them (harness.upstream.sglang_0_5_16)
     SGLANG_0_5_16 = "sglang-0.5.16"
     NONE = "none"  # the harness has no convention for this contract
+
+
+class ConventionRef(NamedTuple):
+    """Where an era's convention lives, named as vLLM's model registry names a model's
+    module and class and imported only when a sampler is built (``harness.upstream.dispatch``
+    resolves it): the ``Convention`` object, and the predicate that says which sampler
+    classes speak it."""
+
+    convention: str  # "module.ATTRIBUTE": a ``harness.plugins.conventions.Convention``
+    speaks: str  # "module.function": ``(sampler_class) -> bool``
 
 
 @dataclass(frozen=True)
@@ -63,6 +80,12 @@ class ReleaseEra:
     why_not_judged: str = ""  # Loading.NONE: why
     # the Triton kernels its sampling runs, read for libdevice calls under the interpreter
     kernel_files: tuple[str, ...] = ()
+    # the convention that builds and reads its samplers; None: the constructor says
+    # (ours and the PR-era server's, ``harness.plugins.conventions``), or the harness has
+    # none yet (``Loading.NONE``, ``why_not_judged``)
+    convention: ConventionRef | None = None
+    # the plug-in era (``harness.plugins.eras.Era``) whose ``sglang`` its files import
+    plugin_era: str = ""
 
     @property
     def first(self) -> str:
@@ -74,9 +97,20 @@ class ReleaseEra:
 
 
 _SERVER_FILE = "sglang/srt/speculative/dspark_components/dspark_draft_sampler.py"
-_SURFACE_STANDS_IN = (
-    "the wheel's SampleStepTokens kernel, Markov heads and environment flags: the "
-    "harness's surface (reference) stands in for them; the sampler's own code is the wheel's"
+# What of sglang 0.5.16-0.5.21 still stands in: their sampler, step kernel, Markov heads
+# and flags are the wheel's own (harness.upstream.sglang_wheel).
+_STEP_KERNEL_ON_CUDA = (
+    "the Triton kernel of its step sampler (SampleStepTokens.triton): CUDA only; on a CPU "
+    "the wheel's own SampleStepTokens.execute runs its torch path, which is judged"
+)
+_FUSED_GREEDY_ON_CUDA = (
+    "the vanilla head's fused greedy walk (sample_block_greedy_fused over MarkovGreedyStep's "
+    "Triton kernel): CUDA only; off CUDA the wheel's head returns None and the sampler "
+    "walks the head step by step, which is judged"
+)
+_CONFIDENCE_STANDS_IN = (
+    "the confidence function the sampler is handed: its server's planner's; the case's "
+    "linear probe stands in"
 )
 _PR_STAGING = "stage_sampling_params: temperatures clamped >= 1e-5, greedy_mask = top_k <= 1"
 _PR_OUTPUTS = "out[: bs*gamma]; corrected_out (the kept step logits); confidence_out"
@@ -104,9 +138,20 @@ _PR_SERVER_ERA = ReleaseEra(
     verifier=None,
     loading=Loading.SERVER_FILE,
     light_deps="requirements/sglang-dspark.txt",
-    members=(_SERVER_FILE,),
+    members=("sglang/",),
+    plugin_era="pr36934",
+    # the wheel's own step kernel, heads and flags (a wheel holding only the sampler
+    # file is a file plug-in under the bug era's surface, and its row says so)
+    convention=ConventionRef(
+        "harness.upstream.sglang_wheel.SGLANG_WHEEL",
+        speaks="harness.upstream.sglang_wheel.speaks_sglang_wheel",
+    ),
     layouts=("anchor",),  # the sampler has no sample_from_anchor: gamma rows a request
-    not_covered=(_SURFACE_STANDS_IN, "its server's verifier: the harness has none"),
+    not_covered=(
+        _STEP_KERNEL_ON_CUDA,
+        _CONFIDENCE_STANDS_IN,
+        "its server's verifier: the harness has none",
+    ),
 )
 
 _VLLM_ERA = ReleaseEra(
@@ -142,6 +187,10 @@ _VLLM_0_31_ERA = replace(
     _VLLM_ERA,
     name="vllm-0.31-0.33",
     loading=Loading.VLLM_PACKAGE,
+    convention=ConventionRef(
+        "harness.upstream.vllm_convention.VLLM_0_33",
+        speaks="harness.upstream.loaders.vllm_loader.speaks_vllm_0_33",
+    ),
     why_not_judged="",
     versions=("0.31.0", "0.32.0", "0.33.0"),
     methods=(
@@ -183,16 +232,20 @@ ERAS: tuple[ReleaseEra, ...] = (
         ),
         verifier=None,
         loading=Loading.SGLANG_0_5_16,
+        convention=ConventionRef(
+            "harness.upstream.sglang_0_5_16.SGLANG_0_5_16",
+            speaks="harness.upstream.sglang_0_5_16.speaks_sglang_0_5_16",
+        ),
+        plugin_era="pr36934",  # the wheel's file sees the bug era's surface
         light_deps="requirements/sglang-dspark.txt",
-        members=("sglang/srt/speculative/dspark_components/dspark_draft.py",),
+        members=("sglang/",),
         layouts=("anchor",),  # the sampler takes gamma query rows a request, anchor first
         not_covered=(
-            "the wheel's SampleStepTokens kernel and environment flags: the harness's "
-            "surface (reference) stands in; the sampler's and sample_draft_block's own "
-            "code is the wheel's",
+            _STEP_KERNEL_ON_CUDA,
             "the eager path's multinomial branch (SGLANG_DSPARK_FAST_SAMPLING=0): not run",
             "the proposer's draft forward pass: the case's hidden states stand in; the "
             "folded path is taken whenever the batch is all greedy (the draft graph runs)",
+            _CONFIDENCE_STANDS_IN,
             "its server's verifier: the harness has none (chain)",
         ),
     ),
@@ -212,6 +265,7 @@ ERAS: tuple[ReleaseEra, ...] = (
             "folded_sampling",
         ),
         layouts=("anchor", "no-anchor"),
+        not_covered=(_FUSED_GREEDY_ON_CUDA, *_PR_SERVER_ERA.not_covered),
     ),
     ReleaseEra(
         name="sglang-0.5.22-0.5.23",
@@ -236,6 +290,11 @@ ERAS: tuple[ReleaseEra, ...] = (
         outputs="out[: bs*gamma]; step_logits; confidence_out; verify_ids (0.5.23)",
         verifier="sglang-blockwise",
         loading=Loading.SGLANG_PACKAGE,
+        convention=ConventionRef(
+            "harness.upstream.sglang_convention.SGLANG_0_5_23",
+            speaks="harness.upstream.loaders.sglang_loader.speaks_sglang_0_5_23",
+        ),
+        plugin_era="sglang-0.5.23",
         light_deps="requirements/sglang-dspark.txt",
         members=("sglang/",),
         not_covered=("the megakernel path (NVIDIA only)",),
@@ -248,6 +307,7 @@ ERAS: tuple[ReleaseEra, ...] = (
         # Driven through 0.33's convention, 0.30.0's first sampled case raised
         # (measured, docs/releases.md "Measured"): no verdict on it.
         loading=Loading.NONE,
+        convention=None,
         noise="Gumbel from Triton's Philox (tl.randint of the request's seed and position)",
         why_not_judged=(
             "no convention for this contract: the harness's vLLM convention keys the "

@@ -276,7 +276,7 @@ def test_negative_nan_or_infinite_temperature_raises_and_leaves_the_staged_rows(
         (
             2,
             SamplingInfo.from_lists(temperatures=[1.0] * 3, top_ks=[1] * 3),
-            r"sampling_info\.temperatures and \.top_ks must both be \[bs=2\]",
+            r"sampling_info's fields must all be \[bs=2\]",
         ),
     ],
 )

@@ -69,7 +69,13 @@ def test_the_default_covers_every_head_a_temperature_mix_and_every_committed_pos
 ) -> None:
     config = DEFAULT_CONFIG
     assert config.head_kinds == HEAD_KINDS
-    assert set(config.groups) == {0.6, 1.0, 1.4, 0.0}
+    assert {(g.temperature, g.greedy) for g in config.groups} == {
+        (0.6, False),
+        (1.0, False),
+        (1.4, False),
+        (0.0, True),
+    }
+    assert not any(g.top_k > 1 or g.top_p < 1 or g.min_p > 0 for g in config.groups)
     assert config.alpha == ALPHA
     tests = {(s.target, s.head, s.group, s.test) for s in default_results["fixed"].statistics}
     assert len(tests) == family_size(config) == len(config.targets) * 3 * 4 * (config.gamma + 3)

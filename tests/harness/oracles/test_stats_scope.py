@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import torch
 
+from harness.oracle_cut import OracleCut
 from harness.oracles import scope as oracle_scope
 from harness.oracles import stats
-from harness.oracles.cut import OracleCut
 from harness.oracles.problem import DEFAULT_CONFIG, FAR
 from harness.plugins.construct import bind_constructor
 from harness.plugins.conventions import ConstructorConvention, ConventionName

@@ -105,7 +105,7 @@ def test_an_unknown_verifier_name_is_bad_usage(tmp_path, capsys) -> None:
 
 
 def test_without_the_package_the_servers_verifier_is_refused_in_one_line(tmp_path, capsys) -> None:
-    from harness.upstream.sglang_loader import unavailable_reason
+    from harness.upstream.loaders.sglang_loader import unavailable_reason
 
     if unavailable_reason() is None:
         pytest.skip("sglang is installed here: the refusal cannot be seen")

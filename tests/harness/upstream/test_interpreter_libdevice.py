@@ -1,4 +1,4 @@
-"""libdevice bodies under Triton's interpreter (``harness.upstream.interpreter_libdevice``):
+"""libdevice bodies under Triton's interpreter (``harness.upstream.loaders.interpreter_libdevice``):
 each body faithful in float32 against torch on more than 10^6 inputs, edge cases
 included; a kernel of our own that calls libdevice runs inside the context and fails
 outside it; and the context puts everything back."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.upstream.interpreter_libdevice import BODIES, libdevice_bodies, log1p_float32
+from harness.upstream.loaders.interpreter_libdevice import BODIES, libdevice_bodies, log1p_float32
 
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402

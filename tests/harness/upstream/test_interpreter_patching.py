@@ -1,5 +1,5 @@
 """Triton's interpreter patching ``triton.language`` once per launch
-(``harness.upstream.interpreter_patching``): the nested calls' second pass is skipped,
+(``harness.upstream.loaders.interpreter_patching``): the nested calls' second pass is skipped,
 what a kernel computes is the same bit for bit (our own kernels, and vLLM's own
 speculator and rejection sampler, which the vLLM loader runs inside the context, under
 the ``vllm`` marker), and the interpreter's functions are put back."""
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from harness.upstream.interpreter_patching import fixed_costs_cached
+from harness.upstream.loaders.interpreter_patching import fixed_costs_cached
 
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
@@ -138,7 +138,7 @@ needs_vllm = pytest.mark.vllm
 @contextmanager
 def as_triton_runs_them() -> Iterator[list[Callable[..., Any]]]:
     """The loader's kernels run without the context, every patch counted."""
-    from harness.upstream import vllm_loader
+    from harness.upstream.loaders import vllm_loader
 
     with counted_patches() as seen, pytest.MonkeyPatch.context() as patch:
         patch.setattr(vllm_loader, "fixed_costs_cached", nullcontext)

@@ -105,7 +105,7 @@ def test_vllm_draws_are_guarded() -> None:
 @pytest.mark.upstream
 def test_sglang_draft_mirror_equals_the_package_step_on_its_own_words() -> None:
     # one token per row: the step's partial maximum is that token's key, 0 / 1 - log E
-    from harness.upstream.sglang_loader import load_sglang
+    from harness.upstream.loaders.sglang_loader import load_sglang
 
     loaded = load_sglang()
     markov = loaded.modules["sglang.kernels.ops.speculative.dspark.markov_sample"]
@@ -145,7 +145,7 @@ def test_vllm_halves_mirror_equals_the_package_uniform_on_its_own_words() -> Non
 
     import numpy as np
 
-    from harness.upstream import vllm_loader
+    from harness.upstream.loaders import vllm_loader
     from harness.upstream.noise_words import interpreted, murmur_halves_uniform
 
     gumbel = importlib.import_module(vllm_loader.GUMBEL_MODULE)

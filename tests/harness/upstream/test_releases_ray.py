@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.upstream.releases.run import release_executor, run_sweep
-from harness.upstream.releases.sweep import ReleaseRow, ReleaseTask
+from harness.releases.run import release_executor, run_sweep
+from harness.releases.sweep import ReleaseRow, ReleaseTask
 from tests.harness.upstream.fake_wheels import AFTER_FIX, BEFORE_FIX, sampler_wheel
 
 ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install '.[ray]'")

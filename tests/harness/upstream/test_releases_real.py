@@ -10,16 +10,25 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
-from harness.upstream.releases.sweep import ReleaseTask, judge_release
+from harness.releases.sweep import ReleaseTask, judge_release
+from harness.upstream.loaders import sglang_loader
 from harness.upstream.releases.wheels import DEFAULT_CACHE, NotFetched, extract, fetch
 
 pytestmark = pytest.mark.releases
 
 PR_ERA = "shared: torch's one generator, drafter and verifier in turn"
 SGLANG_0_5_23 = "shared: sglang 0.5.23's plumbing"
+
+
+@pytest.fixture(autouse=True)
+def _installed_sglang_after() -> Iterator[None]:
+    """An sglang row points this process's sglang loader at its wheel: put it back."""
+    yield
+    sglang_loader.use_release(None)
 
 
 def _task(package: str, version: str) -> ReleaseTask:
@@ -114,8 +123,8 @@ def _in_a_vllm_release(version: str, body: str) -> str:
     """Run ``body`` in a process of its own with vLLM ``version`` imported from its
     extracted wheel under Triton's interpreter; its output (skipped without the pinned
     light dependencies or the wheel)."""
+    from harness.releases.loading import missing_light_deps
     from harness.upstream.releases.eras import era_of
-    from harness.upstream.releases.loading import missing_light_deps
 
     era = era_of("vllm", version)
     assert era is not None
@@ -124,7 +133,7 @@ def _in_a_vllm_release(version: str, body: str) -> str:
         pytest.skip(f"the light dependencies are not installed as pinned: {missing[:3]}")
     _task("vllm", version)  # fetched into the cache, or skipped
     script = (
-        "from harness.upstream import vllm_loader\n"
+        "from harness.upstream.loaders import vllm_loader\n"
         "from harness.upstream.releases.wheels import DEFAULT_CACHE, extract, fetch\n"
         f"wheel = fetch('vllm', {version!r}, cache=DEFAULT_CACHE, offline=True)\n"
         f"files = extract('vllm', {version!r}, wheel=wheel, members=('vllm/',))\n"
@@ -193,7 +202,7 @@ def test_vllm_0_25_gumbel_kernel_runs_under_the_interpreter_with_the_libdevice_b
         "0.25.0",
         "import torch\n"
         "from triton.runtime.errors import InterpreterError\n"
-        "from harness.upstream.interpreter_libdevice import libdevice_bodies\n"
+        "from harness.upstream.loaders.interpreter_libdevice import libdevice_bodies\n"
         "vllm_loader.load_vllm()\n"
         "from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample\n"
         "tokens, allowed = 256, 5\n"

@@ -20,11 +20,11 @@ from harness.pipeline.checks import tier_of
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.life import MIN_REPLAYS
 from harness.pipeline.runner import ImplResult, run_case
-from harness.plugins.conventions import ConventionName
 from harness.plugins.eras import Era
 from harness.plugins.implementations import Implementation, parse_impl_spec
 from harness.testing import check_sampler
 from harness.upstream.dispatch import convention_of, provenance
+from harness.upstream.sglang_convention import SGLANG_0_5_23
 
 pytestmark = pytest.mark.upstream
 
@@ -52,7 +52,7 @@ def _run(case: Case, sampler_class: type) -> tuple[ImplResult, dict[str, str]]:
 def test_impl_sglang_is_the_package_sampler_in_its_own_convention() -> None:
     implementation = parse_impl_spec("today=sglang")
     assert implementation.sampler_class.__module__.startswith("sglang.srt.speculative")
-    assert convention_of(implementation.sampler_class).name is ConventionName.SGLANG_0_5_23
+    assert convention_of(implementation.sampler_class) is SGLANG_0_5_23
     assert provenance(implementation)["convention"] == "sglang-0.5.23"
     assert implementation.era is Era.SGLANG_0_5_23
     cpu_only = not torch.backends.cuda.is_built()  # the adapter's one workaround is named
@@ -60,13 +60,13 @@ def test_impl_sglang_is_the_package_sampler_in_its_own_convention() -> None:
 
 
 def test_a_working_copy_of_the_package_module_loads_for_its_era_and_is_lossless() -> None:
+    from harness.upstream.loaders.sglang_loader import load_sglang
     from harness.upstream.sglang_convention import SAMPLER_MODULE
-    from harness.upstream.sglang_loader import load_sglang
 
     path = load_sglang().modules[SAMPLER_MODULE].__file__  # the file a kernel engineer edits
     implementation = parse_impl_spec(f"copy={path}")
     assert implementation.era is Era.SGLANG_0_5_23  # detected from its imports
-    assert convention_of(implementation.sampler_class).name is ConventionName.SGLANG_0_5_23
+    assert convention_of(implementation.sampler_class) is SGLANG_0_5_23
     _, statuses = _run(BUCKETED, implementation.sampler_class)
     assert {name for name, status in statuses.items() if status == "fail"} == ALWAYS
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.upstream import sglang_loader
-from harness.upstream.sglang_loader import (
+from harness.upstream.loaders import sglang_loader
+from harness.upstream.loaders.sglang_loader import (
     EXPORTS,
     STAND_INS,
     BoundaryUsed,

@@ -31,7 +31,7 @@ UNIFORM_SCALE = 2.0**-32
 
 @pytest.fixture(scope="module")
 def loaded():  # type: ignore[no-untyped-def]
-    from harness.upstream.sglang_loader import load_sglang
+    from harness.upstream.loaders.sglang_loader import load_sglang
 
     return load_sglang()
 

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from harness.cli import main
-from harness.upstream import vllm_loader
+from harness.upstream.loaders import vllm_loader
 from harness.upstream.rejection import BLOCKWISE_REJECTION
 from reference.verifier import CHAIN_VERIFIER
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.upstream
 
 @pytest.fixture(scope="module")
 def rows():  # type: ignore[no-untyped-def]
-    from harness.upstream.versions import collect_versions
+    from harness.releases.versions import collect_versions
 
     versions = collect_versions(scan_triples_per_point=1 << 14, repeats=1)
     return {row.name: row for row in versions.rows}

@@ -9,7 +9,8 @@ import pytest
 
 from harness.pipeline.support_scan import full_plan
 from harness.plugins.implementations import builtin_implementations, parse_impl_spec
-from harness.upstream import versions, vllm_loader
+from harness.releases import versions
+from harness.upstream.loaders import vllm_loader
 
 PLAN = full_plan(triples_per_point=1 << 16)
 

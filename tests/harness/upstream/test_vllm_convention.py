@@ -20,12 +20,12 @@ from harness.pipeline.checks import tier_of
 from harness.pipeline.compare import evaluate_run
 from harness.pipeline.life import MIN_REPLAYS
 from harness.pipeline.runner import ImplResult, run_case
-from harness.plugins.conventions import ConventionName
 from harness.plugins.errors import ImplementationError
 from harness.plugins.implementations import Implementation, parse_impl_spec
-from harness.upstream import vllm_loader
 from harness.upstream.dispatch import build_for_case, convention_of, provenance
-from harness.upstream.vllm_loader import parse_vllm_variant
+from harness.upstream.loaders import vllm_loader
+from harness.upstream.loaders.vllm_loader import parse_vllm_variant
+from harness.upstream.vllm_convention import VLLM_0_33
 
 SHAPE = {"bs": 4, "gamma": 4, "vocab_size": 64, "hidden_size": 16, "markov_rank": 8}
 MIXED = (False, True, False, False)  # one greedy row among sampled ones
@@ -90,7 +90,7 @@ def test_impl_vllm_is_the_package_speculator_in_its_own_convention() -> None:
     assert dense.sampler_class.__module__ == vllm_loader.SPECULATOR_MODULE
     assert topk.sampler_class.__mro__[1] is dense.sampler_class  # only K is ours
     for implementation in (dense, topk):
-        assert convention_of(implementation.sampler_class).name is ConventionName.VLLM_0_33
+        assert convention_of(implementation.sampler_class) is VLLM_0_33
         assert provenance(implementation)["convention"] == "vllm-0.33"
 
 
@@ -181,7 +181,7 @@ def test_planted_vllm_defect_fails_its_check(
     defects: ModuleType, defect: str, case: Case, target: str
 ) -> None:
     implementation = Implementation(defect, getattr(defects, defect), f"test:{defect}")
-    assert convention_of(implementation.sampler_class).name is ConventionName.VLLM_0_33
+    assert convention_of(implementation.sampler_class) is VLLM_0_33
     _, statuses = _run(case, implementation)
     assert statuses[target] == "fail", statuses
     assert statuses["ran"] == "pass"

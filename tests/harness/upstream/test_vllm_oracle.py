@@ -16,7 +16,7 @@ import pytest
 from harness.oracles import stats
 from harness.oracles.problem import DEFAULT_CONFIG, FAR
 from harness.plugins.implementations import parse_impl_spec
-from harness.upstream import vllm_loader
+from harness.upstream.loaders import vllm_loader
 from reference.verifier import CHAIN_VERIFIER
 
 pytestmark = pytest.mark.vllm

@@ -30,7 +30,7 @@ from harness.pipeline.compare import evaluate_run
 from harness.pipeline.runner import run_case
 from harness.plugins.conventions import WORD, KeyedDraws
 from harness.plugins.implementations import Implementation
-from harness.upstream.vllm_loader import GUMBEL_MODULE, load_vllm
+from harness.upstream.loaders.vllm_loader import GUMBEL_MODULE, load_vllm
 from harness.upstream.vllm_plumbing import keyed_draws
 from harness.upstream.vllm_rejection import VLLM_REJECTION
 from reference.verifier import CHAIN_VERIFIER, DraftCall, Verifier

@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from harness.cli import main
+from harness.oracle_cut import OracleCut
 from harness.oracles import stats
-from harness.oracles.cut import OracleCut
 from harness.oracles.problem import DEFAULT_CONFIG, FAR, build_problems
 from harness.plugins.implementations import builtin_implementations
-from harness.upstream import vllm_loader
+from harness.upstream.loaders import vllm_loader
 from harness.upstream.vllm_rejection import ROW_CUT, VLLM_REJECTION, RequestNoise
 from reference.streams import VerifierNoise
 from reference.target_model import MarkovTargetModel

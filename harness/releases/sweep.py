@@ -6,15 +6,15 @@ files against its era's contract, loads its sampler unchanged the way its era sa
 (``eras.Loading``), and judges it with ``harness.judge.judge`` on the standard matrix
 with the statistical oracle under its own server's verifier (chain where the harness
 has none, said so in ``not_covered``). A release the harness cannot judge is a row with
-``judged`` false and the reason, never a pass. ``advisories(rows)`` turns the rows into
-the per-class table: the affected versions, the first and the last, and the first
-later judged version that is free of the class.
+``judged`` false and the reason, never a pass; ``harness.releases.advisory`` turns the
+rows into the advisory.
 """
 
 from __future__ import annotations
 
+import shlex
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from harness.pipeline.support_scan import PointResult, ScanPlan
     from harness.plugins.implementations import Implementation
 
-from harness.upstream.releases.wheels import NotFetched, Wheel, extract, fetch, version_key
+from harness.upstream.releases.wheels import NotFetched, Wheel, extract, fetch
 
 CHAIN = "chain"
 ORACLE_CLASS = "statistical oracle"  # the class of a finding the oracle makes
@@ -68,12 +68,6 @@ class ReleaseRow(TypedDict):
     seconds: float
 
 
-Advisory = TypedDict(
-    "Advisory",
-    {"class": str, "package": str, "affected": dict[str, object], "fixed_in": str | None},
-)
-
-
 @dataclass(frozen=True)
 class ReleaseTask:
     """What one task judges: a release of a package (or a plug-in file, ``impl``)."""
@@ -87,14 +81,16 @@ class ReleaseTask:
 
 
 def repro_command(task: ReleaseTask) -> str:
-    """The command that judges this one release again (the same seed, the same cache)."""
+    """The command that judges this one release (or ``--impl`` file) again, as a user
+    pastes it into a shell: the same seed, the same scan, the same wheel cache."""
     if task.package == "impl":
-        return f"python -m harness releases --sglang none --vllm none --impl {task.version}"
-    other = "vllm" if task.package == "sglang" else "sglang"
-    return (
-        f"python -m harness releases --{task.package} {task.version} --{other} none "
-        f"--wheel-dir {task.cache} --seed {task.seed} --scan-triples {task.scan_triples}"
-    )
+        selection = ["--sglang", "none", "--vllm", "none", "--impl", task.version]
+    else:
+        other = "vllm" if task.package == "sglang" else "sglang"
+        selection = [f"--{task.package}", task.version, f"--{other}", "none"]
+        selection += ["--wheel-dir", task.cache]
+    words = [*selection, "--seed", str(task.seed), "--scan-triples", str(task.scan_triples)]
+    return shlex.join(["python", "-m", "harness", "releases", *words])
 
 
 def _row(
@@ -166,7 +162,7 @@ def judge_release(task: ReleaseTask) -> ReleaseRow:
             started=started,
             reason="not judged: " + "; ".join([*reasons, blocked]),
         )
-    from harness.upstream.releases.loading import load_release
+    from harness.releases.loading import load_release
 
     loaded = load_release(
         era, files=lambda: _release_files(task, era.members), name=_impl_name(task)
@@ -187,7 +183,7 @@ def judge_release(task: ReleaseTask) -> ReleaseRow:
 def _kernels_not_run_here(task: ReleaseTask, era: ReleaseEra) -> str:
     """Why Triton's interpreter cannot run the era's sampling kernels as this release
     ships them ("" where it can, or where a CUDA device runs them)."""
-    from harness.upstream.vllm_loader import interpreted
+    from harness.upstream.loaders.vllm_loader import interpreted
 
     if not era.kernel_files or not interpreted():
         return ""
@@ -381,8 +377,8 @@ def _support_scan(implementation: Implementation, *, task: ReleaseTask) -> tuple
     if not task.scan_triples:
         return "", []
     from harness.pipeline.support_scan import full_plan, scan_point
+    from harness.releases.versions import scan_findings
     from harness.upstream.dispatch import convention_of
-    from harness.upstream.versions import scan_findings
 
     batch = convention_of(implementation.sampler_class).scan_batch
     asked = full_plan(triples_per_point=task.scan_triples, seed=task.seed)
@@ -420,46 +416,3 @@ def scan_not_covered(
 
 def _layout(sample_from_anchor: bool) -> str:
     return "anchor" if sample_from_anchor else "no-anchor"
-
-
-# -- the advisory --------------------------------------------------------------------------
-def _release_order(row: ReleaseRow) -> tuple[str, tuple[int, ...], str]:
-    return row["package"], version_key(row["version"]), row["version"]
-
-
-def order_rows(rows: Iterable[ReleaseRow]) -> list[ReleaseRow]:
-    """Releases by package, then version; ``--impl`` rows last, as given."""
-    listed = list(rows)
-    releases = sorted((r for r in listed if r["package"] != "impl"), key=_release_order)
-    return releases + [r for r in listed if r["package"] == "impl"]
-
-
-def advisories(rows: Sequence[ReleaseRow]) -> list[Advisory]:
-    """Per package and defect class: the judged releases that show it (first, last, all)
-    and the first judged release after the last affected one that does not."""
-    found: list[Advisory] = []
-    packages = sorted({r["package"] for r in rows if r["package"] != "impl"})
-    for package in packages:
-        judged = [r for r in order_rows(rows) if r["package"] == package and r["judged"]]
-        classes = sorted({f["class"] for r in judged for f in r["findings"]})
-        for defect in classes:
-            affected = [
-                r["version"] for r in judged if any(f["class"] == defect for f in r["findings"])
-            ]
-            last = version_key(affected[-1])
-            fixed = next((r["version"] for r in judged if version_key(r["version"]) > last), None)
-            found.append(
-                {
-                    "class": defect,
-                    "package": package,
-                    "affected": {"first": affected[0], "last": affected[-1], "versions": affected},
-                    "fixed_in": fixed,
-                }
-            )
-    return found
-
-
-def advisory_json(rows: Sequence[ReleaseRow]) -> dict[str, object]:
-    """``{"releases": [...], "advisories": [...]}``."""
-    ordered = order_rows(rows)
-    return {"releases": ordered, "advisories": advisories(ordered)}

@@ -49,7 +49,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from harness.upstream.interpreter_libdevice import interpreting
+from harness.upstream.loaders.interpreter_libdevice import interpreting
 
 
 @dataclass

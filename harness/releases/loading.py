@@ -1,10 +1,11 @@
 """A release's sampler, loaded unchanged from its extracted wheel the way its era says.
 
-- ``Loading.SERVER_FILE`` (sglang 0.5.17-0.5.21): the wheel's sampler module is a file
-  plug-in (``harness.plugins``); its ``sglang`` imports get the bug era's surface;
-- ``Loading.SGLANG_0_5_16``: the wheel's ``dspark_draft.py`` run unchanged, its
-  folded sampler and its eager ``sample_draft_block`` called per batch as its proposer
-  calls them (``harness.upstream.releases.sglang_0_5_16``);
+- ``Loading.SERVER_FILE`` (sglang 0.5.17-0.5.21) and ``Loading.SGLANG_0_5_16``: the
+  sglang loader reads the release's own sampler, step kernel, Markov heads and flags
+  from the extracted folder (``harness.upstream.sglang_wheel``); 0.5.16's
+  folded sampler and eager ``sample_draft_block`` are called per batch as its proposer
+  calls them (``harness.upstream.sglang_0_5_16``). A wheel that ships its
+  sampler file alone (the tests' own) has it under the bug era's surface, said so;
 - ``Loading.SGLANG_PACKAGE`` (sglang 0.5.22 and later): the sglang loader reads the
   release's DSpark modules from the extracted folder (``sglang_loader.use_release``),
   with its stand-ins; a module the release lacks is left out (0.5.22 ships no
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.plugins.implementations import Implementation, ImplementationError, parse_impl_spec
-from harness.upstream import sglang_loader, vllm_loader
+from harness.upstream.loaders import sglang_loader, vllm_loader
 from harness.upstream.releases.eras import Loading, ReleaseEra
 from harness.upstream.releases.wheels import Wheel
 
@@ -79,28 +80,38 @@ def load_release(era: ReleaseEra, *, files: Callable[[], Wheel], name: str) -> L
         )
         return f"its light dependencies are not installed as pinned: {shown} ({era.light_deps})"
     try:
-        if era.loading is Loading.SERVER_FILE:
-            return LoadedRelease(
-                parse_impl_spec(f"{name}={files().extracted / era.sampler_file}"), "chain", ()
-            )
+        if era.loading in (Loading.SERVER_FILE, Loading.SGLANG_0_5_16):
+            return _sglang_wheel(era, files=files(), name=name)
         if era.loading is Loading.SGLANG_PACKAGE:
             return _sglang_package(era, files=files(), name=name)
-        if era.loading is Loading.SGLANG_0_5_16:
-            return _sglang_0_5_16(era, files=files(), name=name)
         return _vllm_package(era, files=files(), name=name)
     except ImplementationError as error:
         return f"its sampler did not load: {error}"
 
 
-def _sglang_0_5_16(era: ReleaseEra, *, files: Wheel, name: str) -> LoadedRelease | str:
-    from harness.upstream.releases.sglang_0_5_16 import load_sampler_class
+def _sglang_wheel(era: ReleaseEra, *, files: Wheel, name: str) -> LoadedRelease | str:
+    """sglang 0.5.16-0.5.21: the wheel's own sampler, step kernel, Markov heads and flags
+    (``sglang_wheel``); a wheel without the kernel, heads or flags (the tests' own hold a
+    sampler file alone) has its sampler file under the bug era's surface, said so."""
+    from harness.upstream import sglang_0_5_16, sglang_wheel
 
     path = files.extracted / era.sampler_file
+    spec = f"sglang-{files.version}:{path}"
+    first = era.loading is Loading.SGLANG_0_5_16
+    lacking = sglang_wheel.lacking(files.extracted)
     try:
-        sampler_class = load_sampler_class(path)
+        if not lacking:
+            loaded = sglang_wheel.load_wheel(files.extracted, version=files.version)
+            module = loaded.modules[sglang_wheel.DRAFT if first else sglang_wheel.SAMPLER]
+            implementation = Implementation(name, module.DsparkDraftSampler, spec)
+            return LoadedRelease(implementation, "chain", ())
+        note = f"the wheel has no {', '.join(lacking)}: {sglang_wheel.SURFACE_STANDS_IN}"
+        if not first:
+            return LoadedRelease(parse_impl_spec(f"{name}={path}"), "chain", (note,))
+        sampler_class = sglang_0_5_16.load_sampler_class(path)
+        return LoadedRelease(Implementation(name, sampler_class, spec), "chain", (note,))
     except (ImportError, AttributeError, RuntimeError) as error:
         return f"its sampler did not load: {type(error).__name__}: {error}"
-    return LoadedRelease(Implementation(name, sampler_class, f"sglang-0.5.16:{path}"), "chain", ())
 
 
 def _vllm_package(era: ReleaseEra, *, files: Wheel, name: str) -> LoadedRelease | str:

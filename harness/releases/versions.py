@@ -47,21 +47,24 @@ from harness.plugins.implementations import (
     parse_impl_spec,
 )
 from harness.progress import Progress, no_progress
-from harness.upstream import vllm_loader
 from harness.upstream.dispatch import convention_of, provenance
+from harness.upstream.loaders import sglang_loader, vllm_loader
 
 VERSIONS_VERIFIERS = ("chain", "sglang-blockwise")  # each version under ours and sglang's
 # The rows the table's verdict holds, by role: the bug's module must fail, its fix must be
 # lossless; every other row is reported beside them.
 BEFORE_FIX, AFTER_FIX = SHOWS_THE_BUG = ("before-fix", "after-fix")
+# The installed packages' rows are named after the versions their loaders support.
+_SGLANG = f"sglang-{sglang_loader.SUPPORTED_VERSION}"
+_VLLM = "vllm-" + ".".join(vllm_loader.SUPPORTED_VERSION.split(".")[:2])
 VERSIONS: dict[str, str] = {
     "before-fix": "before-fix=tests/plugins/upstream/dspark_before_fix.py",
     "after-fix": "after-fix=tests/plugins/upstream/dspark_after_fix.py",
-    "sglang-0.5.23": "sglang-0_5_23=sglang",
+    _SGLANG: f"{_SGLANG.replace('.', '_')}=sglang",
 }
 VLLM_VERSIONS: dict[str, str] = {
-    "vllm-0.33-dense": "vllm-0_33-dense=vllm:dense",
-    "vllm-0.33-topk4": "vllm-0_33-topk4=vllm:topk=4",
+    f"{_VLLM}-dense": f"{_VLLM.replace('.', '_')}-dense=vllm:dense",
+    f"{_VLLM}-topk4": f"{_VLLM.replace('.', '_')}-topk4=vllm:topk=4",
 }
 INTERPRETED_REPEATS = 1  # A/B repetitions of a version whose convention declares a cut
 

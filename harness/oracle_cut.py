@@ -6,8 +6,10 @@ A verifier or a sampler's calling convention that runs under Triton's interprete
 the oracle's defaults do not fit a run's time there. Such a part declares an
 ``OracleCut`` (``DeclaresCut.oracle_cut``); ``harness.oracles.stats.scope_under``
 applies every cut that the verifier and the implementation's convention declare, and
-the result's rows, family and detection bounds are those of the config it ran. Torch-free:
-the conventions read it without the oracle.
+the result's rows, family and detection bounds are those of the config it ran. A verifier
+that applies no request's top-k, top-p or min-p to its target (``ReadsTruncation``) is
+cut to the temperature groups: its server's law for the truncated groups is not the one
+it draws from. Torch-free: the conventions read it without the oracle.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from typing import Protocol, runtime_checkable
 class OracleCut:
     """At most ``rows`` rows per head at every target kept; ``targets`` the targets it
     keeps (``None``: every target of the config); ``rounds`` the draft-verify rounds of
-    each row (``None``: the config's); ``by`` who declares it and why, as a report
-    states it."""
+    each row (``None``: the config's); ``truncated`` off: the truncated parameter sets
+    are not run; ``by`` who declares it and why, as a report states it."""
 
     rows: int
     by: str
     targets: tuple[str, ...] | None = None
     rounds: int | None = None
+    truncated: bool = True
 
     def __post_init__(self) -> None:
         for name in ("rows", "rounds"):
@@ -44,3 +47,12 @@ class DeclaresCut(Protocol):
 
     @property
     def oracle_cut(self) -> OracleCut | None: ...
+
+
+@runtime_checkable
+class ReadsTruncation(Protocol):
+    """A verifier that says whether it applies each request's top-k, top-p and min-p to
+    its target law (``reference.request_law``); one that does not say, does not."""
+
+    @property
+    def reads_truncation(self) -> bool: ...

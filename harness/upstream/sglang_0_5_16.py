@@ -18,12 +18,15 @@ in two, by batch, in the proposer (``DraftBlockProposer.propose``):
 ``Sglang0516Convention`` builds the wheel's class as the worker does and
 ``Sglang0516Sampler`` makes each call the way ``propose`` does: the folded sampler for
 an all-greedy batch, the wheel's ``sample_draft_block`` otherwise, both the wheel's code
-unchanged. The file's worker-side imports (``ScheduleBatch``, ``ForwardBatch``, the
-planner's ``VerifyWindow`` ...) are used only by the proposer's forward pass, which the
-harness replaces with its case's hidden states: they are stand-ins that raise if
-anything calls them (``WORKER_SURFACE``). Its ``SampleStepTokens`` and environment
-flags are the bug era's surface (``harness.plugins.sglang_surface``: the reference's
-exponential race), as for 0.5.17-0.5.21.
+unchanged. The class comes from the wheel through the sglang loader
+(``harness.upstream.sglang_wheel``) with the wheel's own ``SampleStepTokens``,
+environment flags and Markov heads (``WheelDrafter``); the file's worker-side imports
+(``ScheduleBatch``, ``ForwardBatch``, the planner's ``VerifyWindow`` ...), used only by
+the proposer's forward pass, which the harness replaces with its case's hidden states,
+are the loader's stand-ins. A wheel that ships the file alone (the tests' own) loads it
+with ``load_sampler_class``: the bug era's surface (``harness.plugins.sglang_surface``,
+the reference's exponential race and heads) plus the worker's names as stand-ins that
+raise if anything calls them (``WORKER_SURFACE``).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import importlib.util
 import sys
 import types
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,7 +46,6 @@ from harness.plugins.conventions import (
     BuiltSampler,
     CallOutputs,
     Convention,
-    ConventionName,
     poison,
     read_confidence,
     read_tensor,
@@ -51,6 +53,13 @@ from harness.plugins.conventions import (
     rows_written,
 )
 from harness.plugins.sglang_surface import SURFACE, harness_import_surface
+from harness.plugins.walks import HeadCounts
+from harness.upstream.sglang_wheel import (
+    DRAFT,
+    WheelDrafter,
+    from_wheel,
+    observe_wheel_head,
+)
 from reference.verifier import DraftBlock
 
 if TYPE_CHECKING:
@@ -134,11 +143,9 @@ def load_sampler_class(path: Path) -> type[Any]:
 
 
 def speaks_sglang_0_5_16(sampler_class: type[Any]) -> bool:
-    """Whether the class is 0.5.16's sampler loaded from its wheel (or a subclass)."""
-    return any(
-        c.__module__ == MODULE_NAME and c.__name__ == CLASS_NAME
-        for c in getattr(sampler_class, "__mro__", ())
-    )
+    """Whether the class is 0.5.16's sampler loaded from its wheel (or a subclass), by
+    the sglang loader or under the surface."""
+    return from_wheel(sampler_class, DRAFT) or from_wheel(sampler_class, MODULE_NAME)
 
 
 @dataclass(frozen=True)
@@ -179,7 +186,7 @@ class Sglang0516Sampler(BuiltSampler):
     """The wheel's folded sampler and its module's eager ``sample_draft_block``, called
     per batch as 0.5.16's proposer calls them."""
 
-    convention = ConventionName.SGLANG_0_5_16
+    convention = "sglang-0.5.16"
 
     def __init__(self, *, sampler: Any, model: Any, server_out: torch.Tensor | None) -> None:
         self.sampler = sampler
@@ -230,6 +237,9 @@ class Sglang0516Sampler(BuiltSampler):
             block.greedy_mask,
             False,
         )
+
+    def observe_walks(self) -> AbstractContextManager[HeadCounts]:
+        return observe_wheel_head(self.model.markov_head)
 
     def _called(self) -> _Call:
         if self._last is None:
@@ -297,7 +307,7 @@ class Sglang0516Convention(Convention):
     """Builds the wheel's sampler as 0.5.16's worker does (``maybe_build_draft_sampler``:
     the server's ``out=`` token buffer, the planner's confidence function)."""
 
-    name = ConventionName.SGLANG_0_5_16
+    name = "sglang-0.5.16"
 
     def takes_out(self, sampler_class: type[Any]) -> bool:
         return True
@@ -328,7 +338,9 @@ class Sglang0516Convention(Convention):
         model: torch.nn.Module | None = None,
         out: torch.Tensor | None = None,
     ) -> BuiltSampler:
-        drafter = inputs.model if model is None else model
+        drafter: Any = inputs.model if model is None else model
+        if from_wheel(sampler_class, DRAFT):  # the wheel's own heads (else the surface's)
+            drafter = WheelDrafter(drafter)
         sampler = sampler_class(
             model=drafter,
             gamma=case.gamma,

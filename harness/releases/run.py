@@ -27,7 +27,7 @@ from harness.executor import Executor
 from harness.io.fingerprint import package_digest, run_fingerprint
 from harness.io.journal import Journal
 from harness.progress import Progress, no_progress
-from harness.upstream.releases.sweep import ReleaseRow, ReleaseTask, judge_release, not_judged
+from harness.releases.sweep import ReleaseRow, ReleaseTask, judge_release, not_judged
 
 JOURNAL = "releases-journal.jsonl"
 ROW_SCHEMA = "dspark-release-row/1"
@@ -134,17 +134,19 @@ class ReleaseJournal:
 # -- the sweep -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Sweep:
-    """Every task's row, in the order asked; ``ok``: every task answered."""
+    """Every task's row, in the order asked; ``ok``: every task answered
+    (``unanswered``: how many did not)."""
 
     rows: tuple[ReleaseRow, ...]
     ok: bool
+    unanswered: int = 0
 
 
 def release_executor(*, jobs: int, executor: str, ray_address: str | None) -> Executor:
     """``jobs`` local processes, a fresh one for every release (``max_tasks_per_child``),
-    or a Ray cluster (``harness.upstream.releases.ray_executor``)."""
+    or a Ray cluster (``harness.releases.ray_executor``)."""
     if executor == "ray":
-        from harness.upstream.releases.ray_executor import RayExecutor
+        from harness.releases.ray_executor import RayExecutor
 
         return RayExecutor(address=ray_address, num_cpus=jobs)
     return concurrent.futures.ProcessPoolExecutor(
@@ -179,7 +181,7 @@ def run_sweep(
     done = journal.finished(resume=resume, progress=progress)
     rows = {key: row for key, row in done.items() if key in {_key(t) for t in tasks}}
     pending = [task for task in tasks if _key(task) not in rows]
-    ok = True
+    unanswered = 0
     if pending:
         others = set(multiprocessing.active_children())  # not the pool's: left alone on a stop
         with release_executor(jobs=jobs, executor=executor, ray_address=ray_address) as pool:
@@ -190,7 +192,7 @@ def run_sweep(
                     try:
                         row = future.result()
                     except Exception as error:  # its process died or raised: the row says so
-                        ok = False
+                        unanswered += 1
                         row = not_judged(
                             task, reason=f"the task failed: {type(error).__name__}: {error}"
                         )
@@ -201,7 +203,9 @@ def run_sweep(
             except BaseException:  # a stop request: the releases still running end with it
                 _stop_now(pool, others=others)
                 raise
-    return Sweep(rows=tuple(rows[_key(t)] for t in tasks), ok=ok)
+    return Sweep(
+        rows=tuple(rows[_key(t)] for t in tasks), ok=unanswered == 0, unanswered=unanswered
+    )
 
 
 def _stop_now(pool: Executor, *, others: set[multiprocessing.process.BaseProcess]) -> None:

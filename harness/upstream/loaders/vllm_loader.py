@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from harness.upstream.interpreter_patching import fixed_costs_cached
+from harness.upstream.loaders.interpreter_patching import fixed_costs_cached
 
 SUPPORTED_VERSION = "0.33.0"
 SUPPORTED_TRITON = "3.8"

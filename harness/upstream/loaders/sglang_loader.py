@@ -20,15 +20,13 @@ modules of the version's list (``STAND_INS``) are replaced by stand-ins:
   import is a loud error, never a silent fake.
 
 By default the files are the installed package's. ``use_release(SglangRelease(...))``
-points the process at a release's files extracted from its wheel instead
-(``harness.upstream.releases``): that version, its own list of DSpark modules and its
-own stand-ins; a process judges one release (each version runs in a process of its
-own), and every later ``load_sglang()`` of that process loads it.
+points the process at a release's files extracted from its wheel instead, with its own
+lists of DSpark modules and stand-ins (``harness.upstream.releases``; one release a
+process): every later ``load_modules()`` and ``load_sglang()`` there loads it.
 
-The modules are registered in ``sys.modules`` only while they load; afterwards the
-process's ``sglang`` entries are put back as they were (the loaded modules keep what
-they imported), so loading the upstream sampler never makes ``import sglang`` work
-elsewhere. See docs/upstream.md ("Loading").
+The modules are in ``sys.modules`` only while they load; afterwards the process's
+``sglang`` entries are put back (the loaded modules keep what they imported), so
+loading never makes ``import sglang`` work elsewhere. See docs/upstream.md ("Loading").
 """
 
 from __future__ import annotations
@@ -265,9 +263,9 @@ _RELEASE: list[SglangRelease] = []  # the release this process judges (at most o
 
 
 def use_release(release: SglangRelease | None) -> None:
-    """Load ``release``'s files from now on in this process (``None``: the installed
-    package again); what was loaded before is forgotten."""
+    """Load ``release``'s files from now on here (``None``: the installed package's)."""
     _RELEASE[:] = [] if release is None else [release]
+    load_modules.cache_clear()
     load_sglang.cache_clear()
 
 
@@ -387,13 +385,19 @@ EXPORTS: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class LoadedSglang:
-    """The released sglang's DSpark objects, loaded from the installed files (``EXPORTS``)."""
+class LoadedModules:
+    """A release's DSpark modules as loaded: every module of its list, and the scope."""
 
     version: str
-    root: Path  # the installed package folder
-    modules: dict[str, types.ModuleType]  # every module of DSPARK_MODULES
+    root: Path  # the package folder
+    modules: dict[str, types.ModuleType]  # every module of its list (DSPARK_MODULES)
     scope: dict[str, types.ModuleType]  # every sglang module the load made: packages, stand-ins
+
+
+@dataclass(frozen=True)
+class LoadedSglang(LoadedModules):
+    """The released sglang's DSpark objects, loaded from the installed files (``EXPORTS``)."""
+
     DsparkDraftSampler: type[Any]
     DraftNoise: type[Any]
     DraftParams: type[Any]
@@ -428,13 +432,10 @@ def _scoped_sglang_modules() -> Iterator[None]:
 
 
 @functools.cache
-def load_sglang() -> LoadedSglang:
-    """The installed sglang's DSpark modules (loaded once per process).
-
-    Raises ``UpstreamUnavailable`` with a one-line reason where the package is missing
-    or another version; an import the version's lists do not cover is an ``ImportError``
-    naming the module.
-    """
+def load_modules() -> LoadedModules:
+    """The DSpark modules of the release in use, else the installed package's (once per
+    process). ``UpstreamUnavailable`` (one line) where the package is missing or another
+    version; an import the version's lists do not cover: an ``ImportError`` naming it."""
     reason = unavailable_reason()
     if reason is not None:
         raise UpstreamUnavailable(reason)
@@ -444,12 +445,19 @@ def load_sglang() -> LoadedSglang:
     with _scoped_sglang_modules(), _finder_active(finder):
         modules = {name: importlib.import_module(name) for name in finder.modules}
         scope = {n: m for n, m in sys.modules.items() if n.split(".")[0] == "sglang"}
-    # A release without one of the modules (0.5.22 ships no blockwise_rejection) has None.
+    return LoadedModules(version=finder.version, root=root, modules=modules, scope=scope)
+
+
+@functools.cache
+def load_sglang() -> LoadedSglang:
+    """The DSpark objects of ``load_modules()`` (``EXPORTS``); a release without one of
+    the modules (0.5.22 ships no blockwise_rejection) has ``None`` for its names."""
+    loaded = load_modules()
     exported: dict[str, Any] = {
-        name: getattr(modules[module], name) if module in modules else None
+        name: getattr(loaded.modules[module], name) if module in loaded.modules else None
         for name, module in EXPORTS.items()
     }
-    return LoadedSglang(version=finder.version, root=root, modules=modules, scope=scope, **exported)
+    return LoadedSglang(**vars(loaded), **exported)
 
 
 @contextmanager
