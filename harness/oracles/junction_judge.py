@@ -29,7 +29,8 @@ import torch
 
 from harness.case import TOP_K_ALL, Case, CaseInputs
 from harness.devices import intra_op_threads
-from harness.oracles.defaults import DEFAULT_ALPHA, GREEDY
+from harness.oracles.decode import cpu_threads, oracle_case
+from harness.oracles.defaults import DEFAULT_ALPHA, GREEDY, ParameterSet
 from harness.oracles.fits import CountTable
 from harness.oracles.gof import holm_rejections, pearson_fit
 from harness.oracles.junction import (
@@ -45,15 +46,7 @@ from harness.oracles.junction import (
 )
 from harness.oracles.percall import CallChecker
 from harness.oracles.power import TARGET_POWER, detection_fraction
-from harness.oracles.problem import (
-    FAR,
-    StatsConfig,
-    StatsProblem,
-    build_problem,
-    cpu_threads,
-    group_transitions,
-    oracle_case,
-)
+from harness.oracles.problem import FAR, StatsConfig, StatsProblem, build_problem, group_transitions
 from harness.pipeline.call_findings import HeldCalls
 from harness.plugins.conventions import BuiltSampler
 from harness.upstream.dispatch import build_for_case
@@ -280,7 +273,8 @@ def judge_junction(
     primary, server = life(PRIMARY_POISON, None)
     twin, _ = life(TWIN_POISON, TWIN_POISON)
     assert checker is not None
-    transition = group_transitions(target.to("cpu"), groups=JUNCTION_GROUPS)
+    sets = [ParameterSet(1.0, top_k=1) if t == GREEDY else ParameterSet(t) for t in JUNCTION_GROUPS]
+    transition = group_transitions(target.to("cpu"), groups=sets)
     tables, incomplete = state_tables(primary, transition=transition, groups=JUNCTION_GROUPS, m=m)
     fits = {s: pearson_fit(t.observed, expected_probs=t.expected_probs) for s, t in tables.items()}
     rejected = holm_rejections([f.p_value for f in fits.values()], alpha=alpha)

@@ -13,8 +13,9 @@ from dataclasses import replace
 from harness.defaults import LEGACY, VerifierNoise
 from harness.executor import IN_PROCESS, Executor
 from harness.options import DEFAULT_OPTIONS, Roles, RunOptions
+from harness.oracles.decode import life_batches
 from harness.oracles.power import TARGET_POWER, run_power_curves
-from harness.oracles.problem import StatsConfig, group_label, life_batches
+from harness.oracles.problem import StatsConfig, group_label
 from harness.oracles.stats import (
     DEFAULT_ROLES,
     OracleRun,

@@ -27,7 +27,8 @@ from collections.abc import Callable
 
 import torch
 
-from harness.oracles.problem import StatsProblem, decode_rows
+from harness.oracles.decode import decode_rows
+from harness.oracles.problem import StatsProblem
 from harness.pipeline.call_findings import CallFinding, HeldCalls
 from harness.pipeline.checks.buffers import logits_not_written
 from harness.pipeline.checks.walk import (

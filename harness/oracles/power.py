@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from harness.devices import intra_op_threads
+from harness.oracles.decode import cpu_threads, decode_rows
 from harness.oracles.defaults import GREEDY, ParameterSet
 from harness.oracles.fits import CountTable, HeadTables, head_tables, position_name
 from harness.oracles.gof import (
@@ -35,7 +36,7 @@ from harness.oracles.gof import (
     normal_sf,
     pearson_fit,
 )
-from harness.oracles.problem import StatsProblem, cpu_threads, decode_rows, group_label
+from harness.oracles.problem import StatsProblem, group_label
 from harness.plugins.implementations import Implementation
 from harness.progress import Progress, no_progress
 from reference.verifier import DecodeResult

@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 
 from harness.executor import Executor, TimeLimited, WorkerFailure, for_domain
 from harness.oracle_cut import DeclaresCut, OracleCut, ReadsTruncation
-from harness.oracles.problem import StatsConfig, StatsError, oracle_case
+from harness.oracles.decode import oracle_case
+from harness.oracles.problem import StatsConfig, StatsError
 from harness.plugins.implementations import Implementation
 from harness.upstream.dispatch import convention_of
 from harness.wire import answer_types

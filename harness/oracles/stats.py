@@ -34,6 +34,7 @@ from harness.defaults import FIXED, LEGACY
 from harness.devices import intra_op_threads
 from harness.executor import IN_PROCESS, Executor, TimeLimited, WorkerFailure, for_domain
 from harness.options import DEFAULT_OPTIONS, Roles, RunOptions
+from harness.oracles.decode import cpu_threads
 from harness.oracles.fits import (
     HeadTables,
     Marginal,
@@ -51,7 +52,6 @@ from harness.oracles.problem import (
     StatsError,
     StatsProblem,
     build_problems,
-    cpu_threads,
 )
 from harness.oracles.result import StatsResult as StatsResult
 from harness.oracles.result import best_bounds as best_bounds

@@ -16,9 +16,10 @@ import torch
 
 from harness.cli import main
 from harness.options import Roles
+from harness.oracles.decode import life_batches
 from harness.oracles.part import statistical_coverage
 from harness.oracles.percall import HELD_CHECKS, held_decode, outside_support
-from harness.oracles.problem import FAR, StatsConfig, build_problems, life_batches
+from harness.oracles.problem import FAR, StatsConfig, build_problems
 from harness.oracles.stats import StatsResult, meets_expectation, run_oracle, run_stats
 from harness.pipeline.checks.walk import tokens_outside_support
 from harness.pipeline.matrix import standard_matrix

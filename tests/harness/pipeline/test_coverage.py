@@ -16,10 +16,11 @@ import torch
 from harness.judgement import OracleVerdict
 from harness.options import Roles, RunOptions
 from harness.oracles import part, stats
+from harness.oracles.decode import life_batches
 from harness.oracles.fits import CountTable, position_name
 from harness.oracles.gof import pearson_fit
 from harness.oracles.power import TARGET_POWER, detection_fraction
-from harness.oracles.problem import DEFAULT_CONFIG, life_batches
+from harness.oracles.problem import DEFAULT_CONFIG
 from harness.pipeline.compare import compare
 from harness.pipeline.coverage import MatrixCoverage, StatisticalCoverage
 from harness.pipeline.matrix import standard_matrix

@@ -23,7 +23,8 @@ import torch
 
 from harness.case import make_case
 from harness.defaults import VerifierNoise
-from harness.oracles.problem import DEFAULT_CONFIG, build_problems, decode_rows
+from harness.oracles.decode import decode_rows
+from harness.oracles.problem import DEFAULT_CONFIG, build_problems
 from harness.pipeline.checks import tier_of
 from harness.pipeline.checks.plumbing import keyed_draws_apart
 from harness.pipeline.compare import evaluate_run
