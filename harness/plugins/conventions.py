@@ -160,8 +160,7 @@ class CallOutputs:
     noise_counter: NoiseCounter | None  # None: noise from torch's RNG (observed as draws)
     counter_replay: torch.Tensor | None  # [bs, gamma]: tokens the declared stream gives
     verify_ids: torch.Tensor | None = None  # [bs, gamma + 1]: anchor, then the drafts
-    # The requests as the server stages them (its own rule, from the batch it sends);
-    # None: the reference's rule (``top_k == 1`` greedy, clamped temperatures).
+    # The requests as the server stages them; None: the reference's rule (top_k == 1).
     requested: StagedParams | None = None
     # Counter -> [bs, gamma]: the tokens the declared stream's own transform gives with
     # the kept step logits at that counter (the fresh counters and the observed reads).
@@ -181,9 +180,7 @@ class CallOutputs:
     # False: the convention's contract keeps no step logits on this call (sglang 0.5.16's
     # graph-folded sampler, greedy only), so none is missing.
     keeps_step_logits: bool = True
-    # The drafter's own top-k (``draft_top_k``): it draws from, and writes, its ``q``
-    # truncated to its k most likely tokens (``reference.top_k_mask``); None: no own
-    # truncation.
+    # The drafter's own top-k (``BuiltSampler.draft_top_k``); None: no own truncation.
     draft_top_k: int | None = None
 
 
@@ -297,9 +294,9 @@ class BuiltSampler(ABC):
 
     @property
     def draft_top_k(self) -> int | None:
-        """The sampler's own top-k, where it declares one (``draft_top_k``, a positive int:
-        it draws from and writes its ``q`` truncated to its k most likely tokens);
-        ``OutputError`` for a declaration that is not one."""
+        """The sampler's own top-k where it declares one (``draft_top_k``: it draws from and
+        writes its ``q`` truncated to its k most likely tokens, ``reference.top_k_mask``);
+        ``OutputError`` for a declaration that is not a positive int."""
         k = getattr(self.sampler, "draft_top_k", None)
         if k is None:
             return None
