@@ -38,8 +38,7 @@ docs/upstream.md ("vLLM 0.33", "vLLM 0.33's plumbing").
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -59,8 +58,18 @@ from harness.plugins.conventions import (
     read_tensor,
 )
 from harness.plugins.walks import HeadCounts
-from harness.upstream.vllm_drafter import VllmDrafter, reduced_vocab_state
-from harness.upstream.vllm_loader import TOPK_ATTRIBUTE, LoadedVllm, interpreted, load_vllm
+from harness.upstream.vllm_drafter import (
+    VllmDrafter,
+    observe_speculator_walks,
+    reduced_vocab_state,
+)
+from harness.upstream.vllm_loader import (
+    TOPK_ATTRIBUTE,
+    LoadedVllm,
+    interpreted,
+    load_vllm,
+    release_oracle_depth,
+)
 from harness.upstream.vllm_plumbing import (
     DraftReads,
     RequestPlumbing,
@@ -386,38 +395,6 @@ class VllmSampler(BuiltSampler):
         return {name: count for name, count in written.items() if count}
 
 
-@contextmanager
-def observe_speculator_walks(sampler: Any, drafter: VllmDrafter) -> Iterator[HeadCounts]:
-    """Count the speculator's walks (a step-0 sample starts one), its Markov steps
-    (``markov_embed`` or the gathered bias) and step samples, keeping each walk's tokens."""
-    counts = HeadCounts()
-    walks: list[list[torch.Tensor]] = []
-    sample_logits = sampler._sample_logits
-    embed = drafter.markov_embed
-
-    def counting_sample_logits(logits: Any, idx_map: Any, sample_pos: Any, step: int) -> Any:
-        counts.sampler_calls += 1
-        if step == 0 or not walks:
-            counts.walks += 1
-            walks.append([])
-        sampled = sample_logits(logits, idx_map, sample_pos, step)
-        walks[-1].append(sampled)
-        return sampled
-
-    def counting_embed(token_ids: torch.Tensor) -> torch.Tensor:
-        counts.head_steps += 1
-        return embed(token_ids)
-
-    sampler._sample_logits = counting_sample_logits
-    drafter.markov_embed = counting_embed  # type: ignore[method-assign]
-    try:
-        yield counts
-    finally:
-        del sampler._sample_logits
-        del drafter.markov_embed
-        counts.walk_tokens = [torch.stack(walk, dim=1) for walk in walks if walk]
-
-
 class VllmConvention(Convention):
     """Builds the package's speculator the way vLLM's model runner leaves it (module doc)."""
 
@@ -432,8 +409,11 @@ class VllmConvention(Convention):
     @property
     def oracle_cut(self) -> OracleCut | None:
         """Under Triton's interpreter every sampled row and step is a Python program
-        (docs/upstream.md, "The statistical oracle on vLLM's sampler")."""
-        return SAMPLER_CUT if interpreted() else None
+        (docs/upstream.md, "The statistical oracle on vLLM's sampler"): the depth the
+        era of the release in use sets for its row, else ``SAMPLER_CUT``."""
+        if not interpreted():
+            return None
+        return release_oracle_depth() or SAMPLER_CUT
 
     @property
     def scan_batch(self) -> int | None:

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from harness.oracles.cut import OracleCut
 from harness.upstream.releases.wheels import version_key
 
 
@@ -63,6 +64,10 @@ class ReleaseEra:
     why_not_judged: str = ""  # Loading.NONE: why
     # the Triton kernels its sampling runs, read for libdevice calls under the interpreter
     kernel_files: tuple[str, ...] = ()
+    # the statistical oracle's depth on its row where its kernels run under Triton's
+    # interpreter (rows per head at each target kept, rounds per row); None: its
+    # convention's own
+    oracle_depth: OracleCut | None = None
 
     @property
     def first(self) -> str:
@@ -109,6 +114,15 @@ _PR_SERVER_ERA = ReleaseEra(
     not_covered=(_SURFACE_STANDS_IN, "its server's verifier: the harness has none"),
 )
 
+# A vLLM row's oracle under Triton's interpreter: what its paths' decodes under both
+# verifiers fit in a row of 3 minutes on a 2-core machine (docs/releases.md, "Depth").
+VLLM_ROW_DEPTH = OracleCut(
+    rows=250,
+    targets=("far", "near"),
+    rounds=6,
+    by="a vLLM release's row (its kernels under Triton's interpreter, a row in 3 minutes)",
+)
+
 _VLLM_ERA = ReleaseEra(
     name="vllm-0.25-0.27",
     package="vllm",
@@ -136,6 +150,7 @@ _VLLM_ERA = ReleaseEra(
     members=("vllm/",),
     variants=("dense",),
     kernel_files=("vllm/v1/worker/gpu/sample/gumbel.py",),
+    oracle_depth=VLLM_ROW_DEPTH,
 )
 
 _VLLM_0_31_ERA = replace(
