@@ -115,9 +115,10 @@ _PR_SERVER_ERA = ReleaseEra(
 )
 
 # A vLLM row's oracle under Triton's interpreter: what its paths' decodes under both
-# verifiers fit in a row of 3 minutes on a 2-core machine (docs/releases.md, "Depth").
+# verifiers fit in a row of 3 minutes on a 2-core machine (docs/releases.md, "A vLLM
+# row's depth").
 VLLM_ROW_DEPTH = OracleCut(
-    rows=250,
+    rows=200,
     targets=("far", "near"),
     rounds=6,
     by="a vLLM release's row (its kernels under Triton's interpreter, a row in 3 minutes)",
