@@ -50,8 +50,8 @@ def test_the_speculators_cut_and_contract_make_its_scope() -> None:
 
 def test_a_releases_era_sets_the_depth_of_its_rows_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
     """A release in use (the sweep's) carries its era's depth: the convention declares it
-    in place of its own cut, on both paths and under both verifiers (the far and near
-    targets, the era's rows and rounds at each); with no release in use, its own."""
+    in place of its own cut, on both paths and under both verifiers (the era's targets,
+    rows and rounds); with no release in use, its own."""
     from harness.upstream.releases.eras import VLLM_ROW_DEPTH, era_of
     from harness.upstream.vllm_convention import SAMPLER_CUT
     from harness.upstream.vllm_rejection import VLLM_REJECTION
@@ -61,9 +61,11 @@ def test_a_releases_era_sets_the_depth_of_its_rows_oracle(monkeypatch: pytest.Mo
     era = era_of("vllm", "0.33.0")
     assert era is not None and era.oracle_depth == VLLM_ROW_DEPTH
     release = vllm_loader.VllmRelease(root=vllm_loader.Path("."), version="0.33.0")
-    for depth, targets in ((VLLM_ROW_DEPTH, ("far", "near")), (None, ("far",))):
+    assert VLLM_ROW_DEPTH != SAMPLER_CUT
+    for depth in (VLLM_ROW_DEPTH, None):
         monkeypatch.setattr(vllm_loader, "_RELEASE", [replace(release, oracle_depth=depth)])
         declared = depth or SAMPLER_CUT
+        targets = declared.targets
         for spec in ("v=vllm:dense", "k=vllm:topk=4"):
             implementation = parse_impl_spec(spec)
             for verifier in (CHAIN_VERIFIER, VLLM_REJECTION):
