@@ -66,6 +66,7 @@ from harness.upstream.vllm_drafter import (
 from harness.upstream.vllm_loader import (
     TOPK_ATTRIBUTE,
     LoadedVllm,
+    installed_version,
     interpreted,
     load_vllm,
     release_oracle_depth,
@@ -413,7 +414,15 @@ class VllmConvention(Convention):
         era of the release in use sets for its row, else ``SAMPLER_CUT``."""
         if not interpreted():
             return None
-        return release_oracle_depth() or SAMPLER_CUT
+        depth = release_oracle_depth()
+        if depth is None:
+            return SAMPLER_CUT
+        return OracleCut(
+            rows=depth.rows,
+            targets=depth.targets,
+            rounds=depth.rounds,
+            by=f"vLLM {installed_version()}'s row (its era's depth under Triton's interpreter)",
+        )
 
     @property
     def scan_batch(self) -> int | None:

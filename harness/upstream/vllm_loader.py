@@ -48,8 +48,8 @@ from typing import Any
 
 import torch
 
-from harness.oracles.cut import OracleCut
 from harness.upstream.interpreter_patching import fixed_costs_cached
+from harness.upstream.releases.eras import OracleDepth
 
 SUPPORTED_VERSION = "0.33.0"
 SUPPORTED_TRITON = "3.8"
@@ -85,7 +85,7 @@ class VllmRelease:
 
     root: Path
     version: str
-    oracle_depth: OracleCut | None = None  # its era's, for a row under the interpreter
+    oracle_depth: OracleDepth | None = None  # its era's, for a row under the interpreter
 
 
 _RELEASE: list[VllmRelease] = []  # the release this process judges (at most one)
@@ -100,7 +100,7 @@ def use_release(release: VllmRelease) -> None:
     variant_class.cache_clear()
 
 
-def release_oracle_depth() -> OracleCut | None:
+def release_oracle_depth() -> OracleDepth | None:
     """The oracle's depth the era of the release in use sets (``None``: no release is in
     use, or its era sets none)."""
     return _RELEASE[0].oracle_depth if _RELEASE else None

@@ -18,7 +18,6 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.oracles.cut import OracleCut
 from harness.upstream.releases.wheels import version_key
 
 
@@ -37,6 +36,16 @@ class Loading(enum.Enum):
     # proposer drives them (harness.upstream.releases.sglang_0_5_16)
     SGLANG_0_5_16 = "sglang-0.5.16"
     NONE = "none"  # the harness has no convention for this contract
+
+
+@dataclass(frozen=True)
+class OracleDepth:
+    """How deep the statistical oracle decodes a release's row: ``rows`` per head at each
+    of ``targets``, ``rounds`` per row (its convention declares it as its cut)."""
+
+    rows: int
+    targets: tuple[str, ...]
+    rounds: int
 
 
 @dataclass(frozen=True)
@@ -65,9 +74,8 @@ class ReleaseEra:
     # the Triton kernels its sampling runs, read for libdevice calls under the interpreter
     kernel_files: tuple[str, ...] = ()
     # the statistical oracle's depth on its row where its kernels run under Triton's
-    # interpreter (rows per head at each target kept, rounds per row); None: its
-    # convention's own
-    oracle_depth: OracleCut | None = None
+    # interpreter; None: its convention's own cut
+    oracle_depth: OracleDepth | None = None
 
     @property
     def first(self) -> str:
@@ -117,12 +125,7 @@ _PR_SERVER_ERA = ReleaseEra(
 # A vLLM row's oracle under Triton's interpreter: what its paths' decodes under both
 # verifiers fit in a row of 3 minutes on a 2-core machine, spent where vLLM's double walk
 # shows (the far target, rounds before rows: docs/releases.md, "A vLLM row's depth").
-VLLM_ROW_DEPTH = OracleCut(
-    rows=200,
-    targets=("far",),
-    rounds=12,
-    by="a vLLM release's row (its kernels under Triton's interpreter, a row in 3 minutes)",
-)
+VLLM_ROW_DEPTH = OracleDepth(rows=200, targets=("far",), rounds=12)
 
 _VLLM_ERA = ReleaseEra(
     name="vllm-0.25-0.27",

@@ -61,22 +61,25 @@ def test_a_releases_era_sets_the_depth_of_its_rows_oracle(monkeypatch: pytest.Mo
     era = era_of("vllm", "0.33.0")
     assert era is not None and era.oracle_depth == VLLM_ROW_DEPTH
     release = vllm_loader.VllmRelease(root=vllm_loader.Path("."), version="0.33.0")
-    assert VLLM_ROW_DEPTH != SAMPLER_CUT
-    for depth in (VLLM_ROW_DEPTH, None):
+    own = (SAMPLER_CUT.rows, SAMPLER_CUT.targets, SAMPLER_CUT.rounds)
+    era_depth = (VLLM_ROW_DEPTH.rows, VLLM_ROW_DEPTH.targets, VLLM_ROW_DEPTH.rounds)
+    assert era_depth != own
+    for depth, (rows, targets, rounds) in ((VLLM_ROW_DEPTH, era_depth), (None, own)):
         monkeypatch.setattr(vllm_loader, "_RELEASE", [replace(release, oracle_depth=depth)])
-        declared = depth or SAMPLER_CUT
-        targets = declared.targets
         for spec in ("v=vllm:dense", "k=vllm:topk=4"):
             implementation = parse_impl_spec(spec)
             for verifier in (CHAIN_VERIFIER, VLLM_REJECTION):
                 scope = stats.scope_under(
                     DEFAULT_CONFIG, verifier=verifier, implementation=implementation
                 )
-                assert scope.config is not None and declared in scope.cuts
+                assert scope.config is not None
+                assert (SAMPLER_CUT in scope.cuts) is (depth is None)
+                assert any("vLLM 0.33.0's row" in cut.by for cut in scope.cuts) is (
+                    depth is not None
+                )
                 assert tuple(t.name for t in scope.config.targets) == targets
                 ran = [scope.config.target_rows(t) for t in scope.config.targets]
-                assert ran == [declared.rows] * len(targets)
-                assert scope.config.rounds == declared.rounds
+                assert ran == [rows] * len(ran) and scope.config.rounds == rounds
 
 
 @pytest.mark.e2e
