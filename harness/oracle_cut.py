@@ -23,19 +23,28 @@ class OracleCut:
     """At most ``rows`` rows per head at every target kept; ``targets`` the targets it
     keeps (``None``: every target of the config); ``rounds`` the draft-verify rounds of
     each row (``None``: the config's); ``truncated`` off: the truncated parameter sets
-    are not run; ``by`` who declares it and why, as a report states it."""
+    are not run; ``stage_rows`` the rows of each sequential stage (``None``: the
+    config's; an interpreted part cannot afford the defaults' 20,000 and 50,000 rows);
+    ``by`` who declares it and why, as a report states it."""
 
     rows: int
     by: str
     targets: tuple[str, ...] | None = None
     rounds: int | None = None
     truncated: bool = True
+    stage_rows: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("rows", "rounds"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"OracleCut.{name} must be a positive integer, got {value!r}")
+        if self.stage_rows is not None and not all(
+            isinstance(r, int) and r > 0 for r in self.stage_rows
+        ):
+            raise ValueError(
+                f"OracleCut.stage_rows must be positive integers, got {self.stage_rows}"
+            )
         if self.targets is not None and not self.targets:
             raise ValueError("OracleCut.targets must name a target, or be None (every target)")
 

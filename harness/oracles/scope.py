@@ -98,7 +98,7 @@ def scope_of(
 
 def cut_config(config: StatsConfig, cut: OracleCut) -> StatsConfig:
     """``config`` under one cut: at most ``cut.rows`` rows per head, only the targets the
-    cut keeps, the cut's rounds where it names them; ``config`` itself when the cut
+    cut keeps, the cut's rounds and stage rows where it names them; ``config`` itself when the cut
     changes nothing. ``StatsError`` when it keeps none of the config's targets."""
     targets = tuple(t for t in config.targets if cut.targets is None or t.name in cut.targets)
     if not targets:
@@ -112,6 +112,7 @@ def cut_config(config: StatsConfig, cut: OracleCut) -> StatsConfig:
         targets=targets,
         rounds=config.rounds if cut.rounds is None else cut.rounds,
         truncated=config.truncated if cut.truncated else (),
+        stage_rows=config.stage_rows if cut.stage_rows is None else cut.stage_rows,
     )
     return config if ran == config else ran
 

@@ -11,9 +11,11 @@
   with its stand-ins; a module the release lacks is left out (0.5.22 ships no
   block-wise rejection, so its oracle runs under chain, said so);
 - ``Loading.VLLM_PACKAGE``: vLLM's modules import its whole package: the extracted
-  folder joins ``sys.path`` (``vllm_loader.use_release``) and its dense speculator is
-  judged, only where its light dependencies are installed as pinned and the vLLM
-  loader's own conditions hold (Triton's interpreter and its variables on a CPU).
+  folder joins ``sys.path`` (``vllm_loader.use_release``, with the oracle's depth its
+  era sets) and its speculator is judged on every path the era ships
+  (``ReleaseEra.variants``: dense, and top-K where it has one), only where its light
+  dependencies are installed as pinned and the vLLM loader's own conditions hold
+  (Triton's interpreter and its variables on a CPU).
 
 First of all, the era's light dependencies (``ReleaseEra.light_deps``) must be
 installed at their pinned versions: a missing one is the reason it is not judged.
@@ -41,6 +43,7 @@ class LoadedRelease:
     implementation: Implementation
     verifier: str  # the harness verifier its oracle runs under
     notes: tuple[str, ...]  # what of its server the judgement leaves out
+    other_paths: tuple[Implementation, ...] = ()  # its further paths, judged in its row
 
 
 def missing_light_deps(requirements: str) -> list[str]:
@@ -115,17 +118,24 @@ def _sglang_wheel(era: ReleaseEra, *, files: Wheel, name: str) -> LoadedRelease 
 
 
 def _vllm_package(era: ReleaseEra, *, files: Wheel, name: str) -> LoadedRelease | str:
-    vllm_loader.use_release(vllm_loader.VllmRelease(root=files.extracted, version=files.version))
+    vllm_loader.use_release(
+        vllm_loader.VllmRelease(
+            root=files.extracted, version=files.version, oracle_depth=era.oracle_depth
+        )
+    )
     reason = vllm_loader.unavailable_reason()
     if reason is not None:
         return reason
-    implementation = parse_impl_spec(f"{name}=vllm:dense")
-    notes = tuple(
-        f"its {variant} path (the sweep judges the dense one)"
-        for variant in era.variants
-        if variant != "dense"
+    dense, *others = (
+        parse_impl_spec(f"{path_name(name, variant)}=vllm:{variant}") for variant in era.variants
     )
-    return LoadedRelease(implementation, era.verifier or "chain", notes)
+    return LoadedRelease(dense, era.verifier or "chain", (), other_paths=tuple(others))
+
+
+def path_name(name: str, variant: str) -> str:
+    """The implementation name of a release's path: ``name`` for the dense one,
+    ``name-topk4`` for ``topk=4``."""
+    return name if variant == "dense" else f"{name}-{variant.replace('=', '')}"
 
 
 def _sglang_package(era: ReleaseEra, *, files: Wheel, name: str) -> LoadedRelease:

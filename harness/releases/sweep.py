@@ -173,6 +173,7 @@ def judge_release(task: ReleaseTask) -> ReleaseRow:
         task,
         era=era.name,
         implementation=loaded.implementation,
+        other_paths=loaded.other_paths,
         verifier=loaded.verifier,
         not_covered=[*era.not_covered, *loaded.notes],
         started=started,
@@ -228,7 +229,11 @@ def _judged_row(
     not_covered: list[str],
     started: float,
     layouts: tuple[str, ...] = ("anchor", "no-anchor"),
+    other_paths: tuple[Implementation, ...] = (),
 ) -> ReleaseRow:
+    """The row of ``implementation`` and the release's ``other_paths`` (each judged in
+    the same run; the row is lossless and drop-in where every path is, and what it
+    says of a further path names it)."""
     from harness.defaults import REFERENCE, VerifierNoise
     from harness.judge import judge
     from harness.judgement import ScanVerdict
@@ -239,7 +244,19 @@ def _judged_row(
 
     matrix = standard_matrix(seed=task.seed)
     cases = [c for c in matrix if _layout(c.sample_from_anchor) in layouts]
-    not_covered = [*outside_contract(implementation, cases, total=len(matrix)), *not_covered]
+    paths = (implementation, *other_paths)
+
+    def of_path(path: Implementation, line: str) -> str:
+        return line if path is implementation else f"{path.name}: {line}"
+
+    not_covered = [
+        *(
+            of_path(path, line)
+            for path in paths
+            for line in outside_contract(path, cases, total=len(matrix))
+        ),
+        *not_covered,
+    ]
     if len(cases) < len(matrix):
         left_out = sorted({_layout(c.sample_from_anchor) for c in matrix} - set(layouts))
         not_covered = [
@@ -255,8 +272,8 @@ def _judged_row(
     try:
         judgement = judge(
             cases,
-            [*builtin_implementations((REFERENCE,)), implementation],
-            oracle_on=(implementation.name,),  # the row reads the release's verdict alone
+            [*builtin_implementations((REFERENCE,)), *paths],
+            oracle_on=[path.name for path in paths],  # the row reads the release's verdicts
             options=RunOptions(
                 seed=task.seed,
                 roles=Roles(require=Tier.LOSSLESS),
@@ -268,10 +285,8 @@ def _judged_row(
         scan_hits, scan_gaps = scan.result()
     finally:
         scan_process.shutdown(cancel_futures=True)
-    held = judgement.with_scans([ScanVerdict(implementation.name, scan_hits)]).held_verdict(
-        implementation.name
-    )
-    verdict = held.verdict
+    scanned = judgement.with_scans([ScanVerdict(implementation.name, scan_hits)])
+    held = [scanned.held_verdict(path.name) for path in paths]
     randomness = (
         {}
         if judgement.oracle is None
@@ -282,28 +297,35 @@ def _judged_row(
     )
     findings: list[Finding] = []
     seen: set[str] = set()
-    for failure in verdict.failures:  # defects only: a drop-in difference is drop_in's
-        if failure.lossless and failure.check not in seen:
-            seen.add(failure.check)
+    for path, path_held in zip(paths, held, strict=True):
+        verdict = path_held.verdict
+        for failure in verdict.failures:  # defects only: a drop-in difference is drop_in's
+            if failure.lossless and failure.check not in seen:
+                seen.add(failure.check)
+                evidence = of_path(path, failure.line())
+                findings.append(
+                    {"class": failure.check, "evidence": evidence, "repro": repro_command(task)}
+                )
+        if verdict.statistical.failed and ORACLE_CLASS not in seen:
+            seen.add(ORACLE_CLASS)
+            evidence = f"{' and '.join(verifiers)}: {verdict.statistical.describe()}"
             findings.append(
-                {"class": failure.check, "evidence": failure.line(), "repro": repro_command(task)}
+                {
+                    "class": ORACLE_CLASS,
+                    "evidence": of_path(path, evidence),
+                    "repro": repro_command(task),
+                }
             )
-    if verdict.statistical.failed:
-        findings.append(
-            {
-                "class": ORACLE_CLASS,
-                "evidence": f"{' and '.join(verifiers)}: {verdict.statistical.describe()}",
-                "repro": repro_command(task),
-            }
-        )
-    if judgement.oracle is not None:
-        not_covered = [
-            *not_covered,
-            *oracle_not_covered(judgement.oracle.run.results_of(implementation.name)),
-        ]
+        if judgement.oracle is not None:
+            results = judgement.oracle.run.results_of(path.name)
+            not_covered += [of_path(path, line) for line in oracle_not_covered(results)]
     if scan_hits:
         findings.append({"class": SCAN_CLASS, "evidence": scan_hits, "repro": repro_command(task)})
     not_covered = [*not_covered, *scan_gaps]
+    not_covered += [
+        of_path(path, "the support scan: not run on this path (it scans the dense one)")
+        for path in other_paths
+    ]
     if not task.scan_triples:
         not_covered = [*not_covered, "the support scan (--scan-triples 0)"]
     return _row(
@@ -311,8 +333,8 @@ def _judged_row(
         era=era,
         started=started,
         judged=True,
-        lossless=held.lossless,
-        drop_in=held.drop_in,
+        lossless=all(h.lossless for h in held),
+        drop_in=all(h.drop_in for h in held),
         verifier=list(verifiers),
         randomness=randomness,
         findings=findings,

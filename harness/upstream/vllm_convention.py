@@ -38,8 +38,7 @@ docs/upstream.md ("vLLM 0.33", "vLLM 0.33's plumbing").
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -58,8 +57,19 @@ from harness.plugins.conventions import (
     read_tensor,
 )
 from harness.plugins.walks import HeadCounts
-from harness.upstream.loaders.vllm_loader import TOPK_ATTRIBUTE, LoadedVllm, interpreted, load_vllm
-from harness.upstream.vllm_drafter import VllmDrafter, reduced_vocab_state
+from harness.upstream.loaders.vllm_loader import (
+    TOPK_ATTRIBUTE,
+    LoadedVllm,
+    installed_version,
+    interpreted,
+    load_vllm,
+    release_oracle_depth,
+)
+from harness.upstream.vllm_drafter import (
+    VllmDrafter,
+    observe_speculator_walks,
+    reduced_vocab_state,
+)
 from harness.upstream.vllm_plumbing import (
     DraftReads,
     RequestPlumbing,
@@ -79,9 +89,9 @@ if TYPE_CHECKING:
 
 POSITION_SPACING = 1 << 20  # request b's sequence starts at (b + 1) * this
 # The oracle's decode of this sampler under the interpreter: the far target only, 250
-# rows per head, 12 rounds per row (measured, docs/upstream.md).
+# rows per head, 12 rounds per row, one stage as deep (measured, docs/upstream.md).
 SAMPLER_CUT = OracleCut(
-    rows=250, rounds=12, targets=("far",), by="vllm-0.33 (sampler under Triton's interpreter)"
+    250, "vllm-0.33 (sampler under Triton's interpreter)", ("far",), 12, stage_rows=(250,)
 )
 # The support scan's batch under the interpreter: every triple is a kernel program (35 ms
 # here), so a call covers the 4096 triples a point asks for by default (gamma 4), not
@@ -385,38 +395,6 @@ class VllmSampler(BuiltSampler):
         return {name: count for name, count in written.items() if count}
 
 
-@contextmanager
-def observe_speculator_walks(sampler: Any, drafter: VllmDrafter) -> Iterator[HeadCounts]:
-    """Count the speculator's walks (a step-0 sample starts one), its Markov steps
-    (``markov_embed`` or the gathered bias) and step samples, keeping each walk's tokens."""
-    counts = HeadCounts()
-    walks: list[list[torch.Tensor]] = []
-    sample_logits = sampler._sample_logits
-    embed = drafter.markov_embed
-
-    def counting_sample_logits(logits: Any, idx_map: Any, sample_pos: Any, step: int) -> Any:
-        counts.sampler_calls += 1
-        if step == 0 or not walks:
-            counts.walks += 1
-            walks.append([])
-        sampled = sample_logits(logits, idx_map, sample_pos, step)
-        walks[-1].append(sampled)
-        return sampled
-
-    def counting_embed(token_ids: torch.Tensor) -> torch.Tensor:
-        counts.head_steps += 1
-        return embed(token_ids)
-
-    sampler._sample_logits = counting_sample_logits
-    drafter.markov_embed = counting_embed  # type: ignore[method-assign]
-    try:
-        yield counts
-    finally:
-        del sampler._sample_logits
-        del drafter.markov_embed
-        counts.walk_tokens = [torch.stack(walk, dim=1) for walk in walks if walk]
-
-
 class VllmConvention(Convention):
     """Builds the package's speculator the way vLLM's model runner leaves it (module doc)."""
 
@@ -431,8 +409,20 @@ class VllmConvention(Convention):
     @property
     def oracle_cut(self) -> OracleCut | None:
         """Under Triton's interpreter every sampled row and step is a Python program
-        (docs/upstream.md, "The statistical oracle on vLLM's sampler")."""
-        return SAMPLER_CUT if interpreted() else None
+        (docs/upstream.md, "The statistical oracle on vLLM's sampler"): the depth the
+        era of the release in use sets for its row, else ``SAMPLER_CUT``."""
+        if not interpreted():
+            return None
+        depth = release_oracle_depth()
+        if depth is None:
+            return SAMPLER_CUT
+        return OracleCut(
+            rows=depth.rows,
+            targets=depth.targets,
+            rounds=depth.rounds,
+            stage_rows=(depth.rows,),
+            by=f"vLLM {installed_version()}'s row (its era's depth under Triton's interpreter)",
+        )
 
     @property
     def scan_batch(self) -> int | None:

@@ -1,14 +1,19 @@
 """vLLM's DSpark model hooks over the case's toy drafter, and the reduced-vocabulary state
 vLLM's ``load_draft_model`` leaves beside them: the model math the convention
-(``harness.upstream.vllm_convention``) hands the package's speculator. The walk, the
+(``harness.upstream.vllm_convention``) hands the package's speculator, and the counter of
+the speculator's walks through those hooks (``observe_speculator_walks``). The walk, the
 noise and the sampling that use the hooks are the package's (docs/upstream.md,
 "vLLM 0.33")."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
+
+from harness.plugins.walks import HeadCounts
 
 
 class VllmDrafter:
@@ -92,3 +97,35 @@ def reduced_vocab_state(
             (max_bs, vocab_size), float("-inf"), dtype=draft_logits.dtype, device=d2t.device
         ),
     }
+
+
+@contextmanager
+def observe_speculator_walks(sampler: Any, drafter: VllmDrafter) -> Iterator[HeadCounts]:
+    """Count the speculator's walks (a step-0 sample starts one), its Markov steps
+    (``markov_embed`` or the gathered bias) and step samples, keeping each walk's tokens."""
+    counts = HeadCounts()
+    walks: list[list[torch.Tensor]] = []
+    sample_logits = sampler._sample_logits
+    embed = drafter.markov_embed
+
+    def counting_sample_logits(logits: Any, idx_map: Any, sample_pos: Any, step: int) -> Any:
+        counts.sampler_calls += 1
+        if step == 0 or not walks:
+            counts.walks += 1
+            walks.append([])
+        sampled = sample_logits(logits, idx_map, sample_pos, step)
+        walks[-1].append(sampled)
+        return sampled
+
+    def counting_embed(token_ids: torch.Tensor) -> torch.Tensor:
+        counts.head_steps += 1
+        return embed(token_ids)
+
+    sampler._sample_logits = counting_sample_logits
+    drafter.markov_embed = counting_embed  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        del sampler._sample_logits
+        del drafter.markov_embed
+        counts.walk_tokens = [torch.stack(walk, dim=1) for walk in walks if walk]

@@ -52,7 +52,9 @@ from reference.streams import VerifierNoise
 from reference.verifier import VerifyResult, VerifyRound, VerifyStep
 
 ROW_CUT = 600  # rows per head (every target) under this verifier: see docs/upstream.md
-VERIFIER_CUT = OracleCut(rows=ROW_CUT, by="vllm-rejection (verifier under Triton's interpreter)")
+VERIFIER_CUT = OracleCut(
+    rows=ROW_CUT, stage_rows=(ROW_CUT,), by="vllm-rejection (verifier under Triton's interpreter)"
+)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,9 @@ Second, every operation the interpreter runs asks ``_get_np_dtype`` for the nump
 of a Triton type, and that function builds its table of 19 types afresh at each call:
 about a tenth of what is left once the patching is gone.
 
-``fixed_costs_cached()`` takes out both, from outside Triton and outside the release.
+``fixed_costs_cached()`` takes out both, from outside Triton and outside the release
+(and reads which of those modules a function sees once per function and block, not at
+each of its calls: the scan of its module's globals was a twentieth of what was left).
 While the block runs, ``_get_np_dtype`` (a global of the interpreter's module, looked
 up at call time) answers from a table filled by Triton's own function, once per
 scalar type (a block's answer is its element's, as in Triton's; pointers are passed
@@ -118,9 +120,13 @@ def fixed_costs_cached() -> Iterator[None]:
         finally:
             launches.pop()
 
+    modules_of: dict[Callable[..., Any], frozenset[int]] = {}
+
     def patch_lang_once(fn: Callable[..., Any]) -> Any:
         current = launches[-1] if launches else None
-        modules = _language_modules(fn)
+        modules = modules_of.get(fn)
+        if modules is None:  # a module's globals are read once: vLLM's are hundreds
+            modules = modules_of[fn] = _language_modules(fn)
         if current is not None and current.covered is not None and modules <= current.covered:
             return _NothingToRestore()
         scope = patch_lang(fn)

@@ -24,10 +24,12 @@ time). Importing vLLM writes defaults of its own into ``os.environ``
 (``TORCHINDUCTOR_COMPILE_THREADS``, ``TRITON_CACHE_AUTOTUNING`` and others); the loader
 puts the environment back as it found it. See docs/upstream.md ("vLLM 0.33").
 
-``use_release(VllmRelease(root, version))`` points the process at a release's files
-extracted from its wheel instead (``harness.upstream.releases``): ``root`` joins the
-front of ``sys.path`` for the rest of the process (a process judges one release), and
-the version checks hold that release, not the installed one.
+``use_release(VllmRelease(root, version, oracle_depth))`` points the process at a
+release's files extracted from its wheel instead (``harness.upstream.releases``):
+``root`` joins the front of ``sys.path`` for the rest of the process (a process judges
+one release), the version checks hold that release, not the installed one, and the
+oracle's depth its era sets for a row under Triton's interpreter (``oracle_depth``,
+``ReleaseEra.oracle_depth``) is the cut the convention declares (``release_oracle_depth``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from typing import Any
 import torch
 
 from harness.upstream.loaders.interpreter_patching import fixed_costs_cached
+from harness.upstream.releases.eras import OracleDepth
 
 SUPPORTED_VERSION = "0.33.0"
 SUPPORTED_TRITON = "3.8"
@@ -82,6 +85,7 @@ class VllmRelease:
 
     root: Path
     version: str
+    oracle_depth: OracleDepth | None = None  # its era's, for a row under the interpreter
 
 
 _RELEASE: list[VllmRelease] = []  # the release this process judges (at most one)
@@ -94,6 +98,12 @@ def use_release(release: VllmRelease) -> None:
         sys.path.insert(0, str(release.root))
     load_vllm.cache_clear()
     variant_class.cache_clear()
+
+
+def release_oracle_depth() -> OracleDepth | None:
+    """The oracle's depth the era of the release in use sets (``None``: no release is in
+    use, or its era sets none)."""
+    return _RELEASE[0].oracle_depth if _RELEASE else None
 
 
 def installed_version() -> str | None:

@@ -56,6 +56,16 @@ class ConventionRef(NamedTuple):
 
 
 @dataclass(frozen=True)
+class OracleDepth:
+    """How deep the statistical oracle decodes a release's row: ``rows`` per head at each
+    of ``targets``, ``rounds`` per row (its convention declares it as its cut)."""
+
+    rows: int
+    targets: tuple[str, ...]
+    rounds: int
+
+
+@dataclass(frozen=True)
 class ReleaseEra:
     """One contract and the released versions that ship it."""
 
@@ -86,6 +96,9 @@ class ReleaseEra:
     convention: ConventionRef | None = None
     # the plug-in era (``harness.plugins.eras.Era``) whose ``sglang`` its files import
     plugin_era: str = ""
+    # the statistical oracle's depth on its row where its kernels run under Triton's
+    # interpreter; None: its convention's own cut
+    oracle_depth: OracleDepth | None = None
 
     @property
     def first(self) -> str:
@@ -154,6 +167,11 @@ _PR_SERVER_ERA = ReleaseEra(
     ),
 )
 
+# A vLLM row's oracle under Triton's interpreter: what its paths' decodes under both
+# verifiers fit in a row of 3 minutes on a 2-core machine, spent where vLLM's double walk
+# shows (the far target, rounds before rows: docs/releases.md, "A vLLM row's depth").
+VLLM_ROW_DEPTH = OracleDepth(rows=200, targets=("far",), rounds=12)
+
 _VLLM_ERA = ReleaseEra(
     name="vllm-0.25-0.27",
     package="vllm",
@@ -181,6 +199,7 @@ _VLLM_ERA = ReleaseEra(
     members=("vllm/",),
     variants=("dense",),
     kernel_files=("vllm/v1/worker/gpu/sample/gumbel.py",),
+    oracle_depth=VLLM_ROW_DEPTH,
 )
 
 _VLLM_0_31_ERA = replace(

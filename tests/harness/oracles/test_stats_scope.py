@@ -175,3 +175,12 @@ def test_the_oracles_text_shows_a_cut_result_at_what_it_ran(cut_convention: None
     cells = {tuple(line.split()[:2]) for line in text.splitlines()}
     assert ("far", "vanilla") in cells
     assert not cells & {("far", "gated"), ("far", "rnn"), ("mid", "vanilla"), ("near", "vanilla")}
+
+
+def test_a_cut_sets_the_sequential_stages_where_it_names_them() -> None:
+    shallow = OracleCut(rows=200, by="an interpreted part", stage_rows=(200,))
+    assert oracle_scope.cut_config(DEFAULT_CONFIG, shallow).stage_rows == (200,)
+    kept = oracle_scope.cut_config(DEFAULT_CONFIG, OracleCut(rows=200, by="a slow verifier"))
+    assert kept.stage_rows == DEFAULT_CONFIG.stage_rows != (200,)
+    with pytest.raises(ValueError, match="stage_rows"):
+        OracleCut(rows=200, by="x", stage_rows=(0,))

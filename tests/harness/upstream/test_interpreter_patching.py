@@ -91,6 +91,30 @@ def test_our_kernel_computes_the_same_bits_with_the_nested_patches_skipped() -> 
         assert len(every_call) > 6 and len(once) == 2, (len(every_call), len(once))
 
 
+def test_a_functions_modules_are_read_once_a_block_with_the_same_bits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Which ``triton.language`` modules a function sees is read from its globals once
+    per function and block, not at each of its calls; the launches compute the same."""
+    from harness.upstream import interpreter_patching
+
+    read: list[Callable[..., Any]] = []
+    language_modules = interpreter_patching._language_modules
+
+    def counted(fn: Callable[..., Any]) -> frozenset[int]:
+        read.append(fn)
+        return language_modules(fn)
+
+    monkeypatch.setattr(interpreter_patching, "_language_modules", counted)
+    with fixed_costs_cached():
+        first = _mixing_run(3)
+        calls_once = len(read)
+        again = _mixing_run(3)
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+    assert torch.equal(first[1], _mixing_run(3)[1])  # as Triton runs it, no context
+    assert len(read) == calls_once == len(set(read)), read  # each function read once
+
+
 def test_triton_language_after_a_launch_is_as_triton_leaves_it() -> None:
     def state() -> dict[str, object]:
         members = {**vars(tl), **{f"core.{k}": v for k, v in vars(tl.core).items()}}

@@ -353,6 +353,34 @@ def test_a_plug_in_file_is_a_row_of_its_own(
     assert row["randomness"] == {"chain": PR_ERA_PLUMBING}
 
 
+def test_a_row_judges_every_path_and_names_the_one_that_fails(tmp_path: Path) -> None:
+    """A release's further paths (vLLM's top-K beside its dense one) are judged in its
+    row: a defect on one path alone makes the row not lossless, its evidence names that
+    path, and a correct path beside it adds nothing."""
+    from harness.plugins.implementations import builtin_implementations, parse_impl_spec
+
+    fixed, legacy = builtin_implementations(("fixed", "legacy"))
+    lazy = parse_impl_spec(f"up_f={AFTER_FIX.with_name('dspark_after_fix_lazy.py')}")
+    row = sweep._judged_row(
+        _task(tmp_path, "0.5.19", scan_triples=0),
+        era="e",
+        implementation=fixed,
+        other_paths=(lazy, legacy),
+        verifier="chain",
+        not_covered=[],
+        started=time.perf_counter(),
+    )
+    assert (row["judged"], row["lossless"], row["drop_in"]) == (True, False, False)
+    assert row["findings"] and all(f["evidence"].startswith("legacy: ") for f in row["findings"]), (
+        row["findings"]
+    )
+    assert "statistical oracle" in {f["class"] for f in row["findings"]}
+    assert (
+        "legacy: the support scan: not run on this path (it scans the dense one)"
+        in (row["not_covered"])
+    )
+
+
 def test_each_release_runs_under_its_servers_verifier_and_chain_the_control() -> None:
     assert oracle_verifiers("sglang-blockwise") == ("sglang-blockwise", "chain")
     assert oracle_verifiers("vllm-rejection") == ("vllm-rejection", "chain")

@@ -11,6 +11,8 @@ under the interpreter and are ``slow``.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from harness.oracles import stats
@@ -44,6 +46,40 @@ def test_the_speculators_cut_and_contract_make_its_scope() -> None:
         )
         assert under_theirs.config == scope.config  # the smaller rows of both cuts
         assert under_theirs.cuts == (VERIFIER_CUT, SAMPLER_CUT)
+
+
+def test_a_releases_era_sets_the_depth_of_its_rows_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release in use (the sweep's) carries its era's depth: the convention declares it
+    in place of its own cut, on both paths and under both verifiers (the era's targets,
+    rows and rounds); with no release in use, its own."""
+    from harness.upstream.releases.eras import VLLM_ROW_DEPTH, era_of
+    from harness.upstream.vllm_convention import SAMPLER_CUT
+    from harness.upstream.vllm_rejection import VLLM_REJECTION
+
+    if not vllm_loader.interpreted():
+        pytest.skip("vLLM's kernels are compiled here (CUDA): its convention declares no cut")
+    era = era_of("vllm", "0.33.0")
+    assert era is not None and era.oracle_depth == VLLM_ROW_DEPTH
+    release = vllm_loader.VllmRelease(root=vllm_loader.Path("."), version="0.33.0")
+    own = (SAMPLER_CUT.rows, SAMPLER_CUT.targets, SAMPLER_CUT.rounds)
+    era_depth = (VLLM_ROW_DEPTH.rows, VLLM_ROW_DEPTH.targets, VLLM_ROW_DEPTH.rounds)
+    assert era_depth != own
+    for depth, (rows, targets, rounds) in ((VLLM_ROW_DEPTH, era_depth), (None, own)):
+        monkeypatch.setattr(vllm_loader, "_RELEASE", [replace(release, oracle_depth=depth)])
+        for spec in ("v=vllm:dense", "k=vllm:topk=4"):
+            implementation = parse_impl_spec(spec)
+            for verifier in (CHAIN_VERIFIER, VLLM_REJECTION):
+                scope = stats.scope_under(
+                    DEFAULT_CONFIG, verifier=verifier, implementation=implementation
+                )
+                assert scope.config is not None
+                assert (SAMPLER_CUT in scope.cuts) is (depth is None)
+                assert any("vLLM 0.33.0's row" in cut.by for cut in scope.cuts) is (
+                    depth is not None
+                )
+                assert tuple(t.name for t in scope.config.targets) == targets
+                ran = [scope.config.target_rows(t) for t in scope.config.targets]
+                assert ran == [rows] * len(ran) and scope.config.rounds == rounds
 
 
 @pytest.mark.e2e
