@@ -21,7 +21,7 @@ from harness.plugins.protocol import DraftSampler
 from harness.upstream.releases.sglang_0_5_16 import SGLANG_0_5_16, speaks_sglang_0_5_16
 from harness.upstream.sglang_convention import SGLANG_0_5_23
 from harness.upstream.sglang_loader import speaks_sglang_0_5_23
-from harness.upstream.vllm_convention import VLLM_0_33
+from harness.upstream.vllm_eras import vllm_convention_of
 from harness.upstream.vllm_loader import speaks_vllm_0_33
 
 if TYPE_CHECKING:
@@ -31,14 +31,15 @@ if TYPE_CHECKING:
 def convention_of(sampler_class: type[DraftSampler]) -> Convention:
     """The convention a sampler class speaks: sglang 0.5.23's for the package's own
     ``DsparkDraftSampler`` and its subclasses, sglang 0.5.16's for that wheel's (loaded
-    by the release sweep), vLLM 0.33's for its ``DSparkSpeculator`` and its subclasses,
-    else what its constructor says."""
+    by the release sweep), the vLLM convention of its release for its
+    ``DSparkSpeculator`` and its subclasses (``vllm_eras``), else what its constructor
+    says."""
     if speaks_sglang_0_5_23(sampler_class):
         return SGLANG_0_5_23
     if speaks_sglang_0_5_16(sampler_class):
         return SGLANG_0_5_16
     if speaks_vllm_0_33(sampler_class):
-        return VLLM_0_33
+        return vllm_convention_of(sampler_class)
     return ConstructorConvention(ConventionName(bind_constructor(sampler_class).convention))
 
 

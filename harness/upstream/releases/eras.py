@@ -122,13 +122,15 @@ _VLLM_ERA = ReleaseEra(
     noise="Gumbel keyed by request seed and position (gumbel_sample)",
     outputs="draft tokens; the draft logits cache written by the sampling call",
     verifier="vllm-rejection",
-    # The harness's vLLM convention is 0.31-0.33's: driven through it, 0.25.0's matrix raised
-    # (measured, docs/releases.md "Measured"), which is no verdict on it.
     loading=Loading.NONE,
     why_not_judged=(
-        "no convention for this contract: the harness's vLLM convention is 0.31-0.33's; "
-        "0.25-0.27's speculator samples inside _sample_sequential (it has no "
-        "_sample_logits, which the convention wraps to count walks)"
+        "the harness cannot drive this contract yet: the speculator samples each step "
+        "inline in _sample_sequential (it has no _sample_logits, whose calls the vLLM "
+        "convention counts as the walk's steps), and its gumbel_sample keeps the "
+        "temperature-applied logits (output_processed_logits), which its own rejection "
+        "sampler reads as they are, where the convention reads the kept logits before "
+        "temperature (its Philox keys, without a salt, and its libdevice log1p are "
+        "modelled: harness.upstream.vllm_keying, interpreter_libdevice)"
     ),
     # 0.33's pins serve 0.25-0.27 too: its speculator, Gumbel sampler and rejection
     # sampler import with them (tests/harness/upstream/test_releases_real.py)
@@ -245,19 +247,45 @@ ERAS: tuple[ReleaseEra, ...] = (
         _VLLM_0_31_ERA,
         name="vllm-0.28-0.30",
         versions=("0.28.0", "0.29.0", "0.30.0"),
-        # Driven through 0.33's convention, 0.30.0's first sampled case raised
-        # (measured, docs/releases.md "Measured"): no verdict on it.
-        loading=Loading.NONE,
-        noise="Gumbel from Triton's Philox (tl.randint of the request's seed and position)",
-        why_not_judged=(
-            "no convention for this contract: the harness's vLLM convention keys the "
-            "draft noise as 0.31 and later draw it (murmur3_hash32 of the request's seed, "
-            "the position salted with _DRAFT_NOISE_SALT); 0.28-0.30 draw it from Triton's "
-            "Philox (tl.randint of the seed and position), which the convention's replay "
-            "and key checks do not model"
+        noise=(
+            "Gumbel from Triton's Philox: tl.rand of each token under the key "
+            "tl.randint(request seed, position), the position salted with "
+            "_DRAFT_NOISE_SALT from 0.29 (0.28: no salt, the verifier's own keys)"
         ),
     ),
     _VLLM_0_31_ERA,
+    replace(  # read from the wheel (docs/releases.md, "vLLM 0.34")
+        _VLLM_0_31_ERA,
+        name="vllm-0.34",
+        versions=("0.34.0",),
+        methods=(
+            *_VLLM_0_31_ERA.methods,
+            "load_model",
+            "_markov_step",
+            "_sample_markov_chain",
+            "_sample_sequential_sharded",
+        ),
+        staging=(
+            "per request: temperature, seed, positions; top-k; the draft logits cache a "
+            "DraftLogitsCache (values, row_mapping), assigned per batch"
+        ),
+        outputs=(
+            "draft tokens; DraftLogitsCache.values written by the sampling call, the "
+            "Markov bias fused into the Gumbel kernel where load_model allows it"
+        ),
+        loading=Loading.NONE,
+        why_not_judged=(
+            "the harness cannot drive this contract yet: its speculator and its "
+            "rejection_sample read the draft logits cache as a DraftLogitsCache "
+            "(.values, .row_mapping; spec_decode/draft_logits.py), where the vLLM "
+            "convention and vllm-rejection hand a tensor; _sample_logits takes the "
+            "Markov bias to fuse into the Gumbel kernel (_fuse_markov_bias, set by "
+            "load_model); _markov_step adds recurrent Markov heads "
+            "(markov_step(prev, hidden, state)), a model hook the convention's drafter "
+            "does not have (_sample_sequential_sharded runs only with tensor "
+            "parallelism, never in one process)"
+        ),
+    ),
 )
 
 FIRST_WITH_DSPARK = {"sglang": "0.5.16", "vllm": "0.25.0"}

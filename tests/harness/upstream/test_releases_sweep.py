@@ -180,8 +180,10 @@ def test_a_release_whose_sampling_kernel_calls_libdevice_is_not_judged_without_c
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Triton's interpreter does not run libdevice (a call gives ``None``, the kernel
-    raises): without CUDA such a release is not judged, its row naming each call, never
-    a failure of the release. A call in a comment is not a call."""
+    raises): without CUDA a release calling a function the harness has no body for
+    (``interpreter_libdevice.BODIES``) is not judged, its row naming each such call,
+    never a failure of the release. A call with a body (``log1p``) is not named, and a
+    call in a comment is not a call."""
     import torch
 
     from harness.upstream.releases import eras
@@ -193,7 +195,9 @@ def test_a_release_whose_sampling_kernel_calls_libdevice_is_not_judged_without_c
     monkeypatch.setattr(eras, "ERAS", (blocked,))
     monkeypatch.setattr(sweep, "era_of", eras.era_of)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    source = "g = -tl.log(-tldevice.log1p(-u))  # not libdevice.isnan(x) here\n"
+    source = (
+        "g = -tl.log(-tldevice.log1p(-u))  # not libdevice.isnan(x) here\nr = tldevice.rsqrt(g)\n"
+    )
     build_wheel(
         tmp_path / "sglang-0.5.16",
         package="sglang",
@@ -204,8 +208,8 @@ def test_a_release_whose_sampling_kernel_calls_libdevice_is_not_judged_without_c
     assert (row["judged"], row["lossless"], row["findings"]) == (False, None, [])
     assert row["not_covered"] == [
         "not judged: its sampling kernel cannot run under Triton's interpreter (no CUDA "
-        "here): sglang/kernel.py:1 calls tldevice.log1p (libdevice, which the interpreter "
-        "does not run; on CUDA it runs)"
+        "here): sglang/kernel.py:2 calls tldevice.rsqrt (libdevice, which the interpreter "
+        "does not run and the harness has no body for; on CUDA it runs)"
     ]
 
 
@@ -419,20 +423,19 @@ def test_a_row_states_the_scans_points_not_run_and_its_batch_cut() -> None:
     assert sweep.scan_not_covered(results(asked, 0), plan=asked, default=asked) == []
 
 
-def test_vllm_before_0_31_is_not_judged_for_want_of_a_convention() -> None:
-    """The harness's vLLM convention is 0.31-0.33's: 0.25-0.27's speculator (no
-    ``_sample_logits``) and 0.28-0.30's draft noise (Triton's Philox, not the murmur3
-    hash the convention keys) are not judged through it, and their rows say why; 0.31
-    and later are loaded as the vLLM package."""
+def test_vllm_0_25_to_0_27_say_why_the_harness_cannot_drive_them() -> None:
+    """0.25-0.27's speculator samples inline (no ``_sample_logits``) and keeps tempered
+    logits: not judged, the row saying both; 0.28-0.30 and 0.31-0.33 are loaded as the
+    vLLM package, each under its own convention (``harness.upstream.vllm_eras``)."""
     from harness.upstream.releases.eras import Loading, era_of
     from harness.upstream.releases.loading import load_release
 
     early, middle, late = (era_of("vllm", v) for v in ("0.25.0", "0.30.0", "0.31.0"))
     assert early is not None and middle is not None and late is not None
-    assert early.loading is middle.loading is Loading.NONE
-    assert late.loading is Loading.VLLM_PACKAGE and late.versions[-1] == "0.33.0"
+    assert early.loading is Loading.NONE
+    assert middle.loading is late.loading is Loading.VLLM_PACKAGE
+    assert late.versions[-1] == "0.33.0" and middle.versions == ("0.28.0", "0.29.0", "0.30.0")
     nothing = lambda: pytest.fail("nothing is extracted")  # noqa: E731
-    for era, names in ((early, "_sample_logits"), (middle, "Philox")):
-        why = load_release(era, files=nothing, name="v")
-        assert isinstance(why, str) and why.startswith("no convention for this contract")
-        assert names in why
+    why = load_release(early, files=nothing, name="v")
+    assert isinstance(why, str) and why.startswith("the harness cannot drive this contract yet")
+    assert "_sample_logits" in why and "output_processed_logits" in why

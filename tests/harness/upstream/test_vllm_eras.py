@@ -1,0 +1,139 @@
+"""vLLM 0.28-0.30 judged under their own code, and each era's noise keys.
+
+The key model (``harness.upstream.vllm_keying``) is read from a release's own Gumbel
+module: Murmur3 where it defines ``murmur3_hash32``, Triton's Philox before; a draft
+draw's salt where it has ``_DRAFT_NOISE_SALT``. On the real wheels (marker
+``releases``, each release in a process of its own under Triton's interpreter, the
+libdevice bodies installed): 0.30.0 keeps its draft keys off its verifier's and has
+no lossless failure on a small case; a drafter of it keyed without the salt, or by the
+next position, fails the exact key check; a float64 drafter of it passes. 0.28.0 keys
+its draft draws by the verifier's own (seed, position) pairs (it has no salt): the
+exact key check fails on the release itself, at every sampled step.
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from harness.upstream.vllm_eras import keywords_taken
+from harness.upstream.vllm_keying import MURMUR3, PHILOX, draft_salt, keying_of
+
+
+class _Constexpr:
+    """What ``tl.constexpr(v)`` holds: its ``value``."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+def test_the_keying_is_read_from_the_gumbel_module() -> None:
+    assert keying_of(SimpleNamespace(murmur3_hash32=object())) is MURMUR3  # type: ignore[arg-type]
+    assert keying_of(SimpleNamespace()) is PHILOX  # type: ignore[arg-type]
+    assert "another function" in MURMUR3.coins and "same Philox block" in PHILOX.coins
+
+
+def test_the_salt_is_the_modules_and_none_before_0_29() -> None:
+    assert draft_salt(SimpleNamespace(_DRAFT_NOISE_SALT=_Constexpr(1 << 30))) == 1 << 30  # type: ignore[arg-type]
+    assert draft_salt(SimpleNamespace(_DRAFT_NOISE_SALT=7)) == 7  # type: ignore[arg-type]
+    assert draft_salt(SimpleNamespace()) == 0  # type: ignore[arg-type]
+
+
+def test_a_keyword_the_release_does_not_take_is_left_out() -> None:
+    def gumbel_sample(logits: int, *, apply_temperature: bool, use_fp64: bool = False) -> tuple:
+        return logits, apply_temperature, use_fp64
+
+    call = keywords_taken(gumbel_sample)
+    assert call(1, apply_temperature=True, is_drafting=True) == (1, True, False)
+    with pytest.raises(TypeError):
+        call(1)  # a keyword it needs is still needed
+
+
+# -- the real wheels ------------------------------------------------------------------------
+# Each implementation's lossless failures on a small case (row 1 greedy: it draws no
+# noise) and where the exact key check failed.
+_JUDGE = """
+import importlib, json
+from harness.case import make_case
+from harness.pipeline.checks import tier_of
+from harness.pipeline.compare import evaluate_run
+from harness.pipeline.runner import run_case
+from harness.plugins.implementations import Implementation
+from harness.upstream.dispatch import convention_of
+from harness.upstream.interpreter_libdevice import libdevice_bodies
+
+base = vllm_loader.load_vllm().DSparkSpeculator
+module = importlib.import_module(base.__module__)
+case = make_case(bs=2, gamma=3, vocab_size=16, hidden_size=16, markov_rank=8,
+                 greedy_rows=(False, True), max_bs=3, seed=15)
+
+def keyed(shift, salted):
+    class Planted(base):
+        def _sample_logits(self, logits, idx_map, sample_pos, step):
+            sample = module.gumbel_sample
+            def planted(*args, **kwargs):
+                args = (*args[:4], args[4] + shift, *args[5:])
+                if "is_drafting" in kwargs:
+                    kwargs["is_drafting"] = salted
+                return sample(*args, **kwargs)
+            module.gumbel_sample = planted
+            try:
+                return super()._sample_logits(logits, idx_map, sample_pos, step)
+            finally:
+                module.gumbel_sample = sample
+    return Planted
+
+class Float64(base):
+    def _sample_sequential(self, num_reqs, head_hidden):
+        self.use_fp64_gumbel = True
+        super()._sample_sequential(num_reqs, head_hidden)
+
+found = {"convention": convention_of(base).name.value}
+for name, cls in (("release", base), ("unsalted", keyed(0, False)),
+                  ("next position", keyed(1, False)), ("float64", Float64)):
+    with libdevice_bodies():
+        run = run_case(case, [Implementation(name, cls, "test")])
+    checks = evaluate_run(run, require_observable=False).checks[name]
+    noise = next(c for c in checks if c.name == "noise_shared_with_verifier")
+    found[name] = {
+        "lossless failures": sorted(
+            c.name for c in checks if c.status == "fail" and tier_of(c.name) == "lossless"
+        ),
+        "key check": [noise.status, [list(p) for p in noise.positions or ()]],
+    }
+print(json.dumps(found))
+"""
+
+
+def _judged(version: str) -> dict[str, object]:
+    from tests.harness.upstream.test_releases_real import _in_a_vllm_release
+
+    return json.loads(_in_a_vllm_release(version, _JUDGE).splitlines()[-1])
+
+
+@pytest.mark.releases
+def test_vllm_0_30_keeps_its_draft_keys_off_its_verifiers_and_a_wrong_key_is_caught() -> None:
+    found = _judged("0.30.0")
+    assert found["convention"] == "vllm-0.28"
+    assert found["release"] == {"lossless failures": [], "key check": ["pass", []]}
+    assert found["float64"] == found["release"]  # another precision, the same keys: apart
+    for planted in ("unsalted", "next position"):
+        entry = found[planted]
+        assert isinstance(entry, dict)
+        assert "noise_shared_with_verifier" in entry["lossless failures"], planted
+        assert entry["key check"][0] == "fail", planted
+
+
+@pytest.mark.releases
+def test_vllm_0_28_keys_its_draft_draws_as_its_verifier_does() -> None:
+    """0.28 has no salt and no drafting flag: every sampled step of row 0 reads the
+    (seed, position) pair whose Philox block keys the verifier's coin and residual at
+    that position. A defect of the release, found on the release itself."""
+    found = _judged("0.28.0")
+    assert found["convention"] == "vllm-0.28"
+    assert found["release"] == {
+        "lossless failures": ["noise_shared_with_verifier"],
+        "key check": ["fail", [[0, 0], [0, 1], [0, 2]]],
+    }
