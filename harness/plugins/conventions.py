@@ -52,6 +52,7 @@ class ConventionName(enum.Enum):
     SERVER = "server"  # the PR-era server (the before/after-fix modules)
     SGLANG_0_5_16 = "sglang-0.5.16"  # its wheel's folded sampler and eager block (releases)
     SGLANG_0_5_23 = "sglang-0.5.23"
+    VLLM_0_25 = "vllm-0.25"  # 0.25-0.27: sampled inline, tempered cache (upstream.vllm_eras)
     VLLM_0_28 = "vllm-0.28"  # 0.28-0.30: Philox draft noise (harness.upstream.vllm_eras)
     VLLM_0_33 = "vllm-0.33"
 

@@ -318,7 +318,7 @@ class VllmSampler(BuiltSampler):
             shape = (self.max_bs, case.gamma, case.vocab_size)
             if cache is None or tuple(cache.shape) != shape:
                 raise OutputError(f"draft_logits must be {list(shape)} when sampling")
-            step_logits = cache[slots].clone()
+            step_logits = self.kept_step_logits(cache, slots)
             replay = self.declared_stream_tokens(step_logits, bs=case.bs)
         confidence = None
         if case.confidence:
@@ -338,6 +338,10 @@ class VllmSampler(BuiltSampler):
             requested=staged,  # the slots' temperatures are the server's own staging
             keyed_draws=keyed if self._reads.calls else None,
         )
+
+    def kept_step_logits(self, cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """The live slots' kept step logits, before temperature (``[bs, gamma, V]``)."""
+        return cache[slots].clone()
 
     def declared_stream_tokens(self, step_logits: torch.Tensor, *, bs: int) -> torch.Tensor:
         """``[bs, gamma]``: the token each kept cache row gives under the declared noise
@@ -422,6 +426,7 @@ class VllmConvention(Convention):
     """Builds the package's speculator the way vLLM's model runner leaves it (module doc)."""
 
     name = ConventionName.VLLM_0_33
+    sampler_type: type[VllmSampler] = VllmSampler  # what ``build`` hands back
 
     def takes_out(self, sampler_class: type[Any]) -> bool:
         return False  # the server reads the speculator's own draft_tokens
@@ -502,7 +507,7 @@ class VllmConvention(Convention):
         state.update(reduced_vocab_state(drafter, draft_logits=draft_logits, max_bs=max_bs))
         for name, value in state.items():
             setattr(speculator, name, value)
-        return VllmSampler(sampler=speculator, model=drafter, case=case, loaded=loaded)
+        return self.sampler_type(sampler=speculator, model=drafter, case=case, loaded=loaded)
 
 
 VLLM_0_33 = VllmConvention()

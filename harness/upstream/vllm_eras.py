@@ -1,6 +1,14 @@
 """vLLM's DSpark eras before 0.31, each driven as 0.33's convention drives its speculator,
 with what the era's own code differs in (docs/releases.md, "vLLM before 0.31").
 
+- 0.25-0.27 (``VLLM_0_25``): 0.28's convention, and the speculator samples each step
+  inline in ``_sample_sequential`` (no ``_sample_logits``): its walks are counted where
+  a step's token is made (``observe_inline_walks``); its ``gumbel_sample`` keeps the
+  temperature-applied logits in the cache (``output_processed_logits``), which its own
+  rejection sampler reads as they are. So the verifiers read that cache at temperature
+  1, and the checks read the logits each draw was handed, before temperature, once
+  the cache is held to be exactly those divided by the slot's temperature
+  (``SequentialSampler.kept_step_logits``); it has no confidence head.
 - 0.28-0.30 (``VLLM_0_28``): the speculator, its ``_sample_logits`` and its top-k path
   are 0.31's; the Gumbel noise is Triton's Philox keyed by the request's seed and
   position (``harness.upstream.vllm_keying``), the kernel calls libdevice's ``log1p``
@@ -10,9 +18,8 @@ with what the era's own code differs in (docs/releases.md, "vLLM before 0.31").
   ``use_confidence_head``, which 0.33's convention sets).
 
 Which convention a speculator class speaks is read from its package, never from a
-version table: a Gumbel module without ``murmur3_hash32`` is of 0.28-0.30, any other of
-0.31-0.33. 0.25-0.27 are not driven (``SEQUENTIAL_ERA_REASON``): the release sweep
-says why and loads none of them.
+version table: a speculator without ``_sample_logits`` is of 0.25-0.27, a Gumbel module
+without ``murmur3_hash32`` of 0.28-0.30, any other of 0.31-0.33.
 """
 
 from __future__ import annotations
@@ -20,16 +27,26 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness.plugins.conventions import BuiltSampler, Convention, ConventionName
+from harness.oracles.cut import OracleCut
+from harness.plugins.conventions import (
+    BuiltSampler,
+    Convention,
+    ConventionName,
+    OutputError,
+)
+from harness.plugins.walks import HeadCounts
 from harness.upstream.vllm_convention import VLLM_0_33, VllmConvention, VllmSampler
+from harness.upstream.vllm_drafter import VllmDrafter
 from harness.upstream.vllm_keying import PHILOX, keying_of
-from harness.upstream.vllm_loader import GUMBEL_MODULE
+from harness.upstream.vllm_loader import GUMBEL_MODULE, SPECULATOR_MODULE
+from reference.verifier import DraftBlock
 
 if TYPE_CHECKING:
     from harness.case import Case, CaseInputs
@@ -52,6 +69,14 @@ class PhiloxEraConvention(VllmConvention):
     """vLLM 0.28-0.30's speculator: 0.33's convention, the era's names (module doc)."""
 
     name = ConventionName.VLLM_0_28
+
+    @property
+    def oracle_cut(self) -> OracleCut | None:
+        """0.33's cut under Triton's interpreter, declared in this convention's name."""
+        cut = super().oracle_cut
+        if cut is None:
+            return None
+        return replace(cut, by=self.name.value + cut.by.removeprefix(VLLM_0_33.name.value))
 
     def build(
         self,
@@ -76,9 +101,121 @@ class PhiloxEraConvention(VllmConvention):
 VLLM_0_28 = PhiloxEraConvention()
 
 
+@contextmanager
+def observe_inline_walks(drafter: VllmDrafter, *, gamma: int) -> Iterator[HeadCounts]:
+    """Count the walks of a speculator that samples inline: a step's token is made by
+    the speculator module's ``gumbel_sample`` (sampled) or the drafter's
+    ``map_draft_to_target`` of the argmax (a greedy fold), each after the step's
+    ``markov_embed``; the step whose embed is a multiple of ``gamma`` starts a walk."""
+    counts = HeadCounts()
+    walks: list[list[torch.Tensor]] = []
+    module: Any = importlib.import_module(SPECULATOR_MODULE)
+    sample, embed, to_target = (
+        module.gumbel_sample,
+        drafter.markov_embed,
+        drafter.map_draft_to_target,
+    )
+
+    def step_made(tokens: torch.Tensor) -> torch.Tensor:
+        counts.sampler_calls += 1
+        if (counts.head_steps - 1) % gamma == 0 or not walks:
+            counts.walks += 1
+            walks.append([])
+        walks[-1].append(tokens)
+        return tokens
+
+    def counting_embed(token_ids: torch.Tensor) -> torch.Tensor:
+        counts.head_steps += 1
+        return embed(token_ids)
+
+    def greedy_step(draft_ids: torch.Tensor) -> torch.Tensor:
+        return step_made(to_target(draft_ids))
+
+    module.gumbel_sample = lambda *args, **kwargs: step_made(sample(*args, **kwargs))
+    drafter.markov_embed = counting_embed  # type: ignore[method-assign]
+    drafter.map_draft_to_target = greedy_step  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        module.gumbel_sample = sample
+        del drafter.markov_embed, drafter.map_draft_to_target
+        counts.walk_tokens = [torch.stack(walk, dim=1) for walk in walks if walk]
+
+
+class SequentialSampler(VllmSampler):
+    """A 0.25-0.27 speculator and the logits each of its draws was handed (module doc)."""
+
+    handed: torch.Tensor | None = None  # [max_bs, gamma, V]: the last call's, by slot
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        cache = self.sampler.draft_logits
+        if cache is None:  # a greedy fold: no draw, no cache
+            super().__call__(hidden_states, input_ids)
+            return
+        handed = torch.full_like(cache, float("nan"))
+        module: Any = importlib.import_module(SPECULATOR_MODULE)
+        sample = module.gumbel_sample
+
+        def keeping(logits: torch.Tensor, slots: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            live = slots >= 0
+            step = int(kwargs["output_processed_logits_col"])
+            handed[slots[live], step] = logits[live].to(handed.dtype)
+            return sample(logits, slots, *args, **kwargs)
+
+        module.gumbel_sample = keeping
+        try:
+            super().__call__(hidden_states, input_ids)
+        finally:
+            module.gumbel_sample = sample
+        self.handed = handed
+
+    def kept_step_logits(self, cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """The logits each draw was handed, before temperature, once the cache is held
+        to hold exactly those divided by the slot's temperature in float32 (as the
+        kernel divides; a greedy slot's as they are): else ``OutputError``."""
+        if self.handed is None:
+            raise OutputError("no draw of the call was seen: nothing to read the cache against")
+        handed = self.handed[slots]
+        temperature = self.sampler.temperature[slots].view(-1, 1, 1)
+        divisor = torch.where(temperature == 0, 1.0, temperature)
+        tempered = (handed.float() / divisor).to(cache.dtype)
+        kept = cache[slots]
+        same = (tempered == kept) | (tempered.isnan() & kept.isnan())
+        if not bool(same.all()):
+            raise OutputError(
+                "draft_logits must hold the logits each draw was handed, divided by the "
+                f"slot's temperature: {int((~same).sum())} entries differ"
+            )
+        return handed.clone()
+
+    def draft_block(self, rows: int) -> DraftBlock:
+        """The cache as the release's verifier reads it: tempered, so at temperature 1."""
+        block = super().draft_block(rows)
+        return replace(block, temperatures=torch.ones_like(block.temperatures))
+
+    def observe_walks(self) -> AbstractContextManager[HeadCounts]:
+        return observe_inline_walks(self.model, gamma=self.gamma)
+
+
+class SequentialEraConvention(PhiloxEraConvention):
+    """vLLM 0.25-0.27's speculator (module doc)."""
+
+    name = ConventionName.VLLM_0_25
+    sampler_type = SequentialSampler
+
+    def outside_contract(self, case: Case, *, sampler_class: type[Any]) -> str | None:
+        if case.confidence:
+            return "vLLM 0.25-0.27's speculator has no confidence head"
+        return super().outside_contract(case, sampler_class=sampler_class)
+
+
+VLLM_0_25 = SequentialEraConvention()
+
+
 def vllm_convention_of(sampler_class: type[Any]) -> Convention:
     """The convention of the package's ``DSparkSpeculator`` (or a subclass of it), read
     from the package it was imported from (module doc)."""
-    del sampler_class  # one package a process: its Gumbel module says the era
+    if not hasattr(sampler_class, "_sample_logits"):
+        return VLLM_0_25
     gumbel = importlib.import_module(GUMBEL_MODULE)
     return VLLM_0_28 if keying_of(gumbel) is PHILOX else VLLM_0_33

@@ -119,19 +119,16 @@ _VLLM_ERA = ReleaseEra(
     later_keywords=(),
     methods=("load_draft_model", "_sample_sequential", "_generate_draft"),
     staging="per request: temperature, seed, positions",
-    noise="Gumbel keyed by request seed and position (gumbel_sample)",
-    outputs="draft tokens; the draft logits cache written by the sampling call",
-    verifier="vllm-rejection",
-    loading=Loading.NONE,
-    why_not_judged=(
-        "the harness cannot drive this contract yet: the speculator samples each step "
-        "inline in _sample_sequential (it has no _sample_logits, whose calls the vLLM "
-        "convention counts as the walk's steps), and its gumbel_sample keeps the "
-        "temperature-applied logits (output_processed_logits), which its own rejection "
-        "sampler reads as they are, where the convention reads the kept logits before "
-        "temperature (its Philox keys, without a salt, and its libdevice log1p are "
-        "modelled: harness.upstream.vllm_keying, interpreter_libdevice)"
+    noise=(
+        "Gumbel from Triton's Philox: tl.rand of each token under the key "
+        "tl.randint(request seed, position), no salt (the verifier's own keys)"
     ),
+    outputs=(
+        "draft tokens; the draft logits cache (output_processed_logits), temperature "
+        "applied, written by the sampling call"
+    ),
+    verifier="vllm-rejection",
+    loading=Loading.VLLM_PACKAGE,
     # 0.33's pins serve 0.25-0.27 too: its speculator, Gumbel sampler and rejection
     # sampler import with them (tests/harness/upstream/test_releases_real.py)
     light_deps="requirements/vllm-0.33.txt",
@@ -143,8 +140,6 @@ _VLLM_ERA = ReleaseEra(
 _VLLM_0_31_ERA = replace(
     _VLLM_ERA,
     name="vllm-0.31-0.33",
-    loading=Loading.VLLM_PACKAGE,
-    why_not_judged="",
     versions=("0.31.0", "0.32.0", "0.33.0"),
     methods=(
         "load_draft_model",

@@ -423,19 +423,23 @@ def test_a_row_states_the_scans_points_not_run_and_its_batch_cut() -> None:
     assert sweep.scan_not_covered(results(asked, 0), plan=asked, default=asked) == []
 
 
-def test_vllm_0_25_to_0_27_say_why_the_harness_cannot_drive_them() -> None:
-    """0.25-0.27's speculator samples inline (no ``_sample_logits``) and keeps tempered
-    logits: not judged, the row saying both; 0.28-0.30 and 0.31-0.33 are loaded as the
-    vLLM package, each under its own convention (``harness.upstream.vllm_eras``)."""
+def test_every_vllm_era_but_0_34_is_loaded_as_the_package_and_0_34_says_why() -> None:
+    """0.25-0.33 are loaded as the vLLM package, each under its own convention
+    (``harness.upstream.vllm_eras``); 0.34's row says what the harness cannot drive."""
     from harness.upstream.releases.eras import Loading, era_of
     from harness.upstream.releases.loading import load_release
 
-    early, middle, late = (era_of("vllm", v) for v in ("0.25.0", "0.30.0", "0.31.0"))
-    assert early is not None and middle is not None and late is not None
-    assert early.loading is Loading.NONE
-    assert middle.loading is late.loading is Loading.VLLM_PACKAGE
-    assert late.versions[-1] == "0.33.0" and middle.versions == ("0.28.0", "0.29.0", "0.30.0")
+    eras = [era_of("vllm", v) for v in ("0.25.0", "0.30.0", "0.31.0", "0.34.0")]
+    assert [era.name if era else None for era in eras] == [
+        "vllm-0.25-0.27",
+        "vllm-0.28-0.30",
+        "vllm-0.31-0.33",
+        "vllm-0.34",
+    ]
+    assert all(era.loading is Loading.VLLM_PACKAGE for era in eras[:3] if era)
+    newest = eras[3]
+    assert newest is not None and newest.loading is Loading.NONE
     nothing = lambda: pytest.fail("nothing is extracted")  # noqa: E731
-    why = load_release(early, files=nothing, name="v")
+    why = load_release(newest, files=nothing, name="v")
     assert isinstance(why, str) and why.startswith("the harness cannot drive this contract yet")
-    assert "_sample_logits" in why and "output_processed_logits" in why
+    assert "DraftLogitsCache" in why and "_fuse_markov_bias" in why

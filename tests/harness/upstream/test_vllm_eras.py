@@ -1,4 +1,4 @@
-"""vLLM 0.28-0.30 judged under their own code, and each era's noise keys.
+"""vLLM 0.25-0.30 judged under their own code, and each era's noise keys.
 
 The key model (``harness.upstream.vllm_keying``) is read from a release's own Gumbel
 module: Murmur3 where it defines ``murmur3_hash32``, Triton's Philox before; a draft
@@ -8,7 +8,9 @@ libdevice bodies installed): 0.30.0 keeps its draft keys off its verifier's and 
 no lossless failure on a small case; a drafter of it keyed without the salt, or by the
 next position, fails the exact key check; a float64 drafter of it passes. 0.28.0 keys
 its draft draws by the verifier's own (seed, position) pairs (it has no salt): the
-exact key check fails on the release itself, at every sampled step.
+exact key check fails on the release itself, at every sampled step. 0.25.0 (sampled
+inline, its cache tempered) does the same and nothing else of it fails a lossless check;
+a drafter of it that walks twice, keeping the second walk's cache, is caught.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.upstream.vllm_eras import keywords_taken
+from harness.upstream.vllm_convention import VLLM_0_33
+from harness.upstream.vllm_eras import VLLM_0_25, VLLM_0_28, keywords_taken
 from harness.upstream.vllm_keying import MURMUR3, PHILOX, draft_salt, keying_of
 
 
@@ -51,9 +54,23 @@ def test_a_keyword_the_release_does_not_take_is_left_out() -> None:
         call(1)  # a keyword it needs is still needed
 
 
+def test_an_earlier_eras_oracle_cut_is_0_33s_in_its_own_name() -> None:
+    cut = VLLM_0_33.oracle_cut
+    if cut is None:
+        pytest.skip("kernels are compiled here: no cut")
+    for convention in (VLLM_0_25, VLLM_0_28):
+        own = convention.oracle_cut
+        assert own is not None and (own.rows, own.rounds, own.targets) == (
+            cut.rows,
+            cut.rounds,
+            cut.targets,
+        )
+        assert own.by == cut.by.replace("vllm-0.33", convention.name.value) != cut.by
+
+
 # -- the real wheels ------------------------------------------------------------------------
 # Each implementation's lossless failures on a small case (row 1 greedy: it draws no
-# noise) and where the exact key check failed.
+# noise), where the exact key check failed, and the walk count's verdict (drop-in).
 _JUDGE = """
 import importlib, json
 from harness.case import make_case
@@ -90,18 +107,32 @@ class Float64(base):
         self.use_fp64_gumbel = True
         super()._sample_sequential(num_reqs, head_hidden)
 
+class SecondWalk(base):
+    def _sample_sequential(self, num_reqs, head_hidden):
+        super()._sample_sequential(num_reqs, head_hidden)
+        first = self.draft_tokens[:num_reqs].clone()
+        self.seeds += 1
+        super()._sample_sequential(num_reqs, head_hidden)
+        self.seeds -= 1
+        self.draft_tokens[:num_reqs] = first
+
 found = {"convention": convention_of(base).name.value}
-for name, cls in (("release", base), ("unsalted", keyed(0, False)),
-                  ("next position", keyed(1, False)), ("float64", Float64)):
+planted = (
+    (("unsalted", keyed(0, False)), ("next position", keyed(1, False)))
+    if hasattr(base, "_sample_logits") else (("second walk", SecondWalk),)
+)
+for name, cls in (("release", base), *planted, ("float64", Float64)):
     with libdevice_bodies():
         run = run_case(case, [Implementation(name, cls, "test")])
     checks = evaluate_run(run, require_observable=False).checks[name]
-    noise = next(c for c in checks if c.name == "noise_shared_with_verifier")
+    status = {c.name: c for c in checks}
+    noise = status["noise_shared_with_verifier"]
     found[name] = {
         "lossless failures": sorted(
             c.name for c in checks if c.status == "fail" and tier_of(c.name) == "lossless"
         ),
         "key check": [noise.status, [list(p) for p in noise.positions or ()]],
+        "single walk": status["single_walk"].status,
     }
 print(json.dumps(found))
 """
@@ -117,7 +148,11 @@ def _judged(version: str) -> dict[str, object]:
 def test_vllm_0_30_keeps_its_draft_keys_off_its_verifiers_and_a_wrong_key_is_caught() -> None:
     found = _judged("0.30.0")
     assert found["convention"] == "vllm-0.28"
-    assert found["release"] == {"lossless failures": [], "key check": ["pass", []]}
+    assert found["release"] == {
+        "lossless failures": [],
+        "key check": ["pass", []],
+        "single walk": "pass",
+    }
     assert found["float64"] == found["release"]  # another precision, the same keys: apart
     for planted in ("unsalted", "next position"):
         entry = found[planted]
@@ -136,4 +171,24 @@ def test_vllm_0_28_keys_its_draft_draws_as_its_verifier_does() -> None:
     assert found["release"] == {
         "lossless failures": ["noise_shared_with_verifier"],
         "key check": ["fail", [[0, 0], [0, 1], [0, 2]]],
+        "single walk": "pass",
     }
+
+
+@pytest.mark.releases
+def test_vllm_0_25_is_judged_sampling_inline_and_a_second_walk_is_caught() -> None:
+    """0.25 samples inline and keeps tempered logits: driven as such, its one lossless
+    failure is the key check (no salt, as 0.28), and its walk is counted once; a second
+    walk whose cache the verifier would read fails teacher forcing, and is counted."""
+    found = _judged("0.25.0")
+    assert found["convention"] == "vllm-0.25"
+    release = {
+        "lossless failures": ["noise_shared_with_verifier"],
+        "key check": ["fail", [[0, 0], [0, 1], [0, 2]]],
+        "single walk": "pass",
+    }
+    assert found["release"] == release and found["float64"] == release
+    second = found["second walk"]
+    assert isinstance(second, dict)
+    assert "teacher_forcing" in second["lossless failures"], second
+    assert second["single walk"] == "fail"  # the inline walks are counted
