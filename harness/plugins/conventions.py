@@ -12,7 +12,8 @@ returns, never to a convention's attribute names:
   ``params`` as staged and ``verify_ids``;
 - ``vllm-0.33`` (vLLM's released speculator, ``harness.upstream.vllm_convention``):
   ``draft_tokens[max_bs, gamma]``, the ``draft_logits`` cache by request slot, per-slot
-  temperatures and seeds, and the sequence positions the harness owns as its counter.
+  temperatures and seeds, and the sequence positions the harness owns as its counter;
+  ``vllm-0.28`` and ``vllm-0.25`` are its earlier releases' (``harness.upstream.vllm_eras``).
 
 What a call produced is one ``CallOutputs`` value whatever the convention; see
 docs/plugins.md ("Calling conventions").

@@ -5,10 +5,11 @@ with what the era's own code differs in (docs/releases.md, "vLLM before 0.31").
   inline in ``_sample_sequential`` (no ``_sample_logits``): its walks are counted where
   a step's token is made (``observe_inline_walks``); its ``gumbel_sample`` keeps the
   temperature-applied logits in the cache (``output_processed_logits``), which its own
-  rejection sampler reads as they are. So the verifiers read that cache at temperature
-  1, and the checks read the logits each draw was handed, before temperature, once
-  the cache is held to be exactly those divided by the slot's temperature
-  (``SequentialSampler.kept_step_logits``); it has no confidence head.
+  rejection sampler reads as they are. So the checks and the verifiers read the logits
+  each draw was handed, before temperature, once the cache is held to be exactly those
+  divided by the slot's temperature (``SequentialSampler.kept_step_logits``), and
+  ``vllm-rejection`` hands the release's verifier the cache as it keeps it
+  (``release_cache``); it has no confidence head.
 - 0.28-0.30 (``VLLM_0_28``): the speculator, its ``_sample_logits`` and its top-k path
   are 0.31's; the Gumbel noise is Triton's Philox keyed by the request's seed and
   position (``harness.upstream.vllm_keying``), the kernel calls libdevice's ``log1p``
@@ -189,9 +190,11 @@ class SequentialSampler(VllmSampler):
         return handed.clone()
 
     def draft_block(self, rows: int) -> DraftBlock:
-        """The cache as the release's verifier reads it: tempered, so at temperature 1."""
+        """The logits each draw was handed, before temperature (``kept_step_logits``)."""
         block = super().draft_block(rows)
-        return replace(block, temperatures=torch.ones_like(block.temperatures))
+        return replace(
+            block, step_logits=self.kept_step_logits(self.sampler.draft_logits, self.slots(rows))
+        )
 
     def observe_walks(self) -> AbstractContextManager[HeadCounts]:
         return observe_inline_walks(self.model, gamma=self.gamma)
@@ -210,6 +213,18 @@ class SequentialEraConvention(PhiloxEraConvention):
 
 
 VLLM_0_25 = SequentialEraConvention()
+
+
+def release_cache(step_logits: torch.Tensor, *, temperatures: torch.Tensor) -> torch.Tensor:
+    """``[bs, gamma, V]``: the draft logits cache as the loaded release keeps it, from
+    the kept logits before temperature and each row's temperature (1 on a greedy row):
+    0.25-0.27 keep them divided by the temperature in float32, as their kernel divides
+    (their ``gumbel_sample`` takes ``output_processed_logits``), later releases as they
+    are."""
+    gumbel = importlib.import_module(GUMBEL_MODULE)
+    if "output_processed_logits" not in inspect.signature(gumbel.gumbel_sample).parameters:
+        return step_logits
+    return (step_logits.float() / temperatures.float().view(-1, 1, 1)).to(step_logits.dtype)
 
 
 def vllm_convention_of(sampler_class: type[Any]) -> Convention:

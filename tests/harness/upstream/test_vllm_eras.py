@@ -192,3 +192,44 @@ def test_vllm_0_25_is_judged_sampling_inline_and_a_second_walk_is_caught() -> No
     assert isinstance(second, dict)
     assert "teacher_forcing" in second["lossless failures"], second
     assert second["single walk"] == "fail"  # the inline walks are counted
+
+
+# Two rows (T = 0.7 and greedy), two rounds, the far target: every call of the decode
+# held to the per-call checks, under each verifier on the release's own plumbing.
+_HELD = """
+import json
+from dataclasses import replace
+from harness.defaults import VerifierNoise
+from harness.oracles.percall import held_decode
+from harness.oracles.problem import DEFAULT_CONFIG, build_problems
+from harness.upstream.interpreter_libdevice import libdevice_bodies
+from harness.upstream.vllm_rejection import VLLM_REJECTION
+from reference.verifier import CHAIN_VERIFIER
+
+config = replace(DEFAULT_CONFIG, rows=2, rounds=2, m=2, head_kinds=("vanilla",),
+                 temperatures=(0.7, 0.0), targets=DEFAULT_CONFIG.targets[:1],
+                 restage=False, verifier_noise=VerifierNoise.SHARED)
+problem = build_problems(config)[0]
+speculator = vllm_loader.load_vllm().DSparkSpeculator
+found = {}
+for verifier in (VLLM_REJECTION, CHAIN_VERIFIER):
+    with libdevice_bodies():
+        _, held = held_decode(speculator, problem=problem, head_kind="vanilla", seed=0,
+                              verifier=verifier)
+    found[verifier.name] = [dict(held.positions), [f.check for f in held.findings]]
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.releases
+def test_vllm_0_25s_tempered_cache_reads_as_its_logits_before_temperature() -> None:
+    """0.25 keeps its cache divided by the temperature: the oracle's calls, held to the
+    per-call checks at T = 0.7 under its own verifier (handed the cache as the release
+    keeps it) and under chain, find nothing (no false alarm from the tempering)."""
+    from tests.harness.upstream.test_releases_real import _in_a_vllm_release
+
+    found = json.loads(_in_a_vllm_release("0.25.0", _HELD).splitlines()[-1])
+    for verifier in ("vllm-rejection", "chain"):
+        positions, findings = found[verifier]
+        assert positions["teacher_forcing"] > 0 and positions["support"] > 0, positions
+        assert findings == [], verifier
