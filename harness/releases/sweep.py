@@ -169,32 +169,39 @@ def judge_release(task: ReleaseTask) -> ReleaseRow:
     )
     if isinstance(loaded, str):
         return _row(task, era=era.name, started=started, reason=f"not judged: {loaded}")
-    return _judged_row(
-        task,
-        era=era.name,
-        implementation=loaded.implementation,
-        other_paths=loaded.other_paths,
-        verifier=loaded.verifier,
-        not_covered=[*era.not_covered, *loaded.notes],
-        started=started,
-        layouts=era.layouts,
-    )
+    from harness.upstream.loaders.interpreter_libdevice import libdevice_bodies
+
+    with libdevice_bodies():  # the release's libdevice calls get bodies while it is judged
+        return _judged_row(
+            task,
+            era=era.name,
+            implementation=loaded.implementation,
+            other_paths=loaded.other_paths,
+            verifier=loaded.verifier,
+            not_covered=[*era.not_covered, *loaded.notes],
+            started=started,
+            layouts=era.layouts,
+        )
 
 
 def _kernels_not_run_here(task: ReleaseTask, era: ReleaseEra) -> str:
     """Why Triton's interpreter cannot run the era's sampling kernels as this release
-    ships them ("" where it can, or where a CUDA device runs them)."""
+    ships them ("" where it can, or where a CUDA device runs them): a libdevice call
+    that ``interpreter_libdevice`` has no body for."""
+    from harness.upstream.loaders.interpreter_libdevice import BODIES
     from harness.upstream.loaders.vllm_loader import interpreted
 
     if not era.kernel_files or not interpreted():
         return ""
     calls = libdevice_calls(era, files=_release_files(task, era.kernel_files).extracted)
-    if not calls:
+    bodiless = [call for call in calls if call.rsplit(".", 1)[-1] not in BODIES]
+    if not bodiless:
         return ""
     return (
         "its sampling kernel cannot run under Triton's interpreter (no CUDA here): "
-        + "; ".join(calls)
-        + " (libdevice, which the interpreter does not run; on CUDA it runs)"
+        + "; ".join(bodiless)
+        + " (libdevice, which the interpreter does not run and the harness has no body "
+        "for; on CUDA it runs)"
     )
 
 

@@ -88,14 +88,12 @@ if TYPE_CHECKING:
     from harness.case import Case, CaseInputs
 
 POSITION_SPACING = 1 << 20  # request b's sequence starts at (b + 1) * this
-# The oracle's decode of this sampler under the interpreter: the far target only, 250
-# rows per head, 12 rounds per row, one stage as deep (measured, docs/upstream.md).
+# The oracle's decode of this sampler under the interpreter (measured, docs/upstream.md).
 SAMPLER_CUT = OracleCut(
     250, "vllm-0.33 (sampler under Triton's interpreter)", ("far",), 12, stage_rows=(250,)
 )
-# The support scan's batch under the interpreter: every triple is a kernel program (35 ms
-# here), so a call covers the 4096 triples a point asks for by default (gamma 4), not
-# the 65536 of the scan's default batch (docs/releases.md, "Measured").
+# The support scan's batch under the interpreter: each triple is a kernel program (35 ms
+# here), so a call covers a point's default 4096 triples (docs/releases.md, "Measured").
 SCAN_BATCH = 1024
 
 
@@ -327,7 +325,7 @@ class VllmSampler(BuiltSampler):
             shape = (self.max_bs, case.gamma, case.vocab_size)
             if cache is None or tuple(cache.shape) != shape:
                 raise OutputError(f"draft_logits must be {list(shape)} when sampling")
-            step_logits = cache[slots].clone()
+            step_logits = self.kept_step_logits(cache, slots)
             replay = self.declared_stream_tokens(step_logits, bs=case.bs)
         confidence = None
         if case.confidence:
@@ -347,6 +345,10 @@ class VllmSampler(BuiltSampler):
             requested=staged,  # the slots' temperatures are the server's own staging
             keyed_draws=keyed if self._reads.calls else None,
         )
+
+    def kept_step_logits(self, cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """The live slots' kept step logits, before temperature (``[bs, gamma, V]``)."""
+        return cache[slots].clone()
 
     def declared_stream_tokens(self, step_logits: torch.Tensor, *, bs: int) -> torch.Tensor:
         """``[bs, gamma]``: the token each kept cache row gives under the declared noise
@@ -399,6 +401,7 @@ class VllmConvention(Convention):
     """Builds the package's speculator the way vLLM's model runner leaves it (module doc)."""
 
     name = "vllm-0.33"
+    sampler_type: type[VllmSampler] = VllmSampler  # what ``build`` hands back
 
     def takes_out(self, sampler_class: type[Any]) -> bool:
         return False  # the server reads the speculator's own draft_tokens
@@ -491,7 +494,7 @@ class VllmConvention(Convention):
         state.update(reduced_vocab_state(drafter, draft_logits=draft_logits, max_bs=max_bs))
         for name, value in state.items():
             setattr(speculator, name, value)
-        return VllmSampler(sampler=speculator, model=drafter, case=case, loaded=loaded)
+        return self.sampler_type(sampler=speculator, model=drafter, case=case, loaded=loaded)
 
 
 VLLM_0_33 = VllmConvention()

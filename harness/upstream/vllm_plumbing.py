@@ -44,14 +44,13 @@ from harness.upstream.loaders.vllm_loader import (
     with_fixed_costs_cached,
 )
 from harness.upstream.noise_words import interpreted
+from harness.upstream.vllm_keying import draft_salt, keying_of
 
 SEED_BITS = 63
 FIRST_POSITION = 0  # each request's first anchor: a one-token prompt
 # The second word of the fp64 draw (``murmur3_uniform64``) hashes in this domain; the
 # package writes it inline (gumbel.py, murmur3_uniform64), so it is mirrored here.
 FP64_DOMAIN = 0x9E3779B9
-MURMUR3 = "murmur3_hash32"
-COINS = "Philox (tl.rand) at (seed, position): another function, no Murmur3 key"
 
 
 def seeds_of(seed: int, rows: int, *, label: str) -> list[int]:
@@ -140,10 +139,11 @@ class DraftReads:
 
     def keys(self, *, max_bs: int) -> tuple[DraftKey, ...]:
         """Each sampled draw's key, through the package's own ``spec_step_seed`` (where
-        it has one: 0.31 and 0.32 key every step by the request's seed as it is) and
-        ``_DRAFT_NOISE_SALT``; row ``b`` of the batch in slot ``max_bs - 1 - b``."""
+        it has one: before 0.33 every step is keyed by the request's seed as it is) and
+        ``_DRAFT_NOISE_SALT`` (where it has one: 0.25-0.28 add none); row ``b`` of the
+        batch in slot ``max_bs - 1 - b``."""
         gumbel = importlib.import_module(GUMBEL_MODULE)
-        salt = int(getattr(gumbel._DRAFT_NOISE_SALT, "value", gumbel._DRAFT_NOISE_SALT))
+        salt = draft_salt(gumbel)
         step_seed = getattr(gumbel, "spec_step_seed", None)  # 0.33 on; 0.31-0.32: none
         mix = None if step_seed is None else interpreted(step_seed)
         keys = []
@@ -200,8 +200,9 @@ def observe_draft_keys() -> Iterator[DraftReads]:
         *args: Any,
         **kwargs: Any,
     ) -> torch.Tensor:
-        column = kwargs.get("logits_cache_col")
-        cached = kwargs.get("logits_cache") is not None
+        # 0.25-0.27 name the cache and its column output_processed_logits(_col)
+        column = kwargs.get("logits_cache_col", kwargs.get("output_processed_logits_col"))
+        cached = kwargs.get("logits_cache", kwargs.get("output_processed_logits")) is not None
         reads.calls.append(
             {
                 "slots": expanded_idx_mapping.detach().long().cpu().clone(),
@@ -223,4 +224,8 @@ def observe_draft_keys() -> Iterator[DraftReads]:
 
 
 def keyed_draws(reads: DraftReads, *, max_bs: int, verifier: tuple[RequestKeys, ...]) -> KeyedDraws:
-    return KeyedDraws(hash=MURMUR3, draft=reads.keys(max_bs=max_bs), verifier=verifier, coins=COINS)
+    """The call's draft keys and the verifier's, in the keying of the package's own
+    Gumbel module (``vllm_keying``)."""
+    keying = keying_of(importlib.import_module(GUMBEL_MODULE))
+    draft = reads.keys(max_bs=max_bs)
+    return KeyedDraws(hash=keying.hash, draft=draft, verifier=verifier, coins=keying.coins)

@@ -13,9 +13,10 @@ reads what vLLM's server passes it, laid out as the server lays it out for a rou
 - the target's logits of every candidate row with the request's temperature applied
   in float32, as the server's ``apply_sampling_params`` hands them over (no division
   on a greedy row);
-- the draft's kept step logits, before temperature, as the ``draft_logits`` cache
-  ``[max_num_reqs, gamma, V]`` indexed by slot, from which it computes
-  ``q = softmax(cache / T)`` itself;
+- the draft's kept step logits as the ``draft_logits`` cache ``[max_num_reqs, gamma,
+  V]`` indexed by slot, as the release keeps it (``vllm_eras.release_cache``: before
+  temperature, from which it computes ``q = softmax(cache / T)`` itself; 0.25-0.27:
+  divided by the temperature, which it reads as they are);
 - one temperature per slot, the request's (0 on a greedy row): vLLM keeps one
   temperature per request, which its drafter and its verifier both read, so the
   draft's staged copy is not read here;
@@ -47,6 +48,7 @@ import torch
 
 from harness.oracle_cut import OracleCut
 from harness.upstream.loaders.vllm_loader import interpreter_log1p, load_vllm
+from harness.upstream.vllm_eras import release_cache
 from harness.upstream.vllm_plumbing import RequestPlumbing
 from reference.streams import VerifierNoise
 from reference.verifier import VerifyResult, VerifyRound, VerifyStep
@@ -89,7 +91,8 @@ class VllmRejectionVerifier:
             with interpreter_log1p():
                 sampled, num_sampled = rejection_sample(
                     processed,
-                    draft.step_logits.contiguous(),  # the cache, pre-temperature, by slot
+                    # the cache by slot, as the release keeps it
+                    release_cache(draft.step_logits, temperatures=draft.temperatures).contiguous(),
                     candidates.reshape(-1).to(torch.int32),
                     layout.cu_num_logits,
                     positions,

@@ -182,16 +182,19 @@ _VLLM_ERA = ReleaseEra(
     later_keywords=(),
     methods=("load_draft_model", "_sample_sequential", "_generate_draft"),
     staging="per request: temperature, seed, positions",
-    noise="Gumbel keyed by request seed and position (gumbel_sample)",
-    outputs="draft tokens; the draft logits cache written by the sampling call",
+    noise=(
+        "Gumbel from Triton's Philox: tl.rand of each token under the key "
+        "tl.randint(request seed, position), no salt (the verifier's own keys)"
+    ),
+    outputs=(
+        "draft tokens; the draft logits cache (output_processed_logits), temperature "
+        "applied, written by the sampling call"
+    ),
     verifier="vllm-rejection",
-    # The harness's vLLM convention is 0.31-0.33's: driven through it, 0.25.0's matrix raised
-    # (measured, docs/releases.md "Measured"), which is no verdict on it.
-    loading=Loading.NONE,
-    why_not_judged=(
-        "no convention for this contract: the harness's vLLM convention is 0.31-0.33's; "
-        "0.25-0.27's speculator samples inside _sample_sequential (it has no "
-        "_sample_logits, which the convention wraps to count walks)"
+    loading=Loading.VLLM_PACKAGE,
+    convention=ConventionRef(
+        "harness.upstream.vllm_eras.VLLM_0_25",
+        speaks="harness.upstream.vllm_eras.speaks_vllm_0_25",
     ),
     # 0.33's pins serve 0.25-0.27 too: its speculator, Gumbel sampler and rejection
     # sampler import with them (tests/harness/upstream/test_releases_real.py)
@@ -205,12 +208,10 @@ _VLLM_ERA = ReleaseEra(
 _VLLM_0_31_ERA = replace(
     _VLLM_ERA,
     name="vllm-0.31-0.33",
-    loading=Loading.VLLM_PACKAGE,
     convention=ConventionRef(
         "harness.upstream.vllm_convention.VLLM_0_33",
-        speaks="harness.upstream.loaders.vllm_loader.speaks_vllm_0_33",
+        speaks="harness.upstream.vllm_eras.speaks_vllm_0_31",
     ),
-    why_not_judged="",
     versions=("0.31.0", "0.32.0", "0.33.0"),
     methods=(
         "load_draft_model",
@@ -323,20 +324,50 @@ ERAS: tuple[ReleaseEra, ...] = (
         _VLLM_0_31_ERA,
         name="vllm-0.28-0.30",
         versions=("0.28.0", "0.29.0", "0.30.0"),
-        # Driven through 0.33's convention, 0.30.0's first sampled case raised
-        # (measured, docs/releases.md "Measured"): no verdict on it.
-        loading=Loading.NONE,
-        convention=None,
-        noise="Gumbel from Triton's Philox (tl.randint of the request's seed and position)",
-        why_not_judged=(
-            "no convention for this contract: the harness's vLLM convention keys the "
-            "draft noise as 0.31 and later draw it (murmur3_hash32 of the request's seed, "
-            "the position salted with _DRAFT_NOISE_SALT); 0.28-0.30 draw it from Triton's "
-            "Philox (tl.randint of the seed and position), which the convention's replay "
-            "and key checks do not model"
+        convention=ConventionRef(
+            "harness.upstream.vllm_eras.VLLM_0_28",
+            speaks="harness.upstream.vllm_eras.speaks_vllm_0_28",
+        ),
+        noise=(
+            "Gumbel from Triton's Philox: tl.rand of each token under the key "
+            "tl.randint(request seed, position), the position salted with "
+            "_DRAFT_NOISE_SALT from 0.29 (0.28: no salt, the verifier's own keys)"
         ),
     ),
     _VLLM_0_31_ERA,
+    replace(  # read from the wheel (docs/releases.md, "vLLM 0.34")
+        _VLLM_0_31_ERA,
+        name="vllm-0.34",
+        versions=("0.34.0",),
+        methods=(
+            *_VLLM_0_31_ERA.methods,
+            "load_model",
+            "_markov_step",
+            "_sample_markov_chain",
+            "_sample_sequential_sharded",
+        ),
+        staging=(
+            "per request: temperature, seed, positions; top-k; the draft logits cache a "
+            "DraftLogitsCache (values, row_mapping), assigned per batch"
+        ),
+        outputs=(
+            "draft tokens; DraftLogitsCache.values written by the sampling call, the "
+            "Markov bias fused into the Gumbel kernel where load_model allows it"
+        ),
+        loading=Loading.NONE,
+        convention=None,
+        why_not_judged=(
+            "the harness cannot drive this contract yet: its speculator and its "
+            "rejection_sample read the draft logits cache as a DraftLogitsCache "
+            "(.values, .row_mapping; spec_decode/draft_logits.py), where the vLLM "
+            "convention and vllm-rejection hand a tensor; _sample_logits takes the "
+            "Markov bias to fuse into the Gumbel kernel (_fuse_markov_bias, set by "
+            "load_model); _markov_step adds recurrent Markov heads "
+            "(markov_step(prev, hidden, state)), a model hook the convention's drafter "
+            "does not have (_sample_sequential_sharded runs only with tensor "
+            "parallelism, never in one process)"
+        ),
+    ),
 )
 
 FIRST_WITH_DSPARK = {"sglang": "0.5.16", "vllm": "0.25.0"}

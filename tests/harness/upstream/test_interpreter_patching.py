@@ -96,7 +96,7 @@ def test_a_functions_modules_are_read_once_a_block_with_the_same_bits(
 ) -> None:
     """Which ``triton.language`` modules a function sees is read from its globals once
     per function and block, not at each of its calls; the launches compute the same."""
-    from harness.upstream import interpreter_patching
+    from harness.upstream.loaders import interpreter_patching
 
     read: list[Callable[..., Any]] = []
     language_modules = interpreter_patching._language_modules

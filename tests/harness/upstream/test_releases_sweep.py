@@ -185,8 +185,10 @@ def test_a_release_whose_sampling_kernel_calls_libdevice_is_not_judged_without_c
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Triton's interpreter does not run libdevice (a call gives ``None``, the kernel
-    raises): without CUDA such a release is not judged, its row naming each call, never
-    a failure of the release. A call in a comment is not a call."""
+    raises): without CUDA a release calling a function the harness has no body for
+    (``interpreter_libdevice.BODIES``) is not judged, its row naming each such call,
+    never a failure of the release. A call with a body (``log1p``) is not named, and a
+    call in a comment is not a call."""
     import torch
 
     from harness.upstream.releases import eras
@@ -198,7 +200,9 @@ def test_a_release_whose_sampling_kernel_calls_libdevice_is_not_judged_without_c
     monkeypatch.setattr(eras, "ERAS", (blocked,))
     monkeypatch.setattr(sweep, "era_of", eras.era_of)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    source = "g = -tl.log(-tldevice.log1p(-u))  # not libdevice.isnan(x) here\n"
+    source = (
+        "g = -tl.log(-tldevice.log1p(-u))  # not libdevice.isnan(x) here\nr = tldevice.rsqrt(g)\n"
+    )
     build_wheel(
         tmp_path / "sglang-0.5.16",
         package="sglang",
@@ -209,8 +213,8 @@ def test_a_release_whose_sampling_kernel_calls_libdevice_is_not_judged_without_c
     assert (row["judged"], row["lossless"], row["findings"]) == (False, None, [])
     assert row["not_covered"] == [
         "not judged: its sampling kernel cannot run under Triton's interpreter (no CUDA "
-        "here): sglang/kernel.py:1 calls tldevice.log1p (libdevice, which the interpreter "
-        "does not run; on CUDA it runs)"
+        "here): sglang/kernel.py:2 calls tldevice.rsqrt (libdevice, which the interpreter "
+        "does not run and the harness has no body for; on CUDA it runs)"
     ]
 
 
@@ -452,20 +456,23 @@ def test_a_row_states_the_scans_points_not_run_and_its_batch_cut() -> None:
     assert sweep.scan_not_covered(results(asked, 0), plan=asked, default=asked) == []
 
 
-def test_vllm_before_0_31_is_not_judged_for_want_of_a_convention() -> None:
-    """The harness's vLLM convention is 0.31-0.33's: 0.25-0.27's speculator (no
-    ``_sample_logits``) and 0.28-0.30's draft noise (Triton's Philox, not the murmur3
-    hash the convention keys) are not judged through it, and their rows say why; 0.31
-    and later are loaded as the vLLM package."""
+def test_every_vllm_era_but_0_34_is_loaded_as_the_package_and_0_34_says_why() -> None:
+    """0.25-0.33 are loaded as the vLLM package, each under its own convention
+    (``harness.upstream.vllm_eras``); 0.34's row says what the harness cannot drive."""
     from harness.releases.loading import load_release
     from harness.upstream.releases.eras import Loading, era_of
 
-    early, middle, late = (era_of("vllm", v) for v in ("0.25.0", "0.30.0", "0.31.0"))
-    assert early is not None and middle is not None and late is not None
-    assert early.loading is middle.loading is Loading.NONE
-    assert late.loading is Loading.VLLM_PACKAGE
+    eras = [era_of("vllm", v) for v in ("0.25.0", "0.30.0", "0.31.0", "0.34.0")]
+    assert [era.name if era else None for era in eras] == [
+        "vllm-0.25-0.27",
+        "vllm-0.28-0.30",
+        "vllm-0.31-0.33",
+        "vllm-0.34",
+    ]
+    assert all(era.loading is Loading.VLLM_PACKAGE for era in eras[:3] if era)
+    newest = eras[3]
+    assert newest is not None and newest.loading is Loading.NONE
     nothing = lambda: pytest.fail("nothing is extracted")  # noqa: E731
-    for era, names in ((early, "_sample_logits"), (middle, "Philox")):
-        why = load_release(era, files=nothing, name="v")
-        assert isinstance(why, str) and why.startswith("no convention for this contract")
-        assert names in why
+    why = load_release(newest, files=nothing, name="v")
+    assert isinstance(why, str) and why.startswith("the harness cannot drive this contract yet")
+    assert "DraftLogitsCache" in why and "_fuse_markov_bias" in why

@@ -156,7 +156,7 @@ def test_a_slow_verifier_runs_at_its_row_cut_and_the_others_at_the_config() -> N
     config = replace(DEFAULT_CONFIG, head_kinds=("vanilla",), temperatures=(1.0,))
     assert stats.scope_under(config, verifier=CHAIN_VERIFIER) == stats.Scope(config=config)
     assert stats.scope_under(config, verifier=VLLM_REJECTION).config == replace(
-        config, rows=ROW_CUT
+        config, rows=ROW_CUT, stage_rows=(ROW_CUT,)
     )
     cut = replace(config, rows=300)
     assert stats.scope_under(config, verifier=CutChain()) == stats.Scope(
