@@ -18,7 +18,7 @@ from harness.devices import intra_op_threads
 from harness.oracles.problem import StatsConfig, StatsProblem, row_sets
 from harness.plugins.conventions import BuiltSampler
 from harness.upstream.dispatch import build_for_case
-from reference import HEAD_KINDS
+from reference import HEAD_KINDS, SamplingInfo
 from reference.streams import independent_streams
 from reference.verifier import (
     CHAIN_VERIFIER,
@@ -105,15 +105,8 @@ def decode_rows(
     config = problem.config
     decode_seed = head_seed(seed, head_kind=head_kind)
     case = oracle_case(config, head_kind=head_kind, seed=seed)
-    inputs = CaseInputs(
-        model=problem.drafters[head_kind],
-        hidden_states=torch.empty(0, config.hidden_size),  # the decode loop makes its own
-        input_ids=torch.empty(0, dtype=torch.int64),
-        sampling_info=problem.sampling_info,
-        confidence_fn=None,
-    )
     with intra_op_threads(cpu_threads(config.device)):
-        built = build_for_case(sampler_class, case=case, inputs=inputs)
+        built = oracle_sampler(sampler_class, problem=problem, head_kind=head_kind, case=case)
         device = torch.device(config.device)
         streams = (
             built.decode_streams(seed=decode_seed, device=device)
@@ -130,11 +123,34 @@ def decode_rows(
             min_rounds=config.rounds,
             batches_of_round=lambda r: life_batches(problem, r),
             verifier=verifier,
-            read_draft=_built_draft_block,
+            read_draft=built_draft_block,
             streams=streams,
             on_draft=None if observer_of is None else observer_of(built),
         )
 
 
-def _built_draft_block(built: BuiltSampler, rows: int) -> DraftBlock:
+def oracle_sampler(
+    sampler_class: type,
+    *,
+    problem: StatsProblem,
+    head_kind: str,
+    case: Case,
+    sampling_info: SamplingInfo | None = None,
+) -> BuiltSampler:
+    """The sampler built for ``case`` over the problem's drafter of ``head_kind``, in its
+    own calling convention; the decode makes its hidden states and input ids, and stages
+    each call's requests (``sampling_info``: the requests it is built with, default the
+    problem's rows)."""
+    inputs = CaseInputs(
+        model=problem.drafters[head_kind],
+        hidden_states=torch.empty(0, case.hidden_size),
+        input_ids=torch.empty(0, dtype=torch.int64),
+        sampling_info=problem.sampling_info if sampling_info is None else sampling_info,
+        confidence_fn=None,
+    )
+    return build_for_case(sampler_class, case=case, inputs=inputs)
+
+
+def built_draft_block(built: BuiltSampler, rows: int) -> DraftBlock:
+    """What a verifier reads of the built sampler's last call (the decode loop's reader)."""
     return built.draft_block(rows)

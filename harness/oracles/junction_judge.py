@@ -23,13 +23,13 @@ and every drafter call of the primary life is held to the exact per-call checks
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from harness.case import TOP_K_ALL, Case, CaseInputs
+from harness.case import TOP_K_ALL
 from harness.devices import intra_op_threads
-from harness.oracles.decode import cpu_threads, oracle_case
+from harness.oracles.decode import built_draft_block, cpu_threads, oracle_case, oracle_sampler
 from harness.oracles.defaults import DEFAULT_ALPHA, GREEDY, ParameterSet
 from harness.oracles.fits import CountTable
 from harness.oracles.gof import holm_rejections, pearson_fit
@@ -46,10 +46,8 @@ from harness.oracles.junction import (
 )
 from harness.oracles.percall import CallChecker
 from harness.oracles.power import TARGET_POWER, detection_fraction
-from harness.oracles.problem import FAR, StatsConfig, StatsProblem, build_problem, group_transitions
+from harness.oracles.problem import FAR, StatsConfig, build_problem, group_transitions
 from harness.pipeline.call_findings import HeldCalls
-from harness.plugins.conventions import BuiltSampler
-from harness.upstream.dispatch import build_for_case
 from reference import SamplingInfo
 from reference.verifier import DraftBlock, DraftCall, draft_batch
 
@@ -220,23 +218,30 @@ def judge_junction(
     plan = JunctionPlan(rows=rows, m=m, gamma=config.gamma, groups=JUNCTION_GROUPS, seed=seed + 1)
     problem = build_problem(config)
     target = problem.targets[JUNCTION_HEAD]
-    checker: CallChecker | None = None
+    case = oracle_case(replace(config, rows=plan.slots), head_kind=JUNCTION_HEAD, seed=seed)
+    staged = SamplingInfo.from_lists(  # each call stages its own requests
+        temperatures=[1.0] * case.bs, top_ks=[TOP_K_ALL] * case.bs
+    )
 
-    def life(poison: Poison, repoison: Poison | None) -> tuple[JunctionLife, JunctionServer]:
-        nonlocal checker
-        case = oracle_case(
-            StatsConfig(**{**vars(config), "rows": plan.slots}), head_kind=JUNCTION_HEAD, seed=seed
+    def life(
+        poison: Poison, repoison: Poison | None, *, hold: bool
+    ) -> tuple[JunctionLife, JunctionServer, CallChecker | None]:
+        """One life from ``poison``; ``hold``: its drafter calls held to the per-call
+        checks (the primary's: the twin's calls are the same)."""
+        built = oracle_sampler(
+            sampler_class, problem=problem, head_kind=JUNCTION_HEAD, case=case, sampling_info=staged
         )
-        inputs = _inputs(problem, case)
-        built = build_for_case(sampler_class, case=case, inputs=inputs)
-        held = CallChecker(
-            model=problem.drafters[JUNCTION_HEAD],
-            built=built,
-            target=FAR.name,
-            head=JUNCTION_HEAD,
-            verifier="junction",
+        held = (
+            CallChecker(
+                model=problem.drafters[JUNCTION_HEAD],
+                built=built,
+                target=FAR.name,
+                head=JUNCTION_HEAD,
+                verifier="junction",
+            )
+            if hold
+            else None
         )
-        checker = checker or held
 
         def drafter(
             slots: torch.Tensor, anchors: torch.Tensor, info: SamplingInfo, index: int
@@ -246,19 +251,20 @@ def judge_junction(
                 context=problem.context,
                 anchors=anchors,
                 sampling_info=info,
-                read_draft=_read,
+                read_draft=built_draft_block,
             )
-            held(
-                DraftCall(
-                    index=index,
-                    round=index,
-                    rows=slots,
-                    anchors=anchors,
-                    context=problem.context,
-                    sampling_info=info,
-                    block=block,
+            if held is not None:
+                held(
+                    DraftCall(
+                        index=index,
+                        round=index,
+                        rows=slots,
+                        anchors=anchors,
+                        context=problem.context,
+                        sampling_info=info,
+                        block=block,
+                    )
                 )
-            )
             return block
 
         server = server_class(
@@ -266,12 +272,13 @@ def judge_junction(
         )
         with torch.random.fork_rng(devices=[]), intra_op_threads(cpu_threads("cpu")):
             torch.manual_seed(seed)
-            return live_junction(
+            lived = live_junction(
                 plan, server=server, drafter=drafter, target=target, repoison=repoison
-            ), server
+            )
+        return lived, server, held
 
-    primary, server = life(PRIMARY_POISON, None)
-    twin, _ = life(TWIN_POISON, TWIN_POISON)
+    primary, server, checker = life(PRIMARY_POISON, None, hold=True)
+    twin, _, _ = life(TWIN_POISON, TWIN_POISON, hold=False)
     assert checker is not None
     sets = [ParameterSet(1.0, top_k=1) if t == GREEDY else ParameterSet(t) for t in JUNCTION_GROUPS]
     transition = group_transitions(target.to("cpu"), groups=sets)
@@ -304,21 +311,4 @@ def judge_junction(
         kept=server_class.KEPT,
         verifier_reads=server_class.VERIFIER_READS,
         incomplete=incomplete,
-    )
-
-
-def _read(built: BuiltSampler, rows: int) -> DraftBlock:
-    return built.draft_block(rows)
-
-
-def _inputs(problem: StatsProblem, case: Case) -> CaseInputs:
-    """The inputs a sampler is built from: the life's drafter; the life makes the rest."""
-    return CaseInputs(
-        model=problem.drafters[JUNCTION_HEAD],
-        hidden_states=torch.empty(0, case.hidden_size),
-        input_ids=torch.empty(0, dtype=torch.int64),
-        sampling_info=SamplingInfo.from_lists(  # each call stages its own requests
-            temperatures=[1.0] * case.bs, top_ks=[TOP_K_ALL] * case.bs
-        ),
-        confidence_fn=None,
     )

@@ -21,7 +21,7 @@ from harness.oracles.junction import (
 from harness.oracles.junction_judge import JUNCTION_ROWS, judge_junction
 from legacy import DsparkDraftSampler as Legacy
 from reference.target_model import MarkovTargetModel
-from reference.verifier import DraftBlock, VerifyResult
+from reference.verifier import DraftBlock, VerifyResult, categorical_at
 
 SMALL = 300  # rows a state for the exact checks, which need no statistics
 
@@ -125,10 +125,7 @@ class ResampledPlaceholders(JunctionServer):
                 p = target.next_token_probs(
                     previous, temperatures=temperatures, greedy_mask=temperatures == 0
                 )  # [n, V]
-                token = (
-                    p.cumsum(-1) <= uniforms[:, step : step + 1] * p.sum(-1, keepdim=True)
-                ).sum(-1)
-                token = token.clamp_max(self.vocab_size - 1)
+                token = categorical_at(p, uniforms=uniforms[:, step])
                 self.draft_tokens[empty, step], self.draft_probs[empty, step] = token, p
                 previous = token
         return self.verify_rows(slots, gamma=self.gamma, target=target, requests=requests)
