@@ -92,8 +92,7 @@ POSITION_SPACING = 1 << 20  # request b's sequence starts at (b + 1) * this
 SAMPLER_CUT = OracleCut(
     250, "vllm-0.33 (sampler under Triton's interpreter)", ("far",), 12, stage_rows=(250,)
 )
-# The support scan's batch under the interpreter: each triple is a kernel program (35 ms
-# here), so a call covers a point's default 4096 triples (docs/releases.md, "Measured").
+# The support scan's batch under the interpreter (a triple a program: docs/releases.md).
 SCAN_BATCH = 1024
 
 
@@ -423,6 +422,7 @@ class VllmConvention(Convention):
             rows=depth.rows,
             targets=depth.targets,
             rounds=depth.rounds,
+            heads=depth.heads,
             stage_rows=(depth.rows,),
             by=f"vLLM {installed_version()}'s row (its era's depth under Triton's interpreter)",
         )

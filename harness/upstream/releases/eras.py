@@ -58,11 +58,13 @@ class ConventionRef(NamedTuple):
 @dataclass(frozen=True)
 class OracleDepth:
     """How deep the statistical oracle decodes a release's row: ``rows`` per head at each
-    of ``targets``, ``rounds`` per row (its convention declares it as its cut)."""
+    of ``targets``, ``rounds`` per row, the head kinds ``heads`` (``None``: every head its
+    contract carries; its convention declares it as its cut)."""
 
     rows: int
     targets: tuple[str, ...]
     rounds: int
+    heads: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
