@@ -22,15 +22,17 @@ from typing import Protocol, runtime_checkable
 class OracleCut:
     """At most ``rows`` rows per head at every target kept; ``targets`` the targets it
     keeps (``None``: every target of the config); ``rounds`` the draft-verify rounds of
-    each row (``None``: the config's); ``truncated`` off: the truncated parameter sets
-    are not run; ``stage_rows`` the rows of each sequential stage (``None``: the
-    config's; an interpreted part cannot afford the defaults' 20,000 and 50,000 rows);
-    ``by`` who declares it and why, as a report states it."""
+    each row (``None``: the config's); ``heads`` the head kinds it keeps (``None``: every
+    head of the config); ``truncated`` off: the truncated parameter sets are not run;
+    ``stage_rows`` the rows of each sequential stage (``None``: the config's; an
+    interpreted part cannot afford the defaults' 20,000 and 50,000 rows); ``by`` who
+    declares it and why, as a report states it."""
 
     rows: int
     by: str
     targets: tuple[str, ...] | None = None
     rounds: int | None = None
+    heads: tuple[str, ...] | None = None
     truncated: bool = True
     stage_rows: tuple[int, ...] | None = None
 
@@ -45,8 +47,9 @@ class OracleCut:
             raise ValueError(
                 f"OracleCut.stage_rows must be positive integers, got {self.stage_rows}"
             )
-        if self.targets is not None and not self.targets:
-            raise ValueError("OracleCut.targets must name a target, or be None (every target)")
+        for name in ("targets", "heads"):
+            if getattr(self, name) == ():
+                raise ValueError(f"OracleCut.{name} must name one, or be None (every one)")
 
 
 @runtime_checkable

@@ -27,7 +27,8 @@ HEAD_KINDS: tuple[HeadKind, ...] = ("vanilla", "gated", "rnn")
 class MarkovHead(nn.Module):
     """Base of the three head kinds: ``W1 = Embedding(V, r)``, ``W2 = Linear(r, V)``.
 
-    Subclasses define ``step_bias``; the walk itself is shared. ``state`` threads
+    Subclasses define ``step_embedding`` (``step_bias`` is ``W2`` of it); the walk
+    itself is shared. ``state`` threads
     the rnn recurrence through the walk (``None`` for stateless heads).
     """
 
@@ -54,6 +55,16 @@ class MarkovHead(nn.Module):
         del bs, like
         return None
 
+    def step_embedding(
+        self,
+        embedding: torch.Tensor,
+        hidden_k: torch.Tensor | None,
+        state: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The step's embedding ``[bs, r]`` that ``W2`` projects to its bias, from
+        ``W1[prev]`` (``embedding``), and the state carried to the next step."""
+        raise NotImplementedError
+
     def step_bias(
         self,
         prev_tokens: torch.Tensor,
@@ -61,7 +72,8 @@ class MarkovHead(nn.Module):
         state: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Bias ``[bs, V]`` for one step given the previous tokens ``[bs]``."""
-        raise NotImplementedError
+        step_embedding, state = self.step_embedding(self.W1(prev_tokens), hidden_k, state)
+        return self.W2(step_embedding), state
 
     # -- whole block ------------------------------------------------------------------------
     def _check_block(self, base_logits: torch.Tensor, hidden_states: torch.Tensor | None) -> None:
@@ -177,14 +189,14 @@ class VanillaMarkovHead(MarkovHead):
 
     kind: HeadKind = "vanilla"
 
-    def step_bias(
+    def step_embedding(
         self,
-        prev_tokens: torch.Tensor,
+        embedding: torch.Tensor,
         hidden_k: torch.Tensor | None,
         state: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         del hidden_k
-        return self.W2(self.W1(prev_tokens)), state
+        return embedding, state
 
     def sample_block_greedy_fused(
         self, base_logits: torch.Tensor, *, first_prev_tokens: torch.Tensor
@@ -217,16 +229,15 @@ class GatedMarkovHead(MarkovHead):
         super().__init__(vocab_size=vocab_size, rank=rank, hidden_size=hidden_size)
         self.gate = nn.Linear(hidden_size + rank, rank)
 
-    def step_bias(
+    def step_embedding(
         self,
-        prev_tokens: torch.Tensor,
+        embedding: torch.Tensor,
         hidden_k: torch.Tensor | None,
         state: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         assert hidden_k is not None  # guaranteed by _check_block
-        embedding = self.W1(prev_tokens)  # [bs, r]
         gate = torch.sigmoid(self.gate(torch.cat([hidden_k, embedding], dim=-1)))
-        return self.W2(gate * embedding), state
+        return gate * embedding, state
 
 
 class RnnMarkovHead(MarkovHead):
@@ -244,18 +255,17 @@ class RnnMarkovHead(MarkovHead):
     def initial_state(self, bs: int, *, like: torch.Tensor) -> torch.Tensor | None:
         return torch.zeros(bs, self.rank, dtype=self.W1.weight.dtype, device=like.device)
 
-    def step_bias(
+    def step_embedding(
         self,
-        prev_tokens: torch.Tensor,
+        embedding: torch.Tensor,
         hidden_k: torch.Tensor | None,
         state: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         assert hidden_k is not None and state is not None  # guaranteed by _check_block
-        embedding = self.W1(prev_tokens)  # [bs, r]
         a, c, o = self.joint(torch.cat([state, embedding, hidden_k], dim=-1)).split(self.rank, -1)
         gate = torch.sigmoid(a)
         state = gate * state + (1 - gate) * torch.tanh(c)
-        return self.W2(torch.tanh(o)), state
+        return torch.tanh(o), state
 
 
 _HEAD_CLASSES: dict[str, type[MarkovHead]] = {

@@ -102,6 +102,7 @@ class StatsResult:
         for cut in cuts:  # each as it declares itself: the fewest rows of them all ran
             rounds = "" if cut.rounds is None else f", {cut.rounds} rounds per row"
             only = "" if cut.targets is None else f"{', '.join(cut.targets)} target only, "
+            only += "" if cut.heads is None else f"the {', '.join(cut.heads)} head only, "
             kept = (
                 f"at most {cut.rows} rows per head{rounds}"
                 if cut.truncated

@@ -97,19 +97,27 @@ def scope_of(
 
 
 def cut_config(config: StatsConfig, cut: OracleCut) -> StatsConfig:
-    """``config`` under one cut: at most ``cut.rows`` rows per head, only the targets the
-    cut keeps, the cut's rounds and stage rows where it names them; ``config`` itself when the cut
-    changes nothing. ``StatsError`` when it keeps none of the config's targets."""
+    """``config`` under one cut: at most ``cut.rows`` rows per head, only the targets and
+    heads the cut keeps, the cut's rounds and stage rows where it names them; ``config``
+    itself when the cut changes nothing. ``StatsError`` when it keeps none of the config's
+    targets or heads."""
     targets = tuple(t for t in config.targets if cut.targets is None or t.name in cut.targets)
     if not targets:
         raise StatsError(
             f"{cut.by}: the oracle's cut keeps the targets {list(cut.targets or ())}, "
             f"the config has {[t.name for t in config.targets]}"
         )
+    heads = tuple(k for k in config.head_kinds if cut.heads is None or k in cut.heads)
+    if not heads:
+        raise StatsError(
+            f"{cut.by}: the oracle's cut keeps the heads {list(cut.heads or ())}, "
+            f"the config has {list(config.head_kinds)}"
+        )
     ran = replace(
         config,
         rows=min(config.rows, cut.rows),
         targets=targets,
+        head_kinds=heads,
         rounds=config.rounds if cut.rounds is None else cut.rounds,
         truncated=config.truncated if cut.truncated else (),
         stage_rows=config.stage_rows if cut.stage_rows is None else cut.stage_rows,

@@ -10,7 +10,7 @@ other sampler joins with ``--impl``:
   (``harness.plugins.protocol.BlockSamplerFunction``), wrapped into a sampler;
 - ``NAME=sglang``: the installed sglang release's own ``DsparkDraftSampler``, loaded by
   ``harness.upstream.loaders.sglang_loader`` and built in its convention;
-- ``NAME=vllm[:dense|:topk=K]``: the installed vLLM 0.33's own ``DSparkSpeculator``
+- ``NAME=vllm[:dense|:topk=K|:unfused]``: the installed vLLM 0.33's own ``DSparkSpeculator``
   (dense, or its top-``K`` variant), loaded by ``harness.upstream.loaders.vllm_loader`` and
   built in its convention (``harness.upstream.vllm_convention``).
 
@@ -90,7 +90,7 @@ BUILTIN_IMPLEMENTATIONS: dict[str, type[DraftSampler]] = dict(
 )
 DEFAULT_FILE_CLASS = "DsparkDraftSampler"
 UPSTREAM_TARGET = "sglang"  # NAME=sglang: the installed release (harness.upstream)
-VLLM_TARGET = "vllm"  # NAME=vllm[:dense|:topk=K]: the installed vLLM 0.33
+VLLM_TARGET = "vllm"  # NAME=vllm[:dense|:topk=K|:unfused]: the installed vLLM 0.33
 TARGET_FORMS = f"{MODULE_FORM} or {FILE_FORM}"
 ImplementationKind = Literal["class", "function"]  # a sampler class, or a wrapped function
 
@@ -271,13 +271,13 @@ def _upstream_implementation(name: str, text: str) -> Implementation:
 
 
 def _vllm_implementation(name: str, text: str, variant: str) -> Implementation:
-    """``NAME=vllm[:dense|:topk=K]``: the installed vLLM's own ``DSparkSpeculator``."""
+    """``NAME=vllm[:dense|:topk=K|:unfused]``: the installed vLLM's own ``DSparkSpeculator``."""
     try:
-        topk = parse_vllm_variant(variant)
+        path = parse_vllm_variant(variant)
     except ValueError as error:
         raise ImplementationError(f"--impl {text}: {error}; expected {VLLM_FORM}") from None
     try:
-        sampler_class = vllm_variant_class(topk)
+        sampler_class = vllm_variant_class(path)
     except VllmUnavailable as error:
         raise ImplementationError(f"--impl {text}: {error}") from None
     except ImportError as error:

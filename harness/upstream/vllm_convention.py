@@ -23,23 +23,21 @@ model hooks its draft step reads, as the server's model runner leaves them befor
   keeps a cache, ``None`` otherwise (``reduced_vocab_state``).
 
 Positions are the server's: each call drafts ``gamma`` positions past the request's
-sequence, and the harness moves every sequence ``gamma`` positions on after a call, as
-a server does when it commits the block. vLLM's noise is a counter-based hash of
-(request seed, step, position, token id), so fresh noise on the next call comes from
-those positions; the convention declares them as its noise counter, and the replay
-(the package's own ``gumbel_sample`` on the kept cache rows at the declared seeds and
-positions) shows whether the call used them. In the oracle's decode
-(``decode_streams``) the seeds and positions are the decode's requests' instead
-(``harness.upstream.vllm_plumbing``), which ``vllm-rejection`` reads too; every call
-records the keys its draws read, for ``noise_shared_with_verifier``. Every line of the
-sampling math in a call is the package's; the drafter holds the toy weights. See
-docs/upstream.md ("vLLM 0.33", "vLLM 0.33's plumbing").
+sequence, which then moves ``gamma`` on, as a server commits the block. vLLM's noise
+is a counter-based hash of (request seed, step, position, token id): the convention
+declares the positions as its noise counter, and the replay (the package's own
+``gumbel_sample`` on the kept cache rows at the declared seeds and positions) shows
+whether the call used them. In the oracle's decode (``decode_streams``) the seeds and
+positions are the decode's requests' (``harness.upstream.vllm_plumbing``), which
+``vllm-rejection`` reads too; every call records the keys its draws read, for
+``noise_shared_with_verifier``. The sampling math is the package's; the drafter holds
+the toy weights. See docs/upstream.md ("vLLM 0.33", "vLLM 0.33's plumbing").
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -92,14 +90,15 @@ POSITION_SPACING = 1 << 20  # request b's sequence starts at (b + 1) * this
 SAMPLER_CUT = OracleCut(
     250, "vllm-0.33 (sampler under Triton's interpreter)", ("far",), 12, stage_rows=(250,)
 )
-# The support scan's batch under the interpreter: each triple is a kernel program (35 ms
-# here), so a call covers a point's default 4096 triples (docs/releases.md, "Measured").
+# The support scan's batch under the interpreter (a triple a program: docs/releases.md).
 SCAN_BATCH = 1024
 
 
-def outside_contract(case: Case, *, sampler_class: type[Any]) -> str | None:
-    """Why the case cannot be expressed in vLLM 0.33's contract for the class here, or
-    ``None``."""
+def outside_contract(
+    case: Case, *, sampler_class: type[Any], heads: tuple[str, ...] = ("vanilla",)
+) -> str | None:
+    """Why the case cannot be expressed in the contract for the class here (``heads``:
+    the Markov heads its hooks carry), or ``None``."""
     topk = getattr(sampler_class, TOPK_ATTRIBUTE, None)
     vocab = case.draft_vocab or case.vocab_size
     if topk is not None and topk > vocab:
@@ -107,7 +106,7 @@ def outside_contract(case: Case, *, sampler_class: type[Any]) -> str | None:
             f"the top-K variant takes K={topk} candidates of a draft vocabulary of {vocab}: "
             "K must not exceed it"
         )
-    if case.head_kind != "vanilla":
+    if case.head_kind not in heads:
         return (
             f"vLLM's Markov hooks (markov_embed, markov_bias) take no hidden state: the "
             f"{case.head_kind} head is not expressible in its contract"
@@ -263,14 +262,17 @@ class VllmSampler(BuiltSampler):
         chosen = base_logits.topk(topk, dim=-1).indices
         return torch.zeros_like(base_logits, dtype=torch.bool).scatter_(-1, chosen, True)
 
+    def cache(self) -> torch.Tensor | None:
+        return read_tensor(self.sampler, "draft_logits")  # [max_bs, gamma, V] or None
+
     def draft_block(self, rows: int) -> DraftBlock:
-        sampler = self.sampler
-        if sampler.draft_logits is None:
+        cache = self.cache()
+        if cache is None:
             raise OutputError("a greedy fold keeps no draft_logits for a verifier to read")
         staged = self.staged(rows)
         return DraftBlock(
-            tokens=sampler.draft_tokens[:rows],
-            step_logits=sampler.draft_logits[self.slots(rows)],
+            tokens=self.sampler.draft_tokens[:rows],
+            step_logits=cache[self.slots(rows)],
             temperatures=staged.temperatures,
             greedy_mask=staged.greedy_mask,
         )
@@ -285,7 +287,7 @@ class VllmSampler(BuiltSampler):
     def _buffers(self) -> dict[str, torch.Tensor | None]:
         return {
             "draft_tokens": read_tensor(self.sampler, "draft_tokens"),
-            "draft_logits": read_tensor(self.sampler, "draft_logits"),
+            "draft_logits": self.cache(),
             "draft_token_confidence_probs": read_tensor(
                 self.sampler, "draft_token_confidence_probs"
             ),
@@ -361,7 +363,7 @@ class VllmSampler(BuiltSampler):
         slots = self.slots(bs)
         positions = self._call_positions[:bs].to(device)
         drafting = self._reads.drafting()
-        scratch = torch.empty_like(sampler.draft_logits)
+        scratch = step_logits.new_empty(self.max_bs, *step_logits.shape[1:])
         steps = []
         for step in range(self.gamma):
             steps.append(
@@ -402,6 +404,7 @@ class VllmConvention(Convention):
 
     name = "vllm-0.33"
     sampler_type: type[VllmSampler] = VllmSampler  # what ``build`` hands back
+    drafter_type: type[VllmDrafter] = VllmDrafter  # the model hooks it hands the speculator
 
     def takes_out(self, sampler_class: type[Any]) -> bool:
         return False  # the server reads the speculator's own draft_tokens
@@ -413,16 +416,17 @@ class VllmConvention(Convention):
     def oracle_cut(self) -> OracleCut | None:
         """Under Triton's interpreter every sampled row and step is a Python program
         (docs/upstream.md, "The statistical oracle on vLLM's sampler"): the depth the
-        era of the release in use sets for its row, else ``SAMPLER_CUT``."""
+        era of the release in use sets for its row, else ``SAMPLER_CUT`` in its name."""
         if not interpreted():
             return None
         depth = release_oracle_depth()
         if depth is None:
-            return SAMPLER_CUT
+            return replace(SAMPLER_CUT, by=self.name + SAMPLER_CUT.by.removeprefix("vllm-0.33"))
         return OracleCut(
             rows=depth.rows,
             targets=depth.targets,
             rounds=depth.rounds,
+            heads=depth.heads,
             stage_rows=(depth.rows,),
             by=f"vLLM {installed_version()}'s row (its era's depth under Triton's interpreter)",
         )
@@ -443,22 +447,18 @@ class VllmConvention(Convention):
         out: torch.Tensor | None = None,
     ) -> BuiltSampler:
         loaded = load_vllm()
-        reason = outside_contract(case, sampler_class=sampler_class)
+        reason = self.outside_contract(case, sampler_class=sampler_class)
         if reason is not None:
             raise OutputError(reason)
         device = torch.device(case.device)
-        drafter = VllmDrafter(
-            model=inputs.model if model is None else model, confidence_fn=inputs.confidence_fn
-        )
+        toy = inputs.model if model is None else model
+        drafter = self.drafter_type(model=toy, confidence_fn=inputs.confidence_fn)
         gamma, max_bs = case.gamma, case.max_bs
         q = query_rows_per_request(gamma=gamma, sample_from_anchor=case.sample_from_anchor)
         dtype = drafter.toy.dtype
         speculator = object.__new__(sampler_class)  # its __init__ needs a VllmConfig
-        draft_logits = (
-            torch.full((max_bs, gamma, case.vocab_size), float("-inf"), dtype=dtype).to(device)
-            if case.folded_sampling
-            else None
-        )
+        cache = torch.full((max_bs, gamma, case.vocab_size), float("-inf"), dtype=dtype)
+        draft_logits = cache.to(device) if case.folded_sampling else None
         state = {
             "model": drafter,
             "device": device,

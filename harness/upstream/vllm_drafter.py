@@ -102,18 +102,21 @@ def reduced_vocab_state(
 @contextmanager
 def observe_speculator_walks(sampler: Any, drafter: VllmDrafter) -> Iterator[HeadCounts]:
     """Count the speculator's walks (a step-0 sample starts one), its Markov steps
-    (``markov_embed`` or the gathered bias) and step samples, keeping each walk's tokens."""
+    (``markov_embed``, which a recurrent head's ``markov_step`` calls too) and step
+    samples, keeping each walk's tokens."""
     counts = HeadCounts()
     walks: list[list[torch.Tensor]] = []
     sample_logits = sampler._sample_logits
     embed = drafter.markov_embed
 
-    def counting_sample_logits(logits: Any, idx_map: Any, sample_pos: Any, step: int) -> Any:
+    def counting_sample_logits(
+        logits: Any, idx_map: Any, sample_pos: Any, step: int, *bias: Any
+    ) -> Any:  # ``bias``: 0.34's Markov bias for the Gumbel kernel to add, where it passes one
         counts.sampler_calls += 1
         if step == 0 or not walks:
             counts.walks += 1
             walks.append([])
-        sampled = sample_logits(logits, idx_map, sample_pos, step)
+        sampled = sample_logits(logits, idx_map, sample_pos, step, *bias)
         walks[-1].append(sampled)
         return sampled
 

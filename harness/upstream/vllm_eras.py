@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from harness.oracle_cut import OracleCut
 from harness.plugins.conventions import (
     BuiltSampler,
     Convention,
@@ -73,14 +72,6 @@ class PhiloxEraConvention(VllmConvention):
     """vLLM 0.28-0.30's speculator: 0.33's convention, the era's names (module doc)."""
 
     name = "vllm-0.28"
-
-    @property
-    def oracle_cut(self) -> OracleCut | None:
-        """0.33's cut under Triton's interpreter, declared in this convention's name."""
-        cut = super().oracle_cut
-        if cut is None:
-            return None
-        return replace(cut, by=self.name + cut.by.removeprefix(VLLM_0_33.name))
 
     def build(
         self,
@@ -251,5 +242,10 @@ def speaks_vllm_0_28(sampler_class: type[Any]) -> bool:
 
 
 def speaks_vllm_0_31(sampler_class: type[Any]) -> bool:
-    """The package's speculator (or a subclass) of a 0.31-0.33 package."""
-    return speaks_vllm_0_33(sampler_class) and vllm_convention_of(sampler_class) is VLLM_0_33
+    """The package's speculator (or a subclass) of a 0.31-0.33 package (0.34's walks
+    its Markov chain through ``_markov_step``)."""
+    return (
+        speaks_vllm_0_33(sampler_class)
+        and vllm_convention_of(sampler_class) is VLLM_0_33
+        and not hasattr(sampler_class, "_markov_step")
+    )

@@ -16,7 +16,8 @@ reads what vLLM's server passes it, laid out as the server lays it out for a rou
 - the draft's kept step logits as the ``draft_logits`` cache ``[max_num_reqs, gamma,
   V]`` indexed by slot, as the release keeps it (``vllm_eras.release_cache``: before
   temperature, from which it computes ``q = softmax(cache / T)`` itself; 0.25-0.27:
-  divided by the temperature, which it reads as they are);
+  divided by the temperature, which it reads as they are; from 0.34 in the package's
+  own ``DraftLogitsCache``, replicated, ``vllm_loader.replicated_cache``);
 - one temperature per slot, the request's (0 on a greedy row): vLLM keeps one
   temperature per request, which its drafter and its verifier both read, so the
   draft's staged copy is not read here;
@@ -47,7 +48,11 @@ from dataclasses import dataclass
 import torch
 
 from harness.oracle_cut import OracleCut
-from harness.upstream.loaders.vllm_loader import interpreter_log1p, load_vllm
+from harness.upstream.loaders.vllm_loader import (
+    interpreter_log1p,
+    load_vllm,
+    replicated_cache,
+)
 from harness.upstream.vllm_eras import release_cache
 from harness.upstream.vllm_plumbing import RequestPlumbing
 from reference.streams import VerifierNoise
@@ -91,8 +96,12 @@ class VllmRejectionVerifier:
             with interpreter_log1p():
                 sampled, num_sampled = rejection_sample(
                     processed,
-                    # the cache by slot, as the release keeps it
-                    release_cache(draft.step_logits, temperatures=draft.temperatures).contiguous(),
+                    # the cache by slot, as the release keeps it and hands it over
+                    replicated_cache(
+                        release_cache(
+                            draft.step_logits, temperatures=draft.temperatures
+                        ).contiguous()
+                    ),
                     candidates.reshape(-1).to(torch.int32),
                     layout.cu_num_logits,
                     positions,

@@ -10,7 +10,10 @@ calls:
 - ``vllm.v1.worker.gpu.sample.gumbel``: ``gumbel_sample``, the kernel that samples a
   step and writes the verifier's cache row;
 - ``vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils``: ``rejection_sample``,
-  the server's verifier.
+  the server's verifier;
+- from 0.34, ``vllm.v1.worker.gpu.spec_decode.draft_logits``: ``DraftLogitsCache``,
+  the form in which the speculator writes the draft logits cache and the verifier
+  reads it (``replicated_cache``).
 
 On a machine without CUDA its kernels run under Triton's interpreter, which needs two
 variables set before the process starts (``tox run -e vllm`` sets both):
@@ -44,7 +47,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -60,9 +63,14 @@ INSTALL_HINT = (
 SPECULATOR_MODULE = "vllm.v1.worker.gpu.spec_decode.dspark.speculator"
 GUMBEL_MODULE = "vllm.v1.worker.gpu.sample.gumbel"
 REJECTION_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
+DRAFT_LOGITS_MODULE = "vllm.v1.worker.gpu.spec_decode.draft_logits"  # 0.34 on
 SPECULATOR_CLASS = f"{SPECULATOR_MODULE}.DSparkSpeculator"
-VLLM_FORM = "NAME=vllm, NAME=vllm:dense or NAME=vllm:topk=K (K a positive integer)"
+VLLM_FORM = (
+    "NAME=vllm, NAME=vllm:dense, NAME=vllm:topk=K (K a positive integer) or NAME=vllm:unfused"
+)
 TOPK_ATTRIBUTE = "harness_draft_topk"  # class attribute: K of the top-k variant, or None
+# class attribute: False where the Markov bias is added before the Gumbel kernel (0.34)
+FUSED_BIAS_ATTRIBUTE = "harness_fuse_markov_bias"
 
 
 class VllmUnavailable(RuntimeError):
@@ -77,6 +85,7 @@ class LoadedVllm:
     DSparkSpeculator: type[Any]
     gumbel_sample: Callable[..., torch.Tensor]
     rejection_sample: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    DraftLogitsCache: type[Any] | None = None  # 0.34 on; before, the cache is a tensor
 
 
 @dataclass(frozen=True)
@@ -170,6 +179,11 @@ def load_vllm() -> LoadedVllm:
         speculator = importlib.import_module(SPECULATOR_MODULE)
         gumbel = importlib.import_module(GUMBEL_MODULE)
         rejection = importlib.import_module(REJECTION_MODULE)
+        draft_logits = (
+            importlib.import_module(DRAFT_LOGITS_MODULE)
+            if importlib.util.find_spec(DRAFT_LOGITS_MODULE) is not None
+            else None
+        )
     finally:  # vLLM's import sets defaults of its own in os.environ; the process's stay
         os.environ.clear()
         os.environ.update(environment)
@@ -178,7 +192,22 @@ def load_vllm() -> LoadedVllm:
         DSparkSpeculator=speculator.DSparkSpeculator,
         gumbel_sample=with_fixed_costs_cached(gumbel.gumbel_sample),
         rejection_sample=with_fixed_costs_cached(rejection.rejection_sample),
+        DraftLogitsCache=getattr(draft_logits, "DraftLogitsCache", None),
     )
+
+
+def replicated_cache(values: torch.Tensor) -> Any:
+    """``values`` (``[max_num_reqs, gamma, V]``, by request slot) in the form the loaded
+    release's speculator and ``rejection_sample`` read: from 0.34 the package's own
+    ``DraftLogitsCache`` in its replicated form (``row_mapping`` ``None``: one process,
+    no tensor parallelism) holding them; before, the tensor itself."""
+    cache_class = load_vllm().DraftLogitsCache
+    if cache_class is None:
+        return values
+    rows, steps, vocab = values.shape
+    cache = cache_class(rows, steps, vocab, dtype=values.dtype, fill=0.0, device=values.device)
+    cache.values.copy_(values)
+    return cache
 
 
 def with_fixed_costs_cached(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -239,24 +268,39 @@ def interpreter_log1p() -> Iterator[None]:
         libdevice.log1p = original
 
 
-def parse_vllm_variant(text: str) -> int | None:
-    """``""`` or ``"dense"`` -> ``None``; ``"topk=K"`` -> ``K``; ``ValueError`` otherwise."""
+class VllmPath(NamedTuple):
+    """A path of the speculator: top-``K`` or dense, and whether the Markov bias is
+    fused into the Gumbel kernel where the release can (0.34's ``_fuse_markov_bias``)."""
+
+    topk: int | None = None
+    fused_bias: bool = True
+
+
+def parse_vllm_variant(text: str) -> VllmPath:
+    """``""`` or ``"dense"``: the dense path; ``"topk=K"``: top-``K``; ``"unfused"``: the
+    dense path with the Markov bias added before the Gumbel kernel; ``ValueError``
+    otherwise."""
     if text in ("", "dense"):
-        return None
+        return VllmPath()
+    if text == "unfused":
+        return VllmPath(fused_bias=False)
     key, sep, value = text.partition("=")
     if key == "topk" and sep and value.isdigit() and int(value) > 0:
-        return int(value)
+        return VllmPath(topk=int(value))
     raise ValueError(f"unknown vLLM variant {text!r}")
 
 
 @functools.cache
-def variant_class(topk: int | None) -> type[Any]:
+def variant_class(path: VllmPath) -> type[Any]:
     """The package's ``DSparkSpeculator`` (dense), or a subclass of it that only names
-    ``K`` for the top-``K`` variant (its ``hf_config.dspark_draft_topk`` upstream)."""
+    the path: ``K`` for the top-``K`` variant (its ``hf_config.dspark_draft_topk``
+    upstream), or the Markov bias not fused (what ``load_model`` sets for a drafter it
+    cannot fuse)."""
     base = load_vllm().DSparkSpeculator
-    if topk is None:
+    if path == VllmPath():
         return base
-    return type(f"DSparkSpeculatorTopK{topk}", (base,), {TOPK_ATTRIBUTE: topk})
+    name = f"DSparkSpeculatorTopK{path.topk}" if path.topk else "DSparkSpeculatorUnfused"
+    return type(name, (base,), {TOPK_ATTRIBUTE: path.topk, FUSED_BIAS_ATTRIBUTE: path.fused_bias})
 
 
 def speaks_vllm_0_33(sampler_class: type[Any]) -> bool:

@@ -58,11 +58,13 @@ class ConventionRef(NamedTuple):
 @dataclass(frozen=True)
 class OracleDepth:
     """How deep the statistical oracle decodes a release's row: ``rows`` per head at each
-    of ``targets``, ``rounds`` per row (its convention declares it as its cut)."""
+    of ``targets``, ``rounds`` per row, the head kinds ``heads`` (``None``: every head its
+    contract carries; its convention declares it as its cut)."""
 
     rows: int
     targets: tuple[str, ...]
     rounds: int
+    heads: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -335,10 +337,14 @@ ERAS: tuple[ReleaseEra, ...] = (
         ),
     ),
     _VLLM_0_31_ERA,
-    replace(  # read from the wheel (docs/releases.md, "vLLM 0.34")
+    replace(  # the DraftLogitsCache, the fused bias, recurrent heads (docs/releases.md)
         _VLLM_0_31_ERA,
         name="vllm-0.34",
         versions=("0.34.0",),
+        convention=ConventionRef(
+            "harness.upstream.vllm_0_34.VLLM_0_34",
+            speaks="harness.upstream.vllm_0_34.speaks_vllm_0_34",
+        ),
         methods=(
             *_VLLM_0_31_ERA.methods,
             "load_model",
@@ -348,24 +354,30 @@ ERAS: tuple[ReleaseEra, ...] = (
         ),
         staging=(
             "per request: temperature, seed, positions; top-k; the draft logits cache a "
-            "DraftLogitsCache (values, row_mapping), assigned per batch"
+            "DraftLogitsCache, replicated (row_mapping None) in one process"
         ),
         outputs=(
             "draft tokens; DraftLogitsCache.values written by the sampling call, the "
             "Markov bias fused into the Gumbel kernel where load_model allows it"
         ),
-        loading=Loading.NONE,
-        convention=None,
-        why_not_judged=(
-            "the harness cannot drive this contract yet: its speculator and its "
-            "rejection_sample read the draft logits cache as a DraftLogitsCache "
-            "(.values, .row_mapping; spec_decode/draft_logits.py), where the vLLM "
-            "convention and vllm-rejection hand a tensor; _sample_logits takes the "
-            "Markov bias to fuse into the Gumbel kernel (_fuse_markov_bias, set by "
-            "load_model); _markov_step adds recurrent Markov heads "
-            "(markov_step(prev, hidden, state)), a model hook the convention's drafter "
-            "does not have (_sample_sequential_sharded runs only with tensor "
-            "parallelism, never in one process)"
+        variants=("dense", "topk=4"),
+        # the oracle on the vanilla head, as 0.31-0.33's rows: the gated and rnn heads,
+        # inside 0.34's contract, are judged by the per-call checks (not_covered)
+        oracle_depth=replace(VLLM_ROW_DEPTH, heads=("vanilla",)),
+        not_covered=(
+            "the oracle on the gated and rnn heads (inside 0.34's contract through "
+            "markov_step): not run at the row's depth, each head would add its paths' "
+            "oracle time; their cases are held to the per-call checks",
+            "the unfused path with the full draft vocabulary (vllm:unfused, "
+            "_fuse_markov_bias off): not a path of the row (it would add half a row's "
+            "oracle time); the cases with a reduced draft vocabulary run it, as "
+            "load_model leaves it off there",
+            "_sample_sequential_sharded: it runs only under tensor parallelism "
+            "(load_model enables it where the cache is sharded); one process has none",
+            "load_model: not called (it loads a real model); _fuse_markov_bias is set as "
+            "it sets it for the case's drafter (on for a plain drafter, off for a reduced "
+            "draft vocabulary); the drafter declares has_recurrent_markov_head for the "
+            "gated and rnn heads, whose markov_step the case's head stands in for",
         ),
     ),
 )

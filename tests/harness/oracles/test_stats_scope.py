@@ -184,3 +184,14 @@ def test_a_cut_sets_the_sequential_stages_where_it_names_them() -> None:
     assert kept.stage_rows == DEFAULT_CONFIG.stage_rows != (200,)
     with pytest.raises(ValueError, match="stage_rows"):
         OracleCut(rows=200, by="x", stage_rows=(0,))
+
+
+def test_a_cut_keeps_the_heads_it_names_and_refuses_to_keep_none() -> None:
+    vanilla = OracleCut(rows=200, by="an interpreted part", heads=("vanilla",))
+    assert oracle_scope.cut_config(DEFAULT_CONFIG, vanilla).head_kinds == ("vanilla",)
+    every = oracle_scope.cut_config(DEFAULT_CONFIG, OracleCut(rows=200, by="a slow verifier"))
+    assert every.head_kinds == DEFAULT_CONFIG.head_kinds != ("vanilla",)
+    with pytest.raises(stats.StatsError, match="keeps the heads \\['vanilla'\\]"):
+        oracle_scope.cut_config(replace(DEFAULT_CONFIG, head_kinds=("rnn",)), vanilla)
+    with pytest.raises(ValueError, match=r"OracleCut\.heads"):
+        OracleCut(rows=200, by="x", heads=())

@@ -81,13 +81,26 @@ def test_the_first_release_is_judged_on_what_its_sampling_covers() -> None:
     ]
 
 
-def test_vllm_0_34_fits_its_era_and_says_why_it_is_not_driven() -> None:
+def test_vllm_0_34_fits_its_era_and_is_driven_by_its_own_convention() -> None:
     """0.34.0's files fit its era's contract (its speculator has the sharded and Markov
-    chain methods the era names), and the row says what the harness cannot drive yet."""
-    row = judge_release(_task("vllm", "0.34.0"))
-    assert (row["era"], row["judged"]) == ("vllm-0.34", False)
-    assert row["not_covered"][0].startswith("not judged: the harness cannot drive this contract")
-    assert "DraftLogitsCache" in row["not_covered"][0]
+    chain methods the era names), and its speculator, from the wheel, speaks
+    ``vllm-0.34`` and no earlier era's convention."""
+    from harness.upstream.releases.eras import contract_differences, era_of
+
+    _task("vllm", "0.34.0")  # fetched into the cache, or skipped
+    era = era_of("vllm", "0.34.0")
+    assert era is not None
+    wheel = fetch("vllm", "0.34.0", cache=DEFAULT_CACHE, offline=True)
+    files = extract("vllm", "0.34.0", wheel=wheel, members=(era.sampler_file,))
+    assert contract_differences(era, files=files.extracted) == []
+    out = _in_a_vllm_release(
+        "0.34.0",
+        "from harness.upstream.dispatch import convention_of\n"
+        "from harness.upstream.vllm_eras import speaks_vllm_0_31\n"
+        "speculator = vllm_loader.load_vllm().DSparkSpeculator\n"
+        "print(convention_of(speculator).name, speaks_vllm_0_31(speculator))\n",
+    )
+    assert out.split()[-2:] == ["vllm-0.34", "False"]
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from harness.plugins.errors import ImplementationError
 from harness.plugins.implementations import Implementation, parse_impl_spec
 from harness.upstream.dispatch import build_for_case, convention_of, provenance
 from harness.upstream.loaders import vllm_loader
-from harness.upstream.loaders.vllm_loader import parse_vllm_variant
+from harness.upstream.loaders.vllm_loader import VllmPath, parse_vllm_variant
 from harness.upstream.vllm_convention import VLLM_0_33
 
 SHAPE = {"bs": 4, "gamma": 4, "vocab_size": 64, "hidden_size": 16, "markov_rank": 8}
@@ -63,9 +63,17 @@ def defects() -> ModuleType:
 
 
 # -- spec parsing: no vLLM needed ----------------------------------------------------------
-@pytest.mark.parametrize(("text", "topk"), [("", None), ("dense", None), ("topk=8", 8)])
-def test_vllm_variants_parse(text: str, topk: int | None) -> None:
-    assert parse_vllm_variant(text) == topk
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ("", VllmPath()),
+        ("dense", VllmPath()),
+        ("topk=8", VllmPath(topk=8)),
+        ("unfused", VllmPath(fused_bias=False)),
+    ],
+)
+def test_vllm_variants_parse(text: str, path: VllmPath) -> None:
+    assert parse_vllm_variant(text) == path
 
 
 @pytest.mark.parametrize("spec", ["v=vllm:topk=0", "v=vllm:topk=-1", "v=vllm:sparse"])
