@@ -9,7 +9,8 @@ functions those checks use, vectorised over the call's block:
 
 - ``outputs_written``: token ids in ``[0, V)``, kept step logits written and finite
   where the drafter's law has the entry (a call that fails it is held to nothing more:
-  the other checks index by token id);
+  the other checks index by token id; a call that keeps no step logits, sglang 0.5.16's
+  folded greedy call, is held to its ids alone, as a case's checks hold it);
 - ``teacher_forcing``: the kept step logits of step ``k`` equal the head's logits rebuilt
   from the anchor and the emitted tokens of steps ``< k`` (bit-exact on a float32
   drafter, else within the dtype's tolerance, as the check on a case);
@@ -89,12 +90,18 @@ class CallChecker:
         candidates = self.built.contract_candidates(inputs.base_logits)
         own_top_k = self.built.draft_top_k
         bad_ids = (tokens < 0) | (tokens >= vocab)
-        unwritten = logits_not_written(
-            kept, base_logits=inputs.base_logits, candidates=candidates, draft_top_k=own_top_k
+        # a call that keeps no step logits (a folded greedy call) is held to its ids alone,
+        # as a case's checks hold it (``CallOutputs.keeps_step_logits``)
+        unwritten = (
+            logits_not_written(
+                kept, base_logits=inputs.base_logits, candidates=candidates, draft_top_k=own_top_k
+            )
+            if self.built.last_call_kept_logits()
+            else torch.zeros_like(bad_ids)
         )
         self._tally("outputs_written", call, bad_ids | unwritten, held=bs * gamma, why=_unwritten)
-        if bool(bad_ids.any()):
-            return  # what follows indexes by token id
+        if bool(bad_ids.any()) or not self.built.last_call_kept_logits():
+            return  # what follows indexes by token id and reads the kept logits
         differ, rebuilt = teacher_forcing_mismatches(
             kept,
             model=self.model,
