@@ -25,6 +25,7 @@ many fail); ``HeldCalls`` says how many calls and positions each check held.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -49,6 +50,19 @@ HELD_CHECKS = ("outputs_written", "teacher_forcing", "greedy_rows_argmax", "supp
 SURE_GAP = 600.0
 # What a check expected at (slot, step) of a call, in words: built for a first failure only.
 Why = Callable[[int, int], str]
+
+
+@runtime_checkable
+class MayKeepNoLogits(Protocol):
+    """A built sampler whose calls may keep no step logits (sglang 0.5.16's)."""
+
+    def last_call_kept_logits(self) -> bool: ...
+
+
+def kept_logits(built: BuiltSampler) -> bool:
+    """Whether ``built``'s last call kept its step logits (every convention's but one
+    always does; sglang 0.5.16's folded greedy call keeps none)."""
+    return not isinstance(built, MayKeepNoLogits) or built.last_call_kept_logits()
 
 
 class CallChecker:
@@ -96,11 +110,11 @@ class CallChecker:
             logits_not_written(
                 kept, base_logits=inputs.base_logits, candidates=candidates, draft_top_k=own_top_k
             )
-            if self.built.last_call_kept_logits()
+            if kept_logits(self.built)
             else torch.zeros_like(bad_ids)
         )
         self._tally("outputs_written", call, bad_ids | unwritten, held=bs * gamma, why=_unwritten)
-        if bool(bad_ids.any()) or not self.built.last_call_kept_logits():
+        if bool(bad_ids.any()) or not kept_logits(self.built):
             return  # what follows indexes by token id and reads the kept logits
         differ, rebuilt = teacher_forcing_mismatches(
             kept,

@@ -315,11 +315,6 @@ class BuiltSampler(ABC):
         verifier's draws from torch's one generator, seeded with it."""
         return shared_torch_streams(seed, device=device)
 
-    def last_call_kept_logits(self) -> bool:
-        """Whether the last call kept its step logits (sglang 0.5.16's folded greedy call
-        keeps none: the block's are the point mass at each token, nothing to rebuild)."""
-        return True
-
     @abstractmethod
     def draft_block(self, rows: int) -> DraftBlock:
         """What a verifier reads of the last call's first ``rows`` rows (the sampler's

@@ -247,6 +247,8 @@ class Sglang0516Sampler(BuiltSampler):
         return self._last
 
     def last_call_kept_logits(self) -> bool:
+        """Whether the last call kept step logits: a folded greedy call keeps none
+        (``harness.oracles.percall`` holds such a call to its token ids alone)."""
         return not self._called().folded
 
     def draft_block(self, rows: int) -> DraftBlock:
