@@ -10,7 +10,10 @@ the slots a life leaves behind.
   one for a request whose prompt had one token left or that resumed), the slot of each
   request as its index into the buffers the runner keeps by slot: the draft logits cache
   ``[max_num_reqs, gamma, V]`` as the release keeps it (``vllm_eras.release_cache``), one
-  temperature and one seed a slot, and each logits row's position from the slot's.
+  temperature and one seed a slot, and each logits row's slot and local position from
+  the release's own ``expand_idx_mapping`` (``gpu/input_batch.py``, as the runner calls
+  it). Its ``RequestState`` (``gpu/states.py``) allocates pinned host memory, which needs
+  a CUDA device: the life's slot choice stands in, said so in ``STANDS_IN``.
 - ``BlockwiseServer``: sglang's own ``BlockwiseRejection`` (from the release, through
   ``harness.upstream.loaders.sglang_loader``) on the sampled rows with drafts, entered
   with the kept pre-temperature step logits and the staged temperatures of each slot
@@ -26,6 +29,8 @@ the slots a life leaves behind.
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 
 from harness.oracles.defaults import GREEDY
@@ -37,6 +42,8 @@ from harness.upstream.vllm_eras import release_cache
 from harness.upstream.vllm_rejection import VLLM_REJECTION
 from reference.target_model import MarkovTargetModel
 from reference.verifier import DraftBlock, VerifyResult
+
+INPUT_BATCH = "vllm.v1.worker.gpu.input_batch"  # the model runner's input batch, in the wheel
 
 
 class VllmRejectionServer(JunctionServer):
@@ -56,6 +63,10 @@ class VllmRejectionServer(JunctionServer):
     STANDS_IN = (
         "the target's logits: the harness's Markov target, tempered in float32 as the "
         "release's apply_sampling_params hands them to rejection_sample",
+        "its request states (gpu/states.py RequestState: which slot a request takes, the "
+        "buffers it clears): they allocate pinned host memory, which needs a CUDA device; "
+        "the life's slot choice (the lowest free slot) and buffers stand in; the logits "
+        "rows' slots and positions come from the release's own expand_idx_mapping",
     )
 
     def __init__(self, *, slots: int, gamma: int, vocab_size: int, poison: Poison) -> None:
@@ -88,15 +99,18 @@ class VllmRejectionServer(JunctionServer):
         n, gamma = len(slots), self.gamma
         per_request = torch.where(self.drafted[slots], gamma + 1, 1)  # [n]
         cu_num_logits = torch.cat([torch.zeros(1, dtype=torch.int64), per_request.cumsum(0)])
-        local = torch.arange(gamma + 1).expand(n, -1)  # [n, gamma+1]
-        live = local < per_request.unsqueeze(1)
+        live = torch.arange(gamma + 1).expand(n, -1) < per_request.unsqueeze(1)  # [n, gamma+1]
         rows = torch.cat([self.last_tokens[slots].unsqueeze(1), self.draft_tokens[slots]], 1)
         candidates = rows[live]  # [num_logits]: each request's anchor, then its drafts
-        expanded_slots = slots.repeat_interleave(per_request)  # [num_logits]
-        temperature = self.temperatures[expanded_slots]
+        idx_mapping = slots.to(torch.int32)
+        # the logits rows' slots and local positions, by the release's own prepare kernel
+        expanded_slots, local = importlib.import_module(INPUT_BATCH).expand_idx_mapping(
+            idx_mapping, len(candidates), cu_num_logits.to(torch.int32), gamma + 1
+        )
+        temperature = self.temperatures[expanded_slots.long()]
         divisor = torch.where(temperature == 0, 1.0, temperature).unsqueeze(1)
         logits = (target.transition_logits[candidates].float() / divisor).contiguous()
-        positions = self.positions[expanded_slots] + local[live]
+        positions = self.positions[expanded_slots.long()] + local
         self.keys_read += [
             (by_slot[s].id, seed, position, by_slot[s].seed, by_slot[s].position)
             for s, seed, position in zip(
@@ -113,9 +127,9 @@ class VllmRejectionServer(JunctionServer):
                 candidates.to(torch.int32),
                 cu_num_logits.to(torch.int32),
                 positions,
-                slots.to(torch.int32),
-                expanded_slots.to(torch.int32),
-                local[live].to(torch.int32).contiguous(),
+                idx_mapping,
+                expanded_slots,
+                local,
                 self.temperatures,
                 self.seeds,
                 gamma,
