@@ -158,6 +158,9 @@ class BlockwiseServer(JunctionServer):
         "a row without drafts (upstream an extend batch the target's sampler samples): one "
         "token from the target under the request's key (ours); greedy rows: the greedy "
         "accept (chain on one-hot laws), as its server's SelectMixedAccept takes them",
+        "its batch (ScheduleBatch, SamplingBatchInfo: the server stack's imports): upstream "
+        "the verifier reads the step's draft block by batch row (accept_draft_tokens), rows "
+        "the batch's filter and merge re-index; here each slot keeps its copy",
     )
     SERVER_SEED = 0  # the server's random seed, its rejection noise's key
 
