@@ -15,7 +15,7 @@ the state that exposed it.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NamedTuple, TypedDict
 
 from harness.oracles.junction_judge import JUNCTION_ROWS, JunctionVerdict, judge_junction
 from harness.oracles.junction_servers import junction_server
@@ -54,6 +54,13 @@ class LifeRecord(TypedDict):
     stands_in: list[str]
 
 
+class LifeFinding(NamedTuple):
+    """One failed check of a life: its class and its evidence, naming the state."""
+
+    check: str
+    evidence: str
+
+
 def life_depth(era: ReleaseEra | None) -> tuple[int, str]:
     """The rows a state the release's life asks for, and the words that say so."""
     rows = JUNCTION_ROWS if era is None or era.life_rows is None else era.life_rows
@@ -67,9 +74,9 @@ def life_depth(era: ReleaseEra | None) -> tuple[int, str]:
 
 def release_life(
     sampler_class: type, *, era: ReleaseEra | None, verifier: str, seed: int
-) -> tuple[LifeRecord, list[tuple[str, str]]]:
+) -> tuple[LifeRecord, list[LifeFinding]]:
     """The life of ``sampler_class`` (the release's sampler, loaded) on the junction
-    server of ``verifier``; its record and its findings as ``(class, evidence)``."""
+    server of ``verifier``; its record and its findings."""
     rows, depth = life_depth(era)
     server = junction_server(verifier)
     verdict = judge_junction(sampler_class, rows=rows, seed=seed, server_class=server)
@@ -90,12 +97,12 @@ def release_life(
     return record, life_findings(verdict)
 
 
-def life_findings(verdict: JunctionVerdict) -> list[tuple[str, str]]:
-    """Each failed check of the life as ``(class, evidence)``, the evidence naming the
-    request state that exposed it."""
+def life_findings(verdict: JunctionVerdict) -> list[LifeFinding]:
+    """Each failed check of the life, its evidence naming the request state that
+    exposed it."""
     said = dict(verdict.exposed_in)
     found = [
-        (check, f"the life across the junction, {said[check]}: {line}")
+        LifeFinding(check, f"the life across the junction, {said[check]}: {line}")
         for check, line in (
             ("junction_leftovers", verdict.leftovers),
             ("junction_keys", verdict.keys),
@@ -113,14 +120,16 @@ def life_findings(verdict: JunctionVerdict) -> list[tuple[str, str]]:
             else ""
         )
         found.append(
-            (
+            LifeFinding(
                 LAW,
                 f"the life across the junction, {states or short}: the committed tokens "
                 "do not fit the target's law",
             )
         )
     found += [
-        (f.check, f"the life across the junction, a drafter call (every state): {f.describe()}")
+        LifeFinding(
+            f.check, f"the life across the junction, a drafter call (every state): {f.describe()}"
+        )
         for f in verdict.held.findings
     ]
     return found

@@ -389,7 +389,7 @@ def _life_of(
         implementation.sampler_class, era=era, verifier=verifier, seed=task.seed
     )
     repro = repro_command(replace(task, life_only=True))
-    return life, [{"class": check, "evidence": said, "repro": repro} for check, said in found]
+    return life, [{"class": f.check, "evidence": f.evidence, "repro": repro} for f in found]
 
 
 def outside_contract(
