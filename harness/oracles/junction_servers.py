@@ -67,6 +67,10 @@ class VllmRejectionServer(JunctionServer):
         "buffers it clears): they allocate pinned host memory, which needs a CUDA device; "
         "the life's slot choice (the lowest free slot) and buffers stand in; the logits "
         "rows' slots and positions come from the release's own expand_idx_mapping",
+        "the drafter's noise keys: the seeds and positions its convention gives each row "
+        "(harness.upstream.vllm_convention), not the life's requests' own; the verifier "
+        "draws under each request's seed and positions from its slot. The drafter and the "
+        "verifier on one request seed is the statistical oracle's check, on vLLM's plumbing",
     )
 
     def __init__(self, *, slots: int, gamma: int, vocab_size: int, poison: Poison) -> None:
