@@ -68,6 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="support-scan triples per point and release (12 points; 0: no scan; default 4096)",
     )
     parser.add_argument(
+        "--life-only",
+        action="store_true",
+        help="judge each release's life across the junction of its drafter and its "
+        "verifier alone (no matrix, oracle or scan): what a life finding's repro replays",
+    )
+    parser.add_argument(
         "--jobs", type=int, default=2, help="releases judged at once, each in its own process"
     )
     parser.add_argument(
@@ -181,6 +187,7 @@ def command(args: argparse.Namespace) -> ExitCode:
                 offline=args.wheel_dir is not None,
                 seed=args.seed,
                 scan_triples=args.scan_triples,
+                life_only=args.life_only,
             )
             for v in versions
         ]
@@ -192,6 +199,7 @@ def command(args: argparse.Namespace) -> ExitCode:
             offline=True,
             seed=args.seed,
             scan_triples=args.scan_triples,
+            life_only=args.life_only,
         )
         for spec in args.impl
     ]

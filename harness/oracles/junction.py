@@ -118,8 +118,23 @@ class JunctionServer:
     and what the verifier reads. A server that wrote less, or read more, is a subclass."""
 
     # The buffers it keeps a slot between steps, and which of them the verifier reads.
-    KEPT = ("draft_tokens", "draft_probs", "seeds", "positions", "outputs", "last_tokens")
-    VERIFIER_READS = ("draft_tokens", "draft_probs", "seeds", "positions", "last_tokens")
+    KEPT: tuple[str, ...] = (
+        "draft_tokens",
+        "draft_probs",
+        "seeds",
+        "positions",
+        "outputs",
+        "last_tokens",
+    )
+    VERIFIER_READS: tuple[str, ...] = (
+        "draft_tokens",
+        "draft_probs",
+        "seeds",
+        "positions",
+        "last_tokens",
+    )
+    VERIFIER = "chain"  # the verifier it enters (harness.oracles.verifiers' name)
+    STANDS_IN: tuple[str, ...] = ()  # what of a release's server it stands in for, in words
 
     def __init__(self, *, slots: int, gamma: int, vocab_size: int, poison: Poison) -> None:
         self.gamma, self.vocab_size = gamma, vocab_size

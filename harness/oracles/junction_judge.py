@@ -41,6 +41,7 @@ from harness.oracles.junction import (
     JunctionPlan,
     JunctionServer,
     Poison,
+    Request,
     RequestState,
     live_junction,
 )
@@ -85,6 +86,8 @@ class JunctionVerdict:
     kept: tuple[str, ...]  # the buffers the server keeps between steps
     verifier_reads: tuple[str, ...]  # those of them the verifier reads
     incomplete: int = 0  # judged segments short of m tokens (a life that lost a request)
+    # per failed exact check, the state of the request that exposed it
+    exposed_in: tuple[tuple[str, str], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -163,7 +166,14 @@ def state_tables(
     return tables, incomplete
 
 
-def _first_difference(primary: JunctionLife, twin: JunctionLife) -> str | None:
+def state_at(request: Request, token: int) -> str:
+    """The state of the segment ``request``'s committed token ``token`` falls in."""
+    within = [seg for seg in request.segments if seg.start <= token]
+    return within[-1].state.value if within else "never admitted"
+
+
+def _first_difference(primary: JunctionLife, twin: JunctionLife) -> tuple[str, str] | None:
+    """The state and the words of the first request committing differently in the twin."""
     for a, b in zip(primary.requests, twin.requests, strict=True):
         if a.committed != b.committed:
             at = next(
@@ -174,9 +184,8 @@ def _first_difference(primary: JunctionLife, twin: JunctionLife) -> str | None:
                 ),
                 min(len(a.committed), len(b.committed)),
             )
-            within = [seg for seg in a.segments if seg.start <= at]
-            state = within[-1].state.value if within else "never admitted"
-            return (
+            state = state_at(a, at)
+            return state, (
                 f"request {a.id} ({state}) commits {a.committed[at : at + 1]} at token {at} "
                 f"with the slots as requests left them, {b.committed[at : at + 1]} with them "
                 "poisoned: a committed token read a value no step wrote for it"
@@ -184,12 +193,15 @@ def _first_difference(primary: JunctionLife, twin: JunctionLife) -> str | None:
     return None
 
 
-def _first_foreign_key(server: JunctionServer) -> str | None:
+def _first_foreign_key(server: JunctionServer, life: JunctionLife) -> tuple[str, str] | None:
+    """The state and the words of the first row drawn under another request's key."""
+    by_id = {request.id: request for request in life.requests}
     for request, seed, position, own_seed, own_position in server.keys_read:
         if (seed, position) != (own_seed, own_position):
-            return (
-                f"request {request} verified under seed {seed}, position {position}; its own "
-                f"are seed {own_seed}, position {own_position}"
+            state = state_at(by_id[request], own_position - 1)
+            return state, (
+                f"request {request} ({state}) verified under seed {seed}, position "
+                f"{position}; its own are seed {own_seed}, position {own_position}"
             )
     return None
 
@@ -297,6 +309,9 @@ def judge_junction(
         )
         for s, r in zip(tables, rejected, strict=True)
     )
+    leftovers = _first_difference(primary, twin)
+    keys = _first_foreign_key(server, primary)
+    exposed = (("junction_leftovers", leftovers), ("junction_keys", keys))
     return JunctionVerdict(
         sampler=sampler_class.__qualname__,
         server=server_class.__qualname__,
@@ -304,11 +319,12 @@ def judge_junction(
         calls=primary.calls,
         batch_sizes=tuple(primary.batch_sizes),
         laws=laws,
-        leftovers=_first_difference(primary, twin),
-        keys=_first_foreign_key(server),
+        leftovers=None if leftovers is None else leftovers[1],
+        keys=None if keys is None else keys[1],
         held=checker.held(),
         alpha=alpha,
         kept=server_class.KEPT,
         verifier_reads=server_class.VERIFIER_READS,
         incomplete=incomplete,
+        exposed_in=tuple((check, found[0]) for check, found in exposed if found is not None),
     )

@@ -9,7 +9,8 @@ functions those checks use, vectorised over the call's block:
 
 - ``outputs_written``: token ids in ``[0, V)``, kept step logits written and finite
   where the drafter's law has the entry (a call that fails it is held to nothing more:
-  the other checks index by token id);
+  the other checks index by token id; a call that keeps no step logits, sglang 0.5.16's
+  folded greedy call, is held to its ids alone, as a case's checks hold it);
 - ``teacher_forcing``: the kept step logits of step ``k`` equal the head's logits rebuilt
   from the anchor and the emitted tokens of steps ``< k`` (bit-exact on a float32
   drafter, else within the dtype's tolerance, as the check on a case);
@@ -24,6 +25,7 @@ many fail); ``HeldCalls`` says how many calls and positions each check held.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -48,6 +50,19 @@ HELD_CHECKS = ("outputs_written", "teacher_forcing", "greedy_rows_argmax", "supp
 SURE_GAP = 600.0
 # What a check expected at (slot, step) of a call, in words: built for a first failure only.
 Why = Callable[[int, int], str]
+
+
+@runtime_checkable
+class MayKeepNoLogits(Protocol):
+    """A built sampler whose calls may keep no step logits (sglang 0.5.16's)."""
+
+    def last_call_kept_logits(self) -> bool: ...
+
+
+def kept_logits(built: BuiltSampler) -> bool:
+    """Whether ``built``'s last call kept its step logits (every convention's but one
+    always does; sglang 0.5.16's folded greedy call keeps none)."""
+    return not isinstance(built, MayKeepNoLogits) or built.last_call_kept_logits()
 
 
 class CallChecker:
@@ -89,12 +104,18 @@ class CallChecker:
         candidates = self.built.contract_candidates(inputs.base_logits)
         own_top_k = self.built.draft_top_k
         bad_ids = (tokens < 0) | (tokens >= vocab)
-        unwritten = logits_not_written(
-            kept, base_logits=inputs.base_logits, candidates=candidates, draft_top_k=own_top_k
+        # a call that keeps no step logits (a folded greedy call) is held to its ids alone,
+        # as a case's checks hold it (``CallOutputs.keeps_step_logits``)
+        unwritten = (
+            logits_not_written(
+                kept, base_logits=inputs.base_logits, candidates=candidates, draft_top_k=own_top_k
+            )
+            if kept_logits(self.built)
+            else torch.zeros_like(bad_ids)
         )
         self._tally("outputs_written", call, bad_ids | unwritten, held=bs * gamma, why=_unwritten)
-        if bool(bad_ids.any()):
-            return  # what follows indexes by token id
+        if bool(bad_ids.any()) or not kept_logits(self.built):
+            return  # what follows indexes by token id and reads the kept logits
         differ, rebuilt = teacher_forcing_mismatches(
             kept,
             model=self.model,

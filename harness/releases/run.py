@@ -3,8 +3,10 @@ cluster), each finished row at once in the sweep's journal, the run's journal
 (``harness.io.journal``): one line per row, keyed by the package and the version.
 
 Its fingerprint covers everything that changes a row: the harness's and the built-ins'
-code, the harness's version, the era table, the seed, ``--scan-triples`` and the files of
-the ``--impl`` plug-ins. A resumed sweep reuses a row only under the same fingerprint; a
+code, the harness's version, the era table (each era's life depth with it), the seed,
+``--scan-triples``, the life across the junction every row lives (its depth, and
+``--life-only``) and the files of the ``--impl`` plug-ins. A resumed sweep reuses a row
+only under the same fingerprint; a
 row written under another (``--scan-triples 0``, another seed, other code) is judged
 again, and the sweep says so in one line, as it says a torn last line was dropped. A row
 that does not have the shape of a row is judged again too; a damaged line before the
@@ -61,6 +63,7 @@ def _plugin_digest(spec: str) -> str:
 
 def sweep_fingerprint(tasks: Sequence[ReleaseTask]) -> str:
     """Everything that changes a row of these tasks, as one digest."""
+    from harness.oracles.junction_judge import JUNCTION_ROWS
     from harness.upstream.releases.eras import ERAS
 
     return run_fingerprint(
@@ -70,6 +73,8 @@ def sweep_fingerprint(tasks: Sequence[ReleaseTask]) -> str:
             "eras": [repr(era) for era in ERAS],
             "seed": sorted({task.seed for task in tasks}),
             "scan_triples": sorted({task.scan_triples for task in tasks}),
+            # the life across the junction each row lives, and rows of it alone
+            "life": {"rows": JUNCTION_ROWS, "only": sorted({t.life_only for t in tasks})},
             "plugins": {t.version: _plugin_digest(t.version) for t in tasks if t.package == "impl"},
         },
     )
@@ -88,6 +93,7 @@ ROW_FIELDS: dict[str, type | tuple[type, ...]] = {
     "findings": list,
     "not_covered": list,
     "seconds": (int, float),
+    "life": (dict, type(None)),
 }
 
 

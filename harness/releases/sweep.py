@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from harness.oracles.result import StatsResult
     from harness.pipeline.support_scan import PointResult, ScanPlan
     from harness.plugins.implementations import Implementation
+    from harness.releases.life import LifeRecord
 
 from harness.upstream.releases.wheels import NotFetched, Wheel, extract, fetch
 
@@ -66,6 +67,8 @@ class ReleaseRow(TypedDict):
     findings: list[Finding]
     not_covered: list[str]
     seconds: float
+    # its life across the junction (harness.releases.life); None: not lived
+    life: LifeRecord | None
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class ReleaseTask:
     offline: bool  # --wheel-dir given: never fetch
     seed: int = 0
     scan_triples: int = 4096  # the support scan's triples per point (0: no scan)
+    life_only: bool = False  # its life across the junction alone (--life-only)
 
 
 def repro_command(task: ReleaseTask) -> str:
@@ -90,6 +94,7 @@ def repro_command(task: ReleaseTask) -> str:
         selection = [f"--{task.package}", task.version, f"--{other}", "none"]
         selection += ["--wheel-dir", task.cache]
     words = [*selection, "--seed", str(task.seed), "--scan-triples", str(task.scan_triples)]
+    words += ["--life-only"] if task.life_only else []
     return shlex.join(["python", "-m", "harness", "releases", *words])
 
 
@@ -108,6 +113,7 @@ def _row(
         "findings": [],
         "not_covered": [reason] if reason else [],
         "seconds": round(time.perf_counter() - started, 1),
+        "life": None,
     }
     row.update(judged)  # type: ignore[typeddict-item]
     return row
@@ -181,6 +187,7 @@ def judge_release(task: ReleaseTask) -> ReleaseRow:
             not_covered=[*era.not_covered, *loaded.notes],
             started=started,
             layouts=era.layouts,
+            release_era=era,
         )
 
 
@@ -237,6 +244,7 @@ def _judged_row(
     started: float,
     layouts: tuple[str, ...] = ("anchor", "no-anchor"),
     other_paths: tuple[Implementation, ...] = (),
+    release_era: ReleaseEra | None = None,
 ) -> ReleaseRow:
     """The row of ``implementation`` and the release's ``other_paths`` (each judged in
     the same run; the row is lossless and drop-in where every path is, and what it
@@ -249,6 +257,20 @@ def _judged_row(
     from harness.pipeline.matrix import standard_matrix
     from harness.plugins.implementations import builtin_implementations
 
+    life, life_found = _life_of(
+        task, era=release_era, implementation=implementation, verifier=verifier
+    )
+    if task.life_only:  # --life-only: its life across the junction alone
+        return _row(
+            task,
+            era=era,
+            started=started,
+            judged=True,
+            lossless=life["lossless"],
+            findings=life_found,
+            not_covered=["the matrix, the statistical oracle and the support scan (--life-only)"],
+            life=life,
+        )
     matrix = standard_matrix(seed=task.seed)
     cases = [c for c in matrix if _layout(c.sample_from_anchor) in layouts]
     paths = (implementation, *other_paths)
@@ -335,18 +357,39 @@ def _judged_row(
     ]
     if not task.scan_triples:
         not_covered = [*not_covered, "the support scan (--scan-triples 0)"]
+    findings += [f for f in life_found if f["class"] not in seen]
+    if other_paths:
+        not_covered.append(
+            f"its life across the junction: on {implementation.name} only, not on "
+            + ", ".join(path.name for path in other_paths)
+        )
     return _row(
         task,
         era=era,
         started=started,
         judged=True,
-        lossless=all(h.lossless for h in held),
+        lossless=all(h.lossless for h in held) and life["lossless"],
         drop_in=all(h.drop_in for h in held),
         verifier=list(verifiers),
         randomness=randomness,
         findings=findings,
         not_covered=not_covered,
+        life=life,
     )
+
+
+def _life_of(
+    task: ReleaseTask, *, era: ReleaseEra | None, implementation: Implementation, verifier: str
+) -> tuple[LifeRecord, list[Finding]]:
+    """Its life across the junction (``harness.releases.life``) and its findings, each
+    replayed by the life alone (``--life-only``)."""
+    from harness.releases.life import release_life
+
+    life, found = release_life(
+        implementation.sampler_class, era=era, verifier=verifier, seed=task.seed
+    )
+    repro = repro_command(replace(task, life_only=True))
+    return life, [{"class": f.check, "evidence": f.evidence, "repro": repro} for f in found]
 
 
 def outside_contract(

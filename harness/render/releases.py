@@ -1,8 +1,9 @@
 """The advisory as a report section: one row per release (its era, lossless, drop-in,
-the verifiers its oracle ran under and the randomness of each, its findings' classes,
-what was not covered, the time) and one row per defect class (affected versions, first
-and last, first fixed), then each finding's evidence and the command that replays it.
-It formats the rows ``harness.releases.sweep`` made and the verdict
+the verifiers its oracle ran under and the randomness of each, its life across the
+junction's states and rows, its findings' classes, what was not covered, the time) and
+one row per defect class (affected versions, first and last, first fixed), then each
+finding's evidence and the command that replays it, and each row's life in full. It
+formats the rows ``harness.releases.sweep`` made and the verdict
 ``harness.releases.advisory`` gave, and decides nothing."""
 
 from __future__ import annotations
@@ -33,10 +34,44 @@ def oracle_under(row: ReleaseRow) -> str:
     return "; ".join(said)
 
 
+def life_cell(row: ReleaseRow) -> str:
+    """The states its life ran and the rows of each (``-``: no life)."""
+    life = row["life"]
+    if life is None:
+        return "-"
+    states = ", ".join(f"{state} {said['rows']}" for state, said in life["states"].items())
+    return f"{'lossless' if life['lossless'] else 'NOT lossless'}: {states}"
+
+
+def _bound(bound: float | None) -> str:
+    return "no bound" if bound is None else f"sees a fixed token on {bound:.1%} of its rows"
+
+
+def life_lines(rows: Sequence[ReleaseRow]) -> str:
+    """Each row's life: its server, depth and buffers, each state's rows and bound, and
+    what stands in."""
+    lines = []
+    for row in rows:
+        life = row["life"]
+        if life is None:
+            continue
+        lines.append(
+            f"- {row['package']} {row['version']}: {life['server']}, {life['steps']} steps, "
+            f"{life['calls']} drafter calls; {life['depth']}; keeps {', '.join(life['kept'])} "
+            f"(the verifier reads {', '.join(life['verifier_reads'])}), poisoned first"
+        )
+        lines += [
+            f"  {state}: {said['rows']} rows, p = {said['p_value']:.3g}, {_bound(said['bound'])}"
+            for state, said in life["states"].items()
+        ]
+        lines += [f"  stands in: {line}" for line in life["stands_in"]]
+    return "\n".join(lines)
+
+
 def release_table(rows: Sequence[ReleaseRow]) -> Table:
     return Table.of(
-        ["package", "version", "era", "lossless", "drop-in", "oracle under", "findings",
-         "not judged / not covered", "s"],
+        ["package", "version", "era", "lossless", "drop-in", "oracle under", "life: rows a state",
+         "findings", "not judged / not covered", "s"],
         [
             [
                 row["package"],
@@ -45,13 +80,14 @@ def release_table(rows: Sequence[ReleaseRow]) -> Table:
                 _yes_no(row["lossless"]) if row["judged"] else "not judged",
                 _yes_no(row["drop_in"]) if row["judged"] else "-",
                 oracle_under(row),
+                life_cell(row),
                 ", ".join(f["class"] for f in row["findings"]) or "-",
                 "; ".join(row["not_covered"]) or "-",
                 f"{row['seconds']:.0f}",
             ]
             for row in rows
         ],
-        wrap=[None, None, None, None, None, 30, 24, 48, None],
+        wrap=[None, None, None, None, None, 30, 24, 24, 48, None],
     )  # fmt: skip
 
 
@@ -87,6 +123,9 @@ def releases_section(
         blocks.append(advisory_table(advisories))
     if evidence:
         blocks.append(f"Findings, first evidence and repro:\n{evidence}")
+    lives = life_lines(rows)
+    if lives:
+        blocks.append(f"Lives across the junction (docs/design.md):\n{lives}")
     return Section(
         title=TITLE,
         ok=verdict.ok,

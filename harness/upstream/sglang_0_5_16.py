@@ -246,6 +246,11 @@ class Sglang0516Sampler(BuiltSampler):
             raise RuntimeError("no call yet")
         return self._last
 
+    def last_call_kept_logits(self) -> bool:
+        """Whether the last call kept step logits: a folded greedy call keeps none
+        (``harness.oracles.percall`` holds such a call to its token ids alone)."""
+        return not self._called().folded
+
     def draft_block(self, rows: int) -> DraftBlock:
         """The block the verifier reads: an eager call's kept step logits; a folded
         call keeps none, its greedy draft's law is the point mass at each token."""
@@ -292,7 +297,7 @@ class Sglang0516Sampler(BuiltSampler):
             staged=None,  # the reference's rule: greedy where top_k <= 1, clamped T
             noise_counter=None,
             counter_replay=None,
-            keeps_step_logits=not call.folded,  # the folded greedy sampler keeps none
+            keeps_step_logits=self.last_call_kept_logits(),  # the folded greedy sampler keeps none
         )
 
     def outside_writes(self, case: Case) -> dict[str, int]:

@@ -101,6 +101,10 @@ class ReleaseEra:
     # the statistical oracle's depth on its row where its kernels run under Triton's
     # interpreter; None: its convention's own cut
     oracle_depth: OracleDepth | None = None
+    # judged rows a request state of its life across the junction asks for where its
+    # drafter runs under Triton's interpreter; None: the full depth
+    # (harness.releases.life, docs/releases.md)
+    life_rows: int | None = None
 
     @property
     def first(self) -> str:
@@ -173,6 +177,8 @@ _PR_SERVER_ERA = ReleaseEra(
 # verifiers fit in a row of 3 minutes on a 2-core machine, spent where vLLM's double walk
 # shows (the far target, rounds before rows: docs/releases.md, "A vLLM row's depth").
 VLLM_ROW_DEPTH = OracleDepth(rows=200, targets=("far",), rounds=12)
+# A vLLM row's life: what two lives of its drafter and verifier fit in ~15 s of CPU.
+VLLM_LIFE_ROWS = 40
 
 _VLLM_ERA = ReleaseEra(
     name="vllm-0.25-0.27",
@@ -205,6 +211,7 @@ _VLLM_ERA = ReleaseEra(
     variants=("dense",),
     kernel_files=("vllm/v1/worker/gpu/sample/gumbel.py",),
     oracle_depth=VLLM_ROW_DEPTH,
+    life_rows=VLLM_LIFE_ROWS,
 )
 
 _VLLM_0_31_ERA = replace(

@@ -22,6 +22,7 @@ from harness.oracles.junction_judge import JUNCTION_ROWS, judge_junction
 from legacy import DsparkDraftSampler as Legacy
 from reference.target_model import MarkovTargetModel
 from reference.verifier import DraftBlock, VerifyResult, categorical_at
+from tests.plugins.junction_servers import lazy_clearing
 
 SMALL = 300  # rows a state for the exact checks, which need no statistics
 
@@ -82,28 +83,8 @@ class LeakedOutput(JunctionServer):
         self.last_tokens[slot] = self.outputs[slot, 0]
 
 
-class LazyClearing(JunctionServer):
-    """Clears the slots freed since its last drafts, if still free, one step late; it
-    never reads them."""
-
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.freed: set[int] = set()
-
-    def release(self, slot: int) -> None:
-        super().release(slot)
-        self.freed.add(slot)
-
-    def admit(self, slot: int, request: Request) -> None:
-        self.freed.discard(slot)
-        super().admit(slot, request)
-
-    def store_drafts(self, slots: torch.Tensor, block: DraftBlock, requests: list[Request]) -> None:
-        super().store_drafts(slots, block, requests)
-        cleared = torch.tensor(sorted(self.freed), dtype=torch.int64)
-        for buffer in (self.draft_tokens, self.draft_probs, self.outputs, self.seeds):
-            buffer[cleared] = 0
-        self.freed.clear()
+# Clears freed slots one step late, never reading them (tests/plugins/junction_servers.py).
+LazyClearing = lazy_clearing(JunctionServer)
 
 
 class ResampledPlaceholders(JunctionServer):

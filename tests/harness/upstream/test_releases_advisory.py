@@ -37,6 +37,7 @@ def _row(version: str, *classes: str, judged: bool = True) -> ReleaseRow:
         "findings": findings,
         "not_covered": [] if judged else ["not judged: no convention for this contract"],
         "seconds": 1.0,
+        "life": None,
     }
 
 
@@ -148,11 +149,22 @@ def test_every_finding_of_the_advisory_carries_its_class_evidence_and_repro(
 
 
 @pytest.mark.parametrize(
-    ("package", "version", "seed"),
-    [("sglang", "0.5.19", 0), ("vllm", "0.33.0", 7), ("impl", "mine=PLUGIN", 3)],
+    ("package", "version", "seed", "life_only"),
+    [
+        ("sglang", "0.5.19", 0, False),
+        ("vllm", "0.33.0", 7, False),
+        ("impl", "mine=PLUGIN", 3, False),
+        ("sglang", "0.5.23", 0, True),  # a life finding's repro: the life alone
+        ("vllm", "0.33.0", 7, True),
+    ],
 )
 def test_the_repro_command_parses_as_pasted(
-    package: str, version: str, seed: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    package: str,
+    version: str,
+    seed: int,
+    life_only: bool,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The repro, split as a shell splits it, is a valid command line (``--dry-run``)
     with the row's seed and scan; paths with a space survive the paste."""
@@ -166,8 +178,10 @@ def test_the_repro_command_parses_as_pasted(
         offline=False,
         seed=seed,
         scan_triples=256,
+        life_only=life_only,
     )
     words = shlex.split(repro_command(task))
+    assert ("--life-only" in words) is life_only
     assert words[:4] == ["python", "-m", "harness", "releases"]
     assert words[words.index("--seed") + 1] == str(seed)
     assert words[words.index("--scan-triples") + 1] == "256"

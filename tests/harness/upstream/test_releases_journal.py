@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,9 @@ def test_a_row_judged_without_the_scan_is_judged_again_with_it(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    "changed", [{"seed": 1}, {"eras": True}, {"version": True}], ids=["seed", "eras", "version"]
+    "changed",
+    [{"seed": 1}, {"eras": True}, {"version": True}, {"life": True}, {"life_only": True}],
+    ids=["seed", "eras", "version", "life", "life-only"],
 )
 def test_the_fingerprint_follows_what_changes_a_row(
     changed: dict[str, object], monkeypatch: pytest.MonkeyPatch
@@ -79,10 +82,18 @@ def test_the_fingerprint_follows_what_changes_a_row(
     if "seed" in changed:
         assert run.sweep_fingerprint(tasks(seed=1)) != before
         return
+    if "life_only" in changed:
+        chosen = [replace(task, life_only=True) for task in tasks()]
+        assert run.sweep_fingerprint(chosen) != before
+        return
     if "eras" in changed:
         from harness.upstream.releases import eras
 
         monkeypatch.setattr(eras, "ERAS", eras.ERAS[:-1])
+    elif "life" in changed:  # the depth of the life every row lives
+        from harness.oracles import junction_judge
+
+        monkeypatch.setattr(junction_judge, "JUNCTION_ROWS", junction_judge.JUNCTION_ROWS + 1)
     else:
         monkeypatch.setattr(run, "_harness_version", lambda: "0.0.0-other")
     assert run.sweep_fingerprint(tasks()) != before

@@ -52,6 +52,7 @@ def _row(version: str, *classes: str, judged: bool = True) -> ReleaseRow:
         ],
         "not_covered": [],
         "seconds": 1.0,
+        "life": None,
     }
 
 
@@ -133,6 +134,9 @@ def test_the_first_release_is_judged_as_its_proposer_drives_it(tmp_path: Path) -
     row = judge_release(_task(tmp_path, "0.5.16", scan_triples=256))
     assert (row["era"], row["judged"], row["lossless"]) == ("sglang-0.5.16", True, True)
     assert row["findings"] == []
+    # its life folds the all-greedy batches too: those calls keep no step logits and are
+    # held to their token ids alone, as a case's checks hold them
+    assert row["life"] is not None and row["life"]["lossless"] is True
     # an all-greedy batch is folded: no noise, no step logits, named as drop-in differences
     assert row["drop_in"] is False
     assert row["verifier"] == ["chain"] and row["randomness"] == {"chain": PR_ERA_PLUMBING}
