@@ -289,3 +289,30 @@ def test_vllm_0_34s_verifier_reads_the_replicated_cache_and_finds_nothing() -> N
         positions, findings = found[verifier]
         assert positions["teacher_forcing"] > 0 and positions["support"] > 0, positions
         assert findings == [], verifier
+
+
+_LIFE = """
+import json
+from harness.releases.sweep import ReleaseTask, judge_release
+from harness.upstream.releases.wheels import DEFAULT_CACHE
+task = ReleaseTask("vllm", "0.34.0", str(DEFAULT_CACHE), offline=True, life_only=True)
+print(json.dumps(judge_release(task)))
+"""
+
+
+@pytest.mark.releases
+def test_vllm_0_34s_life_keeps_its_draft_logits_in_its_own_cache_and_passes() -> None:
+    """0.34's life across the junction: its server keeps the draft logits inside the
+    package's own ``DraftLogitsCache`` (the form its ``rejection_sample`` reads; a bare
+    tensor fails there), every state runs and nothing is found."""
+    from tests.harness.upstream.test_releases_real import _in_a_vllm_release
+
+    row = json.loads(_in_a_vllm_release("0.34.0", _LIFE).splitlines()[-1])
+    assert (row["judged"], row["lossless"], row["findings"]) == (True, True, []), row
+    life = row["life"]
+    assert life is not None and set(life["states"]) == {
+        "steady",
+        "joining",
+        "reused slot",
+        "resumed",
+    }, life
