@@ -26,6 +26,7 @@ from reference.verifier import (
     DraftBlock,
     DraftObserver,
     Verifier,
+    VerifyObserver,
     derived_seeds,
     speculative_decode,
 )
@@ -94,6 +95,7 @@ def decode_rows(
     seed: int,
     verifier: Verifier = CHAIN_VERIFIER,
     observer_of: Callable[[BuiltSampler], DraftObserver] | None = None,
+    on_verify: VerifyObserver | None = None,
 ) -> DecodeResult:
     """Build the sampler at ``max_bs = rows`` (folded sampling, in the sampler's own
     calling convention, ``harness.plugins.conventions``) and run the decode loop for one
@@ -101,7 +103,7 @@ def decode_rows(
     by ``verifier`` on the streams the config's ``verifier_noise`` names (the
     convention's server plumbing, ``BuiltSampler.decode_streams``, or independent ones);
     the loop reads each call's draft through the convention's ``draft_block``, and
-    ``observer_of(built)`` (when given) sees every call."""
+    ``observer_of(built)`` (when given) sees every call, ``on_verify`` every round."""
     config = problem.config
     decode_seed = head_seed(seed, head_kind=head_kind)
     case = oracle_case(config, head_kind=head_kind, seed=seed)
@@ -126,6 +128,7 @@ def decode_rows(
             read_draft=built_draft_block,
             streams=streams,
             on_draft=None if observer_of is None else observer_of(built),
+            on_verify=on_verify,
         )
 
 
