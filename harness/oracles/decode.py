@@ -37,19 +37,23 @@ def life_batches(problem: StatsProblem, round_index: int) -> tuple[torch.Tensor,
 
     Even rounds (and every round without ``restage``): one call of every row in order,
     at ``bs = max_bs``, so row ``i`` sits in slot ``i`` in rounds 0, 2, ... (noise
-    frozen per slot shows as repeats). Odd rounds: the rows sorted by parameter-set
-    group (the groups' order turned by one each odd round), cut into a call of one row,
-    calls of one group only (all greedy, all one temperature) and one call of two
-    groups: other batch sizes, and other requests staged in every slot.
+    frozen per slot shows as repeats). Odd rounds: the rows sorted by block (each
+    temperature group a block, the truncated sets together one: a batch mixing top-k,
+    top-p, min-p and all three), the blocks' order turned by one each odd round, cut
+    into a call of one row, calls of one block only (all greedy, all one temperature,
+    the truncated mix) and one call of two blocks: other batch sizes, and other requests
+    staged in every slot.
     """
     config = problem.config
     rows, device = config.rows, problem.row_group.device
     every_row = torch.arange(rows, device=device)
     if not config.restage or round_index % 2 == 0:
         return (every_row,)
-    groups = len(config.groups)
+    temperature_groups = sum(1 for g in config.groups if g not in config.truncated)
+    block = problem.row_group.clamp_max(temperature_groups)  # the truncated sets: one block
+    groups = temperature_groups + (1 if config.truncated_at() else 0)
     turn = (round_index // 2) % groups
-    rank = (problem.row_group + groups - turn) % groups  # the group's place in this order
+    rank = (block + groups - turn) % groups  # the block's place in this order
     order = every_row[torch.argsort(rank * rows + every_row)]
     sizes = torch.bincount(rank, minlength=groups).tolist()
     cuts = sorted({0, min(1, rows), *itertools.accumulate(sizes[:-2]), rows})

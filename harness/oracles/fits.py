@@ -38,9 +38,10 @@ JOINT, REPEAT = "joint", "repeat"
 
 
 def family_size(config: StatsConfig) -> int:
-    """Tests per target, head and group: the joint, one per committed position, the
-    repeat test."""
-    return len(config.targets) * len(config.head_kinds) * len(config.groups) * (config.gamma + 3)
+    """Tests per target, head and group (each target's own groups): the joint, one per
+    committed position, the repeat test."""
+    groups = sum(len(config.groups_at(target)) for target in config.targets)
+    return groups * len(config.head_kinds) * (config.gamma + 3)
 
 
 def position_name(position: int) -> str:
