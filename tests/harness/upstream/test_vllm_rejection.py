@@ -51,9 +51,15 @@ TEMPERATURES = (0.5, 1.0, 2.0, 0.0)
 # The oracle under vLLM's verifier in a test: gated (legacy's strongest head at the far
 # target), T = 0.6, 250 rows per head: legacy's family p at seeds 0-5 under the chain
 # verifier is 1e-42 or below, and the law of the committed tokens is the same under any
-# exact verifier.
+# exact verifier. No truncated set: this verifier applies none (its scope is cut to the
+# temperature groups).
 SMALL = replace(
-    DEFAULT_CONFIG, rows=250, head_kinds=("gated",), targets=(FAR,), temperatures=(0.6,)
+    DEFAULT_CONFIG,
+    rows=250,
+    head_kinds=("gated",),
+    targets=(FAR,),
+    temperatures=(0.6,),
+    truncated=(),
 )
 
 
