@@ -38,20 +38,19 @@ def life_batches(problem: StatsProblem, round_index: int) -> tuple[torch.Tensor,
     Even rounds (and every round without ``restage``): one call of every row in order,
     at ``bs = max_bs``, so row ``i`` sits in slot ``i`` in rounds 0, 2, ... (noise
     frozen per slot shows as repeats). Odd rounds: the rows sorted by block (each
-    temperature group a block, the truncated sets together one: a batch mixing top-k,
-    top-p, min-p and all three), the blocks' order turned by one each odd round, cut
-    into a call of one row, calls of one block only (all greedy, all one temperature,
-    the truncated mix) and one call of two blocks: other batch sizes, and other requests
-    staged in every slot.
+    temperature group a block, the truncated sets riding in the last one's: greedy at
+    the default, a batch mixing greedy rows with top-k, top-p, min-p and all three), the
+    blocks' order turned by one each odd round, cut into a call of one row, calls of one
+    block only (all one temperature; greedy with the truncated mix) and one call of two
+    blocks: other batch sizes, and other requests staged in every slot.
     """
     config = problem.config
     rows, device = config.rows, problem.row_group.device
     every_row = torch.arange(rows, device=device)
     if not config.restage or round_index % 2 == 0:
         return (every_row,)
-    temperature_groups = sum(1 for g in config.groups if g not in config.truncated)
-    block = problem.row_group.clamp_max(temperature_groups)  # the truncated sets: one block
-    groups = temperature_groups + (1 if config.truncated_at() else 0)
+    groups = sum(1 for g in config.groups if g not in config.truncated)  # the blocks
+    block = problem.row_group.clamp_max(groups - 1)  # the truncated sets: the last block
     turn = (round_index // 2) % groups
     rank = (block + groups - turn) % groups  # the block's place in this order
     order = every_row[torch.argsort(rank * rows + every_row)]

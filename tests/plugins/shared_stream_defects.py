@@ -210,9 +210,9 @@ class NearThresholdUniforms(VerifierUniformsSampler):
 
 
 class NearThresholdResidual(ResidualDrawSampler):
-    """The verifier's residual draw on 55% of the rows."""
+    """The verifier's residual draw on 50% of the rows."""
 
-    coupled_fraction = 0.55
+    coupled_fraction = 0.5
 
 
 class FainterUniforms(VerifierUniformsSampler):
@@ -244,6 +244,6 @@ SHARED_STREAM_CORRECT = {"reserved-block": ReservedBlockInverseCdfSampler}
 # Couplings the family at the default rows does not decide; the sequential stages do.
 NEAR_THRESHOLD_COUPLINGS: dict[str, type[ReservedBlockInverseCdfSampler]] = {
     "uniforms-on-50%": NearThresholdUniforms,
-    "residual-on-55%": NearThresholdResidual,
+    "residual-on-50%": NearThresholdResidual,
     "uniforms-on-47%": FainterUniforms,
 }
