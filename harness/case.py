@@ -23,6 +23,7 @@ from reference import (
     LinearProbeConfidence,
     SamplingInfo,
     ToyDraftModel,
+    check_sampling_info,
     make_toy_draft_model,
     prepare_block,
     query_rows_per_request,
@@ -100,6 +101,11 @@ class Case:
     fused_greedy: bool = False
     temperatures: tuple[float, ...] = ()
     greedy_rows: tuple[bool, ...] = ()
+    # each request's top-k (0: none), top-p and min-p (docs/sampling-params.md), one per
+    # row where given; empty: no row truncates
+    top_ks: tuple[int, ...] = ()
+    top_ps: tuple[float, ...] = ()
+    min_ps: tuple[float, ...] = ()
     confidence: bool = False
     seed: int = 0
     max_bs: int = 0  # 0: same as bs
@@ -113,6 +119,9 @@ class Case:
         # Normalise sequences so JSON lists and tuples give equal cases.
         object.__setattr__(self, "temperatures", tuple(_temperature(t) for t in self.temperatures))
         object.__setattr__(self, "greedy_rows", tuple(bool(g) for g in self.greedy_rows))
+        object.__setattr__(self, "top_ks", tuple(self.top_ks))
+        object.__setattr__(self, "top_ps", tuple(float(p) for p in self.top_ps))
+        object.__setattr__(self, "min_ps", tuple(float(p) for p in self.min_ps))
         if self.max_bs == 0:
             object.__setattr__(self, "max_bs", self.bs)
         self.validate()
@@ -149,6 +158,14 @@ class Case:
             raise CaseError(
                 f"greedy_rows must be a list of JSON booleans, got {self.greedy_rows!r}"
             )
+        if not isinstance(self.top_ks, (list, tuple)) or not all(map(_is_int, self.top_ks)):
+            raise CaseError(f"top_ks must be a list of integers, got {self.top_ks!r}")
+        for name in ("top_ps", "min_ps"):
+            values = getattr(self, name)
+            if not isinstance(values, (list, tuple)) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
+            ):
+                raise CaseError(f"{name} must be a list of numbers, got {values!r}")
 
     def validate(self) -> None:
         for name in ("bs", "gamma", "vocab_size", "hidden_size", "markov_rank"):
@@ -181,6 +198,7 @@ class Case:
                     f"staged in, at most {torch.finfo(STAGED_TEMPERATURE_DTYPE).max:.4g}), "
                     f"got {t!r}"
                 )
+        self.validate_requests()
         if self.vocab_padding < 0:
             raise CaseError(f"vocab_padding must be >= 0, got {self.vocab_padding}")
         if not (self.draft_vocab == 0 or 0 < self.draft_vocab < self.vocab_size):
@@ -190,6 +208,41 @@ class Case:
             )
         if self.replays < 0:
             raise CaseError(f"replays must be >= 0 (0: no life), got {self.replays}")
+
+    def validate_requests(self) -> None:
+        """Each given truncation has one entry per row, a sampled row's top-k is not 1 (the
+        greedy mark, ``greedy_rows``), and every value is in its range
+        (``check_sampling_info``)."""
+        for name in ("top_ks", "top_ps", "min_ps"):
+            values = getattr(self, name)
+            if values and len(values) != self.bs:
+                raise CaseError(
+                    f"{name} needs one entry per row (bs={self.bs}) or none, got {len(values)}"
+                )
+        for row, (greedy, top_k) in enumerate(zip(self.greedy_rows, self.top_ks, strict=False)):
+            if top_k == 1 and not greedy:
+                raise CaseError(
+                    f"top_ks: a sampled row's top-k must be 0 (none) or >= 2, got 1 at row "
+                    f"{row} (greedy_rows marks the greedy rows)"
+                )
+        try:
+            check_sampling_info(self.requests())
+        except ValueError as error:
+            raise CaseError(str(error)) from None
+
+    def requests(self, device: str | torch.device = "cpu") -> SamplingInfo:
+        """The case's requests as a server stages them: each row's temperature, top-k (1 on
+        a greedy row; no top-k staged as ``TOP_K_ALL``), top-p and min-p."""
+        top_ks = self.top_ks or (0,) * self.bs
+        return SamplingInfo.from_lists(
+            temperatures=list(self.temperatures),
+            top_ks=[
+                1 if g else (k or TOP_K_ALL) for g, k in zip(self.greedy_rows, top_ks, strict=True)
+            ],
+            top_ps=list(self.top_ps) or None,
+            min_ps=list(self.min_ps) or None,
+            device=device,
+        )
 
     # -- derived facts ------------------------------------------------------------------------
     @property
@@ -235,6 +288,8 @@ class Case:
         body = asdict(self)
         body["temperatures"] = list(self.temperatures)
         body["greedy_rows"] = list(self.greedy_rows)
+        for name in ("top_ks", "top_ps", "min_ps"):
+            body[name] = list(getattr(self, name))
         return {"schema": CASE_SCHEMA, "schema_version": CASE_SCHEMA_VERSION, "case": body}
 
     @classmethod
@@ -341,7 +396,6 @@ def build_inputs(case: Case) -> CaseInputs:
     rows = case.bs * case.query_rows
     hidden_states = torch.randn(rows, case.hidden_size, generator=generator, dtype=torch.float32)
     input_ids = torch.randint(0, case.vocab_size, (rows,), generator=generator)
-    top_ks = [1 if greedy else TOP_K_ALL for greedy in case.greedy_rows]
     confidence_fn = (
         LinearProbeConfidence(markov_head=model.markov_head, seed=case.seed + 3).to(device)
         if case.confidence
@@ -351,9 +405,7 @@ def build_inputs(case: Case) -> CaseInputs:
         model=model.to(device),
         hidden_states=hidden_states.to(case.torch_dtype).to(device),
         input_ids=input_ids.to(device),
-        sampling_info=SamplingInfo.from_lists(
-            temperatures=list(case.temperatures), top_ks=top_ks, device=device
-        ),
+        sampling_info=case.requests(device),
         confidence_fn=confidence_fn,
     )
 

@@ -25,7 +25,9 @@ DEFAULT_THREADS = 1
 # Processes a judgement's stages run in: with 2, the statistical oracle runs in a process
 # forked beside the one that runs the matrix and the work (docs/design.md, "Threads").
 DEFAULT_JOBS = 2
-DEFAULT_ROWS = 5_000  # the statistical oracle's rows per head kind (``--rows``)
+# the statistical oracle's rows per head kind (``--rows``): at the far target 1,250 per
+# temperature group and 250 per truncated set (docs/statistics.md, "Request parameters")
+DEFAULT_ROWS = 5_500
 
 
 class VerifierNoise(enum.StrEnum):

@@ -75,17 +75,35 @@ class Truncation:
     min_ps: torch.Tensor  # float, 0: no min-p
 
     def apply(self, probs: torch.Tensor) -> torch.Tensor:
-        """``truncated_probs`` of ``probs`` ``[..., V]`` under these parameters."""
-        return truncated_probs(probs, top_ks=self.top_ks, top_ps=self.top_ps, min_ps=self.min_ps)
+        """``truncated_probs`` of ``probs`` ``[..., V]`` (a distribution per row) under
+        these parameters, on the rows they may truncate (``truncating_rows``); the others
+        are left as they are: nothing to drop, nothing to sort."""
+        shape = probs.shape[:-1]
+        drops = self.truncating_rows(vocab_size=probs.shape[-1]).expand(shape)  # [...]
+        truncated = probs.clone()
+        truncated[drops] = truncated_probs(
+            probs[drops],
+            top_ks=self.top_ks.expand(shape)[drops],
+            top_ps=self.top_ps.expand(shape)[drops],
+            min_ps=self.min_ps.expand(shape)[drops],
+        )
+        return truncated
+
+    def truncating_rows(self, *, vocab_size: int) -> torch.Tensor:
+        """bool, the parameters' broadcast shape: the rows whose parameters may drop a
+        token: a top-k in ``2 .. V-1`` (1 is greedy, the argmax either way), a top-p
+        below 1 or a min-p above 0."""
+        top_ks = self.top_ks
+        return ((top_ks > 1) & (top_ks < vocab_size)) | (self.top_ps < 1) | (self.min_ps > 0)
 
     def truncates(self, *, vocab_size: int) -> bool:
-        """Whether any row drops a token: a top-k in ``2 .. V-1`` (1 is greedy, the
-        argmax either way), a top-p below 1 or a min-p above 0. Reads on the host."""
-        top_ks = self.top_ks
-        return bool(
-            ((top_ks > 1) & (top_ks < vocab_size)).any()
-            | (self.top_ps < 1).any()
-            | (self.min_ps > 0).any()
+        """Whether any row may drop a token (``truncating_rows``). Reads on the host."""
+        return bool(self.truncating_rows(vocab_size=vocab_size).any())
+
+    def select(self, rows: torch.Tensor) -> Truncation:
+        """The parameters of ``rows`` (``[n]`` indices into ``[bs]`` parameters)."""
+        return Truncation(
+            top_ks=self.top_ks[rows], top_ps=self.top_ps[rows], min_ps=self.min_ps[rows]
         )
 
     def unsqueeze(self, dim: int) -> Truncation:

@@ -60,6 +60,9 @@ class VerifyResult:
 
     committed: torch.Tensor  # [bs, gamma+1] int64
     num_committed: torch.Tensor  # [bs] int64, accepted drafts + 1
+    # [bs, gamma+1, V]: the target law the drafts were scored against, where the verifier
+    # states it (None: it does not), for the per-call check of each request's truncation
+    target_probs: torch.Tensor | None = None
 
     @property
     def accepted(self) -> torch.Tensor:
@@ -155,7 +158,7 @@ def chain_verify_at(
     committed = torch.cat([draft_tokens, draft_tokens.new_full((bs, 1), -1)], dim=1)
     committed = torch.where(positions < accepted.unsqueeze(1), committed, -1)
     committed[rows, accepted] = extra_token
-    return VerifyResult(committed=committed, num_committed=accepted + 1)
+    return VerifyResult(committed=committed, num_committed=accepted + 1, target_probs=target_probs)
 
 
 @dataclass(frozen=True)
@@ -285,6 +288,8 @@ class DraftCall:
 
 
 DraftObserver = Callable[[DraftCall], None]
+# sees each round as the decode built it (the requests' own parameters) and its verdict
+VerifyObserver = Callable[[VerifyRound, VerifyResult], None]
 
 
 class DraftContext:
@@ -418,6 +423,7 @@ def speculative_decode(
     read_draft: DraftReader = read_draft_block,
     streams: DecodeStreams | None = None,
     on_draft: DraftObserver | None = None,
+    on_verify: VerifyObserver | None = None,
 ) -> DecodeResult:
     """Draft with ``sampler``, verify against ``target``, until every row has ``m`` tokens
     and at least ``min_rounds`` rounds ran.
@@ -434,7 +440,8 @@ def speculative_decode(
     in ``accepted_lengths``. ``batches_of_round(r)`` splits round ``r``'s rows into
     the calls that draft them (row indices ``[bs]`` each, every row once; default:
     one call of every row in order). ``on_draft`` sees every call as it is drafted,
-    before its round is verified (``DraftCall``); it draws no random numbers.
+    before its round is verified (``DraftCall``), and ``on_verify`` every round as it
+    was handed to the verifier with its verdict; they draw no random numbers.
     """
     if m <= 0:
         raise ValueError(f"m must be positive, got {m}")
@@ -510,16 +517,17 @@ def speculative_decode(
                     )
                 calls += 1
             draft = gathered_block(blocks, batches=batches)
-            verdict = verify(
-                VerifyRound(
-                    anchors=anchors,
-                    draft=draft,
-                    target=target,
-                    target_temperatures=target_temperatures,
-                    target_greedy=target_greedy,
-                    target_truncation=target_truncation,
-                )
+            round_ = VerifyRound(
+                anchors=anchors,
+                draft=draft,
+                target=target,
+                target_temperatures=target_temperatures,
+                target_greedy=target_greedy,
+                target_truncation=target_truncation,
             )
+            verdict = verify(round_)
+            if on_verify is not None:
+                on_verify(round_, verdict)
             active = filled < m
             if bool(active.any()):
                 accepted_lengths.append(verdict.accepted[active])

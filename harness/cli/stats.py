@@ -82,10 +82,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default 0.6,1.0,1.4,0)",
     )
     parser.add_argument(
-        "--truncated",
+        "--temperatures-only",
         action="store_true",
-        help="add the truncated groups (top-k 3, top-p 0.8, min-p 0.2 at T=1, and all "
-        "three at T=0.8) beside the temperatures; rows take every group in turn",
+        help="leave out the truncated groups (top-k 3, top-p 0.8, min-p 0.2 at T=1, and all "
+        "three at T=0.8) that run beside the temperatures at the far target by default",
     )
     parser.add_argument(
         "--heads",
@@ -155,7 +155,7 @@ def command(args: argparse.Namespace) -> int:
             vocab_size=args.vocab,
             head_kinds=DEFAULT_CONFIG.head_kinds if args.heads is None else args.heads,
             temperatures=args.temperatures,
-            truncated=defaults.DEFAULT_TRUNCATED if args.truncated else (),
+            truncated=() if args.temperatures_only else defaults.DEFAULT_TRUNCATED,
             alpha=args.alpha,
             seed=args.seed,
             model_seed=args.model_seed,

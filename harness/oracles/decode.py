@@ -26,6 +26,7 @@ from reference.verifier import (
     DraftBlock,
     DraftObserver,
     Verifier,
+    VerifyObserver,
     derived_seeds,
     speculative_decode,
 )
@@ -36,19 +37,22 @@ def life_batches(problem: StatsProblem, round_index: int) -> tuple[torch.Tensor,
 
     Even rounds (and every round without ``restage``): one call of every row in order,
     at ``bs = max_bs``, so row ``i`` sits in slot ``i`` in rounds 0, 2, ... (noise
-    frozen per slot shows as repeats). Odd rounds: the rows sorted by parameter-set
-    group (the groups' order turned by one each odd round), cut into a call of one row,
-    calls of one group only (all greedy, all one temperature) and one call of two
-    groups: other batch sizes, and other requests staged in every slot.
+    frozen per slot shows as repeats). Odd rounds: the rows sorted by block (each
+    temperature group a block, the truncated sets riding in the last one's: greedy at
+    the default, a batch mixing greedy rows with top-k, top-p, min-p and all three), the
+    blocks' order turned by one each odd round, cut into a call of one row, calls of one
+    block only (all one temperature; greedy with the truncated mix) and one call of two
+    blocks: other batch sizes, and other requests staged in every slot.
     """
     config = problem.config
     rows, device = config.rows, problem.row_group.device
     every_row = torch.arange(rows, device=device)
     if not config.restage or round_index % 2 == 0:
         return (every_row,)
-    groups = len(config.groups)
+    groups = sum(1 for g in config.groups if g not in config.truncated)  # the blocks
+    block = problem.row_group.clamp_max(groups - 1)  # the truncated sets: the last block
     turn = (round_index // 2) % groups
-    rank = (problem.row_group + groups - turn) % groups  # the group's place in this order
+    rank = (block + groups - turn) % groups  # the block's place in this order
     order = every_row[torch.argsort(rank * rows + every_row)]
     sizes = torch.bincount(rank, minlength=groups).tolist()
     cuts = sorted({0, min(1, rows), *itertools.accumulate(sizes[:-2]), rows})
@@ -94,6 +98,7 @@ def decode_rows(
     seed: int,
     verifier: Verifier = CHAIN_VERIFIER,
     observer_of: Callable[[BuiltSampler], DraftObserver] | None = None,
+    on_verify: VerifyObserver | None = None,
 ) -> DecodeResult:
     """Build the sampler at ``max_bs = rows`` (folded sampling, in the sampler's own
     calling convention, ``harness.plugins.conventions``) and run the decode loop for one
@@ -101,7 +106,7 @@ def decode_rows(
     by ``verifier`` on the streams the config's ``verifier_noise`` names (the
     convention's server plumbing, ``BuiltSampler.decode_streams``, or independent ones);
     the loop reads each call's draft through the convention's ``draft_block``, and
-    ``observer_of(built)`` (when given) sees every call."""
+    ``observer_of(built)`` (when given) sees every call, ``on_verify`` every round."""
     config = problem.config
     decode_seed = head_seed(seed, head_kind=head_kind)
     case = oracle_case(config, head_kind=head_kind, seed=seed)
@@ -126,6 +131,7 @@ def decode_rows(
             read_draft=built_draft_block,
             streams=streams,
             on_draft=None if observer_of is None else observer_of(built),
+            on_verify=on_verify,
         )
 
 

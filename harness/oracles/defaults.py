@@ -43,13 +43,16 @@ class ParameterSet:
 
 
 # The truncated groups beside the temperature groups: each truncation alone, and all three
-# together (docs/statistics.md, "Request parameters").
+# together (docs/statistics.md, "Request parameters"). They run at the far target only, where
+# each takes one row for every DEFAULT_TEMPERATURE_WEIGHT rows of a temperature group: a
+# smaller stated depth, so the temperature groups keep their rows.
 DEFAULT_TRUNCATED = (
     ParameterSet(1.0, top_k=3),
     ParameterSet(1.0, top_p=0.8),
     ParameterSet(1.0, min_p=0.2),
     ParameterSet(0.8, top_k=6, top_p=0.9, min_p=0.1),
 )
+DEFAULT_TEMPERATURE_WEIGHT = 10
 DEFAULT_ALPHA = 1e-6  # family-wise level
 # The sequential stages (docs/statistics.md, "Sequential stages"): a family p-value below
 # this, and not decisive, is suspicious; each stage decodes this many fresh rows of the

@@ -19,6 +19,7 @@ For each group of rows (one temperature, or the greedy rows) this module owns:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -37,9 +38,10 @@ JOINT, REPEAT = "joint", "repeat"
 
 
 def family_size(config: StatsConfig) -> int:
-    """Tests per target, head and group: the joint, one per committed position, the
-    repeat test."""
-    return len(config.targets) * len(config.head_kinds) * len(config.groups) * (config.gamma + 3)
+    """Tests per target, head and group (each target's own groups): the joint, one per
+    committed position, the repeat test."""
+    groups = sum(len(config.groups_at(target)) for target in config.targets)
+    return groups * len(config.head_kinds) * (config.gamma + 3)
 
 
 def position_name(position: int) -> str:
@@ -134,7 +136,26 @@ class RepeatScore:
 def repeat_score(
     decoded: DecodeResult, *, rows: torch.Tensor, transition: torch.Tensor, group: str
 ) -> RepeatScore:
-    """The repeat test over the selected rows (``rows`` ``[n]`` indices).
+    """The repeat test over the selected rows (``rows`` ``[n]`` indices) under one law
+    ``transition`` ``[V, V]`` (``repeat_scores`` of one group)."""
+    row_group = torch.full((decoded.round_anchors.shape[1],), -1, dtype=torch.int64)
+    row_group[rows.cpu()] = 0
+    (score,) = repeat_scores(
+        decoded, row_group=row_group, transitions=transition.unsqueeze(0), groups=(group,)
+    )
+    return score
+
+
+def repeat_scores(
+    decoded: DecodeResult,
+    *,
+    row_group: torch.Tensor,
+    transitions: torch.Tensor,
+    groups: Sequence[str],
+) -> list[RepeatScore]:
+    """The repeat test of every group at once: the rows of group ``g`` (``row_group``
+    ``[rows]``; a row outside ``0 .. G-1`` is in none) under ``transitions[g]``
+    (``[G, V, V]``), one score per entry of ``groups``.
 
     For each round ``r`` and each earlier round ``s`` of the row with the same anchor
     ``a`` in the same slot of its call (where noise frozen per slot would repeat), the
@@ -142,26 +163,47 @@ def repeat_score(
     given everything before round ``r``; the centred sum over all such pairs, divided
     by its standard deviation, is a martingale score, asymptotically normal.
     """
+    row_group = row_group.cpu()
+    rows = ((row_group >= 0) & (row_group < len(groups))).nonzero().squeeze(1)  # [n]
+    group = row_group[rows]  # [n]
     anchors = decoded.round_anchors[:, rows].cpu()  # [R, n]
     first = decoded.round_blocks[:, rows, 0].cpu()  # [R, n]
     slots = decoded.round_slots[:, rows].cpu()  # [R, n]
-    excess, variance, events, impossible = 0.0, 0.0, 0, 0
-    vocab = transition.shape[-1]
+    transitions = transitions.cpu()
+    excess = torch.zeros(rows.shape[0], dtype=torch.float64)  # per row, summed over rounds
+    variance = torch.zeros_like(excess)
+    events = torch.zeros(rows.shape[0], dtype=torch.int64)
+    impossible = torch.zeros_like(events)
+    vocab = transitions.shape[-1]
     for r in range(1, anchors.shape[0]):
         same = (anchors[:r] == anchors[r]) & (slots[:r] == slots[r])  # [r, n]
         # earlier[i, b]: how many earlier rounds of row i from the same anchor began with b
         earlier = torch.zeros(anchors.shape[1], vocab, dtype=torch.float64)
         earlier.scatter_add_(1, first[:r].T, same.T.to(torch.float64))
         has_pair = earlier.sum(1) > 0
-        law = transition[anchors[r]]  # [n, V]
+        law = transitions[group, anchors[r]]  # [n, V]
         mean = (law * earlier).sum(1)
         second = (law * earlier**2).sum(1)
         hit = earlier.gather(1, first[r].unsqueeze(1)).squeeze(1)
-        excess += float((hit - mean)[has_pair].sum())
-        variance += float((second - mean**2)[has_pair].sum())
-        events += int(has_pair.sum())
-        impossible += int((law.gather(1, first[r].unsqueeze(1)).squeeze(1) == 0)[has_pair].sum())
-    return RepeatScore(group, excess, variance, events, impossible)
+        excess += torch.where(has_pair, hit - mean, 0.0)
+        variance += torch.where(has_pair, second - mean**2, 0.0)
+        events += has_pair
+        impossible += has_pair & (law.gather(1, first[r].unsqueeze(1)).squeeze(1) == 0)
+
+    def by_group(values: torch.Tensor) -> list[float]:
+        return torch.zeros(len(groups), dtype=values.dtype).index_add_(0, group, values).tolist()
+
+    return [
+        RepeatScore(label, e, v, int(n), int(i))
+        for label, e, v, n, i in zip(
+            groups,
+            by_group(excess),
+            by_group(variance),
+            by_group(events),
+            by_group(impossible),
+            strict=True,
+        )
+    ]
 
 
 @dataclass(frozen=True)
@@ -194,9 +236,10 @@ def head_tables(
         decoded, row_group=row_group, groups=len(config.groups), vocab_size=vocab
     )  # [G, gamma+1, V, V]
     law, joint_law = problem.transition[head_kind], problem.expected_joint[head_kind]
-    tables, repeats, marginal_tables = [], [], []
-    for g, temperature in enumerate(config.groups):
-        group = group_label(temperature)
+    labels = [group_label(g) for g in config.groups]
+    repeats = repeat_scores(decoded, row_group=row_group, transitions=law, groups=labels)
+    tables, marginal_tables = [], []
+    for g, group in enumerate(labels):
         rows = torch.nonzero(row_group == g).squeeze(1)
         joint = cell_counts(committed[rows], vocab_size=vocab).unsqueeze(0)
         tables.append(CountTable(group, JOINT, joint, joint_law[g : g + 1]))
@@ -204,7 +247,6 @@ def head_tables(
             CountTable(group, position_name(j), transitions[g, j], law[g])
             for j in range(config.gamma + 1)
         ]
-        repeats.append(repeat_score(decoded, rows=rows, transition=law[g], group=group))
         for position in range(m if marginals else 0):
             marginal = marginal_probs(joint_law[g], position=position, m=m, vocab_size=vocab)
             counts = cell_counts(committed[rows, position : position + 1], vocab_size=vocab)

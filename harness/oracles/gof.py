@@ -77,30 +77,46 @@ class GoodnessOfFit:
     observations: int
 
 
-def merged_groups(expected: np.ndarray) -> tuple[np.ndarray, int]:
-    """Group cells so every group expects at least ``MIN_EXPECTED_COUNT``.
+def merged_groups(expected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group each stratum's cells so every group expects at least ``MIN_EXPECTED_COUNT``.
 
-    expected ``[C]`` float64 counts. Cells below the threshold go into one group, which
-    then takes the next smallest cells until it reaches the threshold (or holds all).
-    Returns the group of each cell ``[C]`` int64 and the number of groups.
+    expected ``[S, C]`` float64 counts, one stratum a row. Cells below the threshold go
+    into one group, which then takes the next smallest cells until it reaches the
+    threshold (or holds all). Returns the group of each cell ``[S, C]`` int64 (group 0
+    the merged one, where there is one) and each stratum's number of groups ``[S]``.
     """
-    cells = expected.shape[0]
-    order = np.argsort(expected, kind="stable")
-    ascending = expected[order]
-    merged = int((ascending < MIN_EXPECTED_COUNT).sum())
-    if merged:
-        # the merged group keeps taking the next smallest cells until it is big enough
-        reach = np.cumsum(ascending) >= MIN_EXPECTED_COUNT
-        merged = max(merged, int(np.argmax(reach)) + 1 if reach.any() else cells)
-    first_own_group = 1 if merged else 0
-    groups = np.empty(cells, dtype=np.int64)
-    groups[order] = np.concatenate(
-        [
-            np.zeros(merged, dtype=np.int64),
-            np.arange(first_own_group, first_own_group + cells - merged),
-        ]
+    cells = expected.shape[1]
+    order = np.argsort(expected, axis=1, kind="stable")
+    ascending = np.take_along_axis(expected, order, axis=1)
+    below = (ascending < MIN_EXPECTED_COUNT).sum(axis=1)  # [S]
+    # the merged group keeps taking the next smallest cells until it is big enough
+    reach = np.cumsum(ascending, axis=1) >= MIN_EXPECTED_COUNT
+    reached_at = np.where(reach.any(axis=1), reach.argmax(axis=1) + 1, cells)
+    merged = np.where(below > 0, np.maximum(below, reached_at), 0)[:, None]  # [S, 1]
+    first_own_group = (merged > 0).astype(np.int64)
+    rank = np.arange(cells)
+    by_rank = np.where(rank < merged, 0, rank - merged + first_own_group)  # [S, C]
+    groups = np.empty_like(by_rank)
+    np.put_along_axis(groups, order, by_rank, axis=1)
+    return groups, (first_own_group + cells - merged)[:, 0]
+
+
+def group_sums(groups: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``[S, C]``: each stratum's ``weights`` ``[S, C]`` summed by ``groups`` ``[S, C]``
+    (``merged_groups``); the columns past a stratum's groups are 0."""
+    strata, cells = groups.shape
+    flat = groups + cells * np.arange(strata)[:, None]
+    return np.bincount(flat.ravel(), weights=weights.ravel(), minlength=strata * cells).reshape(
+        strata, cells
     )
-    return groups, first_own_group + cells - merged
+
+
+def chi2_distances(estimated: np.ndarray, exact: np.ndarray, *, n_groups: np.ndarray) -> np.ndarray:
+    """``[S]``: each stratum's ``sum((estimated - exact)**2 / exact)`` over its groups
+    (``group_sums`` of both, ``n_groups`` ``[S]``)."""
+    inside = np.arange(exact.shape[1]) < n_groups[:, None]
+    terms = (estimated - exact) ** 2 / np.where(inside, exact, 1.0)
+    return np.where(inside, terms, 0.0).sum(axis=1)
 
 
 def pearson_fit(observed: torch.Tensor, *, expected_probs: torch.Tensor) -> GoodnessOfFit:
@@ -114,13 +130,16 @@ def pearson_fit(observed: torch.Tensor, *, expected_probs: torch.Tensor) -> Good
     chi2, dof = 0.0, 0
     impossible = int(counts[probs == 0].sum())
     stratum_rows = counts.sum(axis=1)  # [S]
-    for s in np.nonzero(stratum_rows)[0]:
-        expected = stratum_rows[s] * probs[s]  # [C]
+    fitted = np.nonzero(stratum_rows)[0]  # the strata with rows
+    if fitted.size:
+        expected = stratum_rows[fitted, None] * probs[fitted]  # [S', C]
         groups, n_groups = merged_groups(expected)
-        observed_g = np.bincount(groups, weights=counts[s], minlength=n_groups)
-        expected_g = np.bincount(groups, weights=expected, minlength=n_groups)
-        chi2 += float(((observed_g - expected_g) ** 2 / expected_g).sum())
-        dof += n_groups - 1
+        chi2 = float(
+            chi2_distances(
+                group_sums(groups, counts[fitted]), group_sums(groups, expected), n_groups=n_groups
+            ).sum()
+        )
+        dof = int((n_groups - 1).sum())
     total = float(stratum_rows.sum())
     if total == 0:
         return GoodnessOfFit(

@@ -16,7 +16,18 @@ functions those checks use, vectorised over the call's block:
   drafter, else within the dtype's tolerance, as the check on a case);
 - ``greedy_rows_argmax``: a greedy request's token (``top_k = 1``, as the server stages
   it) is a maximum of its kept logits;
-- ``support``: a sampled request's token has non-zero probability under its ``q``.
+- ``support``: a sampled request's token has non-zero probability under its ``q``;
+
+and every round the verifier scores to the law the requests ask for:
+
+- ``target_truncation``: on every row whose request truncates (a top-k in ``2 .. V-1``,
+  a top-p below 1 or a min-p above 0), the target law the verifier scored the round
+  against (``VerifyResult.target_probs``, where the verifier states it) has exactly the
+  support ``reference.request_law`` gives for that row's own temperature, top-k, top-p
+  and min-p, and its renormalised values within the verifier's dtype's tolerance. A
+  verifier's check: a case of the matrix has no verifier, so the registry has no row
+  for it. The drafter's side is ``outputs_written`` and ``teacher_forcing``: a drafter
+  that declares its own top-k (``draft_top_k``) writes ``-inf`` exactly off it.
 
 A violation is a ``CallFinding`` (per check and decode, the first position, with how
 many fail); ``HeldCalls`` says how many calls and positions each check held.
@@ -33,6 +44,7 @@ from harness.oracles.decode import decode_rows
 from harness.oracles.problem import StatsProblem
 from harness.pipeline.call_findings import CallFinding, HeldCalls
 from harness.pipeline.checks.buffers import logits_not_written
+from harness.pipeline.checks.subject import tolerances
 from harness.pipeline.checks.walk import (
     greedy_rows_not_argmax,
     teacher_forcing_mismatches,
@@ -41,10 +53,18 @@ from harness.pipeline.checks.walk import (
 from harness.pipeline.diffs import max_abs_diff_text
 from harness.plugins.conventions import BuiltSampler
 from reference import ToyDraftModel, prepare_block, previous_tokens, stage_sampling_params
-from reference.verifier import DecodeResult, DraftCall, Verifier
+from reference.verifier import DecodeResult, DraftCall, Verifier, VerifyResult, VerifyRound
 
-# The registry's checks held on every call, in the registry's order.
-HELD_CHECKS = ("outputs_written", "teacher_forcing", "greedy_rows_argmax", "support")
+TARGET_TRUNCATION = "target_truncation"  # the verifier's target law, held on every round
+# The checks held: the registry's on every draft call, in the registry's order, then the
+# verifier's on every round.
+HELD_CHECKS = (
+    "outputs_written",
+    "teacher_forcing",
+    "greedy_rows_argmax",
+    "support",
+    TARGET_TRUNCATION,
+)
 # A token whose logit is within this many temperatures of the maximum has a positive q:
 # exp(-600) is a normal float64, far from exp's underflow near -745.
 SURE_GAP = 600.0
@@ -84,10 +104,65 @@ class CallChecker:
         self.positions = dict.fromkeys(HELD_CHECKS, 0)
         self.first: dict[str, CallFinding] = {}
         self.failing: dict[str, tuple[int, int]] = {}  # check: (positions, calls)
+        self.round_calls: list[DraftCall] = []  # the calls of the round being drafted
 
     def __call__(self, call: DraftCall) -> None:
+        if self.round_calls and self.round_calls[-1].round != call.round:
+            self.round_calls = []
+        self.round_calls.append(call)
         with torch.inference_mode():
             self._hold(call)
+
+    def verified(self, round_: VerifyRound, verdict: VerifyResult) -> None:
+        """Holds the round's truncating rows to ``TARGET_TRUNCATION`` (the decode's
+        ``on_verify``): nothing where the verifier states no target law."""
+        requested, used = round_.target_truncation, verdict.target_probs
+        if requested is None or used is None:
+            return
+        vocab = round_.target.vocab_size
+        rows = requested.truncating_rows(vocab_size=vocab).nonzero().squeeze(1)  # [n]
+        with torch.inference_mode():
+            expected = round_.target.block_probs(
+                anchor_tokens=round_.anchors[rows],
+                draft_tokens=round_.draft.tokens[rows],
+                temperatures=round_.target_temperatures[rows],
+                greedy_mask=round_.target_greedy[rows],
+                truncation=requested.select(rows),
+            )  # [n, gamma+1, V] float64: each row's own law (reference.request_law)
+            got = used[rows].to(expected.dtype)
+            rtol, atol = tolerances(used.dtype)
+            differ = ((got > 0) != (expected > 0)) | ~torch.isclose(
+                got, expected, rtol=rtol, atol=atol
+            )  # [n, gamma+1, V]
+
+        def finding(index: int, step: int) -> CallFinding:
+            row = int(rows[index])
+            call = next(c for c in self.round_calls if bool((c.rows == row).any()))
+            token = int(differ[index, step].nonzero()[0])
+            law = requested.select(rows[index : index + 1])
+            top_k = int(law.top_ks[0])
+            return self._finding(
+                TARGET_TRUNCATION,
+                call,
+                slot=int((call.rows == row).nonzero()[0]),
+                step=step,
+                token=token,
+                expected=(
+                    f"the verifier's target law at step {step} is the request's (T="
+                    f"{float(round_.target_temperatures[row]):g}, top-k "
+                    f"{top_k if top_k < vocab else 'off'}, "
+                    f"top-p {float(law.top_ps[0]):g}, min-p {float(law.min_ps[0]):g}): "
+                    f"p(token) {float(expected[index, step, token]):.6g}, "
+                    f"it used {float(got[index, step, token]):.6g}"
+                ),
+            )
+
+        self._tally(
+            TARGET_TRUNCATION,
+            differ.any(-1),
+            held=int(rows.numel()) * int(expected.shape[1]),
+            finding=finding,
+        )
 
     def _hold(self, call: DraftCall) -> None:
         draft, vocab = call.block, self.model.vocab_size
@@ -113,7 +188,12 @@ class CallChecker:
             if kept_logits(self.built)
             else torch.zeros_like(bad_ids)
         )
-        self._tally("outputs_written", call, bad_ids | unwritten, held=bs * gamma, why=_unwritten)
+        self._tally(
+            "outputs_written",
+            bad_ids | unwritten,
+            held=bs * gamma,
+            finding=self._at_call("outputs_written", call, _unwritten),
+        )
         if bool(bad_ids.any()) or not kept_logits(self.built):
             return  # what follows indexes by token id and reads the kept logits
         differ, rebuilt = teacher_forcing_mismatches(
@@ -127,11 +207,14 @@ class CallChecker:
         )
         self._tally(
             "teacher_forcing",
-            call,
             differ,
             held=bs * gamma,
-            why=lambda row, step: _not_rebuilt(
-                kept, rebuilt, previous_tokens(inputs.anchor_tokens, tokens), row, step
+            finding=self._at_call(
+                "teacher_forcing",
+                call,
+                lambda row, step: _not_rebuilt(
+                    kept, rebuilt, previous_tokens(inputs.anchor_tokens, tokens), row, step
+                ),
             ),
         )
         temperatures = torch.empty(bs, dtype=torch.float32, device=tokens.device)
@@ -142,31 +225,38 @@ class CallChecker:
         greedy_positions = int(greedy.sum()) * gamma
         self._tally(
             "greedy_rows_argmax",
-            call,
             greedy_rows_not_argmax(kept, tokens=tokens, greedy_mask=greedy),
             held=greedy_positions,
-            why=lambda row, step: (
-                f"a greedy request's token is the argmax "
-                f"{int(kept[row, step].argmax())} of its kept logits"
+            finding=self._at_call(
+                "greedy_rows_argmax",
+                call,
+                lambda row, step: (
+                    f"a greedy request's token is the argmax "
+                    f"{int(kept[row, step].argmax())} of its kept logits"
+                ),
             ),
         )
         self._tally(
             "support",
-            call,
             outside_support(kept, tokens=tokens, temperatures=temperatures, greedy_mask=greedy),
             held=bs * gamma - greedy_positions,
-            why=lambda row, step: "a sampled token has non-zero probability under its q",
+            finding=self._at_call(
+                "support",
+                call,
+                lambda row, step: "a sampled token has non-zero probability under its q",
+            ),
         )
 
     def _tally(
         self,
         check: str,
-        call: DraftCall,
         failing: torch.Tensor,
         *,
         held: int,
-        why: Why,
+        finding: Callable[[int, int], CallFinding],
     ) -> None:
+        """Counts ``check``'s ``held`` positions and the ``failing`` ones (``[slots,
+        steps]`` bool); ``finding(slot, step)`` describes the first of the decode."""
         self.positions[check] += held
         count = int(failing.sum())
         if not count:
@@ -176,7 +266,23 @@ class CallChecker:
         if check in self.first:
             return
         slot, step = (int(i) for i in failing.nonzero()[0])
-        self.first[check] = CallFinding(
+        self.first[check] = finding(slot, step)
+
+    def _at_call(self, check: str, call: DraftCall, why: Why) -> Callable[[int, int], CallFinding]:
+        """A draft call's finding at ``(slot, step)``: the token emitted there."""
+
+        def finding(slot: int, step: int) -> CallFinding:
+            token = int(call.block.tokens[slot, step])
+            return self._finding(
+                check, call, slot=slot, step=step, token=token, expected=why(slot, step)
+            )
+
+        return finding
+
+    def _finding(
+        self, check: str, call: DraftCall, *, slot: int, step: int, token: int, expected: str
+    ) -> CallFinding:
+        return CallFinding(
             check=check,
             target=self.target,
             head=self.head,
@@ -186,8 +292,8 @@ class CallChecker:
             row=int(call.rows[slot]),
             slot=slot,
             step=step,
-            token=int(call.block.tokens[slot, step]),
-            expected=why(slot, step),
+            token=token,
+            expected=expected,
             positions=0,  # filled in by ``held``
             calls=0,
         )
@@ -276,5 +382,6 @@ def held_decode(
         seed=seed,
         verifier=verifier,
         observer_of=checker_of,
+        on_verify=lambda round_, verdict: checkers[-1].verified(round_, verdict),
     )
     return decoded, checkers[0].held()

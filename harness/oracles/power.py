@@ -29,7 +29,9 @@ from harness.oracles.decode import cpu_threads, decode_rows
 from harness.oracles.defaults import GREEDY, ParameterSet
 from harness.oracles.fits import CountTable, HeadTables, head_tables, position_name
 from harness.oracles.gof import (
+    chi2_distances,
     chi2_isf,
+    group_sums,
     merged_groups,
     noncentral_chi2_sf,
     normal_isf,
@@ -92,19 +94,26 @@ def measured_noncentrality(table: CountTable, *, scale: float) -> tuple[float, i
     estimated chi-square distance from the law, minus what sampling noise alone
     gives it (``(groups - 1) / N``), times the stratum's expected count.
     """
+    observed, probs, pooled = counted_strata(table)
+    n = scale * pooled  # [S]
+    groups, n_groups = merged_groups(n[:, None] * probs)
+    distance = chi2_distances(
+        group_sums(groups, observed / pooled[:, None]),
+        group_sums(groups, probs),
+        n_groups=n_groups,
+    )
+    noncentrality = float((n * np.maximum(0.0, distance - (n_groups - 1) / pooled)).sum())
+    return noncentrality, int((n_groups - 1).sum())
+
+
+def counted_strata(table: CountTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The strata of ``table`` with observations: counts and exact probabilities ``[S, C]``
+    float64, and each stratum's count ``[S]``."""
     observed = table.observed.to(torch.float64).numpy()
-    probs = table.expected_probs.to(torch.float64).numpy()
-    noncentrality, dof = 0.0, 0
-    for s in np.nonzero(observed.sum(axis=1))[0]:
-        pooled = float(observed[s].sum())
-        n = scale * pooled
-        groups, n_groups = merged_groups(n * probs[s])
-        estimated = np.bincount(groups, weights=observed[s] / pooled, minlength=n_groups)
-        exact = np.bincount(groups, weights=probs[s], minlength=n_groups)
-        distance = float(((estimated - exact) ** 2 / exact).sum())
-        noncentrality += n * max(0.0, distance - (n_groups - 1) / pooled)
-        dof += n_groups - 1
-    return noncentrality, dof
+    counted = np.nonzero(observed.sum(axis=1))[0]
+    observed = observed[counted]
+    probs = table.expected_probs.to(torch.float64).numpy()[counted]
+    return observed, probs, observed.sum(axis=1)
 
 
 def head_power_at(tables: HeadTables, *, scale: float, level: float) -> float:
@@ -158,18 +167,13 @@ def fixed_token_noncentrality(table: CountTable) -> tuple[float, int]:
     fraction ``f`` of the rows from each previous token commit one fixed token (the most
     likely one, the hardest fixed token to see) gives the test noncentrality ``f**2 K``
     (cells merged as the test merges them)."""
-    observed = table.observed.to(torch.float64).numpy()
-    probs = table.expected_probs.to(torch.float64).numpy()
-    strength, dof = 0.0, 0
-    for s in np.nonzero(observed.sum(axis=1))[0]:
-        n = float(observed[s].sum())
-        groups, n_groups = merged_groups(n * probs[s])
-        exact = np.bincount(groups, weights=probs[s], minlength=n_groups)
-        one_hot = np.eye(len(probs[s]))[int(np.argmax(probs[s]))]
-        fixed = np.bincount(groups, weights=one_hot, minlength=n_groups)
-        strength += n * float(((fixed - exact) ** 2 / exact).sum())
-        dof += n_groups - 1
-    return strength, dof
+    _, probs, n = counted_strata(table)
+    groups, n_groups = merged_groups(n[:, None] * probs)
+    one_hot = np.eye(probs.shape[1])[np.argmax(probs, axis=1)]  # [S, C]
+    distance = chi2_distances(
+        group_sums(groups, one_hot), group_sums(groups, probs), n_groups=n_groups
+    )
+    return float((n * distance).sum()), int((n_groups - 1).sum())
 
 
 def detection_fraction(table: CountTable, *, level: float, power: float) -> float | None:

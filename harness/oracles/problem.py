@@ -28,7 +28,9 @@ from harness.oracles.defaults import (
     DEFAULT_ROUNDS,
     DEFAULT_STAGE_ROWS,
     DEFAULT_SUSPICIOUS,
+    DEFAULT_TEMPERATURE_WEIGHT,
     DEFAULT_TEMPERATURES,
+    DEFAULT_TRUNCATED,
     DEFAULT_VOCAB_SIZE,
     GREEDY,
     ParameterSet,
@@ -96,7 +98,10 @@ class StatsConfig:
 
     ``rows`` independent rows per head kind; row ``i`` takes the ``i % len``-th of the
     row parameter sets (``row_sets``): one per entry of ``temperatures`` (0 marks a
-    greedy row, ``top_k = 1``; the others truncate nothing), then each of ``truncated``.
+    greedy row, ``top_k = 1``; the others truncate nothing), then, at the targets
+    ``truncated_targets`` names, each of ``truncated``, every temperature's set taking
+    ``temperature_weight`` rows for each row of a truncated set (the truncated sets
+    run at a smaller stated depth; the temperature groups keep most of their rows).
     Every row runs ``rounds`` draft-verify rounds (more if it still lacks ``m`` tokens).
     ``model_seed`` fixes drafters, target and context; ``seed`` fixes the anchors, the
     samplers' noise and the verifier's draws.
@@ -121,7 +126,9 @@ class StatsConfig:
     markov_rank: int = DEFAULT_MARKOV_RANK
     head_kinds: tuple[str, ...] = HEAD_KINDS
     temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES
-    truncated: tuple[ParameterSet, ...] = ()
+    truncated: tuple[ParameterSet, ...] = DEFAULT_TRUNCATED
+    truncated_targets: tuple[str, ...] = (FAR.name,)
+    temperature_weight: int = DEFAULT_TEMPERATURE_WEIGHT
     alpha: float = DEFAULT_ALPHA
     seed: int = 0
     model_seed: int = DEFAULT_MODEL_SEED
@@ -137,6 +144,7 @@ class StatsConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
         object.__setattr__(self, "truncated", tuple(self.truncated))
+        object.__setattr__(self, "truncated_targets", tuple(self.truncated_targets))
         object.__setattr__(self, "stage_rows", tuple(self.stage_rows))
         object.__setattr__(self, "head_kinds", tuple(self.head_kinds))
         object.__setattr__(self, "targets", tuple(self.targets))
@@ -148,7 +156,15 @@ class StatsConfig:
                 f"verifier_noise must be one of {[v.value for v in VerifierNoise]}, "
                 f"got {self.verifier_noise!r}"
             )
-        for name in ("rows", "rounds", "gamma", "vocab_size", "hidden_size", "markov_rank"):
+        for name in (
+            "rows",
+            "rounds",
+            "gamma",
+            "vocab_size",
+            "hidden_size",
+            "markov_rank",
+            "temperature_weight",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise StatsError(f"{name} must be a positive integer, got {value!r}")
@@ -207,16 +223,40 @@ class StatsConfig:
         return self.rows if target.rows is None else min(target.rows, self.rows)
 
     def for_target(self, target: TargetSpec) -> StatsConfig:
-        """The config of one target's problem: its rows, and only it."""
-        return replace(self, rows=self.target_rows(target), targets=(target,))
+        """The config of one target's problem: its rows, and only it; the truncated sets
+        where ``truncated_targets`` names it."""
+        truncated = self.truncated if target.name in self.truncated_targets else ()
+        return replace(self, rows=self.target_rows(target), targets=(target,), truncated=truncated)
+
+    def truncated_at(self) -> tuple[str, ...]:
+        """The targets of this config whose rows take the truncated sets."""
+        if not self.truncated:
+            return ()
+        return tuple(t.name for t in self.targets if t.name in self.truncated_targets)
 
     @property
     def row_sets(self) -> tuple[ParameterSet, ...]:
-        """The parameter sets rows take in turn: the temperatures', then ``truncated``."""
-        return (
-            tuple(ParameterSet(t, top_k=1 if t == GREEDY else 0) for t in self.temperatures)
-            + self.truncated
+        """The cycle of parameter sets rows take in turn: the temperatures', then
+        ``truncated`` (the temperatures' ``temperature_weight`` times over when there is
+        one, so each keeps that many rows per row of a truncated set)."""
+        temperatures = tuple(
+            ParameterSet(t, top_k=1 if t == GREEDY else 0) for t in self.temperatures
         )
+        if not self.truncated_at():
+            return temperatures
+        return temperatures * self.temperature_weight + self.truncated
+
+    @property
+    def temperature_rows(self) -> int:
+        """The part of ``rows`` the temperature sets take: all of it without a truncated
+        set, else their share of the cycle (``row_sets``)."""
+        sets = self.row_sets
+        temperature_sets = sum(1 for s in sets if s not in self.truncated)
+        return self.rows * temperature_sets // len(sets)
+
+    def groups_at(self, target: TargetSpec) -> tuple[ParameterSet, ...]:
+        """The parameter-set groups of ``target``'s rows."""
+        return self.for_target(target).groups
 
     @property
     def groups(self) -> tuple[ParameterSet, ...]:
@@ -230,7 +270,8 @@ class StatsConfig:
         )
         return (
             f"targets {targets} x {len(self.head_kinds)} heads "
-            f"({', '.join(self.head_kinds)}), groups {', '.join(map(group_label, self.groups))}, "
+            f"({', '.join(self.head_kinds)}), groups {', '.join(map(group_label, self.groups))}"
+            f"{self.truncated_depth()}, "
             f"{self.rounds} rounds per row ({'restaged' if self.restage else 'one call'} "
             f"on odd rounds), V={self.vocab_size}, gamma={self.gamma}, "
             f"H={self.hidden_size}, r={self.markov_rank}, family alpha={self.alpha:g}, "
@@ -238,6 +279,16 @@ class StatsConfig:
             f"{self.suspicious:g}, "
             f"seed={self.seed}, model seed={self.model_seed}, "
             f"verifier noise: {self.verifier_noise.value} ({self.verifier_noise.description})"
+        )
+
+    def truncated_depth(self) -> str:
+        """Where the truncated sets run and at what depth, as one clause ("" without any)."""
+        at = self.truncated_at()
+        if not at:
+            return ""
+        return (
+            f" (the truncated sets at {', '.join(at)} only, one row each per "
+            f"{self.temperature_weight} of a temperature group)"
         )
 
 

@@ -61,13 +61,14 @@ def scope_under(
 
 def truncation_cut(config: StatsConfig, *, verifier: Verifier) -> tuple[OracleCut, ...]:
     """The cut to the temperature groups of a verifier that applies no truncation
-    (``ReadsTruncation``), where ``config`` has truncated groups."""
-    if not config.truncated or (
+    (``ReadsTruncation``), where ``config`` has truncated groups: at the rows the
+    temperature groups take, so theirs are what they are beside the truncated sets."""
+    if not config.truncated_at() or (
         isinstance(verifier, ReadsTruncation) and verifier.reads_truncation
     ):
         return ()
     by = f"{verifier.name}: applies no top-k, top-p or min-p to its target"
-    return (OracleCut(rows=config.rows, by=by, truncated=False),)
+    return (OracleCut(rows=config.temperature_rows, by=by, truncated=False),)
 
 
 def cut_all(config: StatsConfig, cuts: Sequence[OracleCut]) -> StatsConfig:

@@ -33,6 +33,26 @@ def mixed_rows(bs: int) -> dict[str, object]:
     }
 
 
+# The oracle's default grid as one batch's requests (docs/sampling-params.md): temperature,
+# greedy, top-k (0: none), top-p, min-p.
+REQUEST_ROWS = (
+    (1.0, False, 0, 1.0, 0.0),  # the temperature alone
+    (0.0, True, 0, 1.0, 0.0),  # greedy
+    (1.0, False, 3, 1.0, 0.0),  # top-k
+    (0.7, False, 0, 0.8, 0.0),  # top-p
+    (1.5, False, 0, 1.0, 0.2),  # min-p
+    (0.8, False, 6, 0.9, 0.1),  # all three
+)
+
+
+def request_rows(bs: int) -> dict[str, object]:
+    """``REQUEST_ROWS`` repeated over ``bs`` rows: one batch mixing greedy rows, the
+    temperature alone, each truncation alone and all three."""
+    rows = [REQUEST_ROWS[i % len(REQUEST_ROWS)] for i in range(bs)]
+    fields = ("temperatures", "greedy_rows", "top_ks", "top_ps", "min_ps")
+    return {name: tuple(row[i] for row in rows) for i, name in enumerate(fields)}
+
+
 def _cases(specs: list[Spec], *, seed: int, device: str) -> list[Case]:
     return [
         Case(**params, seed=case_seed(name, seed=seed), device=device, name=name)  # type: ignore[arg-type]
@@ -53,7 +73,8 @@ def standard_matrix(*, seed: int = 0, device: str = "cpu") -> list[Case]:
 
     ``gamma`` runs over 1-8 and ``bs`` up to 64, mostly with ``max_bs > bs``. Twelve
     cases live a server's life (``replays``): folded sampling and the fused greedy
-    flag, each on every head kind in both anchor layouts.
+    flag, each on every head kind in both anchor layouts. Two sampled cases carry the
+    request grid (``request_rows``): top-k, top-p and min-p per row, mixed in the batch.
     """
     small = dict(bs=4, gamma=5, vocab_size=257, hidden_size=64, markov_rank=16)
     rows = mixed_rows(4)
@@ -97,14 +118,17 @@ def standard_matrix(*, seed: int = 0, device: str = "cpu") -> list[Case]:
             "folded-sampled/vanilla/V=2047/padded",
             {**small, **rows, "gamma": 3, "vocab_size": 2047, "vocab_padding": 1, "max_bs": 8},
         ),
-        ("folded-sampled/gated/gamma=7", {**small, **rows, "gamma": 7, "head_kind": "gated"}),
+        (
+            "folded-sampled/gated/gamma=7/request-grid",
+            {**small, **request_rows(6), "bs": 6, "gamma": 7, "head_kind": "gated"},
+        ),
         (
             "reduced-vocab/vanilla/folded-sampled",
             {**small, **rows, "gamma": 4, "draft_vocab": 96, "max_bs": 6},
         ),
         (
             "folded-sampled/bs=64/gamma=8",
-            {**small, **mixed_rows(64), "bs": 64, "gamma": 8, "max_bs": 72},
+            {**small, **request_rows(64), "bs": 64, "gamma": 8, "max_bs": 72},
         ),
         ("folded-all-greedy/vanilla", {**small, **greedy, "gamma": 2}),
         ("greedy-fold/gated", {**small, **greedy_fold, "head_kind": "gated", "gamma": 6}),

@@ -90,6 +90,7 @@ ROW_FIELDS: dict[str, type | tuple[type, ...]] = {
     "drop_in": (bool, type(None)),
     "verifier": list,
     "randomness": dict,
+    "grid": dict,
     "findings": list,
     "not_covered": list,
     "seconds": (int, float),

@@ -64,6 +64,9 @@ class ReleaseRow(TypedDict):
     # per verifier, the randomness it was judged on: "shared: <server>'s plumbing" (the
     # drafter and the verifier on its server's one source) or "independent streams"
     randomness: dict[str, str]
+    # per verifier, the request-parameter groups its oracle ran (the default grid, or the
+    # temperature groups where a verifier applies no truncation: docs/sampling-params.md)
+    grid: dict[str, list[str]]
     findings: list[Finding]
     not_covered: list[str]
     seconds: float
@@ -110,6 +113,7 @@ def _row(
         "drop_in": None,
         "verifier": [],
         "randomness": {},
+        "grid": {},
         "findings": [],
         "not_covered": [reason] if reason else [],
         "seconds": round(time.perf_counter() - started, 1),
@@ -324,6 +328,14 @@ def _judged_row(
             for result in judgement.oracle.run.results_of(implementation.name)
         }
     )
+    grid = (
+        {}
+        if judgement.oracle is None
+        else {
+            result.verifier: list(dict.fromkeys(s.group for s in result.statistics))
+            for result in judgement.oracle.run.results_of(implementation.name)
+        }
+    )
     findings: list[Finding] = []
     seen: set[str] = set()
     for path, path_held in zip(paths, held, strict=True):
@@ -372,6 +384,7 @@ def _judged_row(
         drop_in=all(h.drop_in for h in held),
         verifier=list(verifiers),
         randomness=randomness,
+        grid=grid,
         findings=findings,
         not_covered=not_covered,
         life=life,

@@ -23,14 +23,19 @@ def _yes_no(value: bool | None) -> str:
 
 def oracle_under(row: ReleaseRow) -> str:
     """The verifiers its oracle ran under (chain, the control, marked so when the
-    server's own ran too) and the randomness each was judged on."""
+    server's own ran too), the randomness each was judged on and how many of the
+    request-parameter groups it ran."""
     verifiers = row["verifier"]
     if not verifiers:
         return "-"
     said = []
     for name in verifiers:
         role = " (control)" if name == "chain" and len(verifiers) > 1 else ""
-        said.append(f"{name}{role} on {row['randomness'].get(name, '?')}")
+        groups = row["grid"].get(name, [])
+        said.append(
+            f"{name}{role} on {row['randomness'].get(name, '?')}, {len(groups)} parameter "
+            f"groups ({', '.join(groups) or 'none'})"
+        )
     return "; ".join(said)
 
 

@@ -110,7 +110,8 @@ def verdict_line(
 def coverage_text(config: StatsConfig) -> str:
     return (
         f"covered: heads {', '.join(config.head_kinds)}; groups "
-        f"{', '.join(map(group_label, config.groups))} (rows take them in turn); "
+        f"{', '.join(map(group_label, config.groups))} (rows take them in turn"
+        f"{config.truncated_depth().replace(' (', '; ', 1)[:-1]}); "
         f"every committed position 0..{config.gamma} of each round "
         f"(position {config.gamma} is the bonus), the joint of the first {config.m} committed "
         f"tokens, the repeat test; rows per head "
@@ -443,7 +444,10 @@ def oracle_brief(oracle: OracleRun) -> tuple[Block, ...]:
             f"{config.verifier_noise.value}; targets and rows: Coverage",
             width=TERMINAL_WIDTH,
         ),
-        *cut_lines(oracle),
+        *(
+            textwrap.fill(line, width=TERMINAL_WIDTH, subsequent_indent="  ")
+            for line in cut_lines(oracle)
+        ),
         Table.of(
             ["impl", "verifier", "verdict", "family p", "rejected", "strongest rejection"],
             rows,

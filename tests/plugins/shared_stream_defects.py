@@ -203,22 +203,22 @@ class HashKeySampler(ReservedBlockInverseCdfSampler):
 
 
 class NearThresholdUniforms(VerifierUniformsSampler):
-    """The verifier's acceptance uniforms on 45% of the rows: the family is suspicious at
+    """The verifier's acceptance uniforms on 50% of the rows: the family is suspicious at
     the default rows, not decisive (docs/statistics.md, "Sequential stages")."""
 
-    coupled_fraction = 0.45
+    coupled_fraction = 0.5
 
 
 class NearThresholdResidual(ResidualDrawSampler):
-    """The verifier's residual draw on 45% of the rows."""
+    """The verifier's residual draw on 50% of the rows."""
 
-    coupled_fraction = 0.45
+    coupled_fraction = 0.5
 
 
 class FainterUniforms(VerifierUniformsSampler):
-    """The verifier's acceptance uniforms on 40% of the rows."""
+    """The verifier's acceptance uniforms on 47% of the rows."""
 
-    coupled_fraction = 0.4
+    coupled_fraction = 0.47
 
 
 # The ways through the generator itself, and the correct designs that touch it.
@@ -243,7 +243,7 @@ SHARED_STREAM_CORRECT = {"reserved-block": ReservedBlockInverseCdfSampler}
 
 # Couplings the family at the default rows does not decide; the sequential stages do.
 NEAR_THRESHOLD_COUPLINGS: dict[str, type[ReservedBlockInverseCdfSampler]] = {
-    "uniforms-on-45%": NearThresholdUniforms,
-    "residual-on-45%": NearThresholdResidual,
-    "uniforms-on-40%": FainterUniforms,
+    "uniforms-on-50%": NearThresholdUniforms,
+    "residual-on-50%": NearThresholdResidual,
+    "uniforms-on-47%": FainterUniforms,
 }

@@ -17,6 +17,7 @@ import pytest
 from harness.cli import main
 from harness.cli.exit_codes import ExitCode
 from harness.oracles import stats
+from harness.oracles.fits import family_size
 from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, StatsError
 from harness.oracles.sequential import (
     first_stage_alpha,
@@ -32,6 +33,7 @@ from tests.plugins.shared_stream_defects import (
     SHARED_STREAM_CORRECT,
 )
 
+FAMILY = family_size(DEFAULT_CONFIG)  # the tests of the default family
 SUSPICIOUS_SEED = 66  # the reserved block's family p at this seed: 1.5e-4 (calibration)
 
 
@@ -73,7 +75,7 @@ def fixed_at_defaults() -> stats.StatsResult:
 
 
 def with_smallest_p(result: stats.StatsResult, p_value: float, **changes: object):
-    """``result`` with its strongest test's p-value set (its family p: 252 times it)."""
+    """``result`` with its strongest test's p-value set (its family p: ``FAMILY`` times it)."""
     strongest = min(result.statistics, key=lambda s: s.p_value)
     others = tuple(s for s in result.statistics if s is not strongest)
     return replace(result, statistics=(replace(strongest, p_value=p_value), *others), **changes)
@@ -86,13 +88,13 @@ def with_smallest_p(result: stats.StatsResult, p_value: float, **changes: object
         (DEFAULT_CONFIG.suspicious, {}, DEFAULT_CONFIG),  # on the threshold: not below it
         (1e-4, {}, replace(DEFAULT_CONFIG, stage_rows=())),  # no stage to run
         (1e-4, {"error": "ValueError: raised"}, DEFAULT_CONFIG),  # no verdict to add to
-        (1e-9, {}, DEFAULT_CONFIG),  # rejected by the family (below alpha_0 / 252 each)
+        (1e-9, {}, DEFAULT_CONFIG),  # rejected by the family (below alpha_0 / FAMILY each)
     ],
 )
 def test_no_stage_runs_unless_the_family_is_suspicious_and_undecided(
     family_p: float, changes: dict, config: StatsConfig, fixed_at_defaults: stats.StatsResult
 ) -> None:
-    family = with_smallest_p(fixed_at_defaults, family_p / 252, **changes)
+    family = with_smallest_p(fixed_at_defaults, family_p / FAMILY, **changes)
     if family_p < first_stage_alpha(config):
         family = replace(family, statistics=(replace(family.statistics[0], rejected=True),))
     assert family.p_value == pytest.approx(family_p) or family.rejected
@@ -102,7 +104,7 @@ def test_no_stage_runs_unless_the_family_is_suspicious_and_undecided(
 
 
 def test_a_suspicious_undecided_family_wants_a_stage(fixed_at_defaults: stats.StatsResult) -> None:
-    assert wants_stages(with_smallest_p(fixed_at_defaults, 1e-4 / 252), config=DEFAULT_CONFIG)
+    assert wants_stages(with_smallest_p(fixed_at_defaults, 1e-4 / FAMILY), config=DEFAULT_CONFIG)
 
 
 def test_nothing_is_added_when_nothing_is_suspicious(

@@ -47,7 +47,7 @@ def test_pearson_fit_of_one_stratum_is_the_textbook_statistic() -> None:
 # -- merging and strata ---------------------------------------------------------------------------
 def test_rare_cells_are_merged_until_every_group_expects_at_least_five() -> None:
     expected = np.array([100.0, 1.0, 0.0, 2.0, 7.0, 30.0, 1.5])
-    groups, n_groups = gof.merged_groups(expected)
+    (groups,), (n_groups,) = gof.merged_groups(expected[None])
     sums = np.bincount(groups, weights=expected, minlength=n_groups)
     assert bool((sums >= gof.MIN_EXPECTED_COUNT).all())
     # 1 + 0 + 2 + 1.5 = 4.5 < 5, so the merged group also takes the next smallest (7)

@@ -24,8 +24,9 @@ from harness.judge import judge_oracle
 from harness.judgement import OracleVerdict
 from harness.options import RunOptions
 from harness.oracles import stats
+from harness.oracles.defaults import DEFAULT_TRUNCATED
 from harness.oracles.fits import REPEAT, family_size, position_name
-from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, StatsError
+from harness.oracles.problem import DEFAULT_CONFIG, StatsConfig, StatsError, group_label
 from harness.oracles.sequential import first_stage_alpha
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.render.statistics import stats_section
@@ -64,21 +65,27 @@ def default_results(judged: tuple[OracleVerdict, list[str]]) -> dict[str, stats.
 
 
 # -- what the default covers ------------------------------------------------------------------
-def test_the_default_covers_every_head_a_temperature_mix_and_every_committed_position(
+def test_the_default_covers_every_head_the_parameter_grid_and_every_committed_position(
     default_results: dict[str, stats.StatsResult],
 ) -> None:
     config = DEFAULT_CONFIG
     assert config.head_kinds == HEAD_KINDS
-    assert {(g.temperature, g.greedy) for g in config.groups} == {
+    temperature_groups = [g for g in config.groups if g not in config.truncated]
+    assert {(g.temperature, g.greedy) for g in temperature_groups} == {
         (0.6, False),
         (1.0, False),
         (1.4, False),
         (0.0, True),
     }
-    assert not any(g.top_k > 1 or g.top_p < 1 or g.min_p > 0 for g in config.groups)
+    assert not any(g.top_k > 1 or g.top_p < 1 or g.min_p > 0 for g in temperature_groups)
+    assert config.truncated == DEFAULT_TRUNCATED and config.truncated_at() == ("far",)
     assert config.alpha == ALPHA
     tests = {(s.target, s.head, s.group, s.test) for s in default_results["fixed"].statistics}
-    assert len(tests) == family_size(config) == len(config.targets) * 3 * 4 * (config.gamma + 3)
+    # every target's temperature groups, and the far target's truncated sets beside them
+    groups = len(config.targets) * 4 + len(DEFAULT_TRUNCATED)
+    assert len(tests) == family_size(config) == groups * 3 * (config.gamma + 3)
+    ran = {s.group for s in default_results["fixed"].statistics if s.target == "far"}
+    assert ran == {group_label(g) for g in config.groups}
     assert {s.target for s in default_results["fixed"].statistics} == {"far", "mid", "near"}
     positions = {s.test for s in default_results["fixed"].statistics}
     assert {position_name(j) for j in range(config.gamma + 1)} <= positions  # gamma: bonus
@@ -133,7 +140,9 @@ def test_legacy_is_rejected_for_every_head_kind(head_kind: str) -> None:
 
 def test_legacy_with_only_greedy_rows_is_lossless() -> None:
     """Greedy rows ignore the noise, so the double walk changes nothing there."""
-    result = stats.run_stats(LEGACY, config=replace(DEFAULT_CONFIG, temperatures=(0.0,)))
+    result = stats.run_stats(
+        LEGACY, config=replace(DEFAULT_CONFIG, temperatures=(0.0,), truncated=())
+    )
     assert result.passed and result.impossible == 0
 
 
@@ -169,7 +178,8 @@ def test_the_repeat_test_does_not_fire_on_fresh_noise(
 ) -> None:
     for result in default_results.values():
         repeats = [s for s in result.statistics if s.test == REPEAT]
-        assert len(repeats) == 36 and not any(s.rejected for s in repeats)
+        groups = sum(len(DEFAULT_CONFIG.groups_at(t)) for t in DEFAULT_CONFIG.targets)
+        assert len(repeats) == groups * 3 and not any(s.rejected for s in repeats)
         assert sum(s.observations for s in repeats) > 1000  # rounds from a revisited anchor
 
 

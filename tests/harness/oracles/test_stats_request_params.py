@@ -55,6 +55,7 @@ CONFIG = replace(
     targets=(FAR,),
     head_kinds=("vanilla",),
     rows=3_000,  # 500 rows per group
+    temperature_weight=1,  # every group its own sixth of the rows
     stage_rows=(),
 )
 TOP_K, TOP_P, MIN_P, MIXED = (group_label(g) for g in DEFAULT_TRUNCATED)

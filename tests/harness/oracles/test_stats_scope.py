@@ -51,6 +51,7 @@ class SlowChain:
 
     name = "slow-chain"
     oracle_cut: OracleCut | None = VERIFIER_CUT
+    reads_truncation = True  # our chain's target law: each request's
 
     def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep:
         return CHAIN_VERIFIER.start(noise=noise, device=device)
@@ -116,8 +117,8 @@ def test_at_the_cut_the_double_walk_is_rejected_and_the_fix_passes(cut_conventio
     fixed, legacy = oracle.results["fixed"], oracle.results["legacy"]
     for result in (fixed, legacy):
         assert (
-            result.rows == {"far": 250} and result.family_size == 28
-        )  # 7 tests x 4 groups, one head
+            result.rows == {"far": 250} and result.family_size == 56
+        )  # 7 tests x 8 groups (4 temperatures, 4 truncated sets), one head
         assert [kind for kind, _ in result.heads_not_run] == ["gated", "rnn"]
         assert all(b.rows <= 250 * 12 for b in result.bounds)
         assert {s.head for s in result.statistics} == {"vanilla"}
@@ -168,7 +169,7 @@ def test_the_oracles_text_shows_a_cut_result_at_what_it_ran(cut_convention: None
     assert judged.ok == stats.expectations_hold(oracle.results)
     section = stats_section(judged)  # as compare and report build it, from the judged run
     assert section.ok and text in section.text
-    assert "fixed passes (p=" in section.verdict and "[of 28 tests: its scope]" in section.verdict
+    assert "fixed passes (p=" in section.verdict and "[of 56 tests: its scope]" in section.verdict
     assert statistical_coverage(oracle) is None  # nothing ran at the full config
     assert "gated head not run" in statistical_verdicts(oracle)["fixed"].scope
     assert "fixed under chain: p-values per head and group" in text

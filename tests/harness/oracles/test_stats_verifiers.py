@@ -20,6 +20,7 @@ from harness.oracles import stats
 from harness.oracles.fits import JOINT, REPEAT, family_size, position_name
 from harness.oracles.part import combined_statistical
 from harness.oracles.problem import DEFAULT_CONFIG, StatsProblem, build_problems, group_label
+from harness.oracles.scope import scope_under
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.upstream.rejection import BLOCKWISE_REJECTION, committed_block
 from reference.streams import VerifierNoise
@@ -38,7 +39,11 @@ FIXED, LEGACY = builtin_implementations(("fixed", "legacy"))
 
 @pytest.fixture(scope="module")
 def problems() -> tuple[StatsProblem, ...]:
-    return build_problems(DEFAULT_CONFIG)
+    """The problems the released server's verifier decodes at the defaults: its scope, the
+    temperature groups (it applies no truncation)."""
+    config = scope_under(DEFAULT_CONFIG, verifier=BLOCKWISE_REJECTION).config
+    assert config is not None
+    return build_problems(config)
 
 
 def test_committed_block_keeps_the_accepted_drafts_then_the_bonus() -> None:
@@ -157,7 +162,9 @@ def test_the_verdicts_oracle_runs_under_the_verifiers_the_options_name(
 
 # -- under the released server's verifier ------------------------------------------------------
 def _covers_every_cell(result: stats.StatsResult) -> None:
-    config = DEFAULT_CONFIG
+    """Every cell of the scope the released server's verifier runs at the defaults."""
+    config = scope_under(DEFAULT_CONFIG, verifier=BLOCKWISE_REJECTION).config
+    assert config is not None and not config.truncated
     tests = {JOINT, REPEAT, *(position_name(j) for j in range(config.gamma + 1))}
     cells = {(s.target, s.head, s.group, s.test) for s in result.statistics}
     assert cells == {

@@ -34,6 +34,7 @@ def _row(version: str, *classes: str, judged: bool = True) -> ReleaseRow:
         "drop_in": True if judged else None,
         "verifier": ["chain"] if judged else [],
         "randomness": {},
+        "grid": {},
         "findings": findings,
         "not_covered": [] if judged else ["not judged: no convention for this contract"],
         "seconds": 1.0,

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.oracles.problem import DEFAULT_CONFIG, group_label
 from harness.releases import sweep
 from harness.releases.advisory import advisories, order_rows
 from harness.releases.sweep import (
@@ -47,6 +48,7 @@ def _row(version: str, *classes: str, judged: bool = True) -> ReleaseRow:
         "drop_in": None,
         "verifier": ["chain"],
         "randomness": {"chain": PR_ERA_PLUMBING},
+        "grid": {"chain": ["T=1", "greedy"]},
         "findings": [
             {"class": c, "evidence": f"{c} in {version}", "repro": f"r {version}"} for c in classes
         ],
@@ -140,6 +142,8 @@ def test_the_first_release_is_judged_as_its_proposer_drives_it(tmp_path: Path) -
     # an all-greedy batch is folded: no noise, no step logits, named as drop-in differences
     assert row["drop_in"] is False
     assert row["verifier"] == ["chain"] and row["randomness"] == {"chain": PR_ERA_PLUMBING}
+    # the row states the request grid its oracle ran: every group of the default
+    assert row["grid"] == {"chain": [group_label(g) for g in DEFAULT_CONFIG.groups]}
     assert row["not_covered"][0].startswith("the no-anchor layout: outside its era's contract")
     assert any("multinomial branch" in n for n in row["not_covered"])
 

@@ -44,8 +44,12 @@ def test_the_speculators_cut_and_contract_make_its_scope() -> None:
         under_theirs = stats.scope_under(
             DEFAULT_CONFIG, verifier=VLLM_REJECTION, implementation=implementation
         )
-        assert under_theirs.config == scope.config  # the smaller rows of both cuts
-        assert under_theirs.cuts == (VERIFIER_CUT, SAMPLER_CUT)
+        # the smaller rows of both cuts, and the temperature groups only: vLLM's verifier
+        # model applies no request's truncation to its target
+        assert under_theirs.config == replace(scope.config, truncated=())
+        assert under_theirs.cuts[:2] == (VERIFIER_CUT, SAMPLER_CUT)
+        (truncation,) = under_theirs.cuts[2:]
+        assert not truncation.truncated and truncation.by.startswith("vllm-rejection: applies")
 
 
 def test_a_releases_era_sets_the_depth_of_its_rows_oracle(monkeypatch: pytest.MonkeyPatch) -> None:

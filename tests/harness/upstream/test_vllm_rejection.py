@@ -51,9 +51,15 @@ TEMPERATURES = (0.5, 1.0, 2.0, 0.0)
 # The oracle under vLLM's verifier in a test: gated (legacy's strongest head at the far
 # target), T = 0.6, 250 rows per head: legacy's family p at seeds 0-5 under the chain
 # verifier is 1e-42 or below, and the law of the committed tokens is the same under any
-# exact verifier.
+# exact verifier. No truncated set: this verifier applies none (its scope is cut to the
+# temperature groups).
 SMALL = replace(
-    DEFAULT_CONFIG, rows=250, head_kinds=("gated",), targets=(FAR,), temperatures=(0.6,)
+    DEFAULT_CONFIG,
+    rows=250,
+    head_kinds=("gated",),
+    targets=(FAR,),
+    temperatures=(0.6,),
+    truncated=(),
 )
 
 
@@ -147,6 +153,7 @@ class CutChain:
 
     name: str = "cut-chain"
     oracle_cut: OracleCut | None = TEST_CUT
+    reads_truncation: bool = True  # our chain's target law: each request's
 
     def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep:
         return CHAIN_VERIFIER.start(noise=noise, device=device)
@@ -155,8 +162,9 @@ class CutChain:
 def test_a_slow_verifier_runs_at_its_row_cut_and_the_others_at_the_config() -> None:
     config = replace(DEFAULT_CONFIG, head_kinds=("vanilla",), temperatures=(1.0,))
     assert stats.scope_under(config, verifier=CHAIN_VERIFIER) == stats.Scope(config=config)
+    # it applies no request's truncation to its target: the temperature groups only
     assert stats.scope_under(config, verifier=VLLM_REJECTION).config == replace(
-        config, rows=ROW_CUT, stage_rows=(ROW_CUT,)
+        config, rows=ROW_CUT, stage_rows=(ROW_CUT,), truncated=()
     )
     cut = replace(config, rows=300)
     assert stats.scope_under(config, verifier=CutChain()) == stats.Scope(
@@ -173,7 +181,7 @@ def test_a_slow_verifier_runs_at_its_row_cut_and_the_others_at_the_config() -> N
         "chain": config,
         "cut-chain": cut,
     }
-    assert oracle.by_verifier["chain"]["fixed"].rows == {"far": 5_000, "mid": 1_000, "near": 1_000}
+    assert oracle.by_verifier["chain"]["fixed"].rows == {"far": 5_500, "mid": 1_000, "near": 1_000}
     under_cut = oracle.by_verifier["cut-chain"]["fixed"]
     assert under_cut.rows == {"far": 300, "mid": 300, "near": 300}
     assert under_cut.passed and under_cut.cuts == (CutChain().oracle_cut,)
