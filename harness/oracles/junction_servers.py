@@ -10,8 +10,8 @@ the slots a life leaves behind.
   one for a request whose prompt had one token left or that resumed), the slot of each
   request as its index into the buffers the runner keeps by slot: the draft logits cache
   ``[max_num_reqs, gamma, V]`` as the release keeps it (``vllm_eras.release_cache``;
-  from 0.34 inside its own ``DraftLogitsCache``, ``vllm_loader.cache_buffer``), one
-  temperature and one seed a slot, and each logits row's slot and local position from
+  from 0.34 handed over inside its own ``DraftLogitsCache``,
+  ``vllm_loader.replicated_cache``), one temperature and one seed a slot, and each logits row's slot and local position from
   the release's own ``expand_idx_mapping`` (``gpu/input_batch.py``, as the runner calls
   it). Its ``RequestState`` (``gpu/states.py``) allocates pinned host memory, which needs
   a CUDA device: the life's slot choice stands in, said so in ``STANDS_IN``.
@@ -37,7 +37,11 @@ import torch
 from harness.oracles.defaults import GREEDY
 from harness.oracles.junction import JunctionServer, Poison, Request
 from harness.upstream.loaders.sglang_loader import UpstreamUnavailable, load_sglang
-from harness.upstream.loaders.vllm_loader import cache_buffer, interpreter_log1p, load_vllm
+from harness.upstream.loaders.vllm_loader import (
+    interpreter_log1p,
+    load_vllm,
+    replicated_cache,
+)
 from harness.upstream.rejection import BLOCKWISE_REJECTION, committed_block
 from harness.upstream.vllm_eras import release_cache
 from harness.upstream.vllm_rejection import VLLM_REJECTION
@@ -75,9 +79,7 @@ class VllmRejectionServer(JunctionServer):
     )
 
     def __init__(self, *, slots: int, gamma: int, vocab_size: int, poison: Poison) -> None:
-        # [S, gamma, V] float32, in the form the release keeps it (from 0.34 its own
-        # DraftLogitsCache, whose values are this buffer)
-        self.cache, self.draft_logits = cache_buffer(slots, gamma, vocab_size)
+        self.draft_logits = torch.empty(slots, gamma, vocab_size)  # [S, gamma, V] float32
         self.temperatures = torch.empty(slots)  # [S] float32: 0 on a greedy request
         super().__init__(slots=slots, gamma=gamma, vocab_size=vocab_size, poison=poison)
 
@@ -130,7 +132,7 @@ class VllmRejectionServer(JunctionServer):
         with interpreter_log1p():
             sampled, num_sampled = load_vllm().rejection_sample(
                 logits,
-                self.cache,
+                replicated_cache(self.draft_logits),  # the form the release reads
                 candidates.to(torch.int32),
                 cu_num_logits.to(torch.int32),
                 positions,

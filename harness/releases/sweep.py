@@ -320,22 +320,11 @@ def _judged_row(
         scan_process.shutdown(cancel_futures=True)
     scanned = judgement.with_scans([ScanVerdict(implementation.name, scan_hits)])
     held = [scanned.held_verdict(path.name) for path in paths]
-    randomness = (
-        {}
-        if judgement.oracle is None
-        else {
-            result.verifier: randomness_of(result)
-            for result in judgement.oracle.run.results_of(implementation.name)
-        }
+    results = (
+        [] if judgement.oracle is None else judgement.oracle.run.results_of(implementation.name)
     )
-    grid = (
-        {}
-        if judgement.oracle is None
-        else {
-            result.verifier: list(dict.fromkeys(s.group for s in result.statistics))
-            for result in judgement.oracle.run.results_of(implementation.name)
-        }
-    )
+    randomness = {result.verifier: randomness_of(result) for result in results}
+    grid = {r.verifier: list(dict.fromkeys(s.group for s in r.statistics)) for r in results}
     findings: list[Finding] = []
     seen: set[str] = set()
     for path, path_held in zip(paths, held, strict=True):

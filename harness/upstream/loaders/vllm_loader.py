@@ -196,29 +196,17 @@ def load_vllm() -> LoadedVllm:
     )
 
 
-def cache_buffer(
-    rows: int, steps: int, vocab: int, *, dtype: torch.dtype = torch.float32
-) -> tuple[Any, torch.Tensor]:
-    """A draft logits cache of ``[rows, steps, vocab]`` (by request slot) in the form the
-    loaded release's speculator and ``rejection_sample`` read, and the tensor of its
-    values, which the caller fills: from 0.34 the package's own ``DraftLogitsCache`` in
-    its replicated form (``row_mapping`` ``None``: one process, no tensor parallelism);
-    before, the tensor itself."""
-    cache_class = load_vllm().DraftLogitsCache
-    if cache_class is None:
-        values = torch.empty(rows, steps, vocab, dtype=dtype)
-        return values, values
-    cache = cache_class(rows, steps, vocab, dtype=dtype, fill=0.0, device=torch.device("cpu"))
-    return cache, cache.values
-
-
 def replicated_cache(values: torch.Tensor) -> Any:
     """``values`` (``[max_num_reqs, gamma, V]``, by request slot) in the form the loaded
-    release reads (``cache_buffer``); before 0.34, the tensor itself."""
-    if load_vllm().DraftLogitsCache is None:
+    release's speculator and ``rejection_sample`` read: from 0.34 the package's own
+    ``DraftLogitsCache`` in its replicated form (``row_mapping`` ``None``: one process,
+    no tensor parallelism) holding them; before, the tensor itself."""
+    cache_class = load_vllm().DraftLogitsCache
+    if cache_class is None:
         return values
-    cache, held = cache_buffer(*values.shape, dtype=values.dtype)
-    held.copy_(values)
+    rows, steps, vocab = values.shape
+    cache = cache_class(rows, steps, vocab, dtype=values.dtype, fill=0.0, device=values.device)
+    cache.values.copy_(values)
     return cache
 
 
