@@ -11,10 +11,11 @@ the slots a life leaves behind.
   request as its index into the buffers the runner keeps by slot: the draft logits cache
   ``[max_num_reqs, gamma, V]`` as the release keeps it (``vllm_eras.release_cache``;
   from 0.34 handed over inside its own ``DraftLogitsCache``,
-  ``vllm_loader.replicated_cache``), one temperature and one seed a slot, and each logits row's slot and local position from
-  the release's own ``expand_idx_mapping`` (``gpu/input_batch.py``, as the runner calls
-  it). Its ``RequestState`` (``gpu/states.py``) allocates pinned host memory, which needs
-  a CUDA device: the life's slot choice stands in, said so in ``STANDS_IN``.
+  ``vllm_loader.replicated_cache``), one temperature and one seed a slot, and each
+  logits row's slot and local position from the release's own ``expand_idx_mapping``
+  (``gpu/input_batch.py``, as the runner calls it). Its ``RequestState``
+  (``gpu/states.py``) allocates pinned host memory, which needs a CUDA device: the
+  life's slot choice stands in, said so in ``STANDS_IN``.
 - ``BlockwiseServer``: sglang's own ``BlockwiseRejection`` (from the release, through
   ``harness.upstream.loaders.sglang_loader``) on the sampled rows with drafts, entered
   with the kept pre-temperature step logits and the staged temperatures of each slot
