@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from harness.plugins.construct import FUSED_GREEDY_ENV, IdentityTpSync
+from harness.upstream.loaders.sglang_loader import sglang_modules_restored
 from reference import VanillaMarkovHead, drop_anchor_row, exponential_race
 
 _TRUE = ("1", "true", "yes", "y", "on")
@@ -210,12 +211,6 @@ def surface_modules() -> dict[str, types.ModuleType]:
 @contextmanager
 def harness_import_surface() -> Iterator[None]:
     """Put the harness's ``sglang`` modules in ``sys.modules``; restore it on exit."""
-    saved = {name: module for name, module in sys.modules.items() if name.split(".")[0] == "sglang"}
-    modules = surface_modules()
-    sys.modules.update(modules)
-    try:
+    with sglang_modules_restored():
+        sys.modules.update(surface_modules())
         yield
-    finally:
-        for name in [n for n in sys.modules if n.split(".")[0] == "sglang"]:
-            del sys.modules[name]
-        sys.modules.update(saved)

@@ -418,10 +418,10 @@ class LoadedSglang(LoadedModules):
 
 
 @contextmanager
-def _scoped_sglang_modules() -> Iterator[None]:
-    """Let the loader own ``sys.modules['sglang*']`` while it runs; put them back after."""
+def sglang_modules_restored(*, cleared: bool = False) -> Iterator[None]:
+    """``sys.modules['sglang*']`` put back on exit as now (``cleared``: none inside it)."""
     saved = {n: m for n, m in sys.modules.items() if n.split(".")[0] == "sglang"}
-    for name in saved:
+    for name in saved if cleared else ():
         del sys.modules[name]
     try:
         yield
@@ -442,7 +442,7 @@ def load_modules() -> LoadedModules:
     _refuse_torch_build()
     root = _package_root()
     finder = _DsparkFinder(root)
-    with _scoped_sglang_modules(), _finder_active(finder):
+    with sglang_modules_restored(cleared=True), _finder_active(finder):
         modules = {name: importlib.import_module(name) for name in finder.modules}
         scope = {n: m for n, m in sys.modules.items() if n.split(".")[0] == "sglang"}
     return LoadedModules(version=finder.version, root=root, modules=modules, scope=scope)
@@ -480,7 +480,7 @@ def provides(loaded: LoadedSglang, module: str, name: str | None) -> bool:
 def importable(loaded: LoadedSglang) -> Iterator[None]:
     """While a plug-in file built for this version loads: its ``sglang`` imports get the
     loaded modules themselves (the same classes), and ``sys.modules`` is restored after."""
-    with _scoped_sglang_modules(), _finder_active(_DsparkFinder(loaded.root)):
+    with sglang_modules_restored(cleared=True), _finder_active(_DsparkFinder(loaded.root)):
         sys.modules.update(loaded.scope)
         yield
 
