@@ -27,7 +27,6 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
-import enum
 import types
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -36,14 +35,11 @@ from typing import Any
 from harness.plugins.errors import ImplementationError
 from harness.plugins.sglang_surface import SURFACE, harness_import_surface, surface_modules
 from harness.upstream.loaders import sglang_loader
+from harness.upstream.releases.eras import PluginEra
 
-
-class Era(enum.Enum):
-    """The server eras a plug-in module can be built for."""
-
-    PR36934 = "pr36934"
-    SGLANG_0_5_23 = "sglang-0.5.23"
-    INSTALLED = "installed"
+# The plug-in eras are the registry's (``harness.upstream.releases.eras``): each but
+# ``installed`` is the era of released files that import it.
+Era = PluginEra
 
 
 ERA_SUFFIXES = ", ".join(f"@{era.value}" for era in Era)

@@ -45,6 +45,18 @@ class Loading(enum.Enum):
     NONE = "none"  # the harness has no convention for this contract
 
 
+class PluginEra(enum.Enum):
+    """The server eras a plug-in module can be built for (``--impl FILE@ERA``,
+    ``harness.plugins.eras``): the ``sglang`` its imports get while it loads. Each but
+    ``INSTALLED`` is the ``plugin_era`` of the release eras whose files import it."""
+
+    # the bug era's server (the PR's before/after-fix modules), through the harness's
+    # surface (``harness.plugins.sglang_surface``) mapped onto ``reference``
+    PR36934 = "pr36934"
+    SGLANG_0_5_23 = "sglang-0.5.23"  # the released package's own DSpark modules
+    INSTALLED = "installed"  # whatever ``import sglang`` finds, as it is (only when named)
+
+
 class ConventionRef(NamedTuple):
     """Where an era's convention lives, named as vLLM's model registry names a model's
     module and class and imported only when a sampler is built (``harness.upstream.dispatch``
@@ -96,8 +108,8 @@ class ReleaseEra:
     # (ours and the PR-era server's, ``harness.plugins.conventions``), or the harness has
     # none yet (``Loading.NONE``, ``why_not_judged``)
     convention: ConventionRef | None = None
-    # the plug-in era (``harness.plugins.eras.Era``) whose ``sglang`` its files import
-    plugin_era: str = ""
+    # the plug-in era whose ``sglang`` its files import; None: its files import no sglang
+    plugin_era: PluginEra | None = None
     # the statistical oracle's depth on its row where its kernels run under Triton's
     # interpreter; None: its convention's own cut
     oracle_depth: OracleDepth | None = None
@@ -158,7 +170,7 @@ _PR_SERVER_ERA = ReleaseEra(
     loading=Loading.SERVER_FILE,
     light_deps="requirements/sglang-dspark.txt",
     members=("sglang/",),
-    plugin_era="pr36934",
+    plugin_era=PluginEra.PR36934,
     # the wheel's own step kernel, heads and flags (a wheel holding only the sampler
     # file is a file plug-in under the bug era's surface, and its row says so)
     convention=ConventionRef(
@@ -265,7 +277,7 @@ ERAS: tuple[ReleaseEra, ...] = (
             "harness.upstream.sglang_0_5_16.SGLANG_0_5_16",
             speaks="harness.upstream.sglang_0_5_16.speaks_sglang_0_5_16",
         ),
-        plugin_era="pr36934",  # the wheel's file sees the bug era's surface
+        plugin_era=PluginEra.PR36934,  # the wheel's file sees the bug era's surface
         light_deps="requirements/sglang-dspark.txt",
         members=("sglang/",),
         layouts=("anchor",),  # the sampler takes gamma query rows a request, anchor first
@@ -323,7 +335,7 @@ ERAS: tuple[ReleaseEra, ...] = (
             "harness.upstream.sglang_convention.SGLANG_0_5_23",
             speaks="harness.upstream.loaders.sglang_loader.speaks_sglang_0_5_23",
         ),
-        plugin_era="sglang-0.5.23",
+        plugin_era=PluginEra.SGLANG_0_5_23,
         light_deps="requirements/sglang-dspark.txt",
         members=("sglang/",),
         not_covered=("the megakernel path (NVIDIA only)",),

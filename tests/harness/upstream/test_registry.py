@@ -86,9 +86,9 @@ def test_the_plugin_eras_are_the_registrys_own() -> None:
     """Every plug-in era a file can be built for (``--impl FILE@ERA``) but ``installed``
     serves an era of the registry, and the installed package's era lists the version its
     loader supports."""
-    named = {era.plugin_era for era in ERAS if era.plugin_era}
-    assert named == {era.value for era in Era if era is not Era.INSTALLED}
-    package = [era for era in ERAS if era.plugin_era == Era.SGLANG_0_5_23.value]
+    named = {era.plugin_era for era in ERAS if era.plugin_era is not None}
+    assert named == {era for era in Era if era is not Era.INSTALLED}
+    package = [era for era in ERAS if era.plugin_era is Era.SGLANG_0_5_23]
     assert [sglang_loader.SUPPORTED_VERSION in era.versions for era in package] == [True]
 
 
