@@ -1,6 +1,7 @@
-"""Triton's interpreter without two of its fixed costs: ``triton.language`` patched once
-per launch, not again at every nested ``@triton.jit`` call, and Triton's dtype map built
-once, not at every operation.
+"""Triton's interpreter without three of its fixed costs: ``triton.language`` patched
+once per launch, not again at every nested ``@triton.jit`` call, Triton's dtype map built
+once, not at every operation, and no integer overflow check computed for an assertion
+that is off.
 
 Under ``TRITON_INTERPRET=1`` a launch (``GridExecutor.__call__``) patches the kernel's
 ``triton.language`` modules with the interpreter's numpy bodies (``_patch_lang``: every
@@ -19,7 +20,19 @@ Second, every operation the interpreter runs asks ``_get_np_dtype`` for the nump
 of a Triton type, and that function builds its table of 19 types afresh at each call:
 about a tenth of what is left once the patching is gone.
 
-``fixed_costs_cached()`` takes out both, from outside Triton and outside the release
+Third, every ``+``, ``-`` and ``*`` of 32-bit (or narrower) integers is checked for
+overflow where the kernel's options ask for it (``sanitize_overflow``, on by default):
+the semantic layer casts both operands to int64, computes the operation again, compares
+the result with the type's bounds and hands the condition to ``device_assert``. That
+assertion exists only in debug mode (``options.debug``); otherwise ``device_assert``
+returns at once, and on a GPU the compiler drops the check's operations as dead. The
+interpreter runs them all the same, one numpy operation and a dozen Python calls each: a
+third of an oracle decode of vLLM's speculator (its counter hash is integer arithmetic),
+docs/performance.md. While the block runs, the interpreter's options say
+``sanitize_overflow=False`` whenever ``debug`` is off, so the check is not computed;
+with ``debug`` on they are left as they are.
+
+``fixed_costs_cached()`` takes out all three, from outside Triton and outside the release
 (and reads which of those modules a function sees once per function and block, not at
 each of its calls: the scan of its module's globals was a twentieth of what was left).
 While the block runs, ``_get_np_dtype`` (a global of the interpreter's module, looked
@@ -37,10 +50,12 @@ through to it, uncached), and ``_patch_lang`` (likewise) is a wrapper that
   does not), whose modules count as covered from then on: Triton restores a nested
   call's patch never, so it holds for the rest of the launch.
 
-What a kernel computes does not change: the same bodies run on the same values
+What a kernel computes does not change: the same bodies run on the same values, and no
+value the check computed was ever read
 (``tests/harness/upstream/test_interpreter_patching.py`` holds the tokens and logits of
 vLLM's own kernels bit for bit, with and without it). Where kernels are compiled it
-changes nothing; the three functions are put back after the block, raise or not.
+changes nothing; the three functions and the options are put back after the block,
+raise or not.
 """
 
 from __future__ import annotations
@@ -48,7 +63,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from harness.upstream.loaders.interpreter_libdevice import interpreting
@@ -102,8 +117,9 @@ def _numpy_types_once(get_np_dtype: Callable[[Any], Any]) -> Callable[[Any], Any
 @contextmanager
 def fixed_costs_cached() -> Iterator[None]:
     """Patch ``triton.language`` once per launch while the block runs, not again at
-    each nested ``@triton.jit`` call the launch covers, and map Triton's types to
-    numpy's from a table filled once."""
+    each nested ``@triton.jit`` call the launch covers, map Triton's types to numpy's
+    from a table filled once, and compute no overflow check for an assertion that is
+    off."""
     if not interpreting():
         yield
         return
@@ -134,12 +150,24 @@ def fixed_costs_cached() -> Iterator[None]:
             current.covered = (current.covered or frozenset()) | modules
         return scope
 
+    builder = interpreter.interpreter_builder
+    options = builder.options
     interpreter._patch_lang = patch_lang_once
     interpreter._get_np_dtype = _numpy_types_once(get_np_dtype)
     interpreter.GridExecutor.__call__ = launch_noted
+    builder.options = unchecked_overflow(options)
     try:
         yield
     finally:
         interpreter._patch_lang = patch_lang
         interpreter._get_np_dtype = get_np_dtype
         interpreter.GridExecutor.__call__ = launch
+        builder.options = options
+
+
+def unchecked_overflow(options: Any) -> Any:
+    """The interpreter's ``options`` without the integer overflow check where its
+    assertion is off (``debug`` false), as they are otherwise."""
+    if options.debug or not options.sanitize_overflow:
+        return options
+    return replace(options, sanitize_overflow=False)

@@ -131,16 +131,74 @@ def test_triton_language_after_a_launch_is_as_triton_leaves_it() -> None:
 
 def test_the_context_puts_the_interpreters_functions_back_raise_or_not() -> None:
     names = ("_patch_lang", "_get_np_dtype")
+    builder = interpreter.interpreter_builder
     before = [getattr(interpreter, name) for name in names] + [interpreter.GridExecutor.__call__]
+    before += [builder.options]
 
     def now() -> list[object]:
-        return [getattr(interpreter, name) for name in names] + [interpreter.GridExecutor.__call__]
+        functions = [getattr(interpreter, name) for name in names]
+        return [*functions, interpreter.GridExecutor.__call__, builder.options]
 
     with fixed_costs_cached():
         assert all(a is not b for a, b in zip(now(), before, strict=True))
     with pytest.raises(RuntimeError, match="inside"), fixed_costs_cached():
         raise RuntimeError("inside")
     assert all(a is b for a, b in zip(now(), before, strict=True))
+
+
+@triton.jit
+def wrapping_kernel(a_ptr, b_ptr, out_ptr, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+    """int32 and uint32 sums, differences and products that overflow, as a counter hash's."""
+    offsets = tl.arange(0, BLOCK)
+    a, b = tl.load(a_ptr + offsets), tl.load(b_ptr + offsets)
+    mixed = (a * b + a - b) * 0x5BD1E995
+    unsigned = a.to(tl.uint32) * 0xCC9E2D51 + b.to(tl.uint32)
+    tl.store(out_ptr + offsets, mixed ^ unsigned.to(tl.int32, bitcast=True))
+
+
+def test_overflowing_integer_arithmetic_wraps_the_same_without_the_unread_check() -> None:
+    """The overflow check's operands feed only ``device_assert``, which is off unless
+    ``debug`` is on: without them the kernel's values are the same bits, and the check's
+    int64 arithmetic is not computed while the context holds."""
+    from triton.language.semantic import TritonSemantic
+
+    high = torch.tensor([2**31 - 1, -(2**31), 123456789, -987654321] * 4, dtype=torch.int32)
+    low = torch.tensor([2**31 - 1, 7, -(2**30), 65537] * 4, dtype=torch.int32).flip(0)
+    checked, unchecked = torch.zeros_like(high), torch.zeros_like(high)
+    calls: list[object] = []
+    sanitize = TritonSemantic.binary_op_sanitize_overflow_impl
+
+    def counted(self: Any, *args: Any) -> Any:
+        calls.append(self.builder.options.sanitize_overflow)
+        return sanitize(self, *args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TritonSemantic, "binary_op_sanitize_overflow_impl", counted)
+        wrapping_kernel[(1,)](high, low, checked, BLOCK=16)
+        computed = len(calls)
+        with fixed_costs_cached():
+            wrapping_kernel[(1,)](high, low, unchecked, BLOCK=16)
+    assert torch.equal(checked, unchecked)
+    a, b = high.long(), low.long()
+    wrap = 2**32
+    mixed = ((a * b + a - b) % wrap * 0x5BD1E995) % wrap
+    unsigned = ((a % wrap) * 0xCC9E2D51 + b % wrap) % wrap
+    expected = ((mixed ^ unsigned) + 2**31) % wrap - 2**31
+    assert torch.equal(checked.long(), expected)
+    assert computed > 0 and all(calls[:computed])
+    assert not any(calls[computed:]), calls[computed:]  # the sanitizer returns at once
+
+
+def test_the_overflow_check_stays_where_its_assertion_is_on() -> None:
+    from harness.upstream.loaders.interpreter_patching import unchecked_overflow
+
+    options = interpreter.InterpreterOptions()
+    assert (options.debug, options.sanitize_overflow) == (False, True)
+    assert unchecked_overflow(options).sanitize_overflow is False
+    debugging = interpreter.InterpreterOptions(debug=True)
+    assert unchecked_overflow(debugging) is debugging
+    unchecked = interpreter.InterpreterOptions(sanitize_overflow=False)
+    assert unchecked_overflow(unchecked) is unchecked
 
 
 def test_the_numpy_type_of_every_triton_type_is_tritons_own() -> None:
