@@ -1,7 +1,7 @@
-"""Triton's interpreter without three of its fixed costs: ``triton.language`` patched
+"""Triton's interpreter without four of its fixed costs: ``triton.language`` patched
 once per launch, not again at every nested ``@triton.jit`` call, Triton's dtype map built
-once, not at every operation, and no integer overflow check computed for an assertion
-that is off.
+once, not at every operation, no integer overflow check computed for an assertion that
+is off, and the shape of a value built once per shape, not at every operation.
 
 Under ``TRITON_INTERPRET=1`` a launch (``GridExecutor.__call__``) patches the kernel's
 ``triton.language`` modules with the interpreter's numpy bodies (``_patch_lang``: every
@@ -32,7 +32,14 @@ docs/performance.md. While the block runs, the interpreter's options say
 ``sanitize_overflow=False`` whenever ``debug`` is off, so the check is not computed;
 with ``debug`` on they are left as they are.
 
-``fixed_costs_cached()`` takes out all three, from outside Triton and outside the release
+Fourth, every value an operation makes is a ``tl.tensor`` whose constructor builds its
+shape afresh: a ``tl.tuple`` of ``constexpr``, typed by walking them, and its ``numel``.
+Both depend on the shape of its type alone. While the block runs, a tensor's ``numel``
+and shape (a new ``tl.tuple``, over the same ``constexpr`` and tuple type) are those
+Triton's own constructor gave the first tensor of that shape; its handle, type and
+``dtype`` are its own, set as Triton's constructor sets them.
+
+``fixed_costs_cached()`` takes out all four, from outside Triton and outside the release
 (and reads which of those modules a function sees once per function and block, not at
 each of its calls: the scan of its module's globals was a twentieth of what was left).
 While the block runs, ``_get_np_dtype`` (a global of the interpreter's module, looked
@@ -54,8 +61,8 @@ What a kernel computes does not change: the same bodies run on the same values, 
 value the check computed was ever read
 (``tests/harness/upstream/test_interpreter_patching.py`` holds the tokens and logits of
 vLLM's own kernels bit for bit, with and without it). Where kernels are compiled it
-changes nothing; the three functions and the options are put back after the block,
-raise or not.
+changes nothing; the functions, the constructor and the options are put back after the
+block, raise or not.
 """
 
 from __future__ import annotations
@@ -157,12 +164,62 @@ def fixed_costs_cached() -> Iterator[None]:
     interpreter.GridExecutor.__call__ = launch_noted
     builder.options = unchecked_overflow(options)
     try:
-        yield
+        with _types_built_once():
+            yield
     finally:
         interpreter._patch_lang = patch_lang
         interpreter._get_np_dtype = get_np_dtype
         interpreter.GridExecutor.__call__ = launch
         builder.options = options
+
+
+# What Triton's constructors gave the first value of each kind, kept for every block: a
+# block type's attributes by its element type's name and shape, a tensor's numel and
+# shape by its type's shape.
+_BLOCKS: dict[tuple[str, tuple[Any, ...]], dict[str, Any]] = {}
+_SHAPES: dict[tuple[Any, ...], tuple[Any, list[Any], Any]] = {}
+
+
+@contextmanager
+def _types_built_once() -> Iterator[None]:
+    """``tl.block_type`` and ``tl.tensor`` built from what Triton's own constructors gave
+    the first value of the same kind, while the block runs."""
+    import triton.language.core as core
+
+    block_init, tensor_init = core.block_type.__init__, core.tensor.__init__
+
+    def block_built(self: Any, element_ty: Any, shape: Any) -> None:
+        key = (element_ty.name, tuple(shape))
+        try:
+            known = _BLOCKS.get(key)
+        except TypeError:  # a size Triton itself refuses: its own constructor says why
+            block_init(self, element_ty, shape)
+            return
+        if known is None:
+            block_init(self, element_ty, shape)
+            _BLOCKS[key] = dict(vars(self))
+            return
+        vars(self).update(known)
+        self.element_ty = element_ty
+
+    def tensor_built(self: Any, handle: Any, type: Any) -> None:
+        key = type.shape if type.is_block() else ()
+        known = _SHAPES.get(key)
+        if known is None:
+            tensor_init(self, handle, type)
+            _SHAPES[key] = (self.numel, list(self.shape.values), self.shape.type)
+            return
+        numel, sizes, shape_type = known
+        self.handle, self.type, self.dtype, self.numel = handle, type, type.scalar, numel
+        self.shape = core.tuple(sizes, shape_type)
+
+    core.block_type.__init__ = block_built
+    core.tensor.__init__ = tensor_built
+    try:
+        yield
+    finally:
+        core.block_type.__init__ = block_init
+        core.tensor.__init__ = tensor_init
 
 
 def unchecked_overflow(options: Any) -> Any:

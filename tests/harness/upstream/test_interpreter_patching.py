@@ -271,3 +271,39 @@ def test_vllms_rejection_sampler_commits_the_same_tokens_with_and_without_it() -
         assert torch.equal(plain.committed, fast.committed)
         assert torch.equal(plain.num_committed, fast.num_committed)
         assert _fewer(once, every_call), (len(once), len(every_call))
+
+
+def test_block_types_and_tensors_built_inside_are_as_tritons_own() -> (
+    None
+):
+    """A block type and a tensor made while the context holds carry the attributes
+    Triton's own constructors give them, the first of their kind and every later one."""
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle
+
+    kinds = [(tl.float32, [4]), (tl.int32, [2, 8]), (tl.pointer_type(tl.float32), [16])]
+    kinds += [(tl.uint32, [tl.constexpr(4)]), (tl.float32, [4])]
+
+    def described(value: Any) -> dict[str, str]:
+        return {key: str(item) for key, item in sorted(vars(value).items()) if key != "handle"}
+
+    def built() -> list[dict[str, str]]:
+        made = []
+        for element, shape in kinds:
+            block = tl.block_type(element, shape)
+            data = np.zeros(block.shape, dtype=np.float32)
+            for value in (block, tl.tensor(TensorHandle(data, tl.float32), block)):
+                made.append(described(value))
+            made.append(described(tl.tensor(TensorHandle(np.float32(1), element), element)))
+        return made
+
+    constructors = (tl.block_type.__init__, tl.tensor.__init__)
+    triton_own = built()
+    with fixed_costs_cached():
+        first, again = built(), built()
+    assert first == again == triton_own
+    assert (tl.block_type.__init__, tl.tensor.__init__) == constructors
+    inside = []
+    with fixed_costs_cached():
+        inside = [tl.block_type(tl.float32, [4]), tl.block_type(tl.float32, [4])]
+    assert inside[0] is not inside[1] and vars(inside[0]) == vars(inside[1])
