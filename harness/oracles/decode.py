@@ -19,17 +19,9 @@ from harness.oracles.problem import StatsConfig, StatsProblem, row_sets
 from harness.plugins.conventions import BuiltSampler
 from harness.upstream.dispatch import build_for_case
 from reference import HEAD_KINDS, SamplingInfo
+from reference.decode import DecodeResult, DraftObserver, VerifyObserver, speculative_decode
 from reference.streams import independent_streams
-from reference.verifier import (
-    CHAIN_VERIFIER,
-    DecodeResult,
-    DraftBlock,
-    DraftObserver,
-    Verifier,
-    VerifyObserver,
-    derived_seeds,
-    speculative_decode,
-)
+from reference.verifier import CHAIN_VERIFIER, DraftBlock, Verifier, derived_seeds
 
 
 def life_batches(problem: StatsProblem, round_index: int) -> tuple[torch.Tensor, ...]:

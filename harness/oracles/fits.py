@@ -32,7 +32,7 @@ from harness.oracles.gof import (
     pearson_fit,
 )
 from harness.oracles.problem import StatsConfig, StatsProblem, group_label
-from reference.verifier import DecodeResult
+from reference.decode import DecodeResult
 
 JOINT, REPEAT = "joint", "repeat"
 

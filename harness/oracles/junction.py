@@ -245,7 +245,7 @@ class JunctionServer:
 
 # The drafter of a life: given the slots of one call, their anchors (read from the
 # server's buffer), their requests as staged and the call's index, stages them, drafts
-# in one call and returns the block the verifier reads (``reference.verifier.draft_batch``).
+# in one call and returns the block the verifier reads (``reference.decode.draft_batch``).
 Drafter = Callable[[torch.Tensor, torch.Tensor, SamplingInfo, int], DraftBlock]
 
 

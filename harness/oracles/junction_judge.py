@@ -50,7 +50,8 @@ from harness.oracles.power import TARGET_POWER, detection_fraction
 from harness.oracles.problem import FAR, StatsConfig, build_problem, group_transitions
 from harness.pipeline.call_findings import HeldCalls
 from reference import SamplingInfo
-from reference.verifier import DraftBlock, DraftCall, draft_batch
+from reference.decode import DraftCall, draft_batch
+from reference.verifier import DraftBlock
 
 JUNCTION_ROWS = 2_000  # judged segments per state, at least
 JUNCTION_GROUPS = (GREEDY, 0.7, 1.3)

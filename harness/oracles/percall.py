@@ -3,7 +3,7 @@ apply to it (docs/statistics.md, "Every call of the oracle, held to the per-call
 
 The oracle's decodes make hundreds of thousands of draft positions; a sampler that emits
 a wrong token once in that many passes every goodness-of-fit test, yet it is not
-lossless. So the decode loop's observer (``reference.verifier.DraftCall``) holds every
+lossless. So the decode loop's observer (``reference.decode.DraftCall``) holds every
 call to the checks of the registry that apply in the oracle's setting, with the very
 functions those checks use, vectorised over the call's block:
 
@@ -53,7 +53,8 @@ from harness.pipeline.checks.walk import (
 from harness.pipeline.diffs import max_abs_diff_text
 from harness.plugins.conventions import BuiltSampler
 from reference import ToyDraftModel, prepare_block, previous_tokens, stage_sampling_params
-from reference.verifier import DecodeResult, DraftCall, Verifier, VerifyResult, VerifyRound
+from reference.decode import DecodeResult, DraftCall
+from reference.verifier import Verifier, VerifyResult, VerifyRound
 
 TARGET_TRUNCATION = "target_truncation"  # the verifier's target law, held on every round
 # The checks held: the registry's on every draft call, in the registry's order, then the

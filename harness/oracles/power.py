@@ -41,7 +41,7 @@ from harness.oracles.gof import (
 from harness.oracles.problem import StatsProblem, group_label
 from harness.plugins.implementations import Implementation
 from harness.progress import Progress, no_progress
-from reference.verifier import DecodeResult
+from reference.decode import DecodeResult
 
 TARGET_POWER = 0.99
 RULE_OF_THUMB_FACTOR = 10  # "ten times the vocabulary" samples per position

@@ -45,11 +45,9 @@ from reference import (
     prepare_block,
     teacher_forced_logits,
 )
+from reference.decode import DraftContext
 from reference.target_model import MarkovTargetModel, make_markov_target
-from reference.verifier import (
-    DraftContext,
-    derived_seeds,
-)
+from reference.verifier import derived_seeds
 
 MAX_JOINT_CELLS = 1 << 16  # V**m cells of the enumerated joint
 # The oracle's drafters lean on the previous token (W1 x 3): the lever the double walk

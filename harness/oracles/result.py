@@ -16,7 +16,8 @@ from harness.pipeline.call_findings import CallFinding, HeldCalls
 from harness.pipeline.coverage import BoundRow
 from harness.pipeline.verdicts import Statistical
 from harness.wire import answer_types
-from reference.verifier import CHAIN_VERIFIER, DecodeResult
+from reference.decode import DecodeResult
+from reference.verifier import CHAIN_VERIFIER
 
 
 @dataclass(frozen=True)

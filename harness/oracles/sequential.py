@@ -24,7 +24,8 @@ from harness.oracles.percall import held_decode
 from harness.oracles.problem import StatsConfig, StatsProblem, build_problems
 from harness.oracles.result import Stage, StatsResult
 from harness.pipeline.call_findings import HeldCalls
-from reference.verifier import DecodeResult, Verifier, derived_seeds
+from reference.decode import DecodeResult
+from reference.verifier import Verifier, derived_seeds
 
 STAGE_SALT = 0x5E0_57A6E  # the stages' seeds: apart from every seed the family derives
 

@@ -75,7 +75,8 @@ from harness.pipeline.call import failed_in_worker, guarded_call
 from harness.pipeline.call_findings import HeldCalls
 from harness.pipeline.results import RaisedError
 from harness.plugins.implementations import Implementation, builtin_implementations
-from reference.verifier import CHAIN_VERIFIER, DecodeResult, Verifier
+from reference.decode import DecodeResult
+from reference.verifier import CHAIN_VERIFIER, Verifier
 
 DEFAULT_ROLES = Roles()
 

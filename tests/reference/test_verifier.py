@@ -14,13 +14,12 @@ import torch
 from fixed import DsparkDraftSampler as FixedSampler
 from harness.oracles.gof import pearson_fit
 from reference import ReferenceDraftSampler, SamplingInfo, ToyDraftModel, make_toy_draft_model
+from reference.decode import DecodeResult, DraftContext, speculative_decode
 from reference.streams import VerifierNoise
 from reference.target_model import MarkovTargetModel, make_markov_target
 from reference.verifier import (
     CHAIN_VERIFIER,
-    DecodeResult,
     DraftBlock,
-    DraftContext,
     VerifyResult,
     VerifyRound,
     VerifyStep,
@@ -28,7 +27,6 @@ from reference.verifier import (
     draft_distribution,
     read_draft_block,
     sample_categorical,
-    speculative_decode,
 )
 
 ALPHA = 1e-6  # fixed seeds: a false alarm at this level is a one-in-a-million event

@@ -16,7 +16,7 @@ from harness.oracles.decode import built_draft_block, oracle_case, oracle_sample
 from harness.oracles.percall import CallChecker, kept_logits
 from harness.oracles.problem import FAR, StatsConfig, build_problem
 from reference import SamplingInfo
-from reference.verifier import DraftCall, draft_batch
+from reference.decode import DraftCall, draft_batch
 
 CONFIG = StatsConfig(rows=6, head_kinds=("vanilla",), targets=(FAR,))
 

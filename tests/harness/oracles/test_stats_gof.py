@@ -14,7 +14,7 @@ from scipy import stats as scipy_stats
 
 from harness.oracles import gof
 from harness.oracles.fits import repeat_score
-from reference.verifier import DecodeResult
+from reference.decode import DecodeResult
 
 ALPHA = 1e-6  # the oracle's default significance level
 REL = 1e-10  # agreement with scipy, relative

@@ -24,12 +24,7 @@ from harness.oracles.scope import scope_under
 from harness.plugins.implementations import Implementation, builtin_implementations
 from harness.upstream.rejection import BLOCKWISE_REJECTION, committed_block
 from reference.streams import VerifierNoise
-from reference.verifier import (
-    CHAIN_VERIFIER,
-    VerifyResult,
-    VerifyRound,
-    VerifyStep,
-)
+from reference.verifier import CHAIN_VERIFIER, VerifyResult, VerifyRound, VerifyStep
 from tests.harness.oracles.test_stats_kill_table import CORRECT, FIRST_TOKEN_EXACT
 from tests.plugins.stats_defects import STATS_DEFECTS
 

@@ -273,9 +273,7 @@ def test_vllms_rejection_sampler_commits_the_same_tokens_with_and_without_it() -
         assert _fewer(once, every_call), (len(once), len(every_call))
 
 
-def test_block_types_and_tensors_built_inside_are_as_tritons_own() -> (
-    None
-):
+def test_block_types_and_tensors_built_inside_are_as_tritons_own() -> None:
     """A block type and a tensor made while the context holds carry the attributes
     Triton's own constructors give them, the first of their kind and every later one."""
     import numpy as np

@@ -34,7 +34,8 @@ from harness.plugins.implementations import Implementation
 from harness.upstream.loaders.vllm_loader import GUMBEL_MODULE, load_vllm
 from harness.upstream.vllm_plumbing import keyed_draws
 from harness.upstream.vllm_rejection import VLLM_REJECTION
-from reference.verifier import CHAIN_VERIFIER, DraftCall, Verifier
+from reference.decode import DraftCall
+from reference.verifier import CHAIN_VERIFIER, Verifier
 
 pytestmark = pytest.mark.vllm
 
