@@ -1,7 +1,7 @@
 """Triton's interpreter without four of its fixed costs: ``triton.language`` patched
 once per launch, not again at every nested ``@triton.jit`` call, Triton's dtype map built
 once, not at every operation, no integer overflow check computed for an assertion that
-is off, and the shape of a value built once per shape, not at every operation.
+is off, and a value's type and shape built once per kind, not at every operation.
 
 Under ``TRITON_INTERPRET=1`` a launch (``GridExecutor.__call__``) patches the kernel's
 ``triton.language`` modules with the interpreter's numpy bodies (``_patch_lang``: every
@@ -32,12 +32,16 @@ docs/performance.md. While the block runs, the interpreter's options say
 ``sanitize_overflow=False`` whenever ``debug`` is off, so the check is not computed;
 with ``debug`` on they are left as they are.
 
-Fourth, every value an operation makes is a ``tl.tensor`` whose constructor builds its
-shape afresh: a ``tl.tuple`` of ``constexpr``, typed by walking them, and its ``numel``.
-Both depend on the shape of its type alone. While the block runs, a tensor's ``numel``
-and shape (a new ``tl.tuple``, over the same ``constexpr`` and tuple type) are those
-Triton's own constructor gave the first tensor of that shape; its handle, type and
-``dtype`` are its own, set as Triton's constructor sets them.
+Fourth, nearly every operation builds a ``tl.block_type`` afresh (its shape unwrapped
+and validated, its name formatted), and every value it makes is a ``tl.tensor`` whose
+constructor builds its shape afresh (a ``tl.tuple`` of ``constexpr``, typed by walking
+them) and its ``numel``: about a tenth and a sixth of the decode above, each a function
+of the type alone. While the block runs, a block type of an element type (by its name)
+and a shape already seen gets the attributes Triton's own constructor gave the first
+one, its element type its own; a tensor's ``numel`` and shape (a new ``tl.tuple``, over
+the same ``constexpr`` and tuple type) are those Triton's constructor gave the first
+tensor of that shape, and its handle, type and ``dtype`` are its own, set as Triton's
+constructor sets them.
 
 ``fixed_costs_cached()`` takes out all four, from outside Triton and outside the release
 (and reads which of those modules a function sees once per function and block, not at
@@ -61,8 +65,8 @@ What a kernel computes does not change: the same bodies run on the same values, 
 value the check computed was ever read
 (``tests/harness/upstream/test_interpreter_patching.py`` holds the tokens and logits of
 vLLM's own kernels bit for bit, with and without it). Where kernels are compiled it
-changes nothing; the functions, the constructor and the options are put back after the
-block, raise or not.
+changes nothing; the functions, the two constructors and the options are put back after
+the block, raise or not.
 """
 
 from __future__ import annotations
@@ -125,8 +129,8 @@ def _numpy_types_once(get_np_dtype: Callable[[Any], Any]) -> Callable[[Any], Any
 def fixed_costs_cached() -> Iterator[None]:
     """Patch ``triton.language`` once per launch while the block runs, not again at
     each nested ``@triton.jit`` call the launch covers, map Triton's types to numpy's
-    from a table filled once, and compute no overflow check for an assertion that is
-    off."""
+    from a table filled once, compute no overflow check for an assertion that is off,
+    and build a block type's and a tensor's shape once per kind."""
     if not interpreting():
         yield
         return
