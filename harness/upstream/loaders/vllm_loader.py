@@ -23,9 +23,10 @@ interpreter has no body for ``libdevice.log1p`` (the rejection sampler's residua
 uses it): ``interpreter_log1p()`` gives it one, numpy's ``log1p``, for the duration of
 a call. The two kernels it hands out run with the interpreter's fixed costs cached
 (``interpreter_patching.fixed_costs_cached``: the same results, an oracle decode in
-about a third of the CPU time, docs/performance.md). Importing vLLM writes defaults of its own into ``os.environ``
-(``TORCHINDUCTOR_COMPILE_THREADS``, ``TRITON_CACHE_AUTOTUNING`` and others); the loader
-puts the environment back as it found it. See docs/upstream.md ("vLLM 0.33").
+about a third of the CPU time, docs/performance.md). Importing vLLM writes defaults of
+its own into ``os.environ`` (``TORCHINDUCTOR_COMPILE_THREADS``, ``TRITON_CACHE_AUTOTUNING``
+and others); the loader puts the environment back as it found it. See docs/upstream.md
+("vLLM 0.33").
 
 ``use_release(VllmRelease(root, version, oracle_depth))`` points the process at a
 release's files extracted from its wheel instead (``harness.upstream.releases``):
