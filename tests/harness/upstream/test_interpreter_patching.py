@@ -132,12 +132,13 @@ def test_triton_language_after_a_launch_is_as_triton_leaves_it() -> None:
 def test_the_context_puts_the_interpreters_functions_back_raise_or_not() -> None:
     names = ("_patch_lang", "_get_np_dtype")
     builder = interpreter.interpreter_builder
-    before = [getattr(interpreter, name) for name in names] + [interpreter.GridExecutor.__call__]
-    before += [builder.options]
 
     def now() -> list[object]:
         functions = [getattr(interpreter, name) for name in names]
-        return [*functions, interpreter.GridExecutor.__call__, builder.options]
+        constructors = [tl.block_type.__init__, tl.tensor.__init__]
+        return [*functions, interpreter.GridExecutor.__call__, builder.options, *constructors]
+
+    before = now()
 
     with fixed_costs_cached():
         assert all(a is not b for a, b in zip(now(), before, strict=True))
@@ -295,13 +296,10 @@ def test_block_types_and_tensors_built_inside_are_as_tritons_own() -> None:
             made.append(described(tl.tensor(TensorHandle(np.float32(1), element), element)))
         return made
 
-    constructors = (tl.block_type.__init__, tl.tensor.__init__)
     triton_own = built()
     with fixed_costs_cached():
         first, again = built(), built()
     assert first == again == triton_own
-    assert (tl.block_type.__init__, tl.tensor.__init__) == constructors
-    inside = []
     with fixed_costs_cached():
         inside = [tl.block_type(tl.float32, [4]), tl.block_type(tl.float32, [4])]
     assert inside[0] is not inside[1] and vars(inside[0]) == vars(inside[1])
