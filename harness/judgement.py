@@ -4,15 +4,16 @@ versions table). ``render/`` formats it and decides nothing; the exit code is
 ``Judgement.ok``.
 
 A judgement holds, per implementation, its two verdicts (the statistical oracle's part
-inside the lossless one, and the support scan's where it ran, ``ScanVerdict``) held to
-its role (``HeldVerdict``); the divergence ledger between the pair (``LedgerVerdict``);
-the oracle's run with whether each implementation met its expectation there
+inside the lossless one, the support scan's where it ran, ``ScanVerdict``, and the
+parts a command judges beside the checks, ``PartVerdict``) held to its role
+(``HeldVerdict``); the divergence ledger between the pair (``LedgerVerdict``); the
+oracle's run with whether each implementation met its expectation there
 (``OracleVerdict``); the eliminated work (``WorkVerdict``); the parts a command adds
 where it runs them (CUDA graphs' redraws, ``RedrawVerdict``, and host syncs,
 ``SyncVerdict``; the pair's time ratio); and what each covered. A command adds a part to
-the judgement (``Judgement.with_scans``, ``dataclasses.replace``); it never ands a
-predicate onto ``ok``. ``Judgement.to_json()`` is its serialisation in the report
-(docs/verdicts.md, "The report's JSON").
+the judgement (``Judgement.with_scans``, ``Judgement.with_parts``,
+``dataclasses.replace``); it never ands a predicate onto ``ok``. ``Judgement.to_json()``
+is its serialisation in the report (docs/verdicts.md, "The report's JSON").
 """
 
 from __future__ import annotations
@@ -59,6 +60,22 @@ class ScanVerdict:
 
 
 @dataclass(frozen=True)
+class PartVerdict:
+    """A part a command judges beside the checks and holds in one implementation's
+    verdict (``Judgement.with_parts``): a release's life across the junction, its
+    verify target against its server's sampler (``harness.releases``). ``ok`` when it
+    found nothing; ``finding`` is what it found, in words."""
+
+    name: str  # the implementation it is held in
+    part: str  # what it judged, in words
+    finding: str = ""  # empty: nothing found
+
+    @property
+    def ok(self) -> bool:
+        return not self.finding
+
+
+@dataclass(frozen=True)
 class HeldVerdict:
     """One implementation's verdicts held to its role: ``ok`` when it meets what the
     role asks (an implementation expected to fail must fail a lossless check on a case
@@ -72,6 +89,7 @@ class HeldVerdict:
     expected_to_fail: bool
     ok: bool
     scan: ScanVerdict | None = None  # None: no support scan ran
+    parts: tuple[PartVerdict, ...] = ()  # judged beside the checks and held here
 
     @property
     def name(self) -> str:
@@ -79,28 +97,31 @@ class HeldVerdict:
 
     @property
     def lossless(self) -> bool:
-        return self.verdict.lossless and (self.scan is None or self.scan.ok)
+        beside = (self.scan is None or self.scan.ok) and all(p.ok for p in self.parts)
+        return self.verdict.lossless and beside
 
     @property
     def drop_in(self) -> bool:
         return self.verdict.drop_in and self.lossless
 
     def summary(self) -> str:
-        """The verdict's summary, led by the scan's hit where only the scan fails it."""
+        """The verdict's summary, led by the first hit beside the checks (the scan's, a
+        part's) where only those fail it."""
         why = self.verdict.summary()
-        if self.verdict.lossless and self.scan is not None and not self.scan.ok:
-            return f"NOT lossless: {self.scan.finding} (the checks alone: {why})"
+        beside = [self.scan.finding] if self.scan is not None and not self.scan.ok else []
+        beside += [f"{p.part}: {p.finding}" for p in self.parts if not p.ok]
+        if self.verdict.lossless and beside:
+            return f"NOT lossless: {beside[0]} (the checks alone: {why})"
         return why
 
     def to_json(self) -> dict[str, Any]:
-        scan = {}
+        scan: dict[str, Any] = {}
+        if self.scan is not None or self.parts:
+            scan = {"lossless": self.lossless, "drop_in": self.drop_in, "summary": self.summary()}
         if self.scan is not None:
-            scan = {
-                "lossless": self.lossless,
-                "drop_in": self.drop_in,
-                "summary": self.summary(),
-                "scan": self.scan.finding or None,
-            }
+            scan["scan"] = self.scan.finding or None
+        if self.parts:
+            scan["parts"] = {p.part: p.finding or None for p in self.parts}
         return {
             **self.verdict.to_json(),
             **scan,
@@ -111,12 +132,20 @@ class HeldVerdict:
         }
 
 
-def hold_to_role(verdict: Verdict, *, roles: Roles, scan: ScanVerdict | None = None) -> HeldVerdict:
-    """``verdict`` (with its support ``scan`` where one ran) held to what ``roles`` ask
-    of its implementation."""
+def hold_to_role(
+    verdict: Verdict,
+    *,
+    roles: Roles,
+    scan: ScanVerdict | None = None,
+    parts: tuple[PartVerdict, ...] = (),
+) -> HeldVerdict:
+    """``verdict`` (with its support ``scan`` where one ran, and the ``parts`` judged
+    beside the checks) held to what ``roles`` ask of its implementation."""
     name = verdict.name
     role, held_to = roles.describe(name)
-    held = HeldVerdict(verdict, role, held_to, expected_to_fail=False, ok=False, scan=scan)
+    held = HeldVerdict(
+        verdict, role, held_to, expected_to_fail=False, ok=False, scan=scan, parts=parts
+    )
     if name in roles.expect_fail:
         ok = not held.lossless and verdict.judged > 0  # nothing that ran shows nothing
         return replace(held, expected_to_fail=True, ok=ok)
@@ -328,9 +357,25 @@ class Judgement:
         by_name = {scan.name: scan for scan in scans}
         roles = self.options.roles
         held = tuple(
-            hold_to_role(h.verdict, roles=roles, scan=by_name.get(h.name)) for h in self.held
+            hold_to_role(h.verdict, roles=roles, scan=by_name.get(h.name), parts=h.parts)
+            for h in self.held
         )
         return replace(self, held=held, scans=(*self.scans, *scans))
+
+    def with_parts(self, parts: Sequence[PartVerdict]) -> Judgement:
+        """This judgement with each part held in the verdict of the implementation it
+        names (beside what it holds already)."""
+        roles = self.options.roles
+        held = tuple(
+            hold_to_role(
+                h.verdict,
+                roles=roles,
+                scan=h.scan,
+                parts=(*h.parts, *(p for p in parts if p.name == h.name)),
+            )
+            for h in self.held
+        )
+        return replace(self, held=held)
 
     def judged_by_checks(self, name: str) -> bool:
         """The pair's buggy side is judged by the ledger (and by ``expect_fail``)."""

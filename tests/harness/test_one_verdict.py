@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.judgement import HeldVerdict, Judgement, ScanVerdict, hold_to_role
+from harness.judgement import HeldVerdict, Judgement, PartVerdict, ScanVerdict, hold_to_role
 from harness.measure.time_ratio import TimeRatio
 from harness.options import Roles, RunOptions
 from harness.pipeline.check_result import Tier
@@ -67,6 +67,28 @@ def test_with_scans_holds_each_scan_in_its_own_implementations_verdict() -> None
     scanned = judgement.with_scans([ScanVerdict("a"), ScanVerdict("b", HIT)])
     assert scanned.held_verdict("a").ok and not scanned.held_verdict("b").ok
     assert not scanned.ok
+
+
+def test_a_part_judged_beside_the_checks_is_held_in_its_own_implementations_verdict() -> None:
+    """A release's life and its verify target's law (``Judgement.with_parts``): a part
+    that found something makes a clean verdict neither lossless nor drop-in, leads its
+    summary and is in its JSON; a part that found nothing changes nothing; the scan held
+    before stays held, and a scan held after keeps the parts."""
+    roles = Roles(require=Tier.LOSSLESS)
+    judgement = _judgement(
+        _held("a", roles=roles, scan=None), _held("b", roles=roles, scan=None), roles=roles
+    )
+    scanned = judgement.with_scans([ScanVerdict("a", HIT)])
+    parted = scanned.with_parts([PartVerdict("a", "life"), PartVerdict("b", "law", "drops min-p")])
+    a, b = parted.held_verdict("a"), parted.held_verdict("b")
+    assert a.scan == ScanVerdict("a", HIT) and not a.lossless  # the scan kept
+    assert (b.lossless, b.drop_in, b.ok, parted.ok) == (False, False, False, False)
+    assert b.summary().startswith("NOT lossless: law: drops min-p (the checks alone: ")
+    assert b.to_json()["parts"] == {"law": "drops min-p"} and b.to_json()["lossless"] is False
+    clean = judgement.with_parts([PartVerdict("b", "life")]).held_verdict("b")
+    assert clean.lossless and clean.drop_in and clean.to_json()["parts"] == {"life": None}
+    rescanned = parted.with_scans([ScanVerdict("b")])
+    assert rescanned.held_verdict("b").parts == b.parts
 
 
 def _timed(ratio_ok: bool) -> TimeRatio:
