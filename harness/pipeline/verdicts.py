@@ -56,6 +56,13 @@ class Statistical:
         return self.ran and (self.rejected is not False or bool(self.call_findings))
 
     @property
+    def gave_no_verdict(self) -> bool:
+        """It ran and ended without a verdict either way (raised, its process died, or out
+        of time), and no call of its decodes failed a per-call check: nothing shown."""
+        no_verdict = self.error is not None or self.not_judged is not None
+        return self.ran and no_verdict and not self.rejected and not self.call_findings
+
+    @property
     def streams(self) -> str:
         """What its decodes drew from, where that is not each server's own plumbing."""
         return INDEPENDENT_STREAMS if self.ran and self.independent else ""

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from harness.executor import ForkedExecutor
+from harness.releases.laws import LAW_CLASS, LAWS_GRID, server_laws
+from harness.releases.scan import SCAN_CLASS, support_scan
 from harness.upstream.releases.eras import (
     Loading,
     ReleaseEra,
@@ -33,15 +35,14 @@ from harness.upstream.releases.eras import (
 if TYPE_CHECKING:
     from harness.case import Case
     from harness.oracles.result import StatsResult
-    from harness.pipeline.support_scan import PointResult, ScanPlan
     from harness.plugins.implementations import Implementation
     from harness.releases.life import LifeRecord
 
 from harness.upstream.releases.wheels import NotFetched, Wheel, extract, fetch
 
 CHAIN = "chain"
+LIFE = "its life across the junction"  # the part a row's life is held as
 ORACLE_CLASS = "statistical oracle"  # the class of a finding the oracle makes
-SCAN_CLASS = "support scan"  # a draft outside the support (docs/upstream.md, "The scan")
 
 
 # One defect class a release shows, its first evidence and the command that replays it
@@ -184,6 +185,7 @@ def judge_release(task: ReleaseTask) -> ReleaseRow:
     with libdevice_bodies():  # the release's libdevice calls get bodies while it is judged
         return _judged_row(
             task,
+            laws_root=_release_files(task, era.members).extracted,
             era=era.name,
             implementation=loaded.implementation,
             other_paths=loaded.other_paths,
@@ -249,13 +251,14 @@ def _judged_row(
     layouts: tuple[str, ...] = ("anchor", "no-anchor"),
     other_paths: tuple[Implementation, ...] = (),
     release_era: ReleaseEra | None = None,
+    laws_root: Path | None = None,
 ) -> ReleaseRow:
     """The row of ``implementation`` and the release's ``other_paths`` (each judged in
     the same run; the row is lossless and drop-in where every path is, and what it
     says of a further path names it)."""
     from harness.defaults import REFERENCE, VerifierNoise
     from harness.judge import judge
-    from harness.judgement import ScanVerdict
+    from harness.judgement import PartVerdict, ScanVerdict
     from harness.options import Roles, RunOptions
     from harness.pipeline.check_result import Tier
     from harness.pipeline.matrix import standard_matrix
@@ -272,9 +275,13 @@ def _judged_row(
             judged=True,
             lossless=life["lossless"],
             findings=life_found,
-            not_covered=["the matrix, the statistical oracle and the support scan (--life-only)"],
+            not_covered=[
+                "the matrix, the statistical oracle, the support scan and its verify target "
+                "against its sampler (--life-only)"
+            ],
             life=life,
         )
+    laws = server_laws(release_era, root=laws_root)
     matrix = standard_matrix(seed=task.seed)
     cases = [c for c in matrix if _layout(c.sample_from_anchor) in layouts]
     paths = (implementation, *other_paths)
@@ -301,7 +308,9 @@ def _judged_row(
     # The support scan in a process forked beside this one, while the matrix runs here
     # and the oracle beside it: its answer does not depend on where it runs.
     scan_process = ForkedExecutor()
-    scan = scan_process.submit(_support_scan, implementation, task=task)
+    scan = scan_process.submit(
+        support_scan, implementation, seed=task.seed, triples=task.scan_triples
+    )
     try:
         judgement = judge(
             cases,
@@ -318,14 +327,29 @@ def _judged_row(
         scan_hits, scan_gaps = scan.result()
     finally:
         scan_process.shutdown(cancel_futures=True)
+    # its server's parts, judged beside the checks: its life, its verify target's law
+    life_said = "; ".join(f["evidence"] for f in life_found) or "its life is not lossless"
+    parts = [PartVerdict(implementation.name, LIFE, "" if life["lossless"] else life_said)]
+    parts += [] if laws is None else [PartVerdict(implementation.name, LAW_CLASS, laws.evidence)]
     scanned = judgement.with_scans([ScanVerdict(implementation.name, scan_hits)])
-    held = [scanned.held_verdict(path.name) for path in paths]
+    held = [scanned.with_parts(parts).held_verdict(path.name) for path in paths]
+    for path, path_held in zip(paths, held, strict=True):
+        statistical = path_held.verdict.statistical
+        if statistical.gave_no_verdict:  # no defect shown, and the row not journalled
+            raise OracleGaveNoVerdict(of_path(path, statistical.describe()))
     results = (
         [] if judgement.oracle is None else judgement.oracle.run.results_of(implementation.name)
     )
     randomness = {result.verifier: randomness_of(result) for result in results}
     grid = {r.verifier: list(dict.fromkeys(s.group for s in r.statistics)) for r in results}
     findings: list[Finding] = []
+    if laws is not None:
+        grid.update({LAWS_GRID: laws.judged} if laws.judged else {})
+        not_covered += laws.not_covered
+        if laws.evidence:
+            findings.append(
+                {"class": LAW_CLASS, "evidence": laws.evidence, "repro": repro_command(task)}
+            )
     seen: set[str] = set()
     for path, path_held in zip(paths, held, strict=True):
         verdict = path_held.verdict
@@ -369,7 +393,7 @@ def _judged_row(
         era=era,
         started=started,
         judged=True,
-        lossless=all(h.lossless for h in held) and life["lossless"],
+        lossless=all(h.lossless for h in held),
         drop_in=all(h.drop_in for h in held),
         verifier=list(verifiers),
         randomness=randomness,
@@ -378,6 +402,12 @@ def _judged_row(
         not_covered=not_covered,
         life=life,
     )
+
+
+class OracleGaveNoVerdict(RuntimeError):
+    """A path's statistical oracle ended without a verdict (its process died, or its
+    decode raised): the task gives no row, so the sweep says it gave no answer, counts no
+    defect and judges it again on ``--resume``."""
 
 
 def _life_of(
@@ -441,50 +471,6 @@ def oracle_not_covered(results: Sequence[StatsResult]) -> list[str]:
             continue
         bound = f" ({statistical.not_ruled_out})" if statistical.not_ruled_out else ""
         lines.append(f"the statistical oracle under {result.verifier}: {statistical.scope}{bound}")
-    return lines
-
-
-def _support_scan(implementation: Implementation, *, task: ReleaseTask) -> tuple[str, list[str]]:
-    """The support scan's first hit in words (empty: none, or no scan asked for), and
-    what it did not cover: points that did not run (by reason) and a batch cut by the
-    implementation's convention (``Convention.scan_batch``)."""
-    if not task.scan_triples:
-        return "", []
-    from harness.pipeline.support_scan import full_plan, scan_point
-    from harness.releases.versions import scan_findings
-    from harness.upstream.dispatch import convention_of
-
-    batch = convention_of(implementation.sampler_class).scan_batch
-    asked = full_plan(triples_per_point=task.scan_triples, seed=task.seed)
-    plan = asked if batch is None else replace(asked, bs=batch)
-    results = [scan_point(implementation, point) for point in plan.points()]
-    found = scan_findings(results)
-    hit = found[0].removeprefix(f"{SCAN_CLASS}: ") if found else ""
-    return hit, scan_not_covered(results, plan=plan, default=asked)
-
-
-def scan_not_covered(
-    results: Sequence[PointResult], *, plan: ScanPlan, default: ScanPlan
-) -> list[str]:
-    """The support scan's gaps in words: the points that did not run, by reason, and
-    the triples a point covered where its batch is smaller than the default plan's."""
-    lines = []
-    reasons: dict[str, int] = {}
-    for result in results:
-        if result.error is not None:
-            reasons[result.error] = reasons.get(result.error, 0) + 1
-    lines += [
-        f"the support scan: {n} of {len(results)} points not run ({why})"
-        for why, n in reasons.items()
-    ]
-    ran, full = plan.triples // len(results), default.triples // len(results)
-    if plan.bs < default.bs and ran < full:
-        lines.append(
-            f"the support scan at {ran} triples per point (bs={plan.bs}, gamma={plan.gamma}, "
-            f"{ran // (plan.bs * plan.gamma)} call(s) a point; the default batch, "
-            f"bs={default.bs}, covers {full}): the sampler's scan batch here "
-            "(its kernels under Triton's interpreter, a program per triple)"
-        )
     return lines
 
 

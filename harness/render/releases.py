@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from harness.releases.advisory import Advisory, AdvisoryVerdict
+from harness.releases.laws import LAWS_GRID
 from harness.releases.sweep import ReleaseRow
 from harness.render.sections import Block, Section, Table
 
@@ -24,7 +25,8 @@ def _yes_no(value: bool | None) -> str:
 def oracle_under(row: ReleaseRow) -> str:
     """The verifiers its oracle ran under (chain, the control, marked so when the
     server's own ran too), the randomness each was judged on and how many of the
-    request-parameter groups it ran."""
+    request-parameter groups it ran; then how many of the grid's sets its verify target
+    was held to its sampler's law on, where it was (``harness.releases.laws``)."""
     verifiers = row["verifier"]
     if not verifiers:
         return "-"
@@ -36,6 +38,9 @@ def oracle_under(row: ReleaseRow) -> str:
             f"{name}{role} on {row['randomness'].get(name, '?')}, {len(groups)} parameter "
             f"groups ({', '.join(groups) or 'none'})"
         )
+    laws = row["grid"].get(LAWS_GRID)
+    if laws:
+        said.append(f"{LAWS_GRID}: {len(laws)} set(s) alone or mixed")
     return "; ".join(said)
 
 

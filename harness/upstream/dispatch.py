@@ -22,7 +22,8 @@ from harness.plugins.conventions import (
 )
 from harness.plugins.implementations import Implementation
 from harness.plugins.protocol import DraftSampler
-from harness.upstream.releases.eras import ERAS, ConventionRef
+from harness.upstream.releases.era_parts import ConventionRef
+from harness.upstream.releases.eras import ERAS
 
 if TYPE_CHECKING:
     from harness.case import Case, CaseInputs

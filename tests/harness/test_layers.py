@@ -44,6 +44,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "upstream.releases.__init__",
                 "upstream.releases.wheels",
                 "upstream.releases.eras",
+                "upstream.releases.era_parts",
                 "releases.__init__",
                 "releases.ray_executor",  # the sweep's Ray pool: an executor, no more
                 "examples",  # samplers to copy: the built-ins' packages, no more

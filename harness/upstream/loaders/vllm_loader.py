@@ -53,7 +53,7 @@ from typing import Any, NamedTuple
 import torch
 
 from harness.upstream.loaders.interpreter_patching import fixed_costs_cached
-from harness.upstream.releases.eras import OracleDepth
+from harness.upstream.releases.era_parts import OracleDepth
 
 SUPPORTED_VERSION = "0.33.0"
 SUPPORTED_TRITON = "3.8"

@@ -23,8 +23,8 @@ import enum
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NamedTuple
 
+from harness.upstream.releases.era_parts import ConventionRef, OracleDepth, ServerLaws
 from harness.upstream.releases.wheels import version_key
 
 
@@ -55,28 +55,6 @@ class PluginEra(enum.Enum):
     PR36934 = "pr36934"
     SGLANG_0_5_23 = "sglang-0.5.23"  # the released package's own DSpark modules
     INSTALLED = "installed"  # whatever ``import sglang`` finds, as it is (only when named)
-
-
-class ConventionRef(NamedTuple):
-    """Where an era's convention lives, named as vLLM's model registry names a model's
-    module and class and imported only when a sampler is built (``harness.upstream.dispatch``
-    resolves it): the ``Convention`` object, and the predicate that says which sampler
-    classes speak it."""
-
-    convention: str  # "module.ATTRIBUTE": a ``harness.plugins.conventions.Convention``
-    speaks: str  # "module.function": ``(sampler_class) -> bool``
-
-
-@dataclass(frozen=True)
-class OracleDepth:
-    """How deep the statistical oracle decodes a release's row: ``rows`` per head at each
-    of ``targets``, ``rounds`` per row, the head kinds ``heads`` (``None``: every head its
-    contract carries; its convention declares it as its cut)."""
-
-    rows: int
-    targets: tuple[str, ...]
-    rounds: int
-    heads: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +95,9 @@ class ReleaseEra:
     # drafter runs under Triton's interpreter; None: the full depth
     # (harness.releases.life, docs/releases.md)
     life_rows: int | None = None
+    # its server's two laws of a request, held against each other on its row; None: the
+    # harness reads no such pair from its wheel
+    laws: ServerLaws | None = None
 
     @property
     def first(self) -> str:
@@ -142,6 +123,14 @@ _FUSED_GREEDY_ON_CUDA = (
 _CONFIDENCE_STANDS_IN = (
     "the confidence function the sampler is handed: its server's planner's; the case's "
     "linear probe stands in"
+)
+_SAMPLER_LAW = "sglang.srt.layers.sampler.top_k_top_p_min_p_sampling_from_probs_torch"
+_ACCEPT_BRANCH = "dspark_accept.py _accept_sampling_core"
+# 0.5.16-0.5.21: the DFlash verify's target builder, which DSpark's accept calls
+_DFLASH_LAWS = ServerLaws(
+    sampler=_SAMPLER_LAW,
+    verify_target="sglang.srt.speculative.dflash_utils.build_dflash_verify_target_probs",
+    branch=_ACCEPT_BRANCH,
 )
 _PR_STAGING = "stage_sampling_params: temperatures clamped >= 1e-5, greedy_mask = top_k <= 1"
 _PR_OUTPUTS = "out[: bs*gamma]; corrected_out (the kept step logits); confidence_out"
@@ -171,6 +160,7 @@ _PR_SERVER_ERA = ReleaseEra(
     light_deps="requirements/sglang-dspark.txt",
     members=("sglang/",),
     plugin_era=PluginEra.PR36934,
+    laws=_DFLASH_LAWS,
     # the wheel's own step kernel, heads and flags (a wheel holding only the sampler
     # file is a file plug-in under the bug era's surface, and its row says so)
     convention=ConventionRef(
@@ -278,6 +268,7 @@ ERAS: tuple[ReleaseEra, ...] = (
             speaks="harness.upstream.sglang_0_5_16.speaks_sglang_0_5_16",
         ),
         plugin_era=PluginEra.PR36934,  # the wheel's file sees the bug era's surface
+        laws=_DFLASH_LAWS,
         light_deps="requirements/sglang-dspark.txt",
         members=("sglang/",),
         layouts=("anchor",),  # the sampler takes gamma query rows a request, anchor first
@@ -336,6 +327,13 @@ ERAS: tuple[ReleaseEra, ...] = (
             speaks="harness.upstream.loaders.sglang_loader.speaks_sglang_0_5_23",
         ),
         plugin_era=PluginEra.SGLANG_0_5_23,
+        laws=ServerLaws(
+            sampler=_SAMPLER_LAW,
+            verify_target=(
+                "sglang.srt.speculative.dflash_utils.build_speculative_verify_target_probs"
+            ),
+            branch=_ACCEPT_BRANCH,
+        ),
         light_deps="requirements/sglang-dspark.txt",
         members=("sglang/",),
         not_covered=("the megakernel path (NVIDIA only)",),

@@ -15,7 +15,8 @@ from harness.plugins.eras import Era
 from harness.upstream import dispatch
 from harness.upstream.loaders import sglang_loader
 from harness.upstream.releases import eras
-from harness.upstream.releases.eras import ERAS, ConventionRef, Loading
+from harness.upstream.releases.era_parts import ConventionRef
+from harness.upstream.releases.eras import ERAS, Loading
 from tests.helpers import REPO_ROOT
 
 

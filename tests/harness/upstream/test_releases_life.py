@@ -44,7 +44,8 @@ def test_a_life_only_row_states_every_state_its_rows_and_what_stands_in(tmp_path
     assert all(said["bound"] is not None for said in life["states"].values())
     assert life["steps"] >= 8 and BATCH_BUILDING_STANDS_IN in life["stands_in"]
     assert row["not_covered"] == [
-        "the matrix, the statistical oracle and the support scan (--life-only)"
+        "the matrix, the statistical oracle, the support scan and its verify target "
+        "against its sampler (--life-only)"
     ]
     shown = life_cell(row) + life_lines([row])
     assert all(f"{state} {said['rows']}" in shown for state, said in life["states"].items())

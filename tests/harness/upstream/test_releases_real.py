@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.releases.laws import LAW_CLASS
 from harness.releases.sweep import ReleaseTask, judge_release
 from harness.upstream.loaders import sglang_loader
 from harness.upstream.releases.wheels import DEFAULT_CACHE, NotFetched, extract, fetch
@@ -42,8 +43,9 @@ def _task(package: str, version: str) -> ReleaseTask:
 @pytest.mark.parametrize(
     ("version", "era", "randomness", "classes"),
     [
-        ("0.5.18", "sglang-0.5.17-0.5.18", {"chain": PR_ERA}, []),
-        ("0.5.19", "sglang-0.5.19-0.5.21", {"chain": PR_ERA}, []),
+        # every sglang release's verify target drops min-p (harness.releases.laws)
+        ("0.5.18", "sglang-0.5.17-0.5.18", {"chain": PR_ERA}, [LAW_CLASS]),
+        ("0.5.19", "sglang-0.5.19-0.5.21", {"chain": PR_ERA}, [LAW_CLASS]),
         # Philox's uniform rounds to 1 now and then: a masked token drafted (seed 0,
         # counter 3; docs/upstream.md, "The scan"); its server's verifier and chain, the
         # control, both on the server's plumbing
@@ -51,7 +53,7 @@ def _task(package: str, version: str) -> ReleaseTask:
             "0.5.23",
             "sglang-0.5.22-0.5.23",
             {"sglang-blockwise": SGLANG_0_5_23, "chain": SGLANG_0_5_23},
-            ["support scan"],
+            [LAW_CLASS, "support scan"],
         ),
     ],
 )
@@ -67,8 +69,8 @@ def test_a_released_sglang_sampler_is_judged_under_its_era(
 
 def test_the_first_release_is_judged_on_what_its_sampling_covers() -> None:
     row = judge_release(_task("sglang", "0.5.16"))
-    assert (row["era"], row["judged"], row["lossless"]) == ("sglang-0.5.16", True, True)
-    assert row["findings"] == []
+    assert (row["era"], row["judged"], row["lossless"]) == ("sglang-0.5.16", True, False)
+    assert [f["class"] for f in row["findings"]] == [LAW_CLASS]  # its drafter: none
     assert row["drop_in"] is False  # an all-greedy batch is folded: no noise, no kept logits
     assert (row["verifier"], row["randomness"]) == (["chain"], {"chain": PR_ERA})
     assert row["not_covered"][:3] == [

@@ -15,7 +15,7 @@ import pytest
 
 from harness.cli import main
 from harness.oracles.problem import DEFAULT_CONFIG, group_label
-from harness.releases import sweep
+from harness.releases import scan, sweep
 from harness.releases.advisory import advisories, order_rows
 from harness.releases.sweep import (
     ReleaseRow,
@@ -393,6 +393,48 @@ def test_a_row_judges_every_path_and_names_the_one_that_fails(tmp_path: Path) ->
     )
 
 
+def test_a_verify_target_that_is_not_its_servers_law_makes_its_row_not_lossless(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The row's two laws (``harness.releases.laws``): a verify target that differs from
+    its server's sampler is a finding of its own class that makes a row whose drafter
+    passes not lossless; the sets judged are in its grid, what did not run in
+    ``not_covered``."""
+    from harness.plugins.implementations import builtin_implementations
+    from harness.releases.laws import LAW_CLASS, LAWS_GRID, LawsOfRow
+    from harness.render.releases import oracle_under
+
+    said = LawsOfRow(judged=["T=1 min-p 0.2 (alone)"], evidence="drops min-p", not_covered=["x"])
+    monkeypatch.setattr(sweep, "server_laws", lambda era, root: said)
+    (fixed,) = builtin_implementations(("fixed",))
+    task = _task(tmp_path, "0.5.19", scan_triples=0)
+    row = sweep._judged_row(
+        task, era="e", implementation=fixed, verifier="chain", not_covered=[],
+        started=time.perf_counter(),
+    )  # fmt: skip
+    assert (row["judged"], row["lossless"], row["drop_in"]) == (True, False, False)
+    assert row["findings"] == [
+        {"class": LAW_CLASS, "evidence": "drops min-p", "repro": repro_command(task)}
+    ]
+    assert row["grid"][LAWS_GRID] == ["T=1 min-p 0.2 (alone)"] and "x" in row["not_covered"]
+    assert oracle_under(row).endswith(f"{LAWS_GRID}: 1 set(s) alone or mixed")
+
+
+def test_a_row_whose_oracle_process_died_gives_no_row_not_a_defect(tmp_path: Path) -> None:
+    """SIGKILL in the oracle's process (the OOM killer's signal) shows no defect of the
+    release: the task raises, so the sweep counts it as giving no answer and never
+    journals it (a resumed sweep judges it again), where it was a ``statistical oracle``
+    finding that a resume read back."""
+    from harness.plugins.implementations import parse_impl_spec
+
+    killed = parse_impl_spec("killed=tests.plugins.forked_faults:KilledForked")
+    with pytest.raises(sweep.OracleGaveNoVerdict, match="died from signal SIGKILL"):
+        sweep._judged_row(
+            _task(tmp_path, "0.5.19", scan_triples=0), era="e", implementation=killed,
+            verifier="chain", not_covered=[], started=time.perf_counter(),
+        )  # fmt: skip
+
+
 def test_each_release_runs_under_its_servers_verifier_and_chain_the_control() -> None:
     assert oracle_verifiers("sglang-blockwise") == ("sglang-blockwise", "chain")
     assert oracle_verifiers("vllm-rejection") == ("vllm-rejection", "chain")
@@ -457,11 +499,11 @@ def test_a_row_states_the_scans_points_not_run_and_its_batch_cut() -> None:
             for i, p in enumerate(points)
         ]  # fmt: skip
 
-    lines = sweep.scan_not_covered(results(cut, 10), plan=cut, default=asked)
+    lines = scan.scan_not_covered(results(cut, 10), plan=cut, default=asked)
     assert lines[0] == "the support scan: 10 of 12 points not run (OutputError: outside)"
     assert lines[1].startswith("the support scan at 4096 triples per point (bs=1024, gamma=4")
     assert "bs=16384, covers 65536" in lines[1]
-    assert sweep.scan_not_covered(results(asked, 0), plan=asked, default=asked) == []
+    assert scan.scan_not_covered(results(asked, 0), plan=asked, default=asked) == []
 
 
 def test_every_vllm_era_is_loaded_as_the_package_under_its_own_convention() -> None:

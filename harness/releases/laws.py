@@ -1,0 +1,79 @@
+"""A release row's two laws of a request: its verify target against its own sampler.
+
+``server_laws`` runs ``harness.upstream.sglang_laws.compare_laws`` on the release's
+extracted files where its era names the pair (``ReleaseEra.laws``) and gives what the row
+carries: the parameter sets judged (the row's ``grid``, under ``LAWS_GRID``), a finding of
+class ``LAW_CLASS`` when any row of any set differs (held in the row's verdict as a part,
+``harness.judgement.PartVerdict``), and a line for each part not run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harness.upstream.releases.eras import ReleaseEra
+
+if TYPE_CHECKING:
+    import torch
+
+    from harness.oracles.defaults import ParameterSet
+
+LAW_CLASS = "verify target law"  # the verify's target is not its server's own law
+LAWS_GRID = "verify target against its sampler"  # the row's grid entry: the sets judged
+
+
+@dataclass(frozen=True)
+class LawsOfRow:
+    """What a row says of its two laws."""
+
+    judged: list[str] = field(default_factory=list)  # "<set> (<batch>)"
+    evidence: str = ""  # the finding's evidence; "": none
+    not_covered: list[str] = field(default_factory=list)
+
+
+def server_laws(era: ReleaseEra | None, *, root: Path | None) -> LawsOfRow | None:
+    """The row's laws (``None``: its era names no pair, or its files are not at hand)."""
+    if era is None or era.laws is None or root is None:
+        return None
+    from harness.upstream.sglang_laws import UnresolvedName, compare_laws
+
+    try:
+        compared = compare_laws(era.laws, root=root, sets=grid(), logits=far_logits())
+    except UnresolvedName as error:
+        return LawsOfRow(not_covered=[f"its verify target against its sampler: not run: {error}"])
+    evidence = compared.evidence() if compared.differing else ""
+    return LawsOfRow(judged=compared.judged, evidence=evidence, not_covered=compared.not_run())
+
+
+def grid() -> tuple[ParameterSet, ...]:
+    """The oracle's default parameter grid: greedy, each temperature, the truncated sets
+    (``harness.oracles.defaults``)."""
+    from harness.oracles.defaults import (
+        DEFAULT_TEMPERATURES,
+        DEFAULT_TRUNCATED,
+        GREEDY,
+        ParameterSet,
+    )
+
+    return (
+        *(ParameterSet(t, top_k=1 if t == GREEDY else 0) for t in DEFAULT_TEMPERATURES),
+        *DEFAULT_TRUNCATED,
+    )
+
+
+def far_logits() -> torch.Tensor:
+    """``[V, V]``: the transition logits of the oracle's far target at its default config,
+    one context token a row, built as ``harness.oracles.problem.build_problem`` builds it."""
+    from harness.oracles.problem import DEFAULT_CONFIG
+    from reference.streams import derived_seeds
+    from reference.target_model import make_markov_target
+
+    _, target_seed, _ = derived_seeds(DEFAULT_CONFIG.model_seed, 3)
+    target = make_markov_target(
+        vocab_size=DEFAULT_CONFIG.vocab_size,
+        seed=target_seed,
+        logit_scale=DEFAULT_CONFIG.target_logit_scale,
+    )
+    return target.transition_logits

@@ -1,0 +1,305 @@
+"""An sglang release's two laws of a request, each from its wheel, held against each other.
+
+Speculative decoding is lossless when a request's committed tokens follow the law its
+own server samples from without speculation (docs/sampling-params.md). A rejection
+verifier commits tokens from the target law it is handed, whatever the drafter did; so
+the release's verify target must be that law. ``compare_laws`` holds the two against
+each other on every row of each batch of the parameter grid, both run from the
+release's files (``harness.upstream.loaders.wheel_functions``, nothing of the package
+imported):
+
+- the server's law: the weights the release's non-speculative sampler
+  (``top_k_top_p_min_p_sampling_from_probs_torch``, its CPU path) hands
+  ``torch.multinomial`` for ``softmax(logits / T)``, as its ``Sampler`` hands it;
+- the verify target: for a batch that needs top-k or top-p sampling, what the release's
+  ``build_*_verify_target_probs`` returns, the branch its DSpark accept takes
+  (``_accept_sampling_core``); for any other batch ``softmax(logits / T)``, which is all
+  that branch (``SoftmaxTemp``, and 0.5.23's block-wise rejection) reads.
+
+The batches are each parameter set of the grid alone, then all of them mixed in one
+batch, as sglang stages them: ``top_k`` -1 as ``TOP_K_ALL``, a greedy request at
+temperature 1 with ``top_k`` 1, and the batch's ``need_*_sampling`` flags. Every set
+runs on every row of the logits it is given (float32): a release row gives the oracle's
+far target, one context a row (``harness.releases.laws``). A row differs
+when the two supports differ (exact), or when the renormalised values differ by more
+than ``VALUE_TOLERANCE`` (both float32, the same math in other orders). A branch whose
+function cannot run on a CPU (0.5.16-0.5.17 call sgl_kernel's top-p renormalisation,
+``None`` off CUDA) is not run, and said so.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from harness.upstream.loaders.wheel_functions import UnresolvedName, WheelFunctions
+from harness.upstream.releases.era_parts import ServerLaws
+
+
+class ParameterSet(Protocol):
+    """A request's parameters as the grid names them (``harness.oracles.defaults``)."""
+
+    @property
+    def temperature(self) -> float: ...
+    @property
+    def top_k(self) -> int: ...  # 0: none, 1: greedy
+    @property
+    def top_p(self) -> float: ...
+    @property
+    def min_p(self) -> float: ...
+    @property
+    def greedy(self) -> bool: ...
+
+    @property
+    def label(self) -> str: ...
+
+
+TOP_K_ALL = 1 << 30  # sglang's staged top-k for "none" (srt/sampling/sampling_params.py)
+VALUE_TOLERANCE = 1e-5  # float32, renormalised: far above rounding, far below any truncation
+
+
+def _off_this_platform() -> bool:
+    return False  # the CPU this runs on is none of CUDA, HIP, NPU and MUSA
+
+
+# Names the release's files bind by code the loader does not run, as that code binds them
+# on a CPU: the renormalisation kernels are None off CUDA, HIP, NPU and MUSA (every release
+# since 0.5.16), and the platform probes say no.
+CPU_ANSWERS: dict[str, Any] = {
+    "top_k_renorm_prob": None,
+    "top_p_renorm_prob": None,
+    **{probe: _off_this_platform for probe in ("is_cuda", "is_hip", "is_npu", "is_musa")},
+}
+
+
+def _seeded_path(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError(
+        "the sampler's seeded path (multinomial_with_seed) ran; the harness stages no "
+        "per-request sampling seed"
+    )
+
+
+# The sampler's own answers: its seeded draw (a Triton hash kernel) is bound, never called.
+SAMPLER_ANSWERS: dict[str, Any] = {**CPU_ANSWERS, "multinomial_with_seed": _seeded_path}
+
+
+@dataclass(frozen=True)
+class StagedBatch:
+    """The fields of sglang's ``SamplingBatchInfo`` that its samplers read, as it stages
+    one request per row (``srt/sampling/sampling_batch_info.py``)."""
+
+    temperatures: torch.Tensor  # [bs, 1] float32
+    top_ks: torch.Tensor  # [bs] int32, TOP_K_ALL for none
+    top_ps: torch.Tensor  # [bs] float32
+    min_ps: torch.Tensor  # [bs] float32
+    need_top_k_sampling: bool
+    need_top_p_sampling: bool
+    need_min_p_sampling: bool
+
+    @classmethod
+    def of(cls, sets: Sequence[ParameterSet]) -> StagedBatch:
+        top_ks = [s.top_k or TOP_K_ALL for s in sets]
+        return cls(
+            # a greedy request is staged at temperature 1 with top_k 1 (SamplingParams)
+            temperatures=torch.tensor([[1.0 if s.greedy else s.temperature] for s in sets]),
+            top_ks=torch.tensor(top_ks, dtype=torch.int32),
+            top_ps=torch.tensor([s.top_p for s in sets]),
+            min_ps=torch.tensor([s.min_p for s in sets]),
+            need_top_k_sampling=any(k != TOP_K_ALL for k in top_ks),
+            need_top_p_sampling=any(s.top_p != 1.0 for s in sets),
+            need_min_p_sampling=any(s.min_p > 0 for s in sets),
+        )
+
+
+@dataclass(frozen=True)
+class SetComparison:
+    """One parameter set's rows in one batch: how many differ, and how."""
+
+    batch: str  # "alone" or "mixed"
+    group: str  # the set's label
+    rows: int
+    differing: int = 0
+    kept_extra: int = 0  # tokens the verify target keeps that the server's sampler drops
+    dropped_extra: int = 0  # tokens it drops that the sampler keeps
+    max_gap: float = 0.0
+    not_run: str = ""  # why this batch's verify target could not be built here
+
+    def line(self) -> str:
+        return f"{self.group} ({self.batch}): {self.counts()}"
+
+    def counts(self) -> str:
+        """How its rows differ, in words (why not run, where it was not)."""
+        if self.not_run:
+            return f"not run: {self.not_run}"
+        return (
+            f"{self.differing} of {self.rows} rows differ; the verify target keeps "
+            f"{self.kept_extra} token(s) its sampler drops and drops {self.dropped_extra} it "
+            f"keeps (largest gap {self.max_gap:.3g})"
+        )
+
+
+@dataclass(frozen=True)
+class LawComparison:
+    """Every set of the grid, alone and mixed, for one release."""
+
+    laws: ServerLaws
+    sets: tuple[SetComparison, ...]
+
+    @property
+    def differing(self) -> tuple[SetComparison, ...]:
+        return tuple(s for s in self.sets if s.differing)
+
+    @property
+    def judged(self) -> list[str]:
+        return [f"{s.group} ({s.batch})" for s in self.sets if not s.not_run]
+
+    def evidence(self) -> str:
+        """The finding's words: which function differs from which, and where (a set that
+        differs alike alone and mixed named once, with both batches)."""
+        by: dict[str, list[SetComparison]] = {}
+        for s in self.differing:
+            by.setdefault(f"{s.group}: {s.counts()}", []).append(s)
+        lines = []
+        for alike in by.values():
+            batches = ", ".join(s.batch for s in alike)
+            lines.append(f"{alike[0].group} ({batches}): {alike[0].counts()}")
+        return (
+            f"its DSpark verify's target ({self.laws.verify_target}, {self.laws.branch}) is "
+            f"not its server's own law ({self.laws.sampler}): " + "; ".join(lines)
+        )
+
+    def not_run(self) -> list[str]:
+        """What of the grid was not run, a line a batch and reason."""
+        by: dict[tuple[str, str], list[str]] = {}
+        for s in self.sets:
+            if s.not_run:
+                by.setdefault((s.batch, s.not_run), []).append(s.group)
+        return [
+            f"its verify target against its sampler, {batch} batch: {', '.join(groups)}: "
+            f"not run: {why}"
+            for (batch, why), groups in by.items()
+        ]
+
+
+def compare_laws(
+    laws: ServerLaws, *, root: Path, sets: Sequence[ParameterSet], logits: torch.Tensor
+) -> LawComparison:
+    """Each of ``sets`` alone, then all mixed, each on every row of ``logits`` ``[n, V]``
+    (one context a row): the release's verify target against its sampler's law, both run
+    from the files under ``root``. ``UnresolvedName`` where a function cannot be loaded
+    (one line)."""
+    loaded = WheelFunctions(root, package="sglang", answers=CPU_ANSWERS)
+    verify = loaded.function(*_split(laws.verify_target))
+    recorder = MultinomialRecorder()
+    sampling = WheelFunctions(
+        root, package="sglang", answers={**SAMPLER_ANSWERS, "torch": recorder}
+    )
+    sampler = sampling.function(*_split(laws.sampler))
+    logits = logits.to(torch.float32)
+    sets = tuple(sets)
+    compared: list[SetComparison] = []
+    contexts = logits.shape[0]
+    for batch, members in [*(("alone", (s,)) for s in sets), ("mixed", sets)]:
+        rows = [s for s in members for _ in range(contexts)]
+        staged = StagedBatch.of(rows)
+        batch_logits = logits.repeat(len(members), 1)
+        server = recorder.law(sampler, staged=staged, logits=batch_logits)
+        try:
+            target = _verify_target(
+                verify,
+                staged=staged,
+                logits=batch_logits,
+                branches=laws.temperatures_otherwise,
+            )
+        except TypeError as error:  # a branch that calls a CUDA-only kernel, None here
+            if "NoneType" not in str(error):
+                raise
+            why = (
+                "its target builder calls a renormalisation kernel the release binds on "
+                f"CUDA only, None on a CPU ({error})"
+            )
+            compared += [SetComparison(batch, m.label, contexts, not_run=why) for m in members]
+            continue
+        for index, member in enumerate(members):
+            at = slice(index * contexts, (index + 1) * contexts)
+            compared.append(_compare(batch, member, target=target[at], server=server[at]))
+    return LawComparison(laws=laws, sets=tuple(compared))
+
+
+def _split(qualified: str) -> tuple[str, str]:
+    module, _, name = qualified.rpartition(".")
+    return module, name
+
+
+def _verify_target(
+    verify: Any, *, staged: StagedBatch, logits: torch.Tensor, branches: bool
+) -> torch.Tensor:
+    bs = logits.shape[0]
+    if not branches or staged.need_top_k_sampling or staged.need_top_p_sampling:
+        built = verify(next_token_logits=logits, sampling_info=staged, draft_token_num=1, bs=bs)
+        return built.reshape(bs, -1)
+    return torch.softmax(logits / staged.temperatures, dim=-1)  # the temperatures-only branch
+
+
+class MultinomialRecorder(types.ModuleType):
+    """``torch`` for the release's sampler function: every name is torch's, but
+    ``multinomial`` records the weights it is handed and returns every rank in order, so
+    the function's own gather maps each rank back to its token: its law, read exactly."""
+
+    def __init__(self) -> None:
+        super().__init__("torch")
+        self.weights: list[torch.Tensor] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    def multinomial(self, weights: torch.Tensor, num_samples: int = 1, **_: Any) -> torch.Tensor:
+        del num_samples
+        self.weights.append(weights.clone())
+        n, width = weights.shape
+        return torch.arange(width, device=weights.device).expand(n, width)
+
+    def law(self, sampler: Any, *, staged: StagedBatch, logits: torch.Tensor) -> torch.Tensor:
+        """``[bs, V]``: the weights the sampler draws each row's token from, renormalised."""
+        self.weights.clear()
+        probs = torch.softmax(logits / staged.temperatures, dim=-1)
+        tokens = sampler(
+            probs.clone(),
+            staged.top_ks,
+            staged.top_ps,
+            staged.min_ps,
+            staged.need_min_p_sampling,
+            None,  # no per-request seed: multinomial
+            None,
+        )
+        (ranked,) = self.weights
+        order = tokens.reshape(ranked.shape).long()  # the token at each rank
+        law = torch.zeros_like(probs).scatter_(-1, order, ranked)
+        return law / law.sum(-1, keepdim=True)
+
+
+def _compare(
+    batch: str, member: ParameterSet, *, target: torch.Tensor, server: torch.Tensor
+) -> SetComparison:
+    target = target / target.sum(-1, keepdim=True)
+    kept, allowed = target > 0, server > 0
+    extra, dropped = kept & ~allowed, allowed & ~kept
+    gap = (target - server).abs().amax(-1)
+    differs = extra.any(-1) | dropped.any(-1) | (gap > VALUE_TOLERANCE)
+    return SetComparison(
+        batch,
+        member.label,
+        rows=target.shape[0],
+        differing=int(differs.sum()),
+        kept_extra=int(extra.sum()),
+        dropped_extra=int(dropped.sum()),
+        max_gap=float(gap.max()),
+    )
+
+
+__all__ = ["LawComparison", "SetComparison", "StagedBatch", "UnresolvedName", "compare_laws"]
