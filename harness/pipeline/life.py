@@ -6,11 +6,13 @@ constructor takes ``out=``, then replays it ``case.replays`` times. Every conven
 lives a life, sglang 0.5.23's too (its noise counter keeps running across replays).
 Between replays the live batch size changes within ``max_bs`` (full, 1 and in between),
 every replay gets new hidden states and anchors, and the sampling parameters are
-restaged with new temperatures and another greedy mix (all greedy, mixed, all sampled,
-in changing order). Each replay is poisoned, staged, called and read (from the server's
-buffer) through the convention's built sampler, under the same observers as any call;
-``harness.pipeline.checks`` holds every replay to the per-call checks for its own inputs
-and parameters (``docs/design.md``, "A server's life").
+restaged with new temperatures, another greedy mix (all greedy, mixed, all sampled, in
+changing order) and, on each sampled row, a request's truncation in turn (none, top-k,
+top-p, min-p, all three: ``LIFE_TRUNCATIONS``). Each replay is poisoned, staged, called
+and read (from the server's buffer) through the convention's built sampler, under the
+same observers as any call; ``harness.pipeline.checks`` holds every replay to the
+per-call checks for its own inputs and parameters (``docs/design.md``, "A server's
+life").
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import replace
 
 import torch
 
-from harness.case import SEED_LIMIT, TOP_K_ALL, Case, CaseInputs
+from harness.case import SEED_LIMIT, Case, CaseInputs
 from harness.options import RunOptions
 from harness.pipeline.call import guarded_call, latest_draws, observed_call
 from harness.pipeline.observe import DispatchObserver, RandomDraw
@@ -28,10 +30,12 @@ from harness.pipeline.results import GreedyMix, ImplResult, Life, LifeReplay, Li
 from harness.plugins.conventions import TOKEN_SENTINEL, BuiltSampler
 from harness.plugins.implementations import Implementation
 from harness.upstream.dispatch import convention_of
-from reference import SamplingInfo
 
 MIN_REPLAYS = 8  # replays of one bucket in the standard matrix's lives
 LIFE_TEMPERATURES = (0.4, 1.6)  # range of a sampled row's temperature in a life
+# A sampled row's (top-k, top-p, min-p) in a life, taken in turn by row and replay: none,
+# each truncation alone, and all three (docs/sampling-params.md).
+LIFE_TRUNCATIONS = ((0, 1.0, 0.0), (3, 1.0, 0.0), (0, 0.8, 0.0), (0, 1.0, 0.2), (6, 0.9, 0.1))
 
 
 # Three orders, so every mix follows every other one over a life.
@@ -69,6 +73,11 @@ def life_schedule(case: Case) -> list[LifeStep]:
         temperatures = tuple(
             1.0 if g else round(float(t), 3) for g, t in zip(greedy, drawn, strict=True)
         )
+        truncations = [
+            LIFE_TRUNCATIONS[0] if g else LIFE_TRUNCATIONS[(row + index) % len(LIFE_TRUNCATIONS)]
+            for row, g in enumerate(greedy)
+        ]
+        top_ks, top_ps, min_ps = (tuple(values) for values in zip(*truncations, strict=True))
         steps.append(
             LifeStep(
                 index=index,
@@ -77,6 +86,9 @@ def life_schedule(case: Case) -> list[LifeStep]:
                 temperatures=temperatures,
                 greedy_rows=greedy,
                 input_seed=(case.seed * 1009 + 17 + index) % SEED_LIMIT,
+                top_ks=top_ks,
+                top_ps=top_ps,
+                min_ps=min_ps,
             )
         )
     return steps
@@ -84,7 +96,8 @@ def life_schedule(case: Case) -> list[LifeStep]:
 
 def replay_inputs(case: Case, step: LifeStep, inputs: CaseInputs) -> CaseInputs:
     """The replay's inputs: the life's model, new hidden states and anchors (generated on
-    the CPU from the step's seed), and the step's sampling parameters."""
+    the CPU from the step's seed), and the step's sampling parameters, truncations
+    included (``Case.requests``)."""
     device = torch.device(case.device)
     generator = torch.Generator().manual_seed(step.input_seed)
     rows = step.bs * case.query_rows
@@ -92,14 +105,11 @@ def replay_inputs(case: Case, step: LifeStep, inputs: CaseInputs) -> CaseInputs:
         rows, case.hidden_size, generator=generator, dtype=torch.float32
     )  # [bs*Q, H]
     input_ids = torch.randint(0, case.vocab_size, (rows,), generator=generator)  # [bs*Q]
-    top_ks = [1 if greedy else TOP_K_ALL for greedy in step.greedy_rows]
     return replace(
         inputs,
         hidden_states=hidden_states.to(case.torch_dtype).to(device),
         input_ids=input_ids.to(device),
-        sampling_info=SamplingInfo.from_lists(
-            temperatures=list(step.temperatures), top_ks=top_ks, device=device
-        ),
+        sampling_info=step.case_of(case).requests(device),  # as a server stages them
     )
 
 

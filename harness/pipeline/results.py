@@ -126,6 +126,10 @@ class LifeStep:
     temperatures: tuple[float, ...]  # [bs]; greedy rows are sent as T = 1 with top_k = 1
     greedy_rows: tuple[bool, ...]  # [bs]
     input_seed: int  # seed of this replay's hidden states and anchors
+    # [bs] each, a request's truncation (docs/sampling-params.md); (): none staged
+    top_ks: tuple[int, ...] = ()  # 0: no top-k (a greedy row's 1 is greedy_rows')
+    top_ps: tuple[float, ...] = ()
+    min_ps: tuple[float, ...] = ()
 
     def describe(self) -> str:
         return f"replay {self.index} (bs={self.bs}, {self.mix.value})"
@@ -136,6 +140,9 @@ class LifeStep:
             bs=self.bs,
             temperatures=self.temperatures,
             greedy_rows=self.greedy_rows,
+            top_ks=self.top_ks,
+            top_ps=self.top_ps,
+            min_ps=self.min_ps,
             replays=0,
             name=f"{case.label()} / {self.describe()}",
         )

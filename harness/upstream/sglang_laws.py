@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 import torch
 
+from harness.case import TOP_K_ALL  # sglang's staged top-k for none (sampling_params.py)
 from harness.upstream.loaders.wheel_functions import UnresolvedName, WheelFunctions
 from harness.upstream.releases.era_parts import ServerLaws
 
@@ -59,7 +60,6 @@ class ParameterSet(Protocol):
     def label(self) -> str: ...
 
 
-TOP_K_ALL = 1 << 30  # sglang's staged top-k for "none" (srt/sampling/sampling_params.py)
 VALUE_TOLERANCE = 1e-5  # float32, renormalised: far above rounding, far below any truncation
 
 

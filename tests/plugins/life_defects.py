@@ -19,7 +19,9 @@ not show:
 - ``AlternatingNoiseSampler``: draws from one of two generators reseeded in turn, so
   every other call repeats the noise;
 - ``ExtraWalkFromThirdCallSampler``: from its third call on, runs a warm-up walk first
-  (drop-in only: the tokens are right).
+  (drop-in only: the tokens are right);
+- ``TruncationAsGreedyOnRestageSampler``: from its third staging on, stages a sampled
+  request that carries a truncation (top-k, top-p or min-p) as greedy.
 
 Correct designs: ``DoubleBufferedNoiseSampler`` draws the next call's noise at the end
 of each call (the first call's at construction); ``NumpyNoiseSampler`` takes its noise
@@ -35,6 +37,7 @@ import numpy as np
 import torch
 
 from fixed import DsparkDraftSampler as FixedSampler
+from harness.case import TOP_K_ALL
 from reference import BlockInputs, SamplingInfo
 from reference.step_samplers import StepSampler
 from tests.plugins.races import race_on
@@ -178,6 +181,26 @@ class ExtraWalkFromThirdCallSampler(FixedSampler):
                 collect_corrected=False,
             )
         return block
+
+
+class TruncationAsGreedyOnRestageSampler(FixedSampler):
+    """Right on the stagings of one case's calls; from its third on (a life's restaging),
+    a sampled row with a truncation is staged greedy."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stagings = 0
+
+    def stage_sampling_params(self, *, bs: int, sampling_info: SamplingInfo | None) -> None:
+        super().stage_sampling_params(bs=bs, sampling_info=sampling_info)
+        self.stagings += 1
+        if self.stagings > 2 and sampling_info is not None:  # planted
+            top_ks, top_ps, min_ps = (
+                getattr(sampling_info, name)[:bs].to(self.greedy_mask.device)
+                for name in ("top_ks", "top_ps", "min_ps")
+            )
+            truncating = ((top_ks > 1) & (top_ks < TOP_K_ALL)) | (top_ps < 1) | (min_ps > 0)
+            self.greedy_mask[:bs] |= truncating
 
 
 class _StepNoiseSampler(FixedSampler):

@@ -21,7 +21,7 @@ from harness.options import RunOptions
 from harness.pipeline.checks import Tier, tier_of
 from harness.pipeline.compare import compare, evaluate_run
 from harness.pipeline.isolation import make_executor
-from harness.pipeline.life import MIN_REPLAYS, GreedyMix, life_schedule
+from harness.pipeline.life import LIFE_TRUNCATIONS, MIN_REPLAYS, GreedyMix, life_schedule
 from harness.pipeline.matrix import standard_matrix, thorough_matrix
 from harness.pipeline.memory import check_cases_fit
 from harness.pipeline.records import CaseRecord
@@ -63,6 +63,7 @@ LIFE_DEFECTS = (
     LifeDefect("LongBlockSampler", "teacher_forcing"),
     LifeDefect("MidBatchSampler", "teacher_forcing"),
     LifeDefect("AlternatingNoiseSampler", "life_fresh_noise"),
+    LifeDefect("TruncationAsGreedyOnRestageSampler", "life_replays"),
 )
 CORRECT_DESIGNS = ("DoubleBufferedNoiseSampler", "NumpyNoiseSampler")
 
@@ -85,7 +86,7 @@ def _matrix_records() -> list[CaseRecord]:
 
 
 # -- what the life and the matrix cover ------------------------------------------------------
-def test_a_life_changes_the_batch_and_restages_every_mix_in_changing_order() -> None:
+def test_a_life_changes_the_batch_and_restages_every_mix_and_truncation_in_changing_order() -> None:
     steps = life_schedule(LIFE_CASE)
     assert len(steps) == MIN_REPLAYS
     sizes = [s.bs for s in steps]
@@ -101,6 +102,23 @@ def test_a_life_changes_the_batch_and_restages_every_mix_in_changing_order() -> 
         assert len(step.temperatures) == len(step.greedy_rows) == step.bs
         assert (step.mix is GreedyMix.ALL_GREEDY) == (not any(sampled))
         assert (step.mix is GreedyMix.ALL_SAMPLED) == all(sampled)
+    # every truncation is restaged on some sampled row, none on a greedy one
+    staged = {
+        (k, p, m)
+        for step in steps
+        for g, k, p, m in zip(step.greedy_rows, step.top_ks, step.top_ps, step.min_ps, strict=True)
+        if not g
+    }
+    assert staged == set(LIFE_TRUNCATIONS)
+    for step in steps:
+        on_greedy = [
+            (k, p, m)
+            for g, k, p, m in zip(
+                step.greedy_rows, step.top_ks, step.top_ps, step.min_ps, strict=True
+            )
+            if g
+        ]
+        assert set(on_greedy) <= {LIFE_TRUNCATIONS[0]}
     same_bucket = [s for s in steps if s.bs == LIFE_CASE.max_bs]
     assert len({(s.mix, s.temperatures) for s in same_bucket}) == len(same_bucket)
     assert len({s.input_seed for s in steps}) == len(steps)
