@@ -11,8 +11,8 @@ changing order) and, on each sampled row, a request's truncation in turn (none, 
 top-p, min-p, all three: ``LIFE_TRUNCATIONS``). Each replay is poisoned, staged, called
 and read (from the server's buffer) through the convention's built sampler, under the
 same observers as any call; ``harness.pipeline.checks`` holds every replay to the
-per-call checks for its own inputs and parameters (``docs/design.md``, "A server's
-life").
+per-call checks for its own inputs and parameters
+(``docs/design.md``, "A server's life").
 """
 
 from __future__ import annotations
