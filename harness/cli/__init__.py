@@ -179,11 +179,12 @@ COMMAND_TABLE: dict[str, CommandSpec] = {
         "and later), each fetched as a wheel without dependencies into a cache, loaded "
         "unchanged under its own era's contract and judged in a process of its own: the "
         "checks on the standard matrix and the statistical oracle under its own server's "
-        "verifier (chain where the harness has none, said so). A release the harness "
-        "cannot judge says why (unknown contract, not fetched, missing light "
-        "dependencies). Then the advisory: per defect class, the affected releases (first, "
-        "last), the first fixed, each class's first evidence and the command that replays "
-        "it. As an audit tool exits: 1 when a judged release is not lossless (--exit-zero: "
+        "verifier (chain where the harness has none, said so), the support scan, its life "
+        "across the junction and, for sglang, its verify target against its own "
+        "sampler's law. A release the harness cannot judge says why (unknown contract, "
+        "not fetched, missing light dependencies). Then the advisory: per defect class, "
+        "the affected releases (first, last), the first fixed, each class's first "
+        "evidence and the command that replays it. As an audit tool exits: 1 when a judged release is not lossless (--exit-zero: "
         "0, a sweep that only reports), when nothing could be judged or a release's task "
         "gave no answer; 0 otherwise; 2 on bad usage.",
         examples=(
