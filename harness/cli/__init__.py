@@ -184,9 +184,10 @@ COMMAND_TABLE: dict[str, CommandSpec] = {
         "sampler's law. A release the harness cannot judge says why (unknown contract, "
         "not fetched, missing light dependencies). Then the advisory: per defect class, "
         "the affected releases (first, last), the first fixed, each class's first "
-        "evidence and the command that replays it. As an audit tool exits: 1 when a judged release is not lossless (--exit-zero: "
-        "0, a sweep that only reports), when nothing could be judged or a release's task "
-        "gave no answer; 0 otherwise; 2 on bad usage.",
+        "evidence and the command that replays it. As an audit tool exits: 1 when a "
+        "judged release is not lossless (--exit-zero: 0, a sweep that only reports), when "
+        "nothing could be judged or a release's task gave no answer; 0 otherwise; 2 on "
+        "bad usage.",
         examples=(
             "python -m harness releases --sglang 0.5.19,0.5.21-0.5.23 --vllm none",
             "python -m harness releases --all --jobs 2 --resume",
