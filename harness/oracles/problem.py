@@ -370,6 +370,15 @@ def build_drafters(config: StatsConfig) -> dict[str, ToyDraftModel]:
     return drafters
 
 
+def far_target(config: StatsConfig) -> MarkovTargetModel:
+    """The config's far target, on the CPU: its Markov target from ``model_seed`` (the
+    near ones mix it with the drafter's own law)."""
+    _, target_seed, _ = derived_seeds(config.model_seed, 3)
+    return make_markov_target(
+        vocab_size=config.vocab_size, seed=target_seed, logit_scale=config.target_logit_scale
+    )
+
+
 def build_problem(
     oracle_config: StatsConfig,
     *,
@@ -382,11 +391,9 @@ def build_problem(
     spec = target if target is not None else oracle_config.targets[0]
     config = oracle_config.for_target(spec)
     device = torch.device(config.device)
-    _, target_seed, context_seed = derived_seeds(config.model_seed, 3)
+    _, _, context_seed = derived_seeds(config.model_seed, 3)
     drafters = drafters if drafters is not None else build_drafters(config)
-    far = make_markov_target(
-        vocab_size=config.vocab_size, seed=target_seed, logit_scale=config.target_logit_scale
-    )
+    far = far_target(config)
     context = DraftContext(
         vocab_size=config.vocab_size,
         hidden_size=config.hidden_size,

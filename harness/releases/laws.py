@@ -48,32 +48,16 @@ def server_laws(era: ReleaseEra | None, *, root: Path | None) -> LawsOfRow | Non
 
 
 def grid() -> tuple[ParameterSet, ...]:
-    """The oracle's default parameter grid: greedy, each temperature, the truncated sets
-    (``harness.oracles.defaults``)."""
-    from harness.oracles.defaults import (
-        DEFAULT_TEMPERATURES,
-        DEFAULT_TRUNCATED,
-        GREEDY,
-        ParameterSet,
-    )
+    """The oracle's default parameter groups at its far target: greedy, each temperature,
+    the truncated sets (``StatsConfig.groups_at``)."""
+    from harness.oracles.problem import DEFAULT_CONFIG, FAR
 
-    return (
-        *(ParameterSet(t, top_k=1 if t == GREEDY else 0) for t in DEFAULT_TEMPERATURES),
-        *DEFAULT_TRUNCATED,
-    )
+    return DEFAULT_CONFIG.groups_at(FAR)
 
 
 def far_logits() -> torch.Tensor:
     """``[V, V]``: the transition logits of the oracle's far target at its default config,
-    one context token a row, built as ``harness.oracles.problem.build_problem`` builds it."""
-    from harness.oracles.problem import DEFAULT_CONFIG
-    from reference.streams import derived_seeds
-    from reference.target_model import make_markov_target
+    one context token a row (``harness.oracles.problem.far_target``)."""
+    from harness.oracles.problem import DEFAULT_CONFIG, far_target
 
-    _, target_seed, _ = derived_seeds(DEFAULT_CONFIG.model_seed, 3)
-    target = make_markov_target(
-        vocab_size=DEFAULT_CONFIG.vocab_size,
-        seed=target_seed,
-        logit_scale=DEFAULT_CONFIG.target_logit_scale,
-    )
-    return target.transition_logits
+    return far_target(DEFAULT_CONFIG).transition_logits

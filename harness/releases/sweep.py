@@ -332,7 +332,8 @@ def _judged_row(
     parts = [PartVerdict(implementation.name, LIFE, "" if life["lossless"] else life_said)]
     parts += [] if laws is None else [PartVerdict(implementation.name, LAW_CLASS, laws.evidence)]
     scanned = judgement.with_scans([ScanVerdict(implementation.name, scan_hits)])
-    held = [scanned.with_parts(parts).held_verdict(path.name) for path in paths]
+    parted = scanned.with_parts(parts)
+    held = [parted.held_verdict(path.name) for path in paths]
     for path, path_held in zip(paths, held, strict=True):
         statistical = path_held.verdict.statistical
         if statistical.gave_no_verdict:  # no defect shown, and the row not journalled
