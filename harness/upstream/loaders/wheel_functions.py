@@ -14,7 +14,8 @@ points into the wheel), and binds each global name the function reads, once:
   does not run (a platform branch at the top: ``top_k_renorm_prob = None`` off CUDA).
 
 A name none of these binds is refused before anything runs (``UnresolvedName``, one line
-naming the function, the name and what to do). Nothing of the package is imported, and
+naming the function, the name and what to do), as is a file that is missing or cannot be
+parsed (a damaged or truncated wheel). Nothing of the package is imported, and
 ``sys.modules`` is not touched.
 """
 
@@ -53,7 +54,10 @@ class WheelFunctions:
         path = self.path_of(module)
         if not path.is_file():
             raise UnresolvedName(f"{module}: no file {path}")
-        return ast.parse(path.read_text(), filename=str(path))
+        try:
+            return ast.parse(path.read_text(), filename=str(path))
+        except (SyntaxError, UnicodeDecodeError, ValueError) as error:  # damaged, truncated
+            raise UnresolvedName(f"{module}: {path} cannot be parsed: {error}") from None
 
     @functools.cache  # noqa: B019
     def function(self, module: str, name: str) -> Callable[..., Any]:

@@ -98,3 +98,14 @@ def test_a_missing_function_or_file_is_named(root: Path) -> None:
         loaded.function(f"{PACKAGE}.laws", "absent")
     with pytest.raises(UnresolvedName, match="no file"):
         loaded.function(f"{PACKAGE}.nowhere", "law")
+
+
+@pytest.mark.parametrize(
+    "damage", [b"def law(x:\n", b"\xff\xfe\x00 not text", b"x = 1\x00\n"], ids=str
+)
+def test_a_file_that_cannot_be_parsed_is_refused_in_one_line(root: Path, damage: bytes) -> None:
+    """A truncated, binary or NUL-bearing file (a damaged wheel): one line naming it."""
+    (root / PACKAGE / "laws.py").write_bytes(damage)
+    with pytest.raises(UnresolvedName, match="cannot be parsed") as refused:
+        WheelFunctions(root, package=PACKAGE).function(f"{PACKAGE}.laws", "law")
+    assert "\n" not in str(refused.value) and "laws.py" in str(refused.value)
