@@ -180,7 +180,7 @@ COMMAND_TABLE: dict[str, CommandSpec] = {
         "unchanged under its own era's contract and judged in a process of its own: the "
         "checks on the standard matrix and the statistical oracle under its own server's "
         "verifier (chain where the harness has none, said so), the support scan, its life "
-        "across the junction and, for sglang, its verify target against its own "
+        "across the junction and its verify target against its own "
         "sampler's law. A release the harness cannot judge says why (unknown contract, "
         "not fetched, missing light dependencies). Then the advisory: per defect class, "
         "the affected releases (first, last), the first fixed, each class's first "

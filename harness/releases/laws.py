@@ -1,7 +1,9 @@
 """A release row's two laws of a request: its verify target against its own sampler.
 
-``server_laws`` runs ``harness.upstream.sglang_laws.compare_laws`` on the release's
-extracted files where its era names the pair (``ReleaseEra.laws``) and gives what the row
+``server_laws`` runs its server's ``compare_laws`` (``harness.upstream.sglang_laws``, or
+``harness.upstream.vllm_laws`` in the process that judges the vLLM release) on the
+release's extracted files where its era names the pair (``ReleaseEra.laws``) and gives
+what the row
 carries: the parameter sets judged (the row's ``grid``, under ``LAWS_GRID``), a finding of
 class ``LAW_CLASS`` when any row of any set differs (held in the row's verdict as a part,
 ``harness.judgement.PartVerdict``), and a line for each part not run.
@@ -37,8 +39,12 @@ def server_laws(era: ReleaseEra | None, *, root: Path | None) -> LawsOfRow | Non
     """The row's laws (``None``: its era names no pair, or its files are not at hand)."""
     if era is None or era.laws is None or root is None:
         return None
-    from harness.upstream.sglang_laws import UnresolvedName, compare_laws
+    from harness.upstream.loaders.wheel_functions import UnresolvedName
 
+    if era.package == "vllm":
+        from harness.upstream.vllm_laws import compare_laws
+    else:
+        from harness.upstream.sglang_laws import compare_laws
     try:
         compared = compare_laws(era.laws, root=root, sets=grid(), logits=far_logits())
     except UnresolvedName as error:

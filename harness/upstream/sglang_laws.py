@@ -20,9 +20,8 @@ The batches are each parameter set of the grid alone, then all of them mixed in 
 batch, as sglang stages them: ``top_k`` -1 as ``TOP_K_ALL``, a greedy request at
 temperature 1 with ``top_k`` 1, and the batch's ``need_*_sampling`` flags. Every set
 runs on every row of the logits it is given (float32): a release row gives the oracle's
-far target, one context a row (``harness.releases.laws``). A row differs
-when the two supports differ (exact), or when the renormalised values differ by more
-than ``VALUE_TOLERANCE`` (both float32, the same math in other orders). A branch whose
+far target, one context a row (``harness.releases.laws``). Rows are held against each
+other as ``harness.upstream.law_comparison.compare_rows`` holds them. A branch whose
 function cannot run on a CPU (0.5.16-0.5.17 call sgl_kernel's top-p renormalisation,
 ``None`` off CUDA) is not run, and said so.
 """
@@ -33,34 +32,19 @@ import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from harness.case import TOP_K_ALL  # sglang's staged top-k for none (sampling_params.py)
+from harness.upstream.law_comparison import (
+    LawComparison,
+    ParameterSet,
+    SetComparison,
+    compare_rows,
+)
 from harness.upstream.loaders.wheel_functions import UnresolvedName, WheelFunctions
 from harness.upstream.releases.era_parts import ServerLaws
-
-
-class ParameterSet(Protocol):
-    """A request's parameters as the grid names them (``harness.oracles.defaults``)."""
-
-    @property
-    def temperature(self) -> float: ...
-    @property
-    def top_k(self) -> int: ...  # 0: none, 1: greedy
-    @property
-    def top_p(self) -> float: ...
-    @property
-    def min_p(self) -> float: ...
-    @property
-    def greedy(self) -> bool: ...
-
-    @property
-    def label(self) -> str: ...
-
-
-VALUE_TOLERANCE = 1e-5  # float32, renormalised: far above rounding, far below any truncation
 
 
 def _off_this_platform() -> bool:
@@ -116,76 +100,6 @@ class StagedBatch:
         )
 
 
-@dataclass(frozen=True)
-class SetComparison:
-    """One parameter set's rows in one batch: how many differ, and how."""
-
-    batch: str  # "alone" or "mixed"
-    group: str  # the set's label
-    rows: int
-    differing: int = 0
-    kept_extra: int = 0  # tokens the verify target keeps that the server's sampler drops
-    dropped_extra: int = 0  # tokens it drops that the sampler keeps
-    max_gap: float = 0.0
-    not_run: str = ""  # why this batch's verify target could not be built here
-
-    def line(self) -> str:
-        return f"{self.group} ({self.batch}): {self.counts()}"
-
-    def counts(self) -> str:
-        """How its rows differ, in words (why not run, where it was not)."""
-        if self.not_run:
-            return f"not run: {self.not_run}"
-        return (
-            f"{self.differing} of {self.rows} rows differ; the verify target keeps "
-            f"{self.kept_extra} token(s) its sampler drops and drops {self.dropped_extra} it "
-            f"keeps (largest gap {self.max_gap:.3g})"
-        )
-
-
-@dataclass(frozen=True)
-class LawComparison:
-    """Every set of the grid, alone and mixed, for one release."""
-
-    laws: ServerLaws
-    sets: tuple[SetComparison, ...]
-
-    @property
-    def differing(self) -> tuple[SetComparison, ...]:
-        return tuple(s for s in self.sets if s.differing)
-
-    @property
-    def judged(self) -> list[str]:
-        return [f"{s.group} ({s.batch})" for s in self.sets if not s.not_run]
-
-    def evidence(self) -> str:
-        """The finding's words: which function differs from which, and where (a set that
-        differs alike alone and mixed named once, with both batches)."""
-        by: dict[str, list[SetComparison]] = {}
-        for s in self.differing:
-            by.setdefault(f"{s.group}: {s.counts()}", []).append(s)
-        lines = []
-        for alike in by.values():
-            batches = ", ".join(s.batch for s in alike)
-            lines.append(f"{alike[0].group} ({batches}): {alike[0].counts()}")
-        return (
-            f"its DSpark verify's target ({self.laws.verify_target}, {self.laws.branch}) is "
-            f"not its server's own law ({self.laws.sampler}): " + "; ".join(lines)
-        )
-
-    def not_run(self) -> list[str]:
-        """What of the grid was not run, a line a batch and reason."""
-        by: dict[tuple[str, str], list[str]] = {}
-        for s in self.sets:
-            if s.not_run:
-                by.setdefault((s.batch, s.not_run), []).append(s.group)
-        return [
-            f"its verify target against its sampler, {batch} batch: {', '.join(groups)}: "
-            f"not run: {why}"
-            for (batch, why), groups in by.items()
-        ]
-
-
 def compare_laws(
     laws: ServerLaws, *, root: Path, sets: Sequence[ParameterSet], logits: torch.Tensor
 ) -> LawComparison:
@@ -227,7 +141,7 @@ def compare_laws(
             continue
         for index, member in enumerate(members):
             at = slice(index * contexts, (index + 1) * contexts)
-            compared.append(_compare(batch, member, target=target[at], server=server[at]))
+            compared.append(compare_rows(batch, member, target=target[at], server=server[at]))
     return LawComparison(laws=laws, sets=tuple(compared))
 
 
@@ -281,25 +195,6 @@ class MultinomialRecorder(types.ModuleType):
         order = tokens.reshape(ranked.shape).long()  # the token at each rank
         law = torch.zeros_like(probs).scatter_(-1, order, ranked)
         return law / law.sum(-1, keepdim=True)
-
-
-def _compare(
-    batch: str, member: ParameterSet, *, target: torch.Tensor, server: torch.Tensor
-) -> SetComparison:
-    target = target / target.sum(-1, keepdim=True)
-    kept, allowed = target > 0, server > 0
-    extra, dropped = kept & ~allowed, allowed & ~kept
-    gap = (target - server).abs().amax(-1)
-    differs = extra.any(-1) | dropped.any(-1) | (gap > VALUE_TOLERANCE)
-    return SetComparison(
-        batch,
-        member.label,
-        rows=target.shape[0],
-        differing=int(differs.sum()),
-        kept_extra=int(extra.sum()),
-        dropped_extra=int(dropped.sum()),
-        max_gap=float(gap.max()),
-    )
 
 
 __all__ = ["LawComparison", "SetComparison", "StagedBatch", "UnresolvedName", "compare_laws"]

@@ -45,6 +45,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "upstream.releases.wheels",
                 "upstream.releases.eras",
                 "upstream.releases.era_parts",
+                "upstream.releases.era_laws",
                 "releases.__init__",
                 "releases.ray_executor",  # the sweep's Ray pool: an executor, no more
                 "examples",  # samplers to copy: the built-ins' packages, no more

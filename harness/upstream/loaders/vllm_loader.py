@@ -168,6 +168,18 @@ def unavailable_reason() -> str | None:
     return None
 
 
+@contextmanager
+def environment_kept() -> Iterator[None]:
+    """``os.environ`` as the block found it: vLLM's import sets defaults of its own in it,
+    and the process's stay."""
+    environment = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(environment)
+
+
 @functools.cache
 def load_vllm() -> LoadedVllm:
     """The installed package's draft sampling and verifier (once per process);
@@ -175,8 +187,7 @@ def load_vllm() -> LoadedVllm:
     reason = unavailable_reason()
     if reason is not None:
         raise VllmUnavailable(reason)
-    environment = dict(os.environ)
-    try:
+    with environment_kept():
         speculator = importlib.import_module(SPECULATOR_MODULE)
         gumbel = importlib.import_module(GUMBEL_MODULE)
         rejection = importlib.import_module(REJECTION_MODULE)
@@ -185,9 +196,6 @@ def load_vllm() -> LoadedVllm:
             if importlib.util.find_spec(DRAFT_LOGITS_MODULE) is not None
             else None
         )
-    finally:  # vLLM's import sets defaults of its own in os.environ; the process's stay
-        os.environ.clear()
-        os.environ.update(environment)
     return LoadedVllm(
         version=installed_version() or SUPPORTED_VERSION,
         DSparkSpeculator=speculator.DSparkSpeculator,

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from harness.upstream.releases.era_laws import DFLASH_LAWS, SPECULATIVE_LAWS, VLLM_LAWS
 from harness.upstream.releases.era_parts import ConventionRef, OracleDepth, ServerLaws
 from harness.upstream.releases.wheels import version_key
 
@@ -124,14 +125,6 @@ _CONFIDENCE_STANDS_IN = (
     "the confidence function the sampler is handed: its server's planner's; the case's "
     "linear probe stands in"
 )
-_SAMPLER_LAW = "sglang.srt.layers.sampler.top_k_top_p_min_p_sampling_from_probs_torch"
-_ACCEPT_BRANCH = "dspark_accept.py _accept_sampling_core"
-# 0.5.16-0.5.21: the DFlash verify's target builder, which DSpark's accept calls
-_DFLASH_LAWS = ServerLaws(
-    sampler=_SAMPLER_LAW,
-    verify_target="sglang.srt.speculative.dflash_utils.build_dflash_verify_target_probs",
-    branch=_ACCEPT_BRANCH,
-)
 _PR_STAGING = "stage_sampling_params: temperatures clamped >= 1e-5, greedy_mask = top_k <= 1"
 _PR_OUTPUTS = "out[: bs*gamma]; corrected_out (the kept step logits); confidence_out"
 
@@ -160,7 +153,7 @@ _PR_SERVER_ERA = ReleaseEra(
     light_deps="requirements/sglang-dspark.txt",
     members=("sglang/",),
     plugin_era=PluginEra.PR36934,
-    laws=_DFLASH_LAWS,
+    laws=DFLASH_LAWS,
     # the wheel's own step kernel, heads and flags (a wheel holding only the sampler
     # file is a file plug-in under the bug era's surface, and its row says so)
     convention=ConventionRef(
@@ -214,6 +207,7 @@ _VLLM_ERA = ReleaseEra(
     kernel_files=("vllm/v1/worker/gpu/sample/gumbel.py",),
     oracle_depth=VLLM_ROW_DEPTH,
     life_rows=VLLM_LIFE_ROWS,
+    laws=VLLM_LAWS,
 )
 
 _VLLM_0_31_ERA = replace(
@@ -268,7 +262,7 @@ ERAS: tuple[ReleaseEra, ...] = (
             speaks="harness.upstream.sglang_0_5_16.speaks_sglang_0_5_16",
         ),
         plugin_era=PluginEra.PR36934,  # the wheel's file sees the bug era's surface
-        laws=_DFLASH_LAWS,
+        laws=DFLASH_LAWS,
         light_deps="requirements/sglang-dspark.txt",
         members=("sglang/",),
         layouts=("anchor",),  # the sampler takes gamma query rows a request, anchor first
@@ -327,13 +321,7 @@ ERAS: tuple[ReleaseEra, ...] = (
             speaks="harness.upstream.loaders.sglang_loader.speaks_sglang_0_5_23",
         ),
         plugin_era=PluginEra.SGLANG_0_5_23,
-        laws=ServerLaws(
-            sampler=_SAMPLER_LAW,
-            verify_target=(
-                "sglang.srt.speculative.dflash_utils.build_speculative_verify_target_probs"
-            ),
-            branch=_ACCEPT_BRANCH,
-        ),
+        laws=SPECULATIVE_LAWS,
         light_deps="requirements/sglang-dspark.txt",
         members=("sglang/",),
         not_covered=("the megakernel path (NVIDIA only)",),

@@ -1,0 +1,265 @@
+"""A vLLM release's two laws of a request, each run from its package, held against each other.
+
+Speculative decoding is lossless when a request's committed tokens follow the law its
+own server samples from without speculation (docs/sampling-params.md). vLLM's verifier
+(``RejectionSampler._verify``, ``spec_decode/rejection_sampler.py``) hands
+``rejection_sample`` the target logits its sampler's ``apply_sampling_params`` returns,
+for every batch; its non-speculative sampler (``Sampler.sample``) draws from the logits
+that the same sampler's ``apply_sampling_params(skip_top_k_top_p=True)`` and then
+``apply_top_k_top_p`` return, which ``sample`` returns beside its tokens. ``compare_laws``
+holds the two against each other on every row of each batch of the parameter grid,
+both run by the release's own ``Sampler`` class, imported from the release's files
+(``use_release`` put them first on ``sys.path``):
+
+- a batch is staged as the server stages it: each request through the release's own
+  ``SamplingParams`` and ``Sampler.add_request`` (its ``SamplingStates``: the top-k of
+  none as the vocabulary size, a greedy request at temperature 0) and
+  ``apply_staged_writes``; one logits row a request for its sampler, two for its verify
+  (an anchor and a draft, ``expanded_idx_mapping`` as the verify lays them out);
+- a row's law is ``softmax`` of the logits it samples from, or, on a greedy row, the
+  argmax of them, which both its sampler and ``rejection_sample`` commit.
+
+What stands in, and why (nothing of the law):
+
+- ``UvaBackedTensor``, the pinned host buffer mirrored to the device that
+  ``SamplingStates`` keeps each parameter in: a host tensor (``HostBuffer``), since a CPU
+  has no pinned memory (vLLM's own fallback asks for a device);
+- the sampler's other states (logit bias, penalties, bad words, the thinking budget,
+  logprob token ids; from 0.31 its logits processors) are states no request of the
+  batch uses (``Unused``), which is what the grid's requests are;
+- the choice of top-k/top-p implementation: the package's torch path
+  (``apply_top_k_top_p_pytorch``) runs, the one its own code takes where Triton is
+  absent; its Triton kernel (``topk_topp_triton.py``, what a CUDA server runs) does not
+  run under Triton's interpreter. Both laws call the same ``apply_top_k_top_p``, and
+  the row says what ran.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.upstream.law_comparison import (
+    LawComparison,
+    ParameterSet,
+    SetComparison,
+    compare_rows,
+)
+from harness.upstream.loaders.interpreter_libdevice import libdevice_bodies
+from harness.upstream.loaders.vllm_loader import environment_kept
+from harness.upstream.loaders.wheel_functions import UnresolvedName
+from harness.upstream.releases.era_parts import ServerLaws
+
+STATES_MODULE = "vllm.v1.worker.gpu.sample.states"
+TOP_K_TOP_P_MODULE = "vllm.v1.sample.ops.topk_topp_sampler"
+TRITON_NOT_RUN = (
+    "its Triton top-k/top-p kernel (vllm/v1/sample/ops/topk_topp_triton.py, what a CUDA "
+    "server runs): not run (Triton's interpreter cannot run it); the package's torch path "
+    "(apply_top_k_top_p_pytorch), which its sampler and its verify both call here, is"
+)
+VERIFY_ROWS = 2  # logits rows a request in the verify's batch: its anchor and one draft
+
+
+class HostBuffer:
+    """``UvaBackedTensor`` on a host without pinned memory: the same fields (``np`` and
+    ``cpu`` the staged values, ``gpu`` the copy the kernels read, renewed by
+    ``copy_to_uva``)."""
+
+    def __init__(self, size: int | Sequence[int], dtype: torch.dtype, **_: Any) -> None:
+        self.dtype = dtype
+        self.cpu = torch.zeros(size, dtype=dtype)
+        self.np = self.cpu.numpy()
+        self.gpu = self.cpu.clone()
+
+    def copy_to_uva(self, n: int | None = None) -> torch.Tensor:
+        self.gpu = (self.cpu if n is None else self.cpu[:n]).clone()
+        return self.gpu
+
+
+class Unused:
+    """A state of the sampler that no request of the batch uses: each of its methods
+    does nothing and answers False, each of its per-request arrays is zeros."""
+
+    def __init__(self, rows: int) -> None:
+        self._rows = rows
+
+    def __getattr__(self, name: str) -> Unused:
+        return Unused(self._rows)
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> bool:
+        return False
+
+    def __getitem__(self, index: Any) -> Any:
+        return np.zeros(self._rows, dtype=bool)[index]
+
+    @property
+    def np(self) -> np.ndarray:
+        return np.zeros(self._rows, dtype=np.int64)
+
+
+def compare_laws(
+    laws: ServerLaws, *, root: Path, sets: Sequence[ParameterSet], logits: torch.Tensor
+) -> LawComparison:
+    """Each of ``sets`` alone, then all mixed, each on every row of ``logits`` ``[n, V]``
+    (one context a row): the release's verify target against its sampler's law, both
+    run by its own ``Sampler`` from the files under ``root``. ``UnresolvedName`` where the
+    ``vllm`` this process imports is not the release's (one line)."""
+    with environment_kept():  # importing vLLM writes defaults into os.environ
+        return _compare_laws(laws, root=root, sets=sets, logits=logits)
+
+
+def _compare_laws(
+    laws: ServerLaws, *, root: Path, sets: Sequence[ParameterSet], logits: torch.Tensor
+) -> LawComparison:
+    sampler_class = _release_class(laws.sampler, root=root)
+    if sampler_class is not _release_class(laws.verify_target, root=root):
+        raise UnresolvedName(f"{laws.sampler} and {laws.verify_target}: not one class")
+    from vllm.sampling_params import SamplingParams
+
+    logits = logits.to(torch.float32)
+    contexts, vocab = logits.shape
+    compared: list[SetComparison] = []
+    for batch, members in [*(("alone", (s,)) for s in sets), ("mixed", tuple(sets))]:
+        rows = [s for s in members for _ in range(contexts)]
+        with _cpu_answers():
+            sampler = _staged_sampler(sampler_class, rows=rows, vocab=vocab, params=SamplingParams)
+            batch_logits = logits.repeat(len(members), 1)
+            greedy = torch.tensor([s.greedy for s in rows])
+            _, sampled_from = _call(
+                sampler.sample, logits=batch_logits, per_request=1, return_logprobs=False
+            )
+            verified = _call(
+                sampler.apply_sampling_params,
+                logits=batch_logits.repeat_interleave(VERIFY_ROWS, dim=0),
+                per_request=VERIFY_ROWS,
+            )
+        # each verify row beside its request's law
+        server = _law(sampled_from, greedy=greedy).repeat_interleave(VERIFY_ROWS, dim=0)
+        target = _law(verified, greedy=greedy.repeat_interleave(VERIFY_ROWS))
+        span = contexts * VERIFY_ROWS
+        for index, member in enumerate(members):
+            at = slice(index * span, (index + 1) * span)
+            compared.append(compare_rows(batch, member, target=target[at], server=server[at]))
+    return LawComparison(laws=laws, sets=tuple(compared), notes=(TRITON_NOT_RUN,))
+
+
+def _release_class(qualified: str, *, root: Path) -> Any:
+    """The class of ``module.Class.method``, imported; it must come from ``root``."""
+    module_name, class_name, _ = qualified.rsplit(".", 2)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UnresolvedName(f"{module_name}: cannot be imported here ({error})") from error
+    where = Path(module.__file__ or "")
+    if not where.is_relative_to(root):
+        raise UnresolvedName(f"{module_name} is imported from {where}, not from {root}")
+    return getattr(module, class_name)
+
+
+@contextmanager
+def _cpu_answers() -> Iterator[None]:
+    """The release's buffers and top-k/top-p choice as a CPU answers them (the module
+    docstring says why), put back as they were when the batch is judged."""
+    answers = [
+        (importlib.import_module(STATES_MODULE), "UvaBackedTensor", HostBuffer),
+        (importlib.import_module(TOP_K_TOP_P_MODULE), "HAS_TRITON", False),
+    ]
+    saved = [(module, name, getattr(module, name)) for module, name, _ in answers]
+    for module, name, answer in answers:
+        setattr(module, name, answer)
+    try:
+        with libdevice_bodies():  # its sampler's Gumbel kernel, under the interpreter
+            yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+
+
+def _staged_sampler(
+    sampler_class: Any, *, rows: Sequence[ParameterSet], vocab: int, params: Callable[..., Any]
+) -> Any:
+    """The release's ``Sampler`` for ``rows`` requests, one a slot, each staged by its own
+    ``add_request`` and ``apply_staged_writes``."""
+    states_class = importlib.import_module(STATES_MODULE).SamplingStates
+    sampler = sampler_class.__new__(sampler_class)  # its __init__ builds a model runner's states
+    unused = Unused(len(rows))
+    for name in (
+        "logit_bias_state",
+        "penalties_state",
+        "bad_words_state",
+        "thinking_budget_state",
+        "logprob_token_ids_state",
+    ):
+        setattr(sampler, name, unused)
+    sampler.sampling_states = states_class(len(rows), vocab)
+    sampler.needs_logits_processing = np.zeros(len(rows), dtype=bool)
+    sampler.may_mask_logits = np.zeros(len(rows), dtype=bool)  # 0.34 on
+    sampler.logits_processors = []
+    sampler.trace_replay_state = None
+    sampler.use_flashinfer = sampler.use_xpu_sampler = sampler.use_fp64_gumbel = False
+    sampler.logprobs_mode = "raw_logprobs"
+    for slot, row in enumerate(rows):
+        _call_with(
+            sampler.add_request, req_idx=slot, prompt_len=1, sampling_params=_params(row, params)
+        )
+    sampler.apply_staged_writes()
+    return sampler
+
+
+def _params(row: ParameterSet, params: Callable[..., Any]) -> Any:
+    """The release's ``SamplingParams`` of a grid row (its own defaults for what is off)."""
+    if row.greedy:
+        return params(temperature=0.0)
+    top_k = {"top_k": row.top_k} if row.top_k else {}
+    return params(temperature=row.temperature, top_p=row.top_p, min_p=row.min_p, **top_k)
+
+
+def _call(
+    method: Callable[..., Any], *, logits: torch.Tensor, per_request: int, **extra: Any
+) -> Any:
+    """``method`` on ``logits`` laid out ``per_request`` rows a request, request ``i`` in
+    slot ``i``, each keyword the release's signature takes."""
+    requests = logits.shape[0] // per_request
+    slots = torch.arange(requests, dtype=torch.int32)
+    return _call_with(
+        method,
+        logits=logits.clone(),
+        expanded_idx_mapping=slots.repeat_interleave(per_request),
+        idx_mapping=slots,
+        idx_mapping_np=slots.numpy().astype(np.int64),
+        pos=torch.zeros(logits.shape[0], dtype=torch.int64),
+        input_ids=torch.zeros(logits.shape[0], dtype=torch.int64),
+        expanded_local_pos=torch.arange(per_request, dtype=torch.int32).repeat(requests),
+        seq_lens_upper_bound_np=np.ones(requests, dtype=np.int32),
+        **extra,
+    )
+
+
+def _call_with(method: Callable[..., Any], **keywords: Any) -> Any:
+    """``method`` with the keywords its signature names (the eras differ in which)."""
+    names = inspect.signature(method).parameters
+    missing = [n for n, p in names.items() if p.default is p.empty and n not in keywords]
+    if missing:
+        raise UnresolvedName(f"{method.__qualname__} asks for {', '.join(missing)}")
+    return method(**{name: value for name, value in keywords.items() if name in names})
+
+
+def _law(logits: torch.Tensor, *, greedy: torch.Tensor) -> torch.Tensor:
+    """``[rows, V]``: what a row samples from its logits: ``softmax``, or on a greedy row
+    its argmax."""
+    logits = logits.float()
+    argmax = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    return torch.where(greedy.unsqueeze(-1), argmax, torch.softmax(logits, dim=-1))
+
+
+__all__ = ["HostBuffer", "Unused", "compare_laws"]
