@@ -8,8 +8,11 @@ the oracle's defaults do not fit a run's time there. Such a part declares an
 applies every cut that the verifier and the implementation's convention declare, and
 the result's rows, family and detection bounds are those of the config it ran. A verifier
 that applies no request's top-k, top-p or min-p to its target (``ReadsTruncation``) is
-cut to the temperature groups: its server's law for the truncated groups is not the one
-it draws from. Torch-free: the conventions read it without the oracle.
+cut to the temperature groups: its target is not its server's law for the truncated
+groups. One that applies them as its own server does, a law the oracle's
+(``reference.request_law``) where a set truncates one way but not where top-k, top-p and
+min-p combine (``CombinedLaw``), is cut to the sets that truncate one way. Torch-free:
+the conventions read it without the oracle.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ class OracleCut:
     """At most ``rows`` rows per head at every target kept; ``targets`` the targets it
     keeps (``None``: every target of the config); ``rounds`` the draft-verify rounds of
     each row (``None``: the config's); ``heads`` the head kinds it keeps (``None``: every
-    head of the config); ``truncated`` off: the truncated parameter sets are not run;
+    head of the config); ``truncated`` off: the truncated parameter sets are not run
+    (``combined_truncations`` off: those that truncate more than one way are not);
     ``stage_rows`` the rows of each sequential stage (``None``: the config's; an
     interpreted part cannot afford the defaults' 20,000 and 50,000 rows); ``by`` who
     declares it and why, as a report states it."""
@@ -35,6 +39,7 @@ class OracleCut:
     heads: tuple[str, ...] | None = None
     truncated: bool = True
     stage_rows: tuple[int, ...] | None = None
+    combined_truncations: bool = True  # off: a set that truncates more than one way is not run
 
     def __post_init__(self) -> None:
         for name in ("rows", "rounds"):
@@ -68,3 +73,13 @@ class ReadsTruncation(Protocol):
 
     @property
     def reads_truncation(self) -> bool: ...
+
+
+@runtime_checkable
+class CombinedLaw(Protocol):
+    """A verifier that applies each request's truncation as its own server does, whose
+    law is the oracle's where a set truncates one way: why it is not where they combine
+    (``""``: it is there too)."""
+
+    @property
+    def combined_law(self) -> str: ...

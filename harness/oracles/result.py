@@ -105,9 +105,11 @@ class StatsResult:
             only = "" if cut.targets is None else f"{', '.join(cut.targets)} target only, "
             only += "" if cut.heads is None else f"the {', '.join(cut.heads)} head only, "
             kept = (
-                f"at most {cut.rows} rows per head{rounds}"
-                if cut.truncated
-                else f"the temperature groups only{rounds}"  # its rows are the config's
+                f"the temperature groups only{rounds}"  # its rows are the config's
+                if not cut.truncated
+                else f"at most {cut.rows} rows per head{rounds}"
+                if cut.combined_truncations
+                else f"the sets that truncate one way only{rounds}"
             )
             parts.append(f"cut by {cut.by}: {only}{kept}")
         if cuts:

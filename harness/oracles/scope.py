@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from harness.executor import Executor, TimeLimited, WorkerFailure, for_domain
-from harness.oracle_cut import DeclaresCut, OracleCut, ReadsTruncation
+from harness.oracle_cut import CombinedLaw, DeclaresCut, OracleCut, ReadsTruncation
 from harness.oracles.decode import oracle_case
 from harness.oracles.problem import StatsConfig, StatsError
 from harness.plugins.implementations import Implementation
@@ -62,13 +62,19 @@ def scope_under(
 def truncation_cut(config: StatsConfig, *, verifier: Verifier) -> tuple[OracleCut, ...]:
     """The cut to the temperature groups of a verifier that applies no truncation
     (``ReadsTruncation``), where ``config`` has truncated groups: at the rows the
-    temperature groups take, so theirs are what they are beside the truncated sets."""
-    if not config.truncated_at() or (
-        isinstance(verifier, ReadsTruncation) and verifier.reads_truncation
-    ):
+    temperature groups take, so theirs are what they are beside the truncated sets. The
+    cut to the sets that truncate one way of one whose server's law is not the oracle's
+    where truncations combine (``CombinedLaw``), where ``config`` has such a set."""
+    if not config.truncated_at():
         return ()
-    by = f"{verifier.name}: applies no top-k, top-p or min-p to its target"
-    return (OracleCut(rows=config.temperature_rows, by=by, truncated=False),)
+    if not (isinstance(verifier, ReadsTruncation) and verifier.reads_truncation):
+        by = f"{verifier.name}: applies no top-k, top-p or min-p to its target"
+        return (OracleCut(rows=config.temperature_rows, by=by, truncated=False),)
+    why = verifier.combined_law if isinstance(verifier, CombinedLaw) else ""
+    if not why or all(s.truncations <= 1 for s in config.truncated):
+        return ()
+    by = f"{verifier.name}: {why}"
+    return (OracleCut(rows=config.rows, by=by, combined_truncations=False),)
 
 
 def cut_all(config: StatsConfig, cuts: Sequence[OracleCut]) -> StatsConfig:
@@ -120,7 +126,11 @@ def cut_config(config: StatsConfig, cut: OracleCut) -> StatsConfig:
         targets=targets,
         head_kinds=heads,
         rounds=config.rounds if cut.rounds is None else cut.rounds,
-        truncated=config.truncated if cut.truncated else (),
+        truncated=tuple(
+            s
+            for s in (config.truncated if cut.truncated else ())
+            if cut.combined_truncations or s.truncations <= 1
+        ),
         stage_rows=config.stage_rows if cut.stage_rows is None else cut.stage_rows,
     )
     return config if ran == config else ran

@@ -65,8 +65,9 @@ class ReleaseRow(TypedDict):
     # per verifier, the randomness it was judged on: "shared: <server>'s plumbing" (the
     # drafter and the verifier on its server's one source) or "independent streams"
     randomness: dict[str, str]
-    # per verifier, the request-parameter groups its oracle ran (the default grid, or the
-    # temperature groups where a verifier applies no truncation: docs/sampling-params.md)
+    # per verifier, the request-parameter groups its oracle ran (the default grid; the
+    # temperature groups where a verifier applies no truncation, and the sets that
+    # truncate one way where its law is not ours where they combine: docs/releases.md)
     grid: dict[str, list[str]]
     findings: list[Finding]
     not_covered: list[str]

@@ -40,6 +40,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ from harness.upstream.loaders.vllm_loader import environment_kept
 from harness.upstream.loaders.wheel_functions import UnresolvedName
 from harness.upstream.releases.era_parts import ServerLaws
 
+SAMPLER_MODULE = "vllm.v1.worker.gpu.sample.sampler"
 STATES_MODULE = "vllm.v1.worker.gpu.sample.states"
 TOP_K_TOP_P_MODULE = "vllm.v1.sample.ops.topk_topp_sampler"
 TRITON_NOT_RUN = (
@@ -151,6 +153,42 @@ def _compare_laws(
             at = slice(index * span, (index + 1) * span)
             compared.append(compare_rows(batch, member, target=target[at], server=server[at]))
     return LawComparison(laws=laws, sets=tuple(compared), notes=(TRITON_NOT_RUN,))
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request's parameters as the grid names them (``ParameterSet``'s fields)."""
+
+    temperature: float
+    top_k: int = 0  # 0: none
+    top_p: float = 1.0
+    min_p: float = 0.0
+    greedy: bool = False
+
+    @property
+    def label(self) -> str:
+        return repr(self)
+
+
+def processed_logits(logits: torch.Tensor, *, requests: Sequence[Request]) -> torch.Tensor:
+    """``[len(requests), n, V]`` float32: what the release's ``apply_sampling_params``
+    (``Sampler``, from the ``vllm`` this process imports) returns for each row of
+    ``logits`` ``[n, V]`` under each request, each request staged as its server stages it
+    (``compare_laws``): the target logits its verify hands ``rejection_sample``. A row's
+    result depends on its logits and its request alone, so a verifier reads a Markov
+    target's rows from this table."""
+    rows, vocab = logits.shape
+    with environment_kept():  # importing vLLM writes defaults into os.environ
+        sampler_class = importlib.import_module(SAMPLER_MODULE).Sampler
+        params = importlib.import_module("vllm.sampling_params").SamplingParams
+    with _cpu_answers():
+        sampler = _staged_sampler(sampler_class, rows=requests, vocab=vocab, params=params)
+        processed = _call(
+            sampler.apply_sampling_params,
+            logits=logits.to(torch.float32).repeat(len(requests), 1),
+            per_request=rows,
+        )
+    return processed.reshape(len(requests), rows, vocab)
 
 
 def _release_class(qualified: str, *, root: Path) -> Any:
@@ -262,4 +300,4 @@ def _law(logits: torch.Tensor, *, greedy: torch.Tensor) -> torch.Tensor:
     return torch.where(greedy.unsqueeze(-1), argmax, torch.softmax(logits, dim=-1))
 
 
-__all__ = ["HostBuffer", "Unused", "compare_laws"]
+__all__ = ["HostBuffer", "Request", "Unused", "compare_laws", "processed_logits"]

@@ -10,9 +10,12 @@ reads what vLLM's server passes it, laid out as the server lays it out for a rou
 - the candidates ``[anchor | drafts]`` of each request, flattened, one logits row per
   candidate (``cu_num_logits``, ``idx_mapping``, ``expanded_idx_mapping`` and
   ``expanded_local_pos`` describe that layout);
-- the target's logits of every candidate row with the request's temperature applied
-  in float32, as the server's ``apply_sampling_params`` hands them over (no division
-  on a greedy row);
+- the target's logits of every candidate row as the server's sampler hands them over:
+  what the release's own ``Sampler.apply_sampling_params`` returns for the row's request,
+  staged as its server stages it (temperature, then min-p, top-k and top-p; no division
+  on a greedy row), read from a table it builds once a target and request
+  (``harness.upstream.vllm_laws.processed_logits``: a row's result depends on its
+  logits and its request alone, and a Markov target's rows are its context tokens');
 - the draft's kept step logits as the ``draft_logits`` cache ``[max_num_reqs, gamma,
   V]`` indexed by slot, as the release keeps it (``vllm_eras.release_cache``: before
   temperature, from which it computes ``q = softmax(cache / T)`` itself; 0.25-0.27:
@@ -37,13 +40,18 @@ the bonus), so nothing here routes them elsewhere.
 The interpreter runs every kernel program as Python over numpy (several programs per
 round row), so a decode under this verifier is slow: ``max_rows`` cuts the oracle's
 rows per head under it (``oracle_cut``, ``harness.oracles.stats.scope_under``) and the result states
-the detection bound at the rows it ran. See docs/upstream.md ("vLLM's rejection
+the detection bound at the rows it ran. Its target law is vLLM's, which is the oracle's
+(``reference.request_law``) for a request that truncates one way, and not where top-k,
+top-p and min-p combine (vLLM reads top-p over the mass min-p and top-k left,
+docs/sampling-params.md): the oracle runs the sets that truncate one way under it
+(``combined_law``). See docs/upstream.md ("vLLM's rejection
 sampler as a verifier").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
@@ -54,11 +62,16 @@ from harness.upstream.loaders.vllm_loader import (
     replicated_cache,
 )
 from harness.upstream.vllm_eras import release_cache
+from harness.upstream.vllm_laws import Request, processed_logits
 from harness.upstream.vllm_plumbing import RequestPlumbing
 from reference.streams import VerifierNoise
 from reference.verifier import VerifyResult, VerifyRound, VerifyStep
 
 ROW_CUT = 600  # rows per head (every target) under this verifier: see docs/upstream.md
+COMBINED_LAW = (
+    "its server's law is not the oracle's where top-k, top-p and min-p combine (vLLM reads "
+    "top-p over the mass that min-p and top-k left)"
+)
 VERIFIER_CUT = OracleCut(
     rows=ROW_CUT, stage_rows=(ROW_CUT,), by="vllm-rejection (verifier under Triton's interpreter)"
 )
@@ -70,6 +83,10 @@ class VllmRejectionVerifier:
 
     name: str = "vllm-rejection"
     oracle_cut: OracleCut | None = VERIFIER_CUT  # what a decode under it runs
+    reads_truncation: bool = True  # each request's, as its server's sampler applies it
+    combined_law: str = COMBINED_LAW  # so the oracle runs the sets that truncate one way
+    # each row's request as the server stages it into its sampler (``requests_of``)
+    staged: Callable[[VerifyRound], list[Request]] = field(default=lambda r: requests_of(r))
 
     def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep:
         rejection_sample = load_vllm().rejection_sample
@@ -81,6 +98,7 @@ class VllmRejectionVerifier:
         own = None if shared is not None else RequestNoise(seed=noise.seed, device=device)
         request_noise = shared or own
         assert request_noise is not None
+        table = TargetTable(staged=self.staged)
 
         def verify(round_: VerifyRound) -> VerifyResult:
             draft = round_.draft
@@ -89,9 +107,8 @@ class VllmRejectionVerifier:
             candidates = torch.cat([round_.anchors.unsqueeze(1), draft.tokens], dim=1)
             greedy = round_.target_greedy
             temperature = torch.where(greedy, 0.0, round_.target_temperatures).float()  # [bs]
-            target_logits = round_.target.transition_logits[candidates].float()  # [bs, g+1, V]
-            divisor = torch.where(greedy, 1.0, temperature).view(-1, 1, 1)
-            processed = (target_logits / divisor).reshape(bs * (gamma + 1), -1).contiguous()
+            processed = table.rows(round_, candidates)  # [bs, g+1, V]
+            processed = processed.reshape(bs * (gamma + 1), -1).contiguous()
             seeds, positions = request_noise.seeds_and_positions(bs=bs, gamma=gamma)
             with interpreter_log1p():
                 sampled, num_sampled = rejection_sample(
@@ -121,6 +138,56 @@ class VllmRejectionVerifier:
             )
 
         return verify
+
+
+class TargetTable:
+    """The release's target logits of every (request, context token) a decode meets
+    (``processed_logits``), built once a target and request."""
+
+    def __init__(self, *, staged: Callable[[VerifyRound], list[Request]]) -> None:
+        self._staged = staged
+        self._target: object = None
+        self._by_request: dict[Request, torch.Tensor] = {}  # [V, V] float32 each
+
+    def rows(self, round_: VerifyRound, candidates: torch.Tensor) -> torch.Tensor:
+        """``[bs, gamma+1, V]``: the processed logits of each candidate row of the round."""
+        target = round_.target
+        if target is not self._target:
+            self._target, self._by_request = target, {}
+        requests = self._staged(round_)
+        distinct = list(dict.fromkeys(requests))
+        missing = [r for r in distinct if r not in self._by_request]
+        if missing:
+            logits = target.transition_logits.to("cpu", torch.float32)  # [V, V]
+            table = processed_logits(logits, requests=missing)  # [len(missing), V, V]
+            self._by_request.update(zip(missing, table, strict=True))
+        table = torch.stack([self._by_request[r] for r in distinct]).to(candidates.device)
+        which = torch.tensor([distinct.index(r) for r in requests], device=candidates.device)
+        return table[which.unsqueeze(1), candidates]
+
+
+def requests_of(round_: VerifyRound) -> list[Request]:
+    """Each row's request as its server stages it: greedy, or its temperature and its
+    truncation (a top-k of none, or of the whole vocabulary, as none)."""
+    vocab = round_.target.transition_logits.shape[-1]
+    bs = round_.target_greedy.shape[0]
+    greedy = round_.target_greedy.tolist()
+    temperatures = round_.target_temperatures.tolist()
+    truncation = round_.target_truncation
+    top_ks = [0] * bs if truncation is None else truncation.top_ks.expand(bs).tolist()
+    top_ps = [1.0] * bs if truncation is None else truncation.top_ps.expand(bs).tolist()
+    min_ps = [0.0] * bs if truncation is None else truncation.min_ps.expand(bs).tolist()
+    return [
+        Request(temperature=0.0, greedy=True)
+        if greedy[i]
+        else Request(
+            temperature=temperatures[i],
+            top_k=top_ks[i] if 1 < top_ks[i] < vocab else 0,
+            top_p=top_ps[i],
+            min_p=min_ps[i],
+        )
+        for i in range(bs)
+    ]
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.vllm
 
 def test_the_speculators_cut_and_contract_make_its_scope() -> None:
     from harness.upstream.vllm_convention import SAMPLER_CUT
-    from harness.upstream.vllm_rejection import VERIFIER_CUT, VLLM_REJECTION
+    from harness.upstream.vllm_rejection import COMBINED_LAW, VERIFIER_CUT, VLLM_REJECTION
 
     if not vllm_loader.interpreted():
         pytest.skip("vLLM's kernels are compiled here (CUDA): its convention declares no cut")
@@ -44,12 +44,15 @@ def test_the_speculators_cut_and_contract_make_its_scope() -> None:
         under_theirs = stats.scope_under(
             DEFAULT_CONFIG, verifier=VLLM_REJECTION, implementation=implementation
         )
-        # the smaller rows of both cuts, and the temperature groups only: vLLM's verifier
-        # model applies no request's truncation to its target
-        assert under_theirs.config == replace(scope.config, truncated=())
+        # the smaller rows of both cuts, and the sets that truncate one way: vLLM's
+        # verifier applies each request's truncation as its sampler does, which is the
+        # oracle's law there and not where all three combine
+        single = tuple(s for s in scope.config.truncated if s.truncations == 1)
+        assert under_theirs.config == replace(scope.config, truncated=single)
         assert under_theirs.cuts[:2] == (VERIFIER_CUT, SAMPLER_CUT)
         (truncation,) = under_theirs.cuts[2:]
-        assert not truncation.truncated and truncation.by.startswith("vllm-rejection: applies")
+        assert truncation.truncated and not truncation.combined_truncations
+        assert truncation.by == f"vllm-rejection: {COMBINED_LAW}"
 
 
 def test_a_releases_era_sets_the_depth_of_its_rows_oracle(monkeypatch: pytest.MonkeyPatch) -> None:

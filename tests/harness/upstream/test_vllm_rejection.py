@@ -20,10 +20,25 @@ import torch
 from harness.cli import main
 from harness.oracle_cut import OracleCut
 from harness.oracles import stats
-from harness.oracles.problem import DEFAULT_CONFIG, FAR, build_problems
+from harness.oracles.defaults import ParameterSet
+from harness.oracles.problem import (
+    DEFAULT_CONFIG,
+    FAR,
+    build_problems,
+    far_target,
+    group_truncation,
+)
 from harness.plugins.implementations import builtin_implementations
 from harness.upstream.loaders import vllm_loader
-from harness.upstream.vllm_rejection import ROW_CUT, VLLM_REJECTION, RequestNoise
+from harness.upstream.vllm_laws import Request, processed_logits
+from harness.upstream.vllm_rejection import (
+    COMBINED_LAW,
+    ROW_CUT,
+    VERIFIER_CUT,
+    VLLM_REJECTION,
+    RequestNoise,
+    requests_of,
+)
 from reference.streams import VerifierNoise
 from reference.target_model import MarkovTargetModel
 from reference.verifier import (
@@ -162,10 +177,18 @@ class CutChain:
 def test_a_slow_verifier_runs_at_its_row_cut_and_the_others_at_the_config() -> None:
     config = replace(DEFAULT_CONFIG, head_kinds=("vanilla",), temperatures=(1.0,))
     assert stats.scope_under(config, verifier=CHAIN_VERIFIER) == stats.Scope(config=config)
-    # it applies no request's truncation to its target: the temperature groups only
-    assert stats.scope_under(config, verifier=VLLM_REJECTION).config == replace(
-        config, rows=ROW_CUT, stage_rows=(ROW_CUT,), truncated=()
+    # it applies each request's truncation as vLLM's sampler does, which is the oracle's
+    # law where a set truncates one way: those sets, not the one that combines all three
+    under_theirs = stats.scope_under(config, verifier=VLLM_REJECTION)
+    single = tuple(s for s in config.truncated if s.truncations == 1)
+    assert len(single) == len(config.truncated) - 1
+    assert under_theirs.config == replace(
+        config, rows=ROW_CUT, stage_rows=(ROW_CUT,), truncated=single
     )
+    assert [c.by for c in under_theirs.cuts] == [
+        VERIFIER_CUT.by,
+        f"vllm-rejection: {COMBINED_LAW}",
+    ]
     cut = replace(config, rows=300)
     assert stats.scope_under(config, verifier=CutChain()) == stats.Scope(
         config=cut, cuts=(CutChain().oracle_cut,)
@@ -290,6 +313,56 @@ def test_the_oracle_under_vllms_verifier_passes_reference_and_rejects_legacy() -
     assert passed.passed, passed.carrier_names()
     assert rejected.rejected and stats.meets_expectation(rejected), f"p = {rejected.p_value:.3g}"
     assert not rejected.rejected_at_position(0)  # both walks draw the first token alike
+
+
+@needs_vllm
+def test_vllms_law_is_the_oracles_where_a_set_truncates_one_way_not_where_they_combine() -> None:
+    """What ``combined_law`` declares, held exactly on the oracle's far target: the law
+    vLLM's verify hands ``rejection_sample`` against ``reference.request_law``."""
+    far = far_target(DEFAULT_CONFIG)
+    every_token = torch.arange(far.vocab_size)
+    for group in DEFAULT_CONFIG.truncated:
+        request = Request(group.temperature, group.top_k, group.top_p, group.min_p)
+        (theirs,) = processed_logits(far.transition_logits, requests=[request])  # [V, V]
+        theirs = theirs.double().softmax(-1)
+        ours = far.next_token_probs(
+            every_token,
+            temperatures=torch.tensor(group.temperature, dtype=torch.float64),
+            greedy_mask=torch.tensor(False),
+            truncation=group_truncation(group, device=torch.device("cpu")),
+        )
+        same = torch.equal(ours > 0, theirs > 0) and torch.allclose(ours, theirs, atol=1e-6)
+        assert same == (group.truncations == 1), group.label
+
+
+MIN_P = replace(
+    DEFAULT_CONFIG,
+    rows=200,
+    head_kinds=("vanilla",),
+    targets=(FAR,),
+    temperatures=(1.0,),
+    truncated=(ParameterSet(1.0, min_p=0.2),),
+    temperature_weight=1,  # half the rows min-p
+)
+# a verify whose server stages no request's min-p into its sampler
+DROPS_MIN_P = replace(
+    VLLM_REJECTION,
+    name="vllm-rejection-drops-min-p",
+    staged=lambda round_: [replace(r, min_p=0.0) for r in requests_of(round_)],
+)
+
+
+@needs_vllm
+def test_under_vllms_verifier_the_oracle_judges_min_p_and_a_verify_that_drops_it_is_rejected() -> (
+    None
+):
+    (reference,) = builtin_implementations(("reference",))
+    under_theirs = stats.scope_under(MIN_P, verifier=VLLM_REJECTION)
+    assert under_theirs.config is not None and under_theirs.config.truncated == MIN_P.truncated
+    passed = stats.run_stats(reference, config=MIN_P, verifier=VLLM_REJECTION)
+    dropped = stats.run_stats(reference, config=MIN_P, verifier=DROPS_MIN_P)
+    assert passed.error is None and passed.passed, passed.carrier_names()
+    assert dropped.error is None and dropped.rejected, f"p = {dropped.p_value:.3g}"
 
 
 @needs_vllm
