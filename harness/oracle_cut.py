@@ -9,10 +9,9 @@ applies every cut that the verifier and the implementation's convention declare,
 the result's rows, family and detection bounds are those of the config it ran. A verifier
 that applies no request's top-k, top-p or min-p to its target (``ReadsTruncation``) is
 cut to the temperature groups: its target is not its server's law for the truncated
-groups. One that applies them as its own server does, a law the oracle's
-(``reference.request_law``) where a set truncates one way but not where top-k, top-p and
-min-p combine (``CombinedLaw``), is cut to the sets that truncate one way. Torch-free:
-the conventions read it without the oracle.
+groups. One that applies them as its own server does, by a law that is not ours, names
+that law (``JudgedOnItsLaw``, one of ``ORACLE_LAWS``), and the oracle judges its rows
+against it. Torch-free: the conventions read it without the oracle.
 """
 
 from __future__ import annotations
@@ -20,14 +19,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+# The laws a request's committed tokens may be judged against (``StatsConfig.law``): ours,
+# or a server's own non-speculative law where the oracle runs under its verifier
+OUR_LAW = "ours"
+VLLM_LAW = "vllm"
+ORACLE_LAWS = {
+    OUR_LAW: "our law (reference.request_law)",
+    VLLM_LAW: "vLLM's own law (what its Sampler.sample draws from)",
+}
+
 
 @dataclass(frozen=True)
 class OracleCut:
     """At most ``rows`` rows per head at every target kept; ``targets`` the targets it
     keeps (``None``: every target of the config); ``rounds`` the draft-verify rounds of
     each row (``None``: the config's); ``heads`` the head kinds it keeps (``None``: every
-    head of the config); ``truncated`` off: the truncated parameter sets are not run
-    (``combined_truncations`` off: those that truncate more than one way are not);
+    head of the config); ``truncated`` off: the truncated parameter sets are not run;
     ``stage_rows`` the rows of each sequential stage (``None``: the config's; an
     interpreted part cannot afford the defaults' 20,000 and 50,000 rows); ``by`` who
     declares it and why, as a report states it."""
@@ -39,7 +46,6 @@ class OracleCut:
     heads: tuple[str, ...] | None = None
     truncated: bool = True
     stage_rows: tuple[int, ...] | None = None
-    combined_truncations: bool = True  # off: a set that truncates more than one way is not run
 
     def __post_init__(self) -> None:
         for name in ("rows", "rounds"):
@@ -76,10 +82,10 @@ class ReadsTruncation(Protocol):
 
 
 @runtime_checkable
-class CombinedLaw(Protocol):
-    """A verifier that applies each request's truncation as its own server does, whose
-    law is the oracle's where a set truncates one way: why it is not where they combine
-    (``""``: it is there too)."""
+class JudgedOnItsLaw(Protocol):
+    """A verifier whose target is its own server's law of a request, which is not ours:
+    the name of that law (``ORACLE_LAWS``), which the oracle's
+    exact laws follow under it."""
 
     @property
-    def combined_law(self) -> str: ...
+    def oracle_law(self) -> str: ...

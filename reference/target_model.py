@@ -114,14 +114,23 @@ class MarkovTargetModel:
         """
         if m <= 0:
             raise ValueError(f"m must be positive, got {m}")
-        vocab = self.vocab_size
-        every_token = torch.arange(vocab, device=self.device)
+        every_token = torch.arange(self.vocab_size, device=self.device)
         transition = self.next_token_probs(
             every_token,
             temperatures=torch.tensor(temperature, dtype=torch.float64, device=self.device),
             greedy_mask=torch.tensor(greedy, device=self.device),
             truncation=truncation,
         )  # [V, V]: transition[a, x] = p(x | a)
+        return self.joint_of(transition, m=m)
+
+    def joint_of(self, transition: torch.Tensor, *, m: int) -> torch.Tensor:
+        """The joint of the first ``m`` tokens after a uniform anchor under ``transition``
+        ``[V, V]`` (``transition[a, x] = p(x | a)``, a law of this target's rows), laid out
+        as ``joint_probs`` lays it out."""
+        if m <= 0:
+            raise ValueError(f"m must be positive, got {m}")
+        vocab = self.vocab_size
+        every_token = torch.arange(vocab, device=self.device)
         joint = self.anchor_probs() @ transition  # [V]
         for _ in range(m - 1):
             # the last index of the flattened prefix is the token the next step conditions on

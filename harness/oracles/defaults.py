@@ -31,11 +31,6 @@ class ParameterSet:
         return self.top_k == 1
 
     @property
-    def truncations(self) -> int:
-        """How many ways it truncates: of a top-k beyond greedy, a top-p, a min-p."""
-        return (self.top_k > 1) + (self.top_p != 1) + (self.min_p > 0)
-
-    @property
     def label(self) -> str:
         """``greedy``, ``T=0.6``, ``T=1 top-k 3 top-p 0.9``: how reports name the group."""
         if self.greedy:

@@ -18,6 +18,7 @@ import torch
 
 from harness.case import TOP_K_ALL
 from harness.defaults import DEFAULT_ROWS, DEFAULT_VERIFIER_NOISE, VerifierNoise
+from harness.oracle_cut import ORACLE_LAWS, OUR_LAW, VLLM_LAW
 from harness.oracles.defaults import (
     DEFAULT_ALPHA,
     DEFAULT_GAMMA,
@@ -113,6 +114,9 @@ class StatsConfig:
     ``suspicious`` and ``stage_rows``: when the family's p-value is below ``suspicious``
     but not decisive, the strongest test is decoded again on fresh rows, one stage per
     entry of ``stage_rows`` at most (``harness.oracles.sequential``; ``()``: no stage).
+    ``law``: the law a request samples from without speculation, which the exact laws
+    follow (``ORACLE_LAWS``): ours (``reference.request_law``), or the server's own where
+    the verifier is the server's (``JudgedOnItsLaw``).
     """
 
     rows: int = DEFAULT_ROWS
@@ -138,6 +142,7 @@ class StatsConfig:
     verifier_noise: VerifierNoise = DEFAULT_VERIFIER_NOISE
     suspicious: float = DEFAULT_SUSPICIOUS
     stage_rows: tuple[int, ...] = DEFAULT_STAGE_ROWS
+    law: str = OUR_LAW  # the law each group's committed tokens are judged against
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "temperatures", tuple(float(t) for t in self.temperatures))
@@ -149,6 +154,8 @@ class StatsConfig:
         self.validate()
 
     def validate(self) -> None:
+        if self.law not in ORACLE_LAWS:
+            raise StatsError(f"law must be one of {sorted(ORACLE_LAWS)}, got {self.law!r}")
         if not isinstance(self.verifier_noise, VerifierNoise):
             raise StatsError(
                 f"verifier_noise must be one of {[v.value for v in VerifierNoise]}, "
@@ -414,6 +421,9 @@ def build_problem(
     groups = config.groups
     sets = row_sets(config)
     sampling_info = sampling_info_of(sets, device=device)
+    transitions = {
+        kind: group_transitions(t, groups=groups, law=config.law) for kind, t in targets.items()
+    }
     return StatsProblem(
         config=config,
         oracle_config=oracle_config,
@@ -422,26 +432,26 @@ def build_problem(
         context=context,
         sampling_info=sampling_info,
         row_group=torch.tensor([groups.index(s) for s in sets], device=device),
-        transition={kind: group_transitions(t, groups=groups) for kind, t in targets.items()},
+        transition=transitions,
         expected_joint={
             kind: torch.stack(
-                [
-                    t.joint_probs(
-                        m=config.m,
-                        temperature=g.temperature,
-                        greedy=g.greedy,
-                        truncation=group_truncation(g, device=t.device),
-                    )
-                    for g in groups
-                ]
+                [t.joint_of(law.to(t.device), m=config.m) for law in transitions[kind]]
             ).cpu()
             for kind, t in targets.items()
         },
     )
 
 
-def group_transitions(target: MarkovTargetModel, *, groups: Sequence[ParameterSet]) -> torch.Tensor:
-    """``p(x | prev)`` of every parameter-set group: ``[G, V, V]`` float64 on the CPU."""
+def group_transitions(
+    target: MarkovTargetModel, *, groups: Sequence[ParameterSet], law: str = OUR_LAW
+) -> torch.Tensor:
+    """``p(x | prev)`` of every parameter-set group: ``[G, V, V]`` float64 on the CPU,
+    under ``law`` (``ORACLE_LAWS``: ours, ``reference.request_law``, or a server's own)."""
+    if law == VLLM_LAW:
+        from harness.upstream.vllm_laws import Request, sampler_law
+
+        requests = [Request(g.temperature, g.top_k, g.top_p, g.min_p, g.greedy) for g in groups]
+        return sampler_law(target.transition_logits, requests=requests).to(torch.float64)
     every_token = torch.arange(target.vocab_size, device=target.device)
     return torch.stack(
         [

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.oracle_cut import OracleCut
+from harness.oracle_cut import ORACLE_LAWS, OUR_LAW, OracleCut
 from harness.oracles.fits import JOINT, Marginal, Statistic, position_name
 from harness.oracles.power import DetectionBound
 from harness.pipeline.call_findings import CallFinding, HeldCalls
@@ -68,6 +68,7 @@ class StatsResult:
     # None: nothing decoded
     shared_noise: bool | None = None
     server: str | None = None  # the released server whose plumbing it ran on
+    law: str = OUR_LAW  # the law its exact laws followed (ORACLE_LAWS)
     held_calls: HeldCalls = field(default_factory=HeldCalls)  # its calls, held per call
     # the level Holm's correction ran at: alpha less what the sequential stages may spend
     first_alpha: float | None = None
@@ -105,11 +106,9 @@ class StatsResult:
             only = "" if cut.targets is None else f"{', '.join(cut.targets)} target only, "
             only += "" if cut.heads is None else f"the {', '.join(cut.heads)} head only, "
             kept = (
-                f"the temperature groups only{rounds}"  # its rows are the config's
-                if not cut.truncated
-                else f"at most {cut.rows} rows per head{rounds}"
-                if cut.combined_truncations
-                else f"the sets that truncate one way only{rounds}"
+                f"at most {cut.rows} rows per head{rounds}"
+                if cut.truncated
+                else f"the temperature groups only{rounds}"  # its rows are the config's
             )
             parts.append(f"cut by {cut.by}: {only}{kept}")
         if cuts:
@@ -181,10 +180,14 @@ class StatsResult:
         )
 
     def randomness(self) -> str:
-        """What it was judged on, where that is a released server's own randomness."""
+        """What it was judged on, where that is a released server's own randomness, and
+        against what, where that is a server's own law."""
+        parts = []
         if self.shared_noise and self.server is not None:
-            return f"judged on {self.server}'s own randomness"
-        return ""
+            parts.append(f"judged on {self.server}'s own randomness")
+        if self.law != OUR_LAW:
+            parts.append(f"judged against {ORACLE_LAWS[self.law]}")
+        return "; ".join(parts)
 
     def to_json_dict(self) -> dict[str, Any]:
         """Everything but the wall time, so a report's JSON is the same on every run."""

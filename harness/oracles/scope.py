@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from harness.executor import Executor, TimeLimited, WorkerFailure, for_domain
-from harness.oracle_cut import CombinedLaw, DeclaresCut, OracleCut, ReadsTruncation
+from harness.oracle_cut import DeclaresCut, JudgedOnItsLaw, OracleCut, ReadsTruncation
 from harness.oracles.decode import oracle_case
 from harness.oracles.problem import StatsConfig, StatsError
 from harness.plugins.implementations import Implementation
@@ -46,8 +46,10 @@ def scope_under(
     config: StatsConfig, *, verifier: Verifier, implementation: Implementation | None = None
 ) -> Scope:
     """The scope of a decode at ``config`` under ``verifier`` (of ``implementation``,
-    where one is named): each declared cut applied in turn (``cut_config``), then the
+    where one is named): at the verifier's own law where it names one
+    (``JudgedOnItsLaw``), each declared cut applied in turn (``cut_config``), then the
     heads outside the implementation's contract dropped (``heads_outside``)."""
+    config = at_its_law(config, verifier=verifier)
     parts: list[object] = [verifier]
     if implementation is not None:
         parts.append(convention_of(implementation.sampler_class))
@@ -59,22 +61,24 @@ def scope_under(
     return scope_of(config, cuts=cuts, heads_not_run=tuple(outside.items()))
 
 
+def at_its_law(config: StatsConfig, *, verifier: Verifier) -> StatsConfig:
+    """``config`` judged against the verifier's own server's law where it names one
+    (``JudgedOnItsLaw``)."""
+    if isinstance(verifier, JudgedOnItsLaw):
+        return replace(config, law=verifier.oracle_law)
+    return config
+
+
 def truncation_cut(config: StatsConfig, *, verifier: Verifier) -> tuple[OracleCut, ...]:
     """The cut to the temperature groups of a verifier that applies no truncation
     (``ReadsTruncation``), where ``config`` has truncated groups: at the rows the
-    temperature groups take, so theirs are what they are beside the truncated sets. The
-    cut to the sets that truncate one way of one whose server's law is not the oracle's
-    where truncations combine (``CombinedLaw``), where ``config`` has such a set."""
-    if not config.truncated_at():
+    temperature groups take, so theirs are what they are beside the truncated sets."""
+    if not config.truncated_at() or (
+        isinstance(verifier, ReadsTruncation) and verifier.reads_truncation
+    ):
         return ()
-    if not (isinstance(verifier, ReadsTruncation) and verifier.reads_truncation):
-        by = f"{verifier.name}: applies no top-k, top-p or min-p to its target"
-        return (OracleCut(rows=config.temperature_rows, by=by, truncated=False),)
-    why = verifier.combined_law if isinstance(verifier, CombinedLaw) else ""
-    if not why or all(s.truncations <= 1 for s in config.truncated):
-        return ()
-    by = f"{verifier.name}: {why}"
-    return (OracleCut(rows=config.rows, by=by, combined_truncations=False),)
+    by = f"{verifier.name}: applies no top-k, top-p or min-p to its target"
+    return (OracleCut(rows=config.temperature_rows, by=by, truncated=False),)
 
 
 def cut_all(config: StatsConfig, cuts: Sequence[OracleCut]) -> StatsConfig:
@@ -126,11 +130,7 @@ def cut_config(config: StatsConfig, cut: OracleCut) -> StatsConfig:
         targets=targets,
         head_kinds=heads,
         rounds=config.rounds if cut.rounds is None else cut.rounds,
-        truncated=tuple(
-            s
-            for s in (config.truncated if cut.truncated else ())
-            if cut.combined_truncations or s.truncations <= 1
-        ),
+        truncated=config.truncated if cut.truncated else (),
         stage_rows=config.stage_rows if cut.stage_rows is None else cut.stage_rows,
     )
     return config if ran == config else ran
@@ -182,7 +182,9 @@ def scope_in_domain(
             isinstance(h, tuple) and len(h) == 2 and all(isinstance(x, str) for x in h)
             for h in heads
         ):
-            return scope_of(config, cuts=tuple(cuts), heads_not_run=tuple(heads))
+            return scope_of(
+                at_its_law(config, verifier=verifier), cuts=tuple(cuts), heads_not_run=tuple(heads)
+            )
     return scope_under(config, verifier=verifier)
 
 

@@ -65,12 +65,7 @@ from harness.oracles.scope import scope_in_domain
 from harness.oracles.scope import scope_label as scope_label
 from harness.oracles.scope import scope_of as scope_of
 from harness.oracles.scope import scope_under as scope_under
-from harness.oracles.sequential import (
-    first_stage_alpha,
-    run_stages,
-    stage_decoder,
-    wants_stages,
-)
+from harness.oracles.sequential import first_stage_alpha, run_stages, stage_decoder, wants_stages
 from harness.pipeline.call import failed_in_worker, guarded_call
 from harness.pipeline.call_findings import HeldCalls
 from harness.pipeline.results import RaisedError
@@ -128,6 +123,7 @@ def fit_decoded(
         verifier=verifier,
         shared_noise=all(run.shared_noise for runs in decoded.values() for run in runs.values()),
         server=next((run.server for runs in decoded.values() for run in runs.values()), None),
+        law=problems[0].config.law,
         wall_s=wall_s,
     )
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from harness.executor import ForkedExecutor
+from harness.oracle_cut import ORACLE_LAWS, OUR_LAW
 from harness.releases.laws import LAW_CLASS, LAWS_GRID, server_laws
 from harness.releases.scan import SCAN_CLASS, support_scan
 from harness.upstream.releases.eras import (
@@ -65,9 +66,8 @@ class ReleaseRow(TypedDict):
     # per verifier, the randomness it was judged on: "shared: <server>'s plumbing" (the
     # drafter and the verifier on its server's one source) or "independent streams"
     randomness: dict[str, str]
-    # per verifier, the request-parameter groups its oracle ran (the default grid; the
-    # temperature groups where a verifier applies no truncation, and the sets that
-    # truncate one way where its law is not ours where they combine: docs/releases.md)
+    # per verifier, the request-parameter groups its oracle ran (the default grid, or the
+    # temperature groups where a verifier applies no truncation: docs/releases.md)
     grid: dict[str, list[str]]
     findings: list[Finding]
     not_covered: list[str]
@@ -452,14 +452,16 @@ def oracle_verifiers(own: str) -> tuple[str, ...]:
 def randomness_of(result: StatsResult) -> str:
     """The randomness one verifier's decodes ran on, in words: the release's server's
     plumbing (the drafter's noise and the verifier's draws from its one source, as the
-    server derives them) or independent streams (the convention models no plumbing)."""
+    server derives them) or independent streams (the convention models no plumbing); and
+    the law its rows were judged against where that is its server's own."""
+    law = "" if result.law == OUR_LAW else f"; judged against {ORACLE_LAWS[result.law]}"
     if result.shared_noise is None:
         return "nothing decoded"
     if not result.shared_noise:
-        return "independent streams (its server's plumbing is not modelled)"
+        return "independent streams (its server's plumbing is not modelled)" + law
     if result.server is not None:
-        return f"shared: {result.server}'s plumbing"
-    return "shared: torch's one generator, drafter and verifier in turn"  # ours, the PR era, 0.5.16
+        return f"shared: {result.server}'s plumbing{law}"
+    return "shared: torch's one generator, drafter and verifier in turn" + law  # ours, PR era
 
 
 def oracle_not_covered(results: Sequence[StatsResult]) -> list[str]:

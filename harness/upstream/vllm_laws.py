@@ -177,17 +177,39 @@ def processed_logits(logits: torch.Tensor, *, requests: Sequence[Request]) -> to
     (``compare_laws``): the target logits its verify hands ``rejection_sample``. A row's
     result depends on its logits and its request alone, so a verifier reads a Markov
     target's rows from this table."""
+    return _each_request(logits, requests=requests, method="apply_sampling_params")
+
+
+def sampler_law(logits: torch.Tensor, *, requests: Sequence[Request]) -> torch.Tensor:
+    """``[len(requests), n, V]`` float32: the law the release's non-speculative sampler
+    (``Sampler.sample``) draws each row of ``logits`` ``[n, V]`` from under each request,
+    a distribution a row (the argmax on a greedy request's rows): vLLM's own law of a
+    request, which the statistical oracle judges its verifier's rows against."""
+    sampled_from = _each_request(logits, requests=requests, method="sample")
+    greedy = torch.tensor([r.greedy for r in requests]).view(-1, 1)
+    law = _law(sampled_from.flatten(0, 1), greedy=greedy.expand(sampled_from.shape[:2]).flatten())
+    return law.view_as(sampled_from)
+
+
+def _each_request(
+    logits: torch.Tensor, *, requests: Sequence[Request], method: str
+) -> torch.Tensor:
+    """The logits the release's ``Sampler.<method>`` gives for every row of ``logits``
+    under each request: ``[len(requests), n, V]``."""
     rows, vocab = logits.shape
     with environment_kept():  # importing vLLM writes defaults into os.environ
         sampler_class = importlib.import_module(SAMPLER_MODULE).Sampler
         params = importlib.import_module("vllm.sampling_params").SamplingParams
+    extra = {"return_logprobs": False} if method == "sample" else {}
     with _cpu_answers():
         sampler = _staged_sampler(sampler_class, rows=requests, vocab=vocab, params=params)
-        processed = _call(
-            sampler.apply_sampling_params,
+        given = _call(
+            getattr(sampler, method),
             logits=logits.to(torch.float32).repeat(len(requests), 1),
             per_request=rows,
+            **extra,
         )
+    processed = given[1] if method == "sample" else given  # sample: (tokens, its logits)
     return processed.reshape(len(requests), rows, vocab)
 
 
@@ -300,4 +322,4 @@ def _law(logits: torch.Tensor, *, greedy: torch.Tensor) -> torch.Tensor:
     return torch.where(greedy.unsqueeze(-1), argmax, torch.softmax(logits, dim=-1))
 
 
-__all__ = ["HostBuffer", "Request", "Unused", "compare_laws", "processed_logits"]
+__all__ = ["HostBuffer", "Request", "Unused", "compare_laws", "processed_logits", "sampler_law"]

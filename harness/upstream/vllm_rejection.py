@@ -40,11 +40,11 @@ the bonus), so nothing here routes them elsewhere.
 The interpreter runs every kernel program as Python over numpy (several programs per
 round row), so a decode under this verifier is slow: ``max_rows`` cuts the oracle's
 rows per head under it (``oracle_cut``, ``harness.oracles.stats.scope_under``) and the result states
-the detection bound at the rows it ran. Its target law is vLLM's, which is the oracle's
-(``reference.request_law``) for a request that truncates one way, and not where top-k,
-top-p and min-p combine (vLLM reads top-p over the mass min-p and top-k left,
-docs/sampling-params.md): the oracle runs the sets that truncate one way under it
-(``combined_law``). See docs/upstream.md ("vLLM's rejection
+the detection bound at the rows it ran. Its target law is vLLM's own, which is not ours
+where top-k, top-p and min-p combine (vLLM reads top-p over the mass min-p and top-k
+left, docs/sampling-params.md): under it the oracle judges every group against vLLM's
+law (``oracle_law``: what the release's ``Sampler.sample`` draws from,
+``harness.upstream.vllm_laws.sampler_law``). See docs/upstream.md ("vLLM's rejection
 sampler as a verifier").
 """
 
@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.oracle_cut import OracleCut
+from harness.oracle_cut import VLLM_LAW, OracleCut
 from harness.upstream.loaders.vllm_loader import (
     interpreter_log1p,
     load_vllm,
@@ -68,10 +68,7 @@ from reference.streams import VerifierNoise
 from reference.verifier import VerifyResult, VerifyRound, VerifyStep
 
 ROW_CUT = 600  # rows per head (every target) under this verifier: see docs/upstream.md
-COMBINED_LAW = (
-    "its server's law is not the oracle's where top-k, top-p and min-p combine (vLLM reads "
-    "top-p over the mass that min-p and top-k left)"
-)
+
 VERIFIER_CUT = OracleCut(
     rows=ROW_CUT, stage_rows=(ROW_CUT,), by="vllm-rejection (verifier under Triton's interpreter)"
 )
@@ -84,9 +81,10 @@ class VllmRejectionVerifier:
     name: str = "vllm-rejection"
     oracle_cut: OracleCut | None = VERIFIER_CUT  # what a decode under it runs
     reads_truncation: bool = True  # each request's, as its server's sampler applies it
-    combined_law: str = COMBINED_LAW  # so the oracle runs the sets that truncate one way
+    oracle_law: str = VLLM_LAW  # its rows judged against vLLM's own law, not ours
     # each row's request as the server stages it into its sampler (``requests_of``)
-    staged: Callable[[VerifyRound], list[Request]] = field(default=lambda r: requests_of(r))
+    # (a module function, so the verifier crosses to an isolated worker by reference)
+    staged: Callable[[VerifyRound], list[Request]] = field(default_factory=lambda: requests_of)
 
     def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep:
         rejection_sample = load_vllm().rejection_sample

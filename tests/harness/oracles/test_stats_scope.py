@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from harness.oracle_cut import OracleCut
+from harness.oracle_cut import ORACLE_LAWS, OUR_LAW, VLLM_LAW, OracleCut
 from harness.oracles import scope as oracle_scope
 from harness.oracles import stats
 from harness.oracles.problem import DEFAULT_CONFIG, FAR
@@ -196,3 +196,39 @@ def test_a_cut_keeps_the_heads_it_names_and_refuses_to_keep_none() -> None:
         oracle_scope.cut_config(replace(DEFAULT_CONFIG, head_kinds=("rnn",)), vanilla)
     with pytest.raises(ValueError, match=r"OracleCut\.heads"):
         OracleCut(rows=200, by="x", heads=())
+
+
+class OnItsLaw:
+    """Our chain verifier, declaring another server's law as its own: the oracle's exact
+    laws follow the law it names (``JudgedOnItsLaw``)."""
+
+    name = "on-its-law"
+    oracle_law = VLLM_LAW
+    reads_truncation = True
+
+    def start(self, *, noise: VerifierNoise, device: torch.device) -> VerifyStep:
+        return CHAIN_VERIFIER.start(noise=noise, device=device)
+
+
+def test_a_verifier_that_names_its_law_is_judged_against_it_and_the_result_says_so() -> None:
+    config = replace(DEFAULT_CONFIG, head_kinds=("vanilla",))
+    under_it = stats.scope_under(config, verifier=OnItsLaw())
+    assert under_it.config == replace(config, law=VLLM_LAW) and under_it.cuts == ()
+    assert stats.scope_under(config, verifier=CHAIN_VERIFIER).config == config  # ours
+    result = stats.StatsResult(
+        name="x",
+        rows={},
+        alpha=0.1,
+        family_size=0,
+        statistics=(),
+        marginals=(),
+        mean_accepted_length={},
+        law=VLLM_LAW,
+    )
+    assert result.randomness() == f"judged against {ORACLE_LAWS[VLLM_LAW]}"
+    assert replace(result, law=OUR_LAW).randomness() == ""
+
+
+def test_a_law_the_oracle_does_not_know_is_refused_naming_the_laws() -> None:
+    with pytest.raises(stats.StatsError, match="law must be one of \\['ours', 'vllm'\\]"):
+        replace(DEFAULT_CONFIG, law="sglang")

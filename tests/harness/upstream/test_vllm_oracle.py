@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import pytest
 
+from harness.oracle_cut import VLLM_LAW
 from harness.oracles import stats
 from harness.oracles.problem import DEFAULT_CONFIG, FAR
 from harness.plugins.implementations import parse_impl_spec
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.vllm
 
 def test_the_speculators_cut_and_contract_make_its_scope() -> None:
     from harness.upstream.vllm_convention import SAMPLER_CUT
-    from harness.upstream.vllm_rejection import COMBINED_LAW, VERIFIER_CUT, VLLM_REJECTION
+    from harness.upstream.vllm_rejection import VERIFIER_CUT, VLLM_REJECTION
 
     if not vllm_loader.interpreted():
         pytest.skip("vLLM's kernels are compiled here (CUDA): its convention declares no cut")
@@ -44,15 +45,10 @@ def test_the_speculators_cut_and_contract_make_its_scope() -> None:
         under_theirs = stats.scope_under(
             DEFAULT_CONFIG, verifier=VLLM_REJECTION, implementation=implementation
         )
-        # the smaller rows of both cuts, and the sets that truncate one way: vLLM's
-        # verifier applies each request's truncation as its sampler does, which is the
-        # oracle's law there and not where all three combine
-        single = tuple(s for s in scope.config.truncated if s.truncations == 1)
-        assert under_theirs.config == replace(scope.config, truncated=single)
-        assert under_theirs.cuts[:2] == (VERIFIER_CUT, SAMPLER_CUT)
-        (truncation,) = under_theirs.cuts[2:]
-        assert truncation.truncated and not truncation.combined_truncations
-        assert truncation.by == f"vllm-rejection: {COMBINED_LAW}"
+        # the smaller rows of both cuts, every group: vLLM's verifier applies each
+        # request's truncation as its sampler does, and is judged against that law
+        assert under_theirs.config == replace(scope.config, law=VLLM_LAW)
+        assert under_theirs.cuts == (VERIFIER_CUT, SAMPLER_CUT)
 
 
 def test_a_releases_era_sets_the_depth_of_its_rows_oracle(monkeypatch: pytest.MonkeyPatch) -> None:

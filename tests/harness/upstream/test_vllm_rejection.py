@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from harness.cli import main
-from harness.oracle_cut import OracleCut
+from harness.oracle_cut import OUR_LAW, VLLM_LAW, OracleCut
 from harness.oracles import stats
 from harness.oracles.defaults import ParameterSet
 from harness.oracles.problem import (
@@ -30,9 +30,8 @@ from harness.oracles.problem import (
 )
 from harness.plugins.implementations import builtin_implementations
 from harness.upstream.loaders import vllm_loader
-from harness.upstream.vllm_laws import Request, processed_logits
+from harness.upstream.vllm_laws import Request, processed_logits, sampler_law
 from harness.upstream.vllm_rejection import (
-    COMBINED_LAW,
     ROW_CUT,
     VERIFIER_CUT,
     VLLM_REJECTION,
@@ -177,18 +176,11 @@ class CutChain:
 def test_a_slow_verifier_runs_at_its_row_cut_and_the_others_at_the_config() -> None:
     config = replace(DEFAULT_CONFIG, head_kinds=("vanilla",), temperatures=(1.0,))
     assert stats.scope_under(config, verifier=CHAIN_VERIFIER) == stats.Scope(config=config)
-    # it applies each request's truncation as vLLM's sampler does, which is the oracle's
-    # law where a set truncates one way: those sets, not the one that combines all three
+    # it applies each request's truncation as vLLM's sampler does: every group, each
+    # judged against vLLM's own law
     under_theirs = stats.scope_under(config, verifier=VLLM_REJECTION)
-    single = tuple(s for s in config.truncated if s.truncations == 1)
-    assert len(single) == len(config.truncated) - 1
-    assert under_theirs.config == replace(
-        config, rows=ROW_CUT, stage_rows=(ROW_CUT,), truncated=single
-    )
-    assert [c.by for c in under_theirs.cuts] == [
-        VERIFIER_CUT.by,
-        f"vllm-rejection: {COMBINED_LAW}",
-    ]
+    assert under_theirs.config == replace(config, rows=ROW_CUT, stage_rows=(ROW_CUT,), law=VLLM_LAW)
+    assert under_theirs.cuts == (VERIFIER_CUT,)
     cut = replace(config, rows=300)
     assert stats.scope_under(config, verifier=CutChain()) == stats.Scope(
         config=cut, cuts=(CutChain().oracle_cut,)
@@ -316,33 +308,38 @@ def test_the_oracle_under_vllms_verifier_passes_reference_and_rejects_legacy() -
 
 
 @needs_vllm
-def test_vllms_law_is_the_oracles_where_a_set_truncates_one_way_not_where_they_combine() -> None:
-    """What ``combined_law`` declares, held exactly on the oracle's far target: the law
-    vLLM's verify hands ``rejection_sample`` against ``reference.request_law``."""
+def test_vllms_law_is_its_verify_target_and_not_ours_where_truncations_combine() -> None:
+    """On the oracle's far target: the law vLLM's sampler draws from (``sampler_law``, the
+    oracle's law under its verifier) is the target its verify hands ``rejection_sample``,
+    and ours (``reference.request_law``) where a set truncates one way, not where they
+    combine."""
     far = far_target(DEFAULT_CONFIG)
     every_token = torch.arange(far.vocab_size)
-    for group in DEFAULT_CONFIG.truncated:
-        request = Request(group.temperature, group.top_k, group.top_p, group.min_p)
-        (theirs,) = processed_logits(far.transition_logits, requests=[request])  # [V, V]
-        theirs = theirs.double().softmax(-1)
+    groups = DEFAULT_CONFIG.truncated
+    requests = [Request(g.temperature, g.top_k, g.top_p, g.min_p) for g in groups]
+    laws = sampler_law(far.transition_logits, requests=requests).double()  # [G, V, V]
+    targets = processed_logits(far.transition_logits, requests=requests).double().softmax(-1)
+    assert torch.equal(laws > 0, targets > 0) and torch.allclose(laws, targets, atol=1e-6)
+    for group, law in zip(groups, laws, strict=True):
         ours = far.next_token_probs(
             every_token,
             temperatures=torch.tensor(group.temperature, dtype=torch.float64),
             greedy_mask=torch.tensor(False),
             truncation=group_truncation(group, device=torch.device("cpu")),
         )
-        same = torch.equal(ours > 0, theirs > 0) and torch.allclose(ours, theirs, atol=1e-6)
-        assert same == (group.truncations == 1), group.label
+        same = torch.equal(ours > 0, law > 0) and torch.allclose(ours, law, atol=1e-6)
+        one_way = sum([group.top_k > 1, group.top_p < 1, group.min_p > 0]) == 1
+        assert same == one_way, group.label
 
 
-MIN_P = replace(
+GRID = replace(
     DEFAULT_CONFIG,
-    rows=200,
+    rows=240,
     head_kinds=("vanilla",),
     targets=(FAR,),
     temperatures=(1.0,),
-    truncated=(ParameterSet(1.0, min_p=0.2),),
-    temperature_weight=1,  # half the rows min-p
+    truncated=(ParameterSet(1.0, min_p=0.2), ParameterSet(0.8, top_k=6, top_p=0.9, min_p=0.1)),
+    temperature_weight=1,  # a third of the rows each
 )
 # a verify whose server stages no request's min-p into its sampler
 DROPS_MIN_P = replace(
@@ -350,19 +347,44 @@ DROPS_MIN_P = replace(
     name="vllm-rejection-drops-min-p",
     staged=lambda round_: [replace(r, min_p=0.0) for r in requests_of(round_)],
 )
+# vLLM's verify judged against our law, not its own
+ON_OUR_LAW = replace(VLLM_REJECTION, name="vllm-rejection-on-our-law", oracle_law=OUR_LAW)
 
 
 @needs_vllm
-def test_under_vllms_verifier_the_oracle_judges_min_p_and_a_verify_that_drops_it_is_rejected() -> (
-    None
-):
+def test_under_vllms_verifier_every_group_is_judged_against_vllms_law() -> None:
     (reference,) = builtin_implementations(("reference",))
-    under_theirs = stats.scope_under(MIN_P, verifier=VLLM_REJECTION)
-    assert under_theirs.config is not None and under_theirs.config.truncated == MIN_P.truncated
-    passed = stats.run_stats(reference, config=MIN_P, verifier=VLLM_REJECTION)
-    dropped = stats.run_stats(reference, config=MIN_P, verifier=DROPS_MIN_P)
+    under_theirs = stats.scope_under(GRID, verifier=VLLM_REJECTION)
+    # every group, each judged against its law
+    assert under_theirs.config == replace(GRID, stage_rows=(ROW_CUT,), law=VLLM_LAW)
+    passed = stats.run_stats(reference, config=GRID, verifier=VLLM_REJECTION)
     assert passed.error is None and passed.passed, passed.carrier_names()
+    assert "judged against vLLM's own law" in passed.randomness()
+    # a verify that drops min-p commits tokens vLLM's law drops: rejected
+    dropped = stats.run_stats(reference, config=GRID, verifier=DROPS_MIN_P)
     assert dropped.error is None and dropped.rejected, f"p = {dropped.p_value:.3g}"
+
+
+COMBINED = replace(
+    DEFAULT_CONFIG,
+    rows=300,
+    head_kinds=("vanilla",),
+    targets=(FAR,),
+    temperatures=(0.8,),
+    truncated=(ParameterSet(0.8, top_k=6, top_p=0.9, min_p=0.1),),
+    temperature_weight=1,
+)
+
+
+@needs_vllm
+@pytest.mark.slow  # about 40 s: the strongest test decoded again on fresh rows
+def test_against_our_law_vllms_own_verify_is_rejected_where_truncations_combine() -> None:
+    """The law is what this check needs: judged against ours, vLLM's own verify of our
+    reference drafter is rejected at the set where vLLM's law is not ours."""
+    (reference,) = builtin_implementations(("reference",))
+    ours = stats.run_stats(reference, config=COMBINED, verifier=ON_OUR_LAW)
+    assert ours.rejected, f"p = {ours.p_value:.3g}"
+    assert all("min-p 0.1" in c for c in ours.carrier_names()), ours.carrier_names()
 
 
 @needs_vllm
