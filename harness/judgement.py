@@ -353,11 +353,12 @@ class Judgement:
 
     def with_scans(self, scans: Sequence[ScanVerdict]) -> Judgement:
         """This judgement with each implementation's support scan held in its verdicts
-        (where it has one) and beside them."""
+        (where it has one) and beside them; a scan held before, of an implementation
+        ``scans`` does not name, stays held."""
         by_name = {scan.name: scan for scan in scans}
         roles = self.options.roles
         held = tuple(
-            hold_to_role(h.verdict, roles=roles, scan=by_name.get(h.name), parts=h.parts)
+            hold_to_role(h.verdict, roles=roles, scan=by_name.get(h.name, h.scan), parts=h.parts)
             for h in self.held
         )
         return replace(self, held=held, scans=(*self.scans, *scans))

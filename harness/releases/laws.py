@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.upstream.releases.eras import ReleaseEra
+from harness.upstream.releases.eras import ReleaseEra, era_of
 
 if TYPE_CHECKING:
     import torch
@@ -51,6 +51,17 @@ def server_laws(era: ReleaseEra | None, *, root: Path | None) -> LawsOfRow | Non
         return LawsOfRow(not_covered=[f"its verify target against its sampler: not run: {error}"])
     evidence = compared.evidence() if compared.differing else ""
     return LawsOfRow(judged=compared.judged, evidence=evidence, not_covered=compared.not_run())
+
+
+def installed_laws(package: str, version: str) -> LawsOfRow | None:
+    """The row's laws of the installed ``package`` at ``version`` (the ``versions``
+    table's row of it); ``None`` where it is not installed or its era names no pair."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        return None
+    return server_laws(era_of(package, version), root=Path(spec.origin).parent.parent)
 
 
 def grid() -> tuple[ParameterSet, ...]:

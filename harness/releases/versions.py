@@ -26,7 +26,7 @@ from harness.case import Case, make_case
 from harness.defaults import DEFAULT_VERIFIER_NOISE, FIXED, REFERENCE, VerifierNoise
 from harness.executor import IN_PROCESS
 from harness.judge import judge
-from harness.judgement import Judgement, ScanVerdict
+from harness.judgement import Judgement, PartVerdict, ScanVerdict
 from harness.measure.timing import ab_timing
 from harness.options import Roles, RunOptions
 from harness.oracles.stats import StatsResult
@@ -47,6 +47,7 @@ from harness.plugins.implementations import (
     parse_impl_spec,
 )
 from harness.progress import Progress, no_progress
+from harness.releases.laws import LAW_CLASS, LawsOfRow, installed_laws
 from harness.upstream.dispatch import convention_of, provenance
 from harness.upstream.loaders import sglang_loader, vllm_loader
 
@@ -238,6 +239,16 @@ def scan_findings(results: Sequence[PointResult]) -> list[str]:
     ]
 
 
+def _installed_laws(name: str) -> LawsOfRow | None:
+    """An installed package's row: its verify target against its own sampler
+    (``harness.releases.laws``); ``None`` for a row of our own modules."""
+    if name == _SGLANG:
+        return installed_laws("sglang", sglang_loader.SUPPORTED_VERSION)
+    if name in VLLM_VERSIONS:
+        return installed_laws("vllm", vllm_loader.SUPPORTED_VERSION)
+    return None
+
+
 def collect_versions(
     *,
     seed: int = 0,
@@ -282,6 +293,10 @@ def collect_versions(
             if not o.holds
         ]
         findings += list(provenance(impl).get("adaptations", []))
+        laws = _installed_laws(name)
+        if laws is not None and laws.evidence:
+            findings.append(f"{LAW_CLASS}: {laws.evidence}")
+            judgement = judgement.with_parts([PartVerdict(impl.name, LAW_CLASS, laws.evidence)])
         judgement = judgement.with_scans([ScanVerdict(impl.name, next(iter(hits), ""))])
         held = judgement.held_verdict(impl.name)
         rows.append(

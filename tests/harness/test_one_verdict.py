@@ -67,6 +67,9 @@ def test_with_scans_holds_each_scan_in_its_own_implementations_verdict() -> None
     scanned = judgement.with_scans([ScanVerdict("a"), ScanVerdict("b", HIT)])
     assert scanned.held_verdict("a").ok and not scanned.held_verdict("b").ok
     assert not scanned.ok
+    # one implementation at a time (the versions table): each scan stays held
+    in_turn = judgement.with_scans([ScanVerdict("b", HIT)]).with_scans([ScanVerdict("a")])
+    assert in_turn.held_verdict("b").scan == ScanVerdict("b", HIT) and not in_turn.ok
 
 
 def test_a_part_judged_beside_the_checks_is_held_in_its_own_implementations_verdict() -> None:

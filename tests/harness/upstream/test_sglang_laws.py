@@ -228,3 +228,12 @@ def test_every_sglang_releases_verify_target_drops_min_p(version: str) -> None:
     row = server_laws(era, root=files.extracted)
     assert row is not None and row.evidence
     assert "T=1 min-p 0.2 (alone" in row.evidence and "8 of 8 rows differ" in row.evidence
+
+
+@pytest.mark.upstream
+def test_the_versions_tables_sglang_row_holds_its_verify_target_law() -> None:
+    from harness.releases.versions import _SGLANG, _installed_laws
+
+    assert _installed_laws("after-fix") is None  # our own modules: no server's law
+    row = _installed_laws(_SGLANG)
+    assert row is not None and "T=1 min-p 0.2 (alone, mixed): 8 of 8 rows differ" in row.evidence

@@ -46,6 +46,8 @@ def test_the_release_passes_the_oracle_but_the_scan_finds_a_masked_draft(rows) -
     assert all(result.passed for result in release.statistics.values())
     assert not release.lossless and release.why.startswith("NOT lossless: support scan")
     assert any(f.startswith("support scan:") for f in release.findings)
+    # its verify target is not its own sampler's law (harness.releases.laws)
+    assert any(f.startswith("verify target law:") and "min-p" in f for f in release.findings)
     assert release.time_ratio is not None and release.time_ratio > 0
 
 
