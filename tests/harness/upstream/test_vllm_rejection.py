@@ -65,8 +65,7 @@ TEMPERATURES = (0.5, 1.0, 2.0, 0.0)
 # The oracle under vLLM's verifier in a test: gated (legacy's strongest head at the far
 # target), T = 0.6, 250 rows per head: legacy's family p at seeds 0-5 under the chain
 # verifier is 1e-42 or below, and the law of the committed tokens is the same under any
-# exact verifier. No truncated set: this verifier applies none (its scope is cut to the
-# temperature groups).
+# exact verifier. No truncated set: the double walk shows at a temperature alone.
 SMALL = replace(
     DEFAULT_CONFIG,
     rows=250,
@@ -333,10 +332,9 @@ def test_vllms_law_is_its_verify_target_and_not_ours_where_truncations_combine()
 
 
 GRID = replace(
-    DEFAULT_CONFIG,
+    SMALL,
     rows=240,
     head_kinds=("vanilla",),
-    targets=(FAR,),
     temperatures=(1.0,),
     truncated=(ParameterSet(1.0, min_p=0.2), ParameterSet(0.8, top_k=6, top_p=0.9, min_p=0.1)),
     temperature_weight=1,  # a third of the rows each
@@ -365,15 +363,7 @@ def test_under_vllms_verifier_every_group_is_judged_against_vllms_law() -> None:
     assert dropped.error is None and dropped.rejected, f"p = {dropped.p_value:.3g}"
 
 
-COMBINED = replace(
-    DEFAULT_CONFIG,
-    rows=300,
-    head_kinds=("vanilla",),
-    targets=(FAR,),
-    temperatures=(0.8,),
-    truncated=(ParameterSet(0.8, top_k=6, top_p=0.9, min_p=0.1),),
-    temperature_weight=1,
-)
+COMBINED = replace(GRID, rows=300, temperatures=(0.8,), truncated=GRID.truncated[1:])
 
 
 @needs_vllm
