@@ -193,12 +193,32 @@ def test_sglang_0_5_23s_verify_target_drops_min_p_against_its_own_sampler() -> N
 
 @pytest.mark.upstream
 def test_our_law_is_sglang_0_5_23s_non_speculative_sampler_on_the_grid() -> None:
-    era = era_of("sglang", "0.5.23")
+    _assert_our_law_is_its_samplers("0.5.23", root=_installed_root())
+
+
+@pytest.mark.releases
+@pytest.mark.parametrize("version", known_versions("sglang"))
+def test_our_law_is_every_sglang_releases_non_speculative_sampler_on_the_grid(
+    version: str,
+) -> None:
+    """So the oracle's law on an sglang row (ours, under chain) is its server's own."""
+    era = era_of("sglang", version)
+    assert era is not None
+    try:
+        wheel = fetch("sglang", version, cache=DEFAULT_CACHE)
+    except NotFetched as error:
+        pytest.skip(f"sglang {version}: not fetched: {error}")
+    files = extract("sglang", version, wheel=wheel, members=era.members)
+    _assert_our_law_is_its_samplers(version, root=files.extracted)
+
+
+def _assert_our_law_is_its_samplers(version: str, *, root: Path) -> None:
+    era = era_of("sglang", version)
     assert era is not None and era.laws is not None
     recorder = MultinomialRecorder()
     module, _, name = era.laws.sampler.rpartition(".")
     answers = {**SAMPLER_ANSWERS, "torch": recorder}
-    loaded = WheelFunctions(_installed_root(), package="sglang", answers=answers)
+    loaded = WheelFunctions(root, package="sglang", answers=answers)
     sampler = loaded.function(module, name)
     logits = far_logits().float()
     for parameters in grid():
