@@ -355,28 +355,29 @@ class Judgement:
         """This judgement with each implementation's support scan held in its verdicts
         (where it has one) and beside them; a scan held before, of an implementation
         ``scans`` does not name, stays held."""
-        by_name = {scan.name: scan for scan in scans}
-        roles = self.options.roles
-        held = tuple(
-            hold_to_role(h.verdict, roles=roles, scan=by_name.get(h.name, h.scan), parts=h.parts)
-            for h in self.held
-        )
-        return replace(self, held=held, scans=(*self.scans, *scans))
+        return replace(self, held=self._held_with(scans=scans), scans=(*self.scans, *scans))
 
     def with_parts(self, parts: Sequence[PartVerdict]) -> Judgement:
         """This judgement with each part held in the verdict of the implementation it
         names (beside what it holds already)."""
+        return replace(self, held=self._held_with(parts=parts))
+
+    def _held_with(
+        self, *, scans: Sequence[ScanVerdict] = (), parts: Sequence[PartVerdict] = ()
+    ) -> tuple[HeldVerdict, ...]:
+        """Every verdict held to its role again, with the scans and parts named for it
+        (a scan replaces its implementation's; parts join what it holds)."""
+        by_name = {scan.name: scan for scan in scans}
         roles = self.options.roles
-        held = tuple(
+        return tuple(
             hold_to_role(
                 h.verdict,
                 roles=roles,
-                scan=h.scan,
+                scan=by_name.get(h.name, h.scan),
                 parts=(*h.parts, *(p for p in parts if p.name == h.name)),
             )
             for h in self.held
         )
-        return replace(self, held=held)
 
     def judged_by_checks(self, name: str) -> bool:
         """The pair's buggy side is judged by the ledger (and by ``expect_fail``)."""

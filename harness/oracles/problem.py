@@ -450,7 +450,7 @@ def group_transitions(
     if law == VLLM_LAW:
         from harness.upstream.vllm_laws import Request, sampler_law
 
-        requests = [Request(g.temperature, g.top_k, g.top_p, g.min_p, g.greedy) for g in groups]
+        requests = [Request.of(g) for g in groups]
         return sampler_law(target.transition_logits, requests=requests).to(torch.float64)
     every_token = torch.arange(target.vocab_size, device=target.device)
     return torch.stack(

@@ -186,8 +186,12 @@ class StatsResult:
         if self.shared_noise and self.server is not None:
             parts.append(f"judged on {self.server}'s own randomness")
         if self.law != OUR_LAW:
-            parts.append(f"judged against {ORACLE_LAWS[self.law]}")
+            parts.append(self.law_judged())
         return "; ".join(parts)
+
+    def law_judged(self) -> str:
+        """The law its rows were judged against, where that is a server's own ("" ours)."""
+        return "" if self.law == OUR_LAW else f"judged against {ORACLE_LAWS[self.law]}"
 
     def to_json_dict(self) -> dict[str, Any]:
         """Everything but the wall time, so a report's JSON is the same on every run."""

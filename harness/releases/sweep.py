@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from harness.executor import ForkedExecutor
-from harness.oracle_cut import ORACLE_LAWS, OUR_LAW
 from harness.releases.laws import LAW_CLASS, LAWS_GRID, server_laws
 from harness.releases.scan import SCAN_CLASS, support_scan
 from harness.upstream.releases.eras import (
@@ -454,7 +453,7 @@ def randomness_of(result: StatsResult) -> str:
     plumbing (the drafter's noise and the verifier's draws from its one source, as the
     server derives them) or independent streams (the convention models no plumbing); and
     the law its rows were judged against where that is its server's own."""
-    law = "" if result.law == OUR_LAW else f"; judged against {ORACLE_LAWS[result.law]}"
+    law = f"; {result.law_judged()}" if result.law_judged() else ""
     if result.shared_noise is None:
         return "nothing decoded"
     if not result.shared_noise:

@@ -169,6 +169,11 @@ class Request:
     def label(self) -> str:
         return repr(self)
 
+    @classmethod
+    def of(cls, group: ParameterSet) -> Request:
+        """A grid group's request."""
+        return cls(group.temperature, group.top_k, group.top_p, group.min_p, group.greedy)
+
 
 def processed_logits(logits: torch.Tensor, *, requests: Sequence[Request]) -> torch.Tensor:
     """``[len(requests), n, V]`` float32: what the release's ``apply_sampling_params``

@@ -15,7 +15,7 @@ reads what vLLM's server passes it, laid out as the server lays it out for a rou
   staged as its server stages it (temperature, then min-p, top-k and top-p; no division
   on a greedy row), read from a table it builds once a target and request
   (``harness.upstream.vllm_laws.processed_logits``: a row's result depends on its
-  logits and its request alone, and a Markov target's rows are its context tokens');
+  logits and its request alone, and a Markov target's rows are its context tokens);
 - the draft's kept step logits as the ``draft_logits`` cache ``[max_num_reqs, gamma,
   V]`` indexed by slot, as the release keeps it (``vllm_eras.release_cache``: before
   temperature, from which it computes ``q = softmax(cache / T)`` itself; 0.25-0.27:

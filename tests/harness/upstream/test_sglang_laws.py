@@ -202,14 +202,18 @@ def test_our_law_is_every_sglang_releases_non_speculative_sampler_on_the_grid(
     version: str,
 ) -> None:
     """So the oracle's law on an sglang row (ours, under chain) is its server's own."""
+    _assert_our_law_is_its_samplers(version, root=_cached_release(version))
+
+
+def _cached_release(version: str) -> Path:
+    """The files of sglang ``version`` extracted from the cached wheel (skip: not fetched)."""
     era = era_of("sglang", version)
     assert era is not None
     try:
         wheel = fetch("sglang", version, cache=DEFAULT_CACHE)
     except NotFetched as error:
         pytest.skip(f"sglang {version}: not fetched: {error}")
-    files = extract("sglang", version, wheel=wheel, members=era.members)
-    _assert_our_law_is_its_samplers(version, root=files.extracted)
+    return extract("sglang", version, wheel=wheel, members=era.members).extracted
 
 
 def _assert_our_law_is_its_samplers(version: str, *, root: Path) -> None:
@@ -238,14 +242,7 @@ def _assert_our_law_is_its_samplers(version: str, *, root: Path) -> None:
 @pytest.mark.releases
 @pytest.mark.parametrize("version", known_versions("sglang"))
 def test_every_sglang_releases_verify_target_drops_min_p(version: str) -> None:
-    era = era_of("sglang", version)
-    assert era is not None
-    try:
-        wheel = fetch("sglang", version, cache=DEFAULT_CACHE)
-    except NotFetched as error:
-        pytest.skip(f"sglang {version}: not fetched: {error}")
-    files = extract("sglang", version, wheel=wheel, members=era.members)
-    row = server_laws(era, root=files.extracted)
+    row = server_laws(era_of("sglang", version), root=_cached_release(version))
     assert row is not None and row.evidence
     assert "T=1 min-p 0.2 (alone" in row.evidence and "8 of 8 rows differ" in row.evidence
 

@@ -315,7 +315,7 @@ def test_vllms_law_is_its_verify_target_and_not_ours_where_truncations_combine()
     far = far_target(DEFAULT_CONFIG)
     every_token = torch.arange(far.vocab_size)
     groups = DEFAULT_CONFIG.truncated
-    requests = [Request(g.temperature, g.top_k, g.top_p, g.min_p) for g in groups]
+    requests = [Request.of(g) for g in groups]
     laws = sampler_law(far.transition_logits, requests=requests).double()  # [G, V, V]
     targets = processed_logits(far.transition_logits, requests=requests).double().softmax(-1)
     assert torch.equal(laws > 0, targets > 0) and torch.allclose(laws, targets, atol=1e-6)
