@@ -66,6 +66,7 @@ TRITON_NOT_RUN = (
     "server runs): not run (Triton's interpreter cannot run it); the package's torch path "
     "(apply_top_k_top_p_pytorch), which its sampler and its verify both call here, is"
 )
+STAGING = ("add_request", "apply_staged_writes")  # how its server stages a request
 VERIFY_ROWS = 2  # logits rows a request in the verify's batch: its anchor and one draft
 
 
@@ -219,16 +220,21 @@ def _each_request(
 
 
 def _release_class(qualified: str, *, root: Path) -> Any:
-    """The class of ``module.Class.method``, imported; it must come from ``root``."""
-    module_name, class_name, _ = qualified.rsplit(".", 2)
+    """The class of ``module.Class.method``, imported; it must come from ``root`` and
+    have the method and the staging methods (``STAGING``)."""
+    module_name, class_name, method = qualified.rsplit(".", 2)
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:
+    except (ImportError, SyntaxError) as error:  # absent, or a damaged or truncated file
         raise UnresolvedName(f"{module_name}: cannot be imported here ({error})") from error
     where = Path(module.__file__ or "")
     if not where.is_relative_to(root):
         raise UnresolvedName(f"{module_name} is imported from {where}, not from {root}")
-    return getattr(module, class_name)
+    found = getattr(module, class_name, None)
+    missing = [m for m in (method, *STAGING) if not hasattr(found, m)]
+    if missing:
+        raise UnresolvedName(f"{module_name}.{class_name} has no {', '.join(missing)} ({where})")
+    return found
 
 
 @contextmanager

@@ -216,6 +216,24 @@ def test_a_vllm_row_whose_files_are_not_imported_here_says_so(tmp_path: Path) ->
     assert len(row.not_covered) == 1 and "not run" in row.not_covered[0]
 
 
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("class Sampler:\n    pass\n", "Sampler has no sample, add_request, apply_staged_writes"),
+        ("def broken(:\n", "cannot be imported here (invalid syntax"),
+    ],
+    ids=["no-methods", "truncated"],
+)
+def test_a_damaged_sampler_file_is_not_run_and_said_in_one_line(
+    release: Path, text: str, said: str
+) -> None:
+    _write(release, "faithful")
+    (release / "vllm/v1/worker/gpu/sample/sampler.py").write_text(text)
+    row = server_laws(era_of("vllm", "0.33.0"), root=release)
+    assert row is not None and row.judged == [] and not row.evidence
+    assert len(row.not_covered) == 1 and said in row.not_covered[0], row.not_covered
+
+
 def test_every_vllm_era_names_its_verify_and_its_sampler() -> None:
     for version in known_versions("vllm"):
         era = era_of("vllm", version)
