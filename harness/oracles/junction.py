@@ -39,6 +39,14 @@ RESUME_AFTER = 2  # steps a preempted request waits before it resumes
 ARRIVAL_STEPS = (1, 3, 5)  # steps at which waves of new requests arrive
 
 
+# A server whose batch building the harness does not run from its release: what runs.
+HARNESS_BATCH_BUILDING = (
+    "the harness's scheduler and slot buffers (harness.oracles.junction) stand in for the "
+    "server's batch building (which slot a request takes, its request states, input batch "
+    "and prepare kernels); the verifier is entered on them"
+)
+
+
 class RequestState(enum.Enum):
     """What a request's judged segment followed."""
 
@@ -134,31 +142,56 @@ class JunctionServer:
         "last_tokens",
     )
     VERIFIER = "chain"  # the verifier it enters (harness.oracles.verifiers' name)
-    STANDS_IN: tuple[str, ...] = ()  # what of a release's server it stands in for, in words
+    # what of a release's server stands in, in words
+    STANDS_IN: tuple[str, ...] = (HARNESS_BATCH_BUILDING,)
 
     def __init__(self, *, slots: int, gamma: int, vocab_size: int, poison: Poison) -> None:
         self.gamma, self.vocab_size = gamma, vocab_size
+        self.allocate(slots)
+        self.drafted = torch.zeros(slots, dtype=torch.bool)  # [S]: drafts await verification
+        # per verified row: (request, seed and position read, the request's own)
+        self.keys_read: list[tuple[int, int, int, int, int]] = []
+        self.poison_slots(torch.arange(slots), poison)
+
+    def allocate(self, slots: int) -> None:
+        """The buffers it keeps, a row a slot (``KEPT``)."""
+        gamma, vocab_size = self.gamma, self.vocab_size
         self.draft_tokens = torch.empty(slots, gamma, dtype=torch.int64)  # [S, gamma]
         self.draft_probs = torch.empty(slots, gamma, vocab_size, dtype=torch.float64)
         self.seeds = torch.empty(slots, dtype=torch.int64)  # [S]
         self.positions = torch.empty(slots, dtype=torch.int64)  # [S]
         self.outputs = torch.empty(slots, gamma + 1, dtype=torch.int64)  # [S, gamma+1]
         self.last_tokens = torch.empty(slots, dtype=torch.int64)  # [S]: the next anchor
-        self.drafted = torch.zeros(slots, dtype=torch.bool)  # [S]: drafts await verification
-        # per verified row: (request, seed and position read, the request's own)
-        self.keys_read: list[tuple[int, int, int, int, int]] = []
-        self.poison_slots(torch.arange(slots), poison)
+
+    def poison_probs(self, poison: Poison) -> torch.Tensor:
+        """``[V]`` float64: the poison's law (uniform, or one-hot on its token)."""
+        token = poison.token % self.vocab_size
+        if poison.probs == "one-hot":
+            return torch.nn.functional.one_hot(torch.tensor(token), self.vocab_size).double()
+        return torch.full((self.vocab_size,), 1.0 / self.vocab_size, dtype=torch.float64)
 
     def poison_slots(self, slots: torch.Tensor, poison: Poison) -> None:
         """Fill the slots' buffers with ``poison`` (ids taken modulo the vocabulary)."""
         token = poison.token % self.vocab_size
-        probs = torch.full((self.vocab_size,), 1.0 / self.vocab_size, dtype=torch.float64)
-        if poison.probs == "one-hot":
-            probs = torch.nn.functional.one_hot(torch.tensor(token), self.vocab_size).double()
         self.draft_tokens[slots] = token
-        self.draft_probs[slots] = probs
+        self.draft_probs[slots] = self.poison_probs(poison)
         self.seeds[slots], self.positions[slots] = poison.seed, poison.position
         self.outputs[slots], self.last_tokens[slots] = token, token
+
+    def take_slot(self, free: list[int]) -> int:
+        """The slot a request that joins or resumes takes, of ``free`` (ascending): the
+        lowest (the life's scheduler decides)."""
+        return free[0]
+
+    def read_key(self, slot: int) -> tuple[int, int]:
+        """The seed and position ``slot`` holds, as its buffers keep them."""
+        return int(self.seeds[slot]), int(self.positions[slot])
+
+    def write_key(self, slot: int, key: tuple[int, int], *, part: str) -> None:
+        """Write ``part`` ("seed" or "position") of ``key`` (``read_key``'s) into
+        ``slot``'s buffers."""
+        index = ("seed", "position").index(part)
+        (self.seeds, self.positions)[index][slot] = key[index]
 
     def admit(self, slot: int, request: Request) -> None:
         """A request takes ``slot``: its key and the token its next step starts from."""
@@ -169,6 +202,11 @@ class JunctionServer:
     def release(self, slot: int) -> None:
         """A request left ``slot``: nothing is cleared (the next request overwrites)."""
         self.drafted[slot] = False
+
+    def prefill_chunk(self, slots: torch.Tensor) -> None:
+        """``slots`` ``[n]`` compute a chunk of their prompt this step, sampling nothing;
+        a server whose batch holds them (vLLM's) schedules them with the next ``verify``."""
+        del slots  # this server's verifier never sees a chunk
 
     def store_drafts(self, slots: torch.Tensor, block: DraftBlock, requests: list[Request]) -> None:
         """What the drafter wrote for ``slots`` ``[n]``: its tokens and their ``q``."""
@@ -350,7 +388,8 @@ def live_junction(
     life = JunctionLife(requests=requests, steps=0, calls=0, batch_sizes=[])
 
     def admit(request: Request, state: RequestState) -> None:
-        slot = free.pop(0)
+        slot = server.take_slot(free)
+        free.remove(slot)
         if state is not RequestState.RESUMED:
             state = RequestState.REUSED if slot in used else state
         request.segments.append(Segment(state, len(request.committed), request.last_token))
@@ -392,9 +431,11 @@ def live_junction(
         chunk = [r for r in live if r.prompt_left > 1]  # a prefill chunk: nothing sampled
         for request in chunk:
             request.prompt_left -= 1
+        if chunk:
+            server.prefill_chunk(torch.tensor(sorted(r.slot or 0 for r in chunk)))
         sampling = sorted((r for r in live if r not in chunk), key=lambda r: r.slot or 0)
-        if sampling:
-            slots = torch.tensor([r.slot for r in sampling])
+        if sampling or chunk:  # a server that batches chunks runs them with its verify
+            slots = torch.tensor([r.slot for r in sampling], dtype=torch.int64)
             verdict = server.verify(slots, target=target, requests=sampling)
             server.write_outputs(slots, verdict)
             for request, row, count in zip(

@@ -4,18 +4,15 @@ server keeps a slot between steps and its own verifier entered as its model runn
 enters it, so a release's life runs its sampler as the drafter and its verifier on
 the slots a life leaves behind.
 
-- ``VllmRejectionServer``: vLLM's own ``rejection_sample`` (from the release's wheel,
-  ``harness.upstream.loaders.vllm_loader``) entered as the GPU model runner enters it:
-  one logits row per candidate of each request (``gamma + 1`` for a request with drafts,
-  one for a request whose prompt had one token left or that resumed), the slot of each
-  request as its index into the buffers the runner keeps by slot: the draft logits cache
-  ``[max_num_reqs, gamma, V]`` as the release keeps it (``vllm_eras.release_cache``;
-  from 0.34 handed over inside its own ``DraftLogitsCache``,
-  ``vllm_loader.replicated_cache``), one temperature and one seed a slot, and each
-  logits row's slot and local position from the release's own ``expand_idx_mapping``
-  (``gpu/input_batch.py``, as the runner calls it). Its ``RequestState``
-  (``gpu/states.py``) allocates pinned host memory, which needs a CUDA device: the
-  life's slot choice stands in, said so in ``STANDS_IN``.
+- ``VllmRejectionServer``: vLLM's model runner, run from the release's wheel
+  (``harness.upstream.vllm_batch.ReleaseBatch``): its ``RequestState`` gives each
+  request its slot and keeps its tokens, its ``Sampler``'s states each slot's
+  temperature and seed, and each step's batch (decode rows, rows with one prompt token
+  left or resumed, prefill chunks) is built by its own prepare kernels, verified by its
+  own ``rejection_sample`` as its ``RejectionSampler`` enters it, and recorded by its own
+  ``post_update``; the draft-logits cache ``[max_num_reqs, gamma, V]`` is kept by slot
+  as the release keeps it (``vllm_eras.release_cache``; from 0.34 handed over inside its
+  own ``DraftLogitsCache``).
 - ``BlockwiseServer``: sglang's own ``BlockwiseRejection`` (from the release, through
   ``harness.upstream.loaders.sglang_loader``) on the sampled rows with drafts, entered
   with the kept pre-temperature step logits and the staged temperatures of each slot
@@ -31,122 +28,216 @@ the slots a life leaves behind.
 
 from __future__ import annotations
 
-import importlib
-
 import torch
 
 from harness.oracles.defaults import GREEDY
-from harness.oracles.junction import JunctionServer, Poison, Request
+from harness.oracles.junction import HARNESS_BATCH_BUILDING, JunctionServer, Poison, Request
 from harness.upstream.loaders.sglang_loader import UpstreamUnavailable, load_sglang
-from harness.upstream.loaders.vllm_loader import (
-    interpreter_log1p,
-    load_vllm,
-    replicated_cache,
-)
 from harness.upstream.rejection import BLOCKWISE_REJECTION, committed_block
+from harness.upstream.vllm_batch import ReleaseBatch
 from harness.upstream.vllm_eras import release_cache
 from harness.upstream.vllm_rejection import VLLM_REJECTION
 from reference.target_model import MarkovTargetModel
 from reference.verifier import DraftBlock, VerifyResult
 
-INPUT_BATCH = "vllm.v1.worker.gpu.input_batch"  # the model runner's input batch, in the wheel
-
 
 class VllmRejectionServer(JunctionServer):
-    """vLLM's model runner at the junction: its slot-indexed buffers and its verifier."""
+    """vLLM's model runner at the junction: its request states, its sampler's per-slot
+    states and its speculator's draft-logits cache, by the release's own classes, and
+    each step's batch built and verified by its own kernels (``ReleaseBatch``).
+
+    A request's tokens as vLLM keeps them: a prompt of two tokens (a filler, then the
+    life's anchor), then what it committed. A request joining with one prompt token left
+    has computed one; with a chunk first, none (the chunk computes the filler and samples
+    nothing). A steady request's prompt is the filler alone, whose prefill sampled the
+    anchor (recorded by the release's ``post_update``); a resumed one recomputes its
+    prompt and tokens but the last. The position of a request's first logits row is then
+    the life's position of its next token."""
 
     KEPT = (
         "draft_tokens",
         "draft_logits",
         "temperatures",
         "seeds",
-        "positions",
-        "outputs",
-        "last_tokens",
+        "num_computed_tokens",
+        "last_sampled_tokens",
+        "all_token_ids",
+        "prefill_len",
+        "total_len",
     )
-    VERIFIER_READS = ("draft_tokens", "draft_logits", "temperatures", "seeds", "positions")
+    VERIFIER_READS = (
+        "draft_tokens",
+        "draft_logits",
+        "temperatures",
+        "seeds",
+        "num_computed_tokens",
+        "last_sampled_tokens",
+        "all_token_ids",
+        "prefill_len",
+    )
     VERIFIER = VLLM_REJECTION.name
     STANDS_IN = (
-        "the target's logits: the harness's Markov target, tempered in float32 as the "
-        "release's apply_sampling_params hands them to rejection_sample",
-        "its request states (gpu/states.py RequestState: which slot a request takes, the "
-        "buffers it clears): they allocate pinned host memory, which needs a CUDA device; "
-        "the life's slot choice (the lowest free slot) and buffers stand in; the logits "
-        "rows' slots and positions come from the release's own expand_idx_mapping",
+        "the target's logits: the harness's Markov target at each logits row's input "
+        "token, processed by the release's own apply_sampling_params",
+        "its scheduler: which requests run in a step and whether their drafts are "
+        "scheduled; the slot a request takes, the batch's inputs, positions and logits "
+        "rows, and what is recorded after are the release's own (RequestState, "
+        "input_batch's prepare kernels, post_update)",
+        "its UvaBuffer's pinned host memory: host memory, its device view the memory "
+        "itself (a CPU has no pinned allocator); its sampler's states no request uses",
         "the drafter's noise keys: the seeds and positions its convention gives each row "
         "(harness.upstream.vllm_convention), not the life's requests' own; the verifier "
         "draws under each request's seed and positions from its slot. The drafter and the "
         "verifier on one request seed is the statistical oracle's check, on vLLM's plumbing",
     )
+    PROMPT = 2  # a request's prompt tokens: a filler, then its anchor
+    MAX_MODEL_LEN = 512  # tokens a slot holds, far above any request of a life
 
-    def __init__(self, *, slots: int, gamma: int, vocab_size: int, poison: Poison) -> None:
-        self.draft_logits = torch.empty(slots, gamma, vocab_size)  # [S, gamma, V] float32
-        self.temperatures = torch.empty(slots)  # [S] float32: 0 on a greedy request
-        super().__init__(slots=slots, gamma=gamma, vocab_size=vocab_size, poison=poison)
+    def allocate(self, slots: int) -> None:
+        self.batch = ReleaseBatch(
+            slots=slots,
+            gamma=self.gamma,
+            vocab_size=self.vocab_size,
+            max_model_len=self.MAX_MODEL_LEN,
+        )
+        self.draft_tokens = self.batch.states.draft_tokens  # [S, gamma] int64, the release's
+        self.last_tokens = self.batch.states.last_sampled_tokens[:, 0]  # a view: [S]
+        self.draft_logits = self.batch.draft_logits
+        self.chunks: list[int] = []  # slots computing a prefill chunk this step
+
+    # the release's buffers, by the names KEPT gives them
+    @property
+    def temperatures(self) -> torch.Tensor:
+        return self.batch.sampling_states.temperature.gpu
+
+    @property  # the release's, renewed by each staged write: read where it is now
+    def seeds(self) -> torch.Tensor:  # type: ignore[override]
+        return self.batch.sampling_states.seeds.gpu
+
+    @property
+    def num_computed_tokens(self) -> torch.Tensor:
+        return self.batch.states.num_computed_tokens.gpu
+
+    @property
+    def last_sampled_tokens(self) -> torch.Tensor:
+        return self.batch.states.last_sampled_tokens
+
+    @property
+    def all_token_ids(self) -> torch.Tensor:
+        return self.batch.states.all_token_ids.gpu
+
+    @property
+    def prefill_len(self) -> torch.Tensor:
+        return self.batch.states.prefill_len.gpu
+
+    @property
+    def total_len(self) -> torch.Tensor:
+        return self.batch.states.total_len.gpu
 
     def poison_slots(self, slots: torch.Tensor, poison: Poison) -> None:
-        super().poison_slots(slots, poison)
-        # the poison's law as logits, and a temperature it alone would give
-        self.draft_logits[slots] = _poison_logits(self.draft_probs[slots])
-        self.temperatures[slots] = _poison_temperature(poison)
+        token = poison.token % self.vocab_size
+        states, sampling = self.batch.states, self.batch.sampling_states
+        self.draft_tokens[slots] = token
+        self.draft_logits[slots] = _poison_logits(self.poison_probs(poison))
+        for kept, value in (
+            (sampling.temperature, _poison_temperature(poison)),
+            (sampling.seeds, poison.seed),
+            (states.prefill_len, poison.position),
+        ):
+            kept.np[slots.numpy()] = value
+            kept.copy_to_uva()
+        for tensor, value in (
+            (self.num_computed_tokens, poison.position),
+            (self.total_len, poison.position),
+            (self.last_sampled_tokens, token),
+            (self.all_token_ids, token),
+        ):
+            tensor[slots] = value
+        states.num_computed_tokens_np[slots.numpy()] = poison.position
+
+    def take_slot(self, free: list[int]) -> int:
+        slot = self.batch.next_slot()
+        assert slot in free, f"the release's free list gave slot {slot}, not free in the life"
+        return slot
+
+    def read_key(self, slot: int) -> tuple[int, int]:
+        return int(self.batch.sampling_states.seeds.np[slot]), int(self.num_computed_tokens[slot])
+
+    def write_key(self, slot: int, key: tuple[int, int], *, part: str) -> None:
+        if part == "seed":
+            seeds = self.batch.sampling_states.seeds
+            seeds.np[slot] = key[0]
+            seeds.copy_to_uva()
+        else:
+            self.num_computed_tokens[slot] = key[1]
+            self.batch.states.num_computed_tokens_np[slot] = key[1]
 
     def admit(self, slot: int, request: Request) -> None:
-        super().admit(slot, request)
-        self.temperatures[slot] = 0.0 if request.temperature == GREEDY else request.temperature
+        filler = (request.anchor + 1) % self.vocab_size
+        steady = request.prompt_left == 0 and not request.committed
+        tokens = [filler] if steady else [filler, request.anchor, *request.committed]
+        computed = 1 if steady else len(tokens) - request.prompt_left
+        taken = self.batch.add(
+            str(request.id),
+            prompt_len=1 if steady else self.PROMPT,
+            tokens=tokens,
+            computed=computed,
+            max_tokens=request.budget,
+            temperature=0.0 if request.temperature == GREEDY else request.temperature,
+            seed=request.seed,
+        )
+        assert taken == slot, f"request {request.id} took slot {taken}, the life gave {slot}"
+        if steady:  # its prefill sampled its anchor
+            self.batch.record_sampled([slot], [request.anchor])
+        self.drafted[slot] = False
+
+    def release(self, slot: int) -> None:
+        super().release(slot)
+        self.batch.remove(self.batch.states.index_to_req_id[slot])
+
+    def prefill_chunk(self, slots: torch.Tensor) -> None:
+        self.chunks += slots.tolist()
 
     def store_drafts(self, slots: torch.Tensor, block: DraftBlock, requests: list[Request]) -> None:
-        super().store_drafts(slots, block, requests)
+        del requests  # the speculator writes every drafted slot alike
+        self.draft_tokens[slots] = block.tokens.cpu()
         self.draft_logits[slots] = release_cache(
             block.step_logits, temperatures=block.temperatures
         ).float()
+        self.drafted[slots] = True
 
     def verify(
         self, slots: torch.Tensor, *, target: MarkovTargetModel, requests: list[Request]
     ) -> VerifyResult:
-        """Every row of ``slots`` ``[n]`` in one call of the release's ``rejection_sample``,
-        a row with drafts as ``gamma + 1`` logits rows, one without as one."""
+        """One step of the model runner: the rows of ``slots`` ``[n]`` (a row with
+        drafts scheduled ``gamma + 1`` tokens, one without one) and this step's prefill
+        chunks in one batch, by slot, built, verified and recorded by the release."""
         by_slot = {r.slot: r for r in requests}
-        n, gamma = len(slots), self.gamma
-        per_request = torch.where(self.drafted[slots], gamma + 1, 1)  # [n]
-        cu_num_logits = torch.cat([torch.zeros(1, dtype=torch.int64), per_request.cumsum(0)])
-        live = torch.arange(gamma + 1).expand(n, -1) < per_request.unsqueeze(1)  # [n, gamma+1]
-        rows = torch.cat([self.last_tokens[slots].unsqueeze(1), self.draft_tokens[slots]], 1)
-        candidates = rows[live]  # [num_logits]: each request's anchor, then its drafts
-        idx_mapping = slots.to(torch.int32)
-        # the logits rows' slots and local positions, by the release's own prepare kernel
-        expanded_slots, local = importlib.import_module(INPUT_BATCH).expand_idx_mapping(
-            idx_mapping, len(candidates), cu_num_logits.to(torch.int32), gamma + 1
-        )
-        temperature = self.temperatures[expanded_slots.long()]
-        divisor = torch.where(temperature == 0, 1.0, temperature).unsqueeze(1)
-        logits = (target.transition_logits[candidates].float() / divisor).contiguous()
-        positions = self.positions[expanded_slots.long()] + local
-        self.keys_read += [
-            (by_slot[s].id, seed, position, by_slot[s].seed, by_slot[s].position)
-            for s, seed, position in zip(
-                slots.tolist(),
-                self.seeds[slots].tolist(),
-                self.positions[slots].tolist(),
-                strict=True,
+        batch = sorted([*slots.tolist(), *self.chunks])
+        self.chunks = []
+        drafts = [self.gamma if s in by_slot and bool(self.drafted[s]) else 0 for s in batch]
+        step = self.batch.step(batch, drafts=drafts, target_logits=target.transition_logits)
+        rows = [batch.index(s) for s in slots.tolist()]
+        for row in rows:
+            request = by_slot[batch[row]]
+            self.keys_read.append(
+                (
+                    request.id,
+                    int(step.seeds[row]),
+                    int(step.positions[row]),
+                    request.seed,
+                    request.position,
+                )
             )
-        ]
-        with interpreter_log1p():
-            sampled, num_sampled = load_vllm().rejection_sample(
-                logits,
-                replicated_cache(self.draft_logits),  # the form the release reads
-                candidates.to(torch.int32),
-                cu_num_logits.to(torch.int32),
-                positions,
-                idx_mapping,
-                expanded_slots,
-                local,
-                self.temperatures,
-                self.seeds,
-                gamma,
-            )
-        counts = num_sampled.long()
-        kept = torch.arange(gamma + 1) < counts.unsqueeze(1)
-        return VerifyResult(committed=torch.where(kept, sampled.long(), -1), num_committed=counts)
+        counts = step.num_sampled[rows]
+        kept = torch.arange(self.gamma + 1) < counts.unsqueeze(1)
+        committed = torch.where(kept, step.sampled[rows], -1)
+        return VerifyResult(committed=committed, num_committed=counts)
+
+    def write_outputs(self, slots: torch.Tensor, verdict: VerifyResult) -> None:
+        """Recorded by the release's ``post_update`` in ``verify``; the drafts are spent."""
+        del verdict
+        self.drafted[slots] = False
 
 
 class BlockwiseServer(JunctionServer):
@@ -168,9 +259,11 @@ class BlockwiseServer(JunctionServer):
         "a row without drafts (upstream an extend batch the target's sampler samples): one "
         "token from the target under the request's key (ours); greedy rows: the greedy "
         "accept (chain on one-hot laws), as its server's SelectMixedAccept takes them",
-        "its batch (ScheduleBatch, SamplingBatchInfo: the server stack's imports): upstream "
-        "the verifier reads the step's draft block by batch row (accept_draft_tokens), rows "
-        "the batch's filter and merge re-index; here each slot keeps its copy",
+        HARNESS_BATCH_BUILDING,
+        "its batch (ScheduleBatch, SamplingBatchInfo) imports its server stack, so it is not "
+        "run: upstream the verifier reads the step's draft block by batch row "
+        "(accept_draft_tokens), rows the batch's filter and merge re-index; here each slot "
+        "keeps its copy",
     )
     SERVER_SEED = 0  # the server's random seed, its rejection noise's key
 

@@ -9,8 +9,8 @@ slot-indexed buffers its model runner keeps, sglang's ``BlockwiseRejection``, or
 chain, where the harness has none), at the depth its era sets (``ReleaseEra.life_rows``:
 a vLLM release's drafter runs under Triton's interpreter) and gives the row's ``life``
 record: the states that ran and at how many rows each, with the bound each state states,
-what stands in for the release's batch building and why, and the findings, each naming
-the state that exposed it.
+what of its server stands in (its batch building, where the harness does not run the
+release's) and why, and the findings, each naming the state that exposed it.
 """
 
 from __future__ import annotations
@@ -22,13 +22,6 @@ from harness.oracles.junction_servers import junction_server
 from harness.upstream.releases.eras import ReleaseEra
 
 LAW = "junction_law"
-# What stands in for a release's scheduler and model runner, and why (docs/design.md,
-# "A life across the junction").
-BATCH_BUILDING_STANDS_IN = (
-    "the harness's scheduler (harness.oracles.junction) stands in for the release's batch "
-    "building (its request states, input batch and prepare kernels: CUDA-only or a GPU "
-    "server stack's imports); the life's slots, buffers and verifier entry are the server's"
-)
 
 
 class LifeState(TypedDict):
@@ -92,7 +85,7 @@ def release_life(
             law.state: {"rows": law.rows, "p_value": law.p_value, "bound": law.bound}
             for law in verdict.laws
         },
-        "stands_in": [BATCH_BUILDING_STANDS_IN, *server.STANDS_IN],
+        "stands_in": list(server.STANDS_IN),
     }
     return record, life_findings(verdict)
 

@@ -127,15 +127,13 @@ def _compare_laws(
     sampler_class = _release_class(laws.sampler, root=root)
     if sampler_class is not _release_class(laws.verify_target, root=root):
         raise UnresolvedName(f"{laws.sampler} and {laws.verify_target}: not one class")
-    from vllm.sampling_params import SamplingParams
-
     logits = logits.to(torch.float32)
     contexts, vocab = logits.shape
     compared: list[SetComparison] = []
     for batch, members in [*(("alone", (s,)) for s in sets), ("mixed", tuple(sets))]:
         rows = [s for s in members for _ in range(contexts)]
-        with _cpu_answers():
-            sampler = _staged_sampler(sampler_class, rows=rows, vocab=vocab, params=SamplingParams)
+        with cpu_answers():
+            sampler = _staged(release_sampler(len(rows), vocab, of=sampler_class)[0], rows)
             batch_logits = logits.repeat(len(members), 1)
             greedy = torch.tensor([s.greedy for s in rows])
             _, sampled_from = _call(
@@ -203,12 +201,9 @@ def _each_request(
     """The logits the release's ``Sampler.<method>`` gives for every row of ``logits``
     under each request: ``[len(requests), n, V]``."""
     rows, vocab = logits.shape
-    with environment_kept():  # importing vLLM writes defaults into os.environ
-        sampler_class = importlib.import_module(SAMPLER_MODULE).Sampler
-        params = importlib.import_module("vllm.sampling_params").SamplingParams
     extra = {"return_logprobs": False} if method == "sample" else {}
-    with _cpu_answers():
-        sampler = _staged_sampler(sampler_class, rows=requests, vocab=vocab, params=params)
+    with cpu_answers():
+        sampler = _staged(release_sampler(len(requests), vocab)[0], requests)
         given = _call(
             getattr(sampler, method),
             logits=logits.to(torch.float32).repeat(len(requests), 1),
@@ -238,9 +233,9 @@ def _release_class(qualified: str, *, root: Path) -> Any:
 
 
 @contextmanager
-def _cpu_answers() -> Iterator[None]:
+def cpu_answers() -> Iterator[None]:
     """The release's buffers and top-k/top-p choice as a CPU answers them (the module
-    docstring says why), put back as they were when the batch is judged."""
+    docstring says why), put back as they were when the block ends."""
     answers = [
         (importlib.import_module(STATES_MODULE), "UvaBackedTensor", HostBuffer),
         (importlib.import_module(TOP_K_TOP_P_MODULE), "HAS_TRITON", False),
@@ -256,14 +251,17 @@ def _cpu_answers() -> Iterator[None]:
             setattr(module, name, value)
 
 
-def _staged_sampler(
-    sampler_class: Any, *, rows: Sequence[ParameterSet], vocab: int, params: Callable[..., Any]
-) -> Any:
-    """The release's ``Sampler`` for ``rows`` requests, one a slot, each staged by its own
-    ``add_request`` and ``apply_staged_writes``."""
-    states_class = importlib.import_module(STATES_MODULE).SamplingStates
+def release_sampler(slots: int, vocab: int, *, of: Any = None) -> tuple[Any, Callable[..., Any]]:
+    """The release's ``Sampler`` (``of``, or the one the ``vllm`` this process imports
+    has) with ``slots`` empty slots of a ``vocab``-token vocabulary, each to be staged by
+    its own ``add_request`` and ``apply_staged_writes``, and the release's
+    ``SamplingParams``; built under ``cpu_answers()``."""
+    with environment_kept():  # importing vLLM writes defaults into os.environ
+        sampler_class = of or importlib.import_module(SAMPLER_MODULE).Sampler
+        params = importlib.import_module("vllm.sampling_params").SamplingParams
+        states_class = importlib.import_module(STATES_MODULE).SamplingStates
     sampler = sampler_class.__new__(sampler_class)  # its __init__ builds a model runner's states
-    unused = Unused(len(rows))
+    unused = Unused(slots)
     for name in (
         "logit_bias_state",
         "penalties_state",
@@ -272,15 +270,21 @@ def _staged_sampler(
         "logprob_token_ids_state",
     ):
         setattr(sampler, name, unused)
-    sampler.sampling_states = states_class(len(rows), vocab)
-    sampler.needs_logits_processing = np.zeros(len(rows), dtype=bool)
-    sampler.may_mask_logits = np.zeros(len(rows), dtype=bool)  # 0.34 on
+    sampler.sampling_states = states_class(slots, vocab)
+    sampler.needs_logits_processing = np.zeros(slots, dtype=bool)
+    sampler.may_mask_logits = np.zeros(slots, dtype=bool)  # 0.34 on
     sampler.logits_processors = []
     sampler.trace_replay_state = None
     sampler.use_flashinfer = sampler.use_xpu_sampler = sampler.use_fp64_gumbel = False
     sampler.logprobs_mode = "raw_logprobs"
+    return sampler, params
+
+
+def _staged(sampler: Any, rows: Sequence[ParameterSet]) -> Any:
+    """``sampler`` with row ``i`` staged in slot ``i`` as its server stages a request."""
+    params = importlib.import_module("vllm.sampling_params").SamplingParams
     for slot, row in enumerate(rows):
-        _call_with(
+        call_with(
             sampler.add_request, req_idx=slot, prompt_len=1, sampling_params=_params(row, params)
         )
     sampler.apply_staged_writes()
@@ -302,7 +306,7 @@ def _call(
     slot ``i``, each keyword the release's signature takes."""
     requests = logits.shape[0] // per_request
     slots = torch.arange(requests, dtype=torch.int32)
-    return _call_with(
+    return call_with(
         method,
         logits=logits.clone(),
         expanded_idx_mapping=slots.repeat_interleave(per_request),
@@ -316,7 +320,7 @@ def _call(
     )
 
 
-def _call_with(method: Callable[..., Any], **keywords: Any) -> Any:
+def call_with(method: Callable[..., Any], **keywords: Any) -> Any:
     """``method`` with the keywords its signature names (the eras differ in which)."""
     names = inspect.signature(method).parameters
     missing = [n for n, p in names.items() if p.default is p.empty and n not in keywords]
@@ -333,4 +337,14 @@ def _law(logits: torch.Tensor, *, greedy: torch.Tensor) -> torch.Tensor:
     return torch.where(greedy.unsqueeze(-1), argmax, torch.softmax(logits, dim=-1))
 
 
-__all__ = ["HostBuffer", "Request", "Unused", "compare_laws", "processed_logits", "sampler_law"]
+__all__ = [
+    "HostBuffer",
+    "Request",
+    "Unused",
+    "call_with",
+    "compare_laws",
+    "cpu_answers",
+    "processed_logits",
+    "release_sampler",
+    "sampler_law",
+]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from harness.oracles.junction import JunctionServer, Request, RequestState
+from harness.oracles.junction_servers import VllmRejectionServer
 from reference.target_model import MarkovTargetModel
 from reference.verifier import DraftBlock, VerifyResult
 
@@ -41,37 +42,52 @@ def stale_logits(base: type[JunctionServer]) -> type[JunctionServer]:
 
 def placeholders_verified(base: type[JunctionServer]) -> type[JunctionServer]:
     """Every row is verified as drafted: a joining or resumed row's placeholder drafts
-    (whatever its slot holds) as real tokens."""
+    (whatever its slot holds) as real tokens. On vLLM's server its verifier's guard goes
+    too: from 0.32 its gather marks the draft rows of a request still in its prefill
+    ``-1``, which its rejection rejects; the gather before it did not."""
 
     class PlaceholdersVerified(base):  # type: ignore[valid-type, misc]
         def verify(
             self, slots: torch.Tensor, *, target: MarkovTargetModel, requests: list[Request]
         ) -> VerifyResult:
             self.drafted[slots] = True
+            if isinstance(self, VllmRejectionServer):
+                self.batch.gather_draft_sampled = None
             return super().verify(slots, target=target, requests=requests)
 
     return PlaceholdersVerified
 
 
-def inherited(base: type[JunctionServer], buffer: str) -> type[JunctionServer]:
-    """A request taking a slot keeps the slot's previous seed (or position)."""
+def inherited(base: type[JunctionServer], part: str) -> type[JunctionServer]:
+    """A request taking a slot keeps the slot's previous seed (or position), in the
+    buffers its server keeps them in (``JunctionServer.read_key``)."""
 
     class InheritedKey(base):  # type: ignore[valid-type, misc]
         def admit(self, slot: int, request: Request) -> None:
-            kept = getattr(self, buffer)[slot].clone()
+            kept = self.read_key(slot)
             super().admit(slot, request)
-            getattr(self, buffer)[slot] = kept
+            self.write_key(slot, kept, part=part)
 
     return InheritedKey
 
 
 def leaked_output(base: type[JunctionServer]) -> type[JunctionServer]:
-    """A request taking a slot starts from the slot's output row."""
+    """A request taking a slot starts from what the slot's output buffer holds: our
+    server's output row; on vLLM's, the slot's tokens as the previous request left them,
+    read as the new request's next input (its last sampled token and the prompt token
+    its prefill computes next)."""
 
     class LeakedOutput(base):  # type: ignore[valid-type, misc]
         def admit(self, slot: int, request: Request) -> None:
+            if not isinstance(self, VllmRejectionServer):
+                super().admit(slot, request)
+                self.last_tokens[slot] = self.outputs[slot, 0]
+                return
+            left = self.all_token_ids[slot].clone()
             super().admit(slot, request)
-            self.last_tokens[slot] = self.outputs[slot, 0]
+            nxt = int(self.num_computed_tokens[slot])
+            self.all_token_ids[slot, nxt] = left[nxt]
+            self.last_sampled_tokens[slot] = int(left[nxt])
 
     return LeakedOutput
 
@@ -111,8 +127,8 @@ EVERY_STATE = {state.value for state in RequestState}
 PLANTED = [
     (stale_logits, "junction_leftovers", {RequestState.REUSED.value, RequestState.RESUMED.value}),
     (placeholders_verified, "junction_leftovers", EVERY_STATE - {RequestState.STEADY.value}),
-    (lambda base: inherited(base, "seeds"), "junction_keys", EVERY_STATE),
-    (lambda base: inherited(base, "positions"), "junction_keys", EVERY_STATE),
+    (lambda base: inherited(base, "seed"), "junction_keys", EVERY_STATE),
+    (lambda base: inherited(base, "position"), "junction_keys", EVERY_STATE),
     (leaked_output, "junction_leftovers", EVERY_STATE),
 ]
 PLANTED_IDS = ["stale-logits", "placeholders", "seed", "position", "leaked-output"]

@@ -172,7 +172,8 @@ _PR_SERVER_ERA = ReleaseEra(
 # verifiers fit in a row of 3 minutes on a 2-core machine, spent where vLLM's double walk
 # shows (the far target, rounds before rows: docs/releases.md, "A vLLM row's depth").
 VLLM_ROW_DEPTH = OracleDepth(rows=200, targets=("far",), rounds=12)
-# A vLLM row's life: what two lives of its drafter and verifier fit in ~15 s of CPU.
+# A vLLM row's life: what two lives of its drafter, its model runner's batch building
+# and its verifier, all under Triton's interpreter, fit in ~17 s of CPU.
 VLLM_LIFE_ROWS = 40
 
 _VLLM_ERA = ReleaseEra(

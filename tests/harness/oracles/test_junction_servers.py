@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from harness.oracles.junction import JunctionServer, Poison
+from harness.oracles.junction import HARNESS_BATCH_BUILDING, JunctionServer, Poison, Request
 from harness.oracles.junction_judge import JUNCTION_ROWS, judge_junction
 from harness.oracles.junction_servers import (
     BlockwiseServer,
@@ -67,18 +67,42 @@ def test_each_verifier_has_its_server_and_ours_stands_in_for_the_rest() -> None:
     for server in (VllmRejectionServer, BlockwiseServer):
         assert set(server.VERIFIER_READS) <= set(server.KEPT)
         assert "draft_logits" in server.VERIFIER_READS
+    # vLLM's batch building runs from its release; the harness's stands in elsewhere
+    assert HARNESS_BATCH_BUILDING not in VllmRejectionServer.STANDS_IN
+    assert HARNESS_BATCH_BUILDING in BlockwiseServer.STANDS_IN
+    assert HARNESS_BATCH_BUILDING in JunctionServer.STANDS_IN
 
 
-def test_the_release_buffers_are_poisoned_with_each_poisons_own_values() -> None:
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_release_buffers_are_poisoned_with_each_poisons_own_values(release: Release) -> None:
     """Before the first step every slot of a buffer the verifier reads holds the poison;
     the twin's poison differs in each, so a read of one changes what is committed."""
+    _sampler(release)
     one, other = Poison(3, "uniform", 1, 2), Poison(5, "one-hot", 7, 9)
     kw = {"slots": 2, "gamma": 2, "vocab_size": 8}
-    a = VllmRejectionServer(**kw, poison=one)  # vLLM itself is loaded on the first verify
-    b = VllmRejectionServer(**kw, poison=other)
-    for name in VllmRejectionServer.VERIFIER_READS:
+    a, b = release.server(**kw, poison=one), release.server(**kw, poison=other)
+    for name in release.server.VERIFIER_READS:
         assert not torch.equal(getattr(a, name), getattr(b, name)), name
     assert bool(torch.isfinite(a.draft_logits).all() and torch.isfinite(b.draft_logits).all())
+
+
+@pytest.mark.vllm
+def test_vllms_slots_and_what_a_joining_request_finds_are_its_request_states() -> None:
+    """The slot a request takes is the one the release's ``RequestState`` pops from its
+    free list (the last), and its ``add_request`` clears the slot's draft tokens and
+    writes the prompt; what it leaves alone (the slot's last sampled token) stays."""
+    _sampler(VLLM)
+    server = VllmRejectionServer(slots=4, gamma=2, vocab_size=8, poison=Poison(3, "uniform", 1, 2))
+    assert server.take_slot([0, 1, 2, 3]) == 3
+    joining = Request(id=0, seed=11, temperature=0.7, anchor=5, budget=2, prompt_left=1)
+    server.admit(3, joining)
+    assert server.take_slot([0, 1, 2]) == 2
+    assert server.draft_tokens[3].tolist() == [0, 0]  # poisoned with 3, cleared
+    assert server.all_token_ids[3, :2].tolist() == [6, 5]  # the filler, then the anchor
+    assert int(server.num_computed_tokens[3]) == 1  # one prompt token left
+    assert int(server.last_sampled_tokens[3]) == 3  # not cleared: a prefill never reads it
+    assert server.read_key(3)[0] == 11
+    assert abs(float(server.temperatures[3]) - 0.7) < 1e-6
 
 
 @pytest.mark.parametrize("release", RELEASES)

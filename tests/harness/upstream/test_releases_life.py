@@ -9,11 +9,11 @@ import shlex
 import time
 from pathlib import Path
 
-from harness.oracles.junction import RequestState
+from harness.oracles.junction import HARNESS_BATCH_BUILDING, RequestState
 from harness.oracles.junction_judge import JUNCTION_ROWS, judge_junction
 from harness.plugins.implementations import builtin_implementations
 from harness.releases import sweep
-from harness.releases.life import BATCH_BUILDING_STANDS_IN, life_depth, life_findings
+from harness.releases.life import life_depth, life_findings
 from harness.releases.sweep import ReleaseTask
 from harness.render.releases import life_cell, life_lines
 from harness.upstream.releases.eras import ERAS
@@ -42,7 +42,7 @@ def test_a_life_only_row_states_every_state_its_rows_and_what_stands_in(tmp_path
     assert set(life["states"]) == {state.value for state in RequestState}
     assert all(said["rows"] >= JUNCTION_ROWS for said in life["states"].values())
     assert all(said["bound"] is not None for said in life["states"].values())
-    assert life["steps"] >= 8 and BATCH_BUILDING_STANDS_IN in life["stands_in"]
+    assert life["steps"] >= 8 and HARNESS_BATCH_BUILDING in life["stands_in"]
     assert row["not_covered"] == [
         "the matrix, the statistical oracle, the support scan and its verify target "
         "against its sampler (--life-only)"
