@@ -44,3 +44,8 @@ class VerifierNoise(enum.StrEnum):
 
 
 DEFAULT_VERIFIER_NOISE = VerifierNoise.SHARED
+# A life across the junction (docs/design.md): the judged rows a request state asks for
+# at full depth (``--life-rows``), and the fewest a life can be planned with (its last
+# wave is half a wave).
+JUNCTION_ROWS = 2_000
+MIN_JUNCTION_ROWS = 2

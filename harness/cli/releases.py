@@ -18,7 +18,13 @@ from pathlib import Path
 from harness.cli.emit import UsageError, emit
 from harness.cli.exit_codes import ExitCode
 from harness.cli.options import add_impl_option, add_resume_option
-from harness.upstream.releases.eras import ERAS, FIRST_WITH_DSPARK, known_versions
+from harness.defaults import JUNCTION_ROWS, MIN_JUNCTION_ROWS
+from harness.upstream.releases.eras import (
+    ERAS,
+    FIRST_WITH_DSPARK,
+    VLLM_LIFE_ROWS,
+    known_versions,
+)
 from harness.upstream.releases.wheels import (
     DEFAULT_CACHE,
     NotFetched,
@@ -66,6 +72,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=4096,
         help="support-scan triples per point and release (12 points; 0: no scan; default 4096)",
+    )
+    parser.add_argument(
+        "--life-rows",
+        type=int,
+        metavar="N",
+        help="judged rows a request state of each row's life across the junction asks for "
+        f"(at least {MIN_JUNCTION_ROWS}; default: the era's, {JUNCTION_ROWS:,}, or "
+        f"{VLLM_LIFE_ROWS} on a vLLM release, whose drafter, batch building and verifier "
+        "run under Triton's interpreter: there the full depth takes minutes a row)",
     )
     parser.add_argument(
         "--life-only",
@@ -131,6 +146,11 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError("--all judges every release; give it without --sglang/--vllm")
     if args.scan_triples < 0:
         raise UsageError(f"--scan-triples must be 0 or more, got {args.scan_triples}")
+    if args.life_rows is not None and args.life_rows < MIN_JUNCTION_ROWS:
+        raise UsageError(
+            f"--life-rows must be {MIN_JUNCTION_ROWS} or more (rows a request state), "
+            f"got {args.life_rows}"
+        )
     if args.ray_address and args.executor != "ray":
         raise UsageError("--ray-address needs --executor ray")
     if args.executor == "ray":
@@ -188,6 +208,7 @@ def command(args: argparse.Namespace) -> ExitCode:
                 seed=args.seed,
                 scan_triples=args.scan_triples,
                 life_only=args.life_only,
+                life_rows=args.life_rows,
             )
             for v in versions
         ]
@@ -200,6 +221,7 @@ def command(args: argparse.Namespace) -> ExitCode:
             seed=args.seed,
             scan_triples=args.scan_triples,
             life_only=args.life_only,
+            life_rows=args.life_rows,
         )
         for spec in args.impl
     ]

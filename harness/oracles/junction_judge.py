@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from harness.case import TOP_K_ALL
+from harness.defaults import JUNCTION_ROWS, MIN_JUNCTION_ROWS  # judged rows a state
 from harness.devices import intra_op_threads
 from harness.oracles.decode import built_draft_block, cpu_threads, oracle_case, oracle_sampler
 from harness.oracles.defaults import DEFAULT_ALPHA, GREEDY, ParameterSet
@@ -53,7 +54,6 @@ from reference import SamplingInfo
 from reference.decode import DraftCall, draft_batch
 from reference.verifier import DraftBlock
 
-JUNCTION_ROWS = 2_000  # judged segments per state, at least
 JUNCTION_GROUPS = (GREEDY, 0.7, 1.3)
 JUNCTION_HEAD = "vanilla"
 
@@ -219,6 +219,8 @@ def judge_junction(
     """Live the junction's life with ``sampler_class`` as the drafter and
     ``server_class`` as the server, twice (``PRIMARY_POISON`` with leftovers, then
     ``TWIN_POISON`` poisoning freed slots), and judge it."""
+    if rows < MIN_JUNCTION_ROWS:
+        raise ValueError(f"rows must be {MIN_JUNCTION_ROWS} or more (a state's), got {rows}")
     if not 1 <= m <= PREEMPT_STEP + 1:
         raise ValueError(f"m must be in 1..{PREEMPT_STEP + 1} (judged before preemption), got {m}")
     config = StatsConfig(

@@ -54,23 +54,34 @@ class LifeFinding(NamedTuple):
     evidence: str
 
 
-def life_depth(era: ReleaseEra | None) -> tuple[int, str]:
-    """The rows a state the release's life asks for, and the words that say so."""
+def life_depth(era: ReleaseEra | None, *, asked: int | None = None) -> tuple[int, str]:
+    """The rows a state the release's life asks for (``asked``, given by ``--life-rows``;
+    else its era's), and the words that say so."""
+    if asked is not None:
+        cut = "" if asked >= JUNCTION_ROWS else f" (full depth is {JUNCTION_ROWS:,})"
+        return asked, f"{asked:,} rows a state asked (--life-rows){cut}"
     rows = JUNCTION_ROWS if era is None or era.life_rows is None else era.life_rows
     if rows >= JUNCTION_ROWS:
         return rows, f"full: {rows:,} rows a state asked"
     return rows, (
         f"{rows} rows a state asked: the depth it reached within the row's time bound "
-        f"(its drafter under Triton's interpreter; full depth is {JUNCTION_ROWS:,})"
+        f"(its drafter, batch building and verifier under Triton's interpreter; full depth "
+        f"is {JUNCTION_ROWS:,}: --life-rows {JUNCTION_ROWS})"
     )
 
 
 def release_life(
-    sampler_class: type, *, era: ReleaseEra | None, verifier: str, seed: int
+    sampler_class: type,
+    *,
+    era: ReleaseEra | None,
+    verifier: str,
+    seed: int,
+    rows: int | None = None,
 ) -> tuple[LifeRecord, list[LifeFinding]]:
     """The life of ``sampler_class`` (the release's sampler, loaded) on the junction
-    server of ``verifier``; its record and its findings."""
-    rows, depth = life_depth(era)
+    server of ``verifier``, at ``rows`` a state (``None``: its era's depth); its record
+    and its findings."""
+    rows, depth = life_depth(era, asked=rows)
     server = junction_server(verifier)
     verdict = judge_junction(sampler_class, rows=rows, seed=seed, server_class=server)
     record: LifeRecord = {

@@ -63,7 +63,7 @@ def _plugin_digest(spec: str) -> str:
 
 def sweep_fingerprint(tasks: Sequence[ReleaseTask]) -> str:
     """Everything that changes a row of these tasks, as one digest."""
-    from harness.oracles.junction_judge import JUNCTION_ROWS
+    from harness.defaults import JUNCTION_ROWS
     from harness.upstream.releases.eras import ERAS
 
     return run_fingerprint(
@@ -74,7 +74,11 @@ def sweep_fingerprint(tasks: Sequence[ReleaseTask]) -> str:
             "seed": sorted({task.seed for task in tasks}),
             "scan_triples": sorted({task.scan_triples for task in tasks}),
             # the life across the junction each row lives, and rows of it alone
-            "life": {"rows": JUNCTION_ROWS, "only": sorted({t.life_only for t in tasks})},
+            "life": {
+                "rows": JUNCTION_ROWS,
+                "asked": sorted({t.life_rows or 0 for t in tasks}),
+                "only": sorted({t.life_only for t in tasks}),
+            },
             "plugins": {t.version: _plugin_digest(t.version) for t in tasks if t.package == "impl"},
         },
     )

@@ -86,6 +86,7 @@ class ReleaseTask:
     seed: int = 0
     scan_triples: int = 4096  # the support scan's triples per point (0: no scan)
     life_only: bool = False  # its life across the junction alone (--life-only)
+    life_rows: int | None = None  # rows a state its life asks for (--life-rows; None: its era's)
 
 
 def repro_command(task: ReleaseTask) -> str:
@@ -99,6 +100,7 @@ def repro_command(task: ReleaseTask) -> str:
         selection += ["--wheel-dir", task.cache]
     words = [*selection, "--seed", str(task.seed), "--scan-triples", str(task.scan_triples)]
     words += ["--life-only"] if task.life_only else []
+    words += ["--life-rows", str(task.life_rows)] if task.life_rows is not None else []
     return shlex.join(["python", "-m", "harness", "releases", *words])
 
 
@@ -419,7 +421,11 @@ def _life_of(
     from harness.releases.life import release_life
 
     life, found = release_life(
-        implementation.sampler_class, era=era, verifier=verifier, seed=task.seed
+        implementation.sampler_class,
+        era=era,
+        verifier=verifier,
+        seed=task.seed,
+        rows=task.life_rows,
     )
     repro = repro_command(replace(task, life_only=True))
     return life, [{"class": f.check, "evidence": f.evidence, "repro": repro} for f in found]

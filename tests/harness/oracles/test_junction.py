@@ -10,6 +10,7 @@ import torch
 from fixed import DsparkDraftSampler as Fixed
 from harness.oracles.junction import (
     MIN_STEPS,
+    PREEMPT_STEP,
     PRIMARY_POISON,
     JunctionPlan,
     JunctionServer,
@@ -22,7 +23,7 @@ from harness.oracles.junction_judge import JUNCTION_ROWS, judge_junction
 from legacy import DsparkDraftSampler as Legacy
 from reference.target_model import MarkovTargetModel
 from reference.verifier import DraftBlock, VerifyResult, categorical_at
-from tests.plugins.junction_servers import lazy_clearing
+from tests.plugins.junction_servers import inherited, lazy_clearing, leaked_output
 
 SMALL = 300  # rows a state for the exact checks, which need no statistics
 
@@ -59,29 +60,11 @@ class PlaceholdersVerified(JunctionServer):
         return self.verify_rows(slots, gamma=self.gamma, target=target, requests=requests)
 
 
-class InheritedKey(JunctionServer):
-    """A request taking a slot keeps the slot's previous seed (or position)."""
-
-    keep = "seeds"
-
-    def admit(self, slot: int, request: Request) -> None:
-        kept = getattr(self, self.keep)[slot].clone()
-        super().admit(slot, request)
-        getattr(self, self.keep)[slot] = kept
-
-
-class InheritedPosition(InheritedKey):
-    keep = "positions"
-
-
-class LeakedOutput(JunctionServer):
-    """A request taking a slot starts from the slot's output row: the last token the
-    previous request committed there."""
-
-    def admit(self, slot: int, request: Request) -> None:
-        super().admit(slot, request)
-        self.last_tokens[slot] = self.outputs[slot, 0]
-
+# A request taking a slot keeps the slot's previous seed (or position), or starts from
+# its output row (tests/plugins/junction_servers.py, on our server's buffers).
+InheritedKey = inherited(JunctionServer, "seed")
+InheritedPosition = inherited(JunctionServer, "position")
+LeakedOutput = leaked_output(JunctionServer)
 
 # Clears freed slots one step late, never reading them (tests/plugins/junction_servers.py).
 LazyClearing = lazy_clearing(JunctionServer)
@@ -172,3 +155,9 @@ def test_the_poison_is_a_valid_value_that_changes_outcomes() -> None:
     assert int(server.draft_tokens.max()) < 8 and torch.allclose(
         server.draft_probs.sum(-1), torch.ones(2, 3, dtype=torch.float64)
     )
+
+
+@pytest.mark.parametrize(("rows", "m"), [(1, 2), (SMALL, 0), (SMALL, PREEMPT_STEP + 2)])
+def test_a_life_too_small_to_plan_is_refused_naming_the_argument(rows: int, m: int) -> None:
+    with pytest.raises(ValueError, match="^rows must be 2 or more" if rows < 2 else "^m must be"):
+        judge_junction(Fixed, rows=rows, m=m)

@@ -20,10 +20,15 @@ from harness.upstream.releases.eras import ERAS
 from tests.harness.oracles.test_junction import SMALL, StaleDraftProbs
 
 
-def _life_row(tmp_path: Path, name: str) -> sweep.ReleaseRow:
+def _life_row(tmp_path: Path, name: str, *, rows: int | None = None) -> sweep.ReleaseRow:
     (implementation,) = builtin_implementations((name,))
     task = ReleaseTask(
-        package="impl", version=name, cache=str(tmp_path), offline=True, life_only=True
+        package="impl",
+        version=name,
+        cache=str(tmp_path),
+        offline=True,
+        life_only=True,
+        life_rows=rows,
     )
     return sweep._judged_row(
         task,
@@ -77,3 +82,16 @@ def test_each_vllm_era_states_its_cut_depth_and_sglangs_run_full() -> None:
             assert rows < JUNCTION_ROWS and "within the row's time bound" in said, era.name
         else:
             assert (rows, said) == (JUNCTION_ROWS, f"full: {JUNCTION_ROWS:,} rows a state asked")
+
+
+def test_a_row_lives_the_depth_life_rows_asks_and_says_so(tmp_path: Path) -> None:
+    row = _life_row(tmp_path, "fixed", rows=SMALL)
+    life = row["life"]
+    assert life is not None and life["lossless"] is True
+    assert life["depth"] == f"{SMALL:,} rows a state asked (--life-rows) (full depth is 2,000)"
+    assert all(said["rows"] >= SMALL for said in life["states"].values())
+    vllm_era = next(era for era in ERAS if era.package == "vllm")
+    assert life_depth(vllm_era, asked=JUNCTION_ROWS) == (
+        JUNCTION_ROWS,
+        f"{JUNCTION_ROWS:,} rows a state asked (--life-rows)",
+    )

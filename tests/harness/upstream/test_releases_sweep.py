@@ -231,6 +231,8 @@ def test_the_repro_command_judges_that_release_alone(tmp_path: Path) -> None:
         f"python -m harness releases --sglang 0.5.19 --vllm none --wheel-dir {tmp_path} --seed 0 "
         "--scan-triples 4096"
     )
+    deeper = replace(_task(tmp_path, "0.25.0", package="vllm"), life_only=True, life_rows=2000)
+    assert repro_command(deeper).endswith("--scan-triples 4096 --life-only --life-rows 2000")
 
 
 @pytest.mark.parametrize(
@@ -244,6 +246,7 @@ def test_the_repro_command_judges_that_release_alone(tmp_path: Path) -> None:
         (["--sglang", "0.5.23-0.5.19"], "the range 0.5.23-0.5.19 runs backwards"),
         (["--sglang", "none", "--vllm", "none"], "nothing to judge"),
         (["--sglang", "0.4.0-0.4.9", "--vllm", "none"], "no known release in that range"),
+        (["--life-rows", "1"], "--life-rows must be 2 or more (rows a request state), got 1"),
     ],
 )
 def test_bad_options_are_refused_before_any_work(
