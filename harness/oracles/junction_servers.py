@@ -54,17 +54,6 @@ class VllmRejectionServer(JunctionServer):
     prompt and tokens but the last. The position of a request's first logits row is then
     the life's position of its next token."""
 
-    KEPT = (
-        "draft_tokens",
-        "draft_logits",
-        "temperatures",
-        "seeds",
-        "num_computed_tokens",
-        "last_sampled_tokens",
-        "all_token_ids",
-        "prefill_len",
-        "total_len",
-    )
     VERIFIER_READS = (
         "draft_tokens",
         "draft_logits",
@@ -75,6 +64,8 @@ class VllmRejectionServer(JunctionServer):
         "all_token_ids",
         "prefill_len",
     )
+    # total_len: where post_update puts a step's outputs; the verify itself never reads it
+    KEPT = (*VERIFIER_READS, "total_len")
     VERIFIER = VLLM_REJECTION.name
     STANDS_IN = (
         "the target's logits: the harness's Markov target at each logits row's input "
