@@ -2,11 +2,12 @@
 
 Under Triton's interpreter the speculator's convention declares its cut (the far target,
 250 rows per head, 12 rounds per row) and only the vanilla head is inside its contract:
-the result says both, its rows and detection bounds are the cut's, and at the cut a
-planted double walk in vLLM's shape (``CacheFromSecondWalk``) is rejected while the
-package's own dense speculator passes (docs/upstream.md, "The statistical oracle on
-vLLM's sampler"). The scope tests read the declarations only; the decodes take minutes
-under the interpreter and are ``slow``.
+the result says both, its rows and detection bounds are the cut's; at the cut a planted
+double walk in vLLM's shape (``CacheFromSecondWalk``) does not pass (the per-call checks
+on the oracle's own calls find it; its tests alone are suspicious, not decisive), while
+the package's own dense speculator passes (docs/upstream.md, "The statistical oracle
+on vLLM's sampler"). The scope tests read the declarations only; the decodes take
+minutes under the interpreter and are ``slow``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from harness.upstream.loaders import vllm_loader
 from reference.verifier import CHAIN_VERIFIER
 
 pytestmark = pytest.mark.vllm
+
+if vllm_loader.unavailable_reason() is None:
+    vllm_loader.load_vllm()  # at collection: its import sets process-wide variables once
 
 
 def test_the_speculators_cut_and_contract_make_its_scope() -> None:
@@ -105,11 +109,21 @@ def test_under_isolate_the_speculators_scope_is_read_in_its_worker() -> None:
 
 
 @pytest.mark.slow
-def test_at_the_cut_the_double_walk_in_vllms_shape_is_rejected() -> None:
+def test_at_the_cut_the_double_walk_in_vllms_shape_does_not_pass() -> None:
+    """At the cut the oracle's tests alone do not see the double walk in vLLM's shape
+    reliably (docs/upstream.md, "Measured at the cut"): at seed 0 its family is
+    suspicious, not decisive, so a sequential stage decodes fresh rows, no deeper than
+    the cut. Its own calls are held to the per-call checks, which find it, so it does
+    not pass, and the statement says the tests' pass clears nothing."""
     second_walk = parse_impl_spec("second=tests/plugins/vllm_defects.py:CacheFromSecondWalk")
     result = stats.run_stats(second_walk, config=DEFAULT_CONFIG)
     assert result.rows == {"far": 250}
-    assert result.rejected and not result.rejected_at_position(0)
+    assert not result.passed
+    assert "teacher_forcing" in {f.check for f in result.held_calls.findings}
+    assert result.stages and all(stage.rows <= 250 for stage in result.stages)
+    stated = result.statistical()
+    assert stated.stages.startswith("sequential stage 1: far/vanilla/")
+    assert "which clears nothing" in stated.describe()
     assert "far target only, at most 250 rows per head, 12 rounds per row" in result.scope()
     assert result.scope().endswith("; ran far 250 rows per head")
 
