@@ -190,6 +190,8 @@ class JunctionServer:
     def write_key(self, slot: int, key: tuple[int, int], *, part: str) -> None:
         """Write ``part`` ("seed" or "position") of ``key`` (``read_key``'s) into
         ``slot``'s buffers."""
+        if part not in ("seed", "position"):
+            raise ValueError(f"part must be 'seed' or 'position', got {part!r}")
         index = ("seed", "position").index(part)
         (self.seeds, self.positions)[index][slot] = key[index]
 

@@ -31,7 +31,14 @@ from __future__ import annotations
 import torch
 
 from harness.oracles.defaults import GREEDY
-from harness.oracles.junction import HARNESS_BATCH_BUILDING, JunctionServer, Poison, Request
+from harness.oracles.junction import (
+    HARNESS_BATCH_BUILDING,
+    PRIMARY_POISON,
+    TWIN_POISON,
+    JunctionServer,
+    Poison,
+    Request,
+)
 from harness.upstream.loaders.sglang_loader import UpstreamUnavailable, load_sglang
 from harness.upstream.rejection import BLOCKWISE_REJECTION, committed_block
 from harness.upstream.vllm_batch import ReleaseBatch
@@ -82,7 +89,9 @@ class VllmRejectionServer(JunctionServer):
         "verifier on one request seed is the statistical oracle's check, on vLLM's plumbing",
     )
     PROMPT = 2  # a request's prompt tokens: a filler, then its anchor
-    MAX_MODEL_LEN = 512  # tokens a slot holds, far above any request of a life
+    # tokens a slot holds: past any request of a life and past every poison's position, so
+    # a step that reads a poisoned count of computed tokens reads a poisoned slot, in bounds
+    MAX_MODEL_LEN = max(PRIMARY_POISON.position, TWIN_POISON.position) + 512
 
     def allocate(self, slots: int) -> None:
         self.batch = ReleaseBatch(
@@ -159,9 +168,11 @@ class VllmRejectionServer(JunctionServer):
             seeds = self.batch.sampling_states.seeds
             seeds.np[slot] = key[0]
             seeds.copy_to_uva()
-        else:
+        elif part == "position":
             self.num_computed_tokens[slot] = key[1]
             self.batch.states.num_computed_tokens_np[slot] = key[1]
+        else:
+            raise ValueError(f"part must be 'seed' or 'position', got {part!r}")
 
     def admit(self, slot: int, request: Request) -> None:
         filler = (request.anchor + 1) % self.vocab_size

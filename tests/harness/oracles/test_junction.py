@@ -161,3 +161,11 @@ def test_the_poison_is_a_valid_value_that_changes_outcomes() -> None:
 def test_a_life_too_small_to_plan_is_refused_naming_the_argument(rows: int, m: int) -> None:
     with pytest.raises(ValueError, match="^rows must be 2 or more" if rows < 2 else "^m must be"):
         judge_junction(Fixed, rows=rows, m=m)
+
+
+def test_a_slot_key_is_written_by_part_and_another_part_is_refused() -> None:
+    server = JunctionServer(slots=2, gamma=3, vocab_size=8, poison=PRIMARY_POISON)
+    server.write_key(1, (7, 9), part="position")
+    assert server.read_key(1) == (PRIMARY_POISON.seed, 9)
+    with pytest.raises(ValueError, match="part must be 'seed' or 'position', got 'slot'"):
+        server.write_key(0, (1, 2), part="slot")

@@ -72,8 +72,15 @@ def test_a_row_judged_without_the_scan_is_judged_again_with_it(tmp_path: Path) -
 
 @pytest.mark.parametrize(
     "changed",
-    [{"seed": 1}, {"eras": True}, {"version": True}, {"life": True}, {"life_only": True}],
-    ids=["seed", "eras", "version", "life", "life-only"],
+    [
+        {"seed": 1},
+        {"eras": True},
+        {"version": True},
+        {"life": True},
+        {"life_only": True},
+        {"life_rows": 2000},
+    ],
+    ids=["seed", "eras", "version", "life", "life-only", "life-rows"],
 )
 def test_the_fingerprint_follows_what_changes_a_row(
     changed: dict[str, object], monkeypatch: pytest.MonkeyPatch
@@ -82,8 +89,9 @@ def test_the_fingerprint_follows_what_changes_a_row(
     if "seed" in changed:
         assert run.sweep_fingerprint(tasks(seed=1)) != before
         return
-    if "life_only" in changed:
-        chosen = [replace(task, life_only=True) for task in tasks()]
+    if "life_only" in changed or "life_rows" in changed:
+        asked = {k: v for k, v in changed.items() if k in ("life_only", "life_rows")}
+        chosen = [replace(task, **asked) for task in tasks()]  # type: ignore[arg-type]
         assert run.sweep_fingerprint(chosen) != before
         return
     if "eras" in changed:
@@ -91,9 +99,9 @@ def test_the_fingerprint_follows_what_changes_a_row(
 
         monkeypatch.setattr(eras, "ERAS", eras.ERAS[:-1])
     elif "life" in changed:  # the depth of the life every row lives
-        from harness.oracles import junction_judge
+        from harness import defaults
 
-        monkeypatch.setattr(junction_judge, "JUNCTION_ROWS", junction_judge.JUNCTION_ROWS + 1)
+        monkeypatch.setattr(defaults, "JUNCTION_ROWS", defaults.JUNCTION_ROWS + 1)
     else:
         monkeypatch.setattr(run, "_harness_version", lambda: "0.0.0-other")
     assert run.sweep_fingerprint(tasks()) != before
