@@ -20,7 +20,8 @@ What stands in, and why:
 
 - the pinned host memory of its ``UvaBuffer`` (``gpu/buffer_utils.py``): plain host
   memory whose device view is the memory itself, which is what unified addressing is
-  on a CPU; a CPU build of torch has no pinned allocator (``host_memory``);
+  on a CPU; a CPU build of torch has no pinned allocator
+  (``harness.upstream.loaders.vllm_host``);
 - its sampler's states no request of the life uses, and the choice of top-k/top-p
   path (``harness.upstream.vllm_laws.cpu_answers`` says what and why);
 - the target model: each logits row is the harness's Markov target's logits at the
@@ -50,56 +51,7 @@ from harness.upstream.vllm_laws import call_with, cpu_answers, release_sampler
 
 REQUEST_STATES = "vllm.v1.worker.gpu.states"
 INPUT_BATCH = "vllm.v1.worker.gpu.input_batch"
-BUFFERS = "vllm.v1.worker.gpu.buffer_utils"
-TORCH_UTILS = "vllm.utils.torch_utils"
 REJECTION_SAMPLER = "vllm.v1.worker.gpu.spec_decode.rejection_sampler"
-
-
-def _host_uva(release: type) -> type:
-    """The release's ``UvaBuffer`` on host memory: the same fields (``cpu``, ``np`` and
-    the device view, an attribute ``uva`` before 0.30 and a method after), the view the
-    memory itself."""
-    viewed_by_method = callable(getattr(release, "uva", None))
-
-    class HostUvaBuffer(release):
-        def __init__(self, size: Any, dtype: torch.dtype) -> None:  # no pinned allocation
-            self.cpu = torch.zeros(size, dtype=dtype)
-            self.np = self.cpu.numpy()
-            if viewed_by_method:
-                self._uva = self.cpu
-            else:
-                self.uva = self.cpu
-
-    return HostUvaBuffer
-
-
-def _no() -> bool:
-    return False
-
-
-@contextmanager
-def host_memory() -> Iterator[None]:
-    """The release's pinned buffers on host memory while the block runs (the module
-    docstring says why), put back as they were after it."""
-    buffers = importlib.import_module(BUFFERS)
-    torch_utils = importlib.import_module(TORCH_UTILS)
-    answers = [
-        (buffers, "UvaBuffer", _host_uva(buffers.UvaBuffer)),
-        # whether to pin a host copy: a constant until 0.31, asked of a function from 0.32
-        *(
-            (torch_utils, name, answer)
-            for name, answer in (("PIN_MEMORY", False), ("is_pin_memory_available", _no))
-            if name in vars(torch_utils)
-        ),
-    ]
-    saved = [(module, name, getattr(module, name)) for module, name, _ in answers]
-    for module, name, answer in answers:
-        setattr(module, name, answer)
-    try:
-        yield
-    finally:
-        for module, name, value in saved:
-            setattr(module, name, value)
 
 
 @contextmanager
@@ -107,7 +59,6 @@ def _release_calls() -> Iterator[None]:
     """Every stand-in a call into the release needs on a CPU, for the block."""
     with ExitStack() as stack:
         stack.enter_context(environment_kept())
-        stack.enter_context(host_memory())
         stack.enter_context(cpu_answers())
         stack.enter_context(interpreter_log1p())
         yield
@@ -326,4 +277,4 @@ class ReleaseBatch:
         return drafts, pos
 
 
-__all__ = ["ReleaseBatch", "StepResult", "host_memory"]
+__all__ = ["ReleaseBatch", "StepResult"]

@@ -21,9 +21,10 @@ both run by the release's own ``Sampler`` class, imported from the release's fil
 
 What stands in, and why (nothing of the law):
 
-- ``UvaBackedTensor``, the pinned host buffer mirrored to the device that
-  ``SamplingStates`` keeps each parameter in: a host tensor (``HostBuffer``), since a CPU
-  has no pinned memory (vLLM's own fallback asks for a device);
+- the pinned allocation of the buffer that ``SamplingStates`` keeps each parameter in
+  (``UvaBuffer``, under its ``UvaBackedTensor``): host memory whose device view is the
+  memory itself, since a CPU has no pinned allocator
+  (``harness.upstream.loaders.vllm_host``);
 - the sampler's other states (logit bias, penalties, bad words, the thinking budget,
   logprob token ids; from 0.31 its logits processors) are states no request of the
   batch uses (``Unused``), which is what the grid's requests are;
@@ -54,6 +55,7 @@ from harness.upstream.law_comparison import (
     compare_rows,
 )
 from harness.upstream.loaders.interpreter_libdevice import libdevice_bodies
+from harness.upstream.loaders.vllm_host import host_memory
 from harness.upstream.loaders.vllm_loader import environment_kept
 from harness.upstream.loaders.wheel_functions import UnresolvedName
 from harness.upstream.releases.era_parts import ServerLaws
@@ -68,22 +70,6 @@ TRITON_NOT_RUN = (
 )
 STAGING = ("add_request", "apply_staged_writes")  # how its server stages a request
 VERIFY_ROWS = 2  # logits rows a request in the verify's batch: its anchor and one draft
-
-
-class HostBuffer:
-    """``UvaBackedTensor`` on a host without pinned memory: the same fields (``np`` and
-    ``cpu`` the staged values, ``gpu`` the copy the kernels read, renewed by
-    ``copy_to_uva``)."""
-
-    def __init__(self, size: int | Sequence[int], dtype: torch.dtype, **_: Any) -> None:
-        self.dtype = dtype
-        self.cpu = torch.zeros(size, dtype=dtype)
-        self.np = self.cpu.numpy()
-        self.gpu = self.cpu.clone()
-
-    def copy_to_uva(self, n: int | None = None) -> torch.Tensor:
-        self.gpu = (self.cpu if n is None else self.cpu[:n]).clone()
-        return self.gpu
 
 
 class Unused:
@@ -236,15 +222,13 @@ def _release_class(qualified: str, *, root: Path) -> Any:
 def cpu_answers() -> Iterator[None]:
     """The release's buffers and top-k/top-p choice as a CPU answers them (the module
     docstring says why), put back as they were when the block ends."""
-    answers = [
-        (importlib.import_module(STATES_MODULE), "UvaBackedTensor", HostBuffer),
-        (importlib.import_module(TOP_K_TOP_P_MODULE), "HAS_TRITON", False),
-    ]
+    answers = [(importlib.import_module(TOP_K_TOP_P_MODULE), "HAS_TRITON", False)]
     saved = [(module, name, getattr(module, name)) for module, name, _ in answers]
     for module, name, answer in answers:
         setattr(module, name, answer)
     try:
-        with libdevice_bodies():  # its sampler's Gumbel kernel, under the interpreter
+        # its pinned buffers on host memory; its sampler's Gumbel kernel, interpreted
+        with host_memory(), libdevice_bodies():
             yield
     finally:
         for module, name, value in saved:
@@ -338,7 +322,6 @@ def _law(logits: torch.Tensor, *, greedy: torch.Tensor) -> torch.Tensor:
 
 
 __all__ = [
-    "HostBuffer",
     "Request",
     "Unused",
     "call_with",

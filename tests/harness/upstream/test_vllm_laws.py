@@ -5,10 +5,10 @@ On a package of our own shaped like vLLM's (``tmp_path``, put first on ``sys.pat
 the test): a ``Sampler`` whose ``sample`` draws from temperature, min-p, then top-k and
 top-p, and verify targets (its ``apply_sampling_params``) that keep that law, in another
 form (no false alarm), or drop min-p, drop top-p or read another row's parameters, each
-caught where it acts and nowhere else. Its parameter buffer cannot be built on a CPU and
-its Triton top-k/top-p path refuses to run, as vLLM's do here: the comparison must stand
-in for both. Then the installed vLLM 0.33 (marker ``vllm``), whose verify hands
-``rejection_sample`` exactly its sampler's law.
+caught where it acts and nowhere else. Its parameter buffers are allocated pinned, which
+a CPU refuses, and its Triton top-k/top-p path refuses to run, as vLLM's do here: the
+comparison must stand in for both. Then the installed vLLM 0.33 (marker ``vllm``), whose
+verify hands ``rejection_sample`` exactly its sampler's law.
 """
 
 from __future__ import annotations
@@ -35,13 +35,37 @@ class SamplingParams:
     min_p: float = 0.0
 """
 
-STATES = """
+BUFFERS = """
 import torch
+
+
+class UvaBuffer:
+    def __init__(self, size, dtype):
+        self.cpu = torch.zeros(size, dtype=dtype, pin_memory=True)  # refused on a CPU
+        self.np = self.cpu.numpy()
+        self._uva = self.cpu
+
+    def uva(self, n=None):
+        return self._uva if n is None else self._uva[:n]
 
 
 class UvaBackedTensor:
     def __init__(self, size, dtype):
-        raise RuntimeError("pinned memory needs an accelerator")
+        self.cpu = torch.zeros(size, dtype=dtype)
+        self.np = self.cpu.numpy()
+        self.buffer = UvaBuffer(size, dtype)
+        self.copy_to_uva()
+
+    def copy_to_uva(self):
+        self.buffer.np[:] = self.np
+        self.gpu = self.buffer.uva()
+        return self.gpu
+"""
+
+STATES = """
+import torch
+
+from vllm.v1.worker.gpu.buffer_utils import UvaBackedTensor
 
 
 class SamplingStates:
@@ -140,6 +164,8 @@ class Sampler:
 
 FILES = {
     "vllm/sampling_params.py": SAMPLING_PARAMS,
+    "vllm/utils/torch_utils.py": "PIN_MEMORY = True\n",
+    "vllm/v1/worker/gpu/buffer_utils.py": BUFFERS,
     "vllm/v1/worker/gpu/sample/states.py": STATES,
     "vllm/v1/sample/ops/topk_topp_sampler.py": TOP_K_TOP_P,
 }
