@@ -86,6 +86,16 @@ def keyed_uniforms(seeds: torch.Tensor, positions: torch.Tensor, count: int) -> 
     return torch.from_numpy((x >> np.uint64(11)).astype(np.float64) * 2.0**-53)
 
 
+KEY_PARTS = ("seed", "position")  # a slot key's parts, in ``read_key``'s order
+
+
+def key_part(part: str) -> int:
+    """The index of ``part`` in a slot key (``KEY_PARTS``)."""
+    if part not in KEY_PARTS:
+        raise ValueError(f"part must be 'seed' or 'position', got {part!r}")
+    return KEY_PARTS.index(part)
+
+
 @dataclass(frozen=True)
 class Segment:
     """A judged stretch of a request: the state it followed, where it starts in the
@@ -190,9 +200,7 @@ class JunctionServer:
     def write_key(self, slot: int, key: tuple[int, int], *, part: str) -> None:
         """Write ``part`` ("seed" or "position") of ``key`` (``read_key``'s) into
         ``slot``'s buffers."""
-        if part not in ("seed", "position"):
-            raise ValueError(f"part must be 'seed' or 'position', got {part!r}")
-        index = ("seed", "position").index(part)
+        index = key_part(part)
         (self.seeds, self.positions)[index][slot] = key[index]
 
     def admit(self, slot: int, request: Request) -> None:

@@ -28,6 +28,9 @@ the slots a life leaves behind.
 
 from __future__ import annotations
 
+import operator
+from typing import Any
+
 import torch
 
 from harness.oracles.defaults import GREEDY
@@ -38,6 +41,7 @@ from harness.oracles.junction import (
     JunctionServer,
     Poison,
     Request,
+    key_part,
 )
 from harness.upstream.loaders.sglang_loader import UpstreamUnavailable, load_sglang
 from harness.upstream.rejection import BLOCKWISE_REJECTION, committed_block
@@ -46,6 +50,16 @@ from harness.upstream.vllm_eras import release_cache
 from harness.upstream.vllm_rejection import VLLM_REJECTION
 from reference.target_model import MarkovTargetModel
 from reference.verifier import DraftBlock, VerifyResult
+
+
+class _ReleaseBuffer:
+    """A buffer a release keeps, read on the server by its path (``batch.<...>``)."""
+
+    def __init__(self, path: str) -> None:
+        self.read = operator.attrgetter(path)
+
+    def __get__(self, server: object, owner: type | None = None) -> Any:
+        return self if server is None else self.read(server)
 
 
 class VllmRejectionServer(JunctionServer):
@@ -105,34 +119,15 @@ class VllmRejectionServer(JunctionServer):
         self.draft_logits = self.batch.draft_logits
         self.chunks: list[int] = []  # slots computing a prefill chunk this step
 
-    # the release's buffers, by the names KEPT gives them
-    @property
-    def temperatures(self) -> torch.Tensor:
-        return self.batch.sampling_states.temperature.gpu
-
-    @property  # the release's, renewed by each staged write: read where it is now
-    def seeds(self) -> torch.Tensor:  # type: ignore[override]
-        return self.batch.sampling_states.seeds.gpu
-
-    @property
-    def num_computed_tokens(self) -> torch.Tensor:
-        return self.batch.states.num_computed_tokens.gpu
-
-    @property
-    def last_sampled_tokens(self) -> torch.Tensor:
-        return self.batch.states.last_sampled_tokens
-
-    @property
-    def all_token_ids(self) -> torch.Tensor:
-        return self.batch.states.all_token_ids.gpu
-
-    @property
-    def prefill_len(self) -> torch.Tensor:
-        return self.batch.states.prefill_len.gpu
-
-    @property
-    def total_len(self) -> torch.Tensor:
-        return self.batch.states.total_len.gpu
+    # the release's buffers, by the names KEPT gives them, read where they are now (a
+    # staged write renews some)
+    temperatures = _ReleaseBuffer("batch.sampling_states.temperature.gpu")
+    seeds = _ReleaseBuffer("batch.sampling_states.seeds.gpu")
+    num_computed_tokens = _ReleaseBuffer("batch.states.num_computed_tokens.gpu")
+    last_sampled_tokens = _ReleaseBuffer("batch.states.last_sampled_tokens")
+    all_token_ids = _ReleaseBuffer("batch.states.all_token_ids.gpu")
+    prefill_len = _ReleaseBuffer("batch.states.prefill_len.gpu")
+    total_len = _ReleaseBuffer("batch.states.total_len.gpu")
 
     def poison_slots(self, slots: torch.Tensor, poison: Poison) -> None:
         token = poison.token % self.vocab_size
@@ -164,15 +159,13 @@ class VllmRejectionServer(JunctionServer):
         return int(self.batch.sampling_states.seeds.np[slot]), int(self.num_computed_tokens[slot])
 
     def write_key(self, slot: int, key: tuple[int, int], *, part: str) -> None:
-        if part == "seed":
+        if key_part(part) == 0:  # the seed, staged as the sampler stages it
             seeds = self.batch.sampling_states.seeds
             seeds.np[slot] = key[0]
             seeds.copy_to_uva()
-        elif part == "position":
+        else:
             self.num_computed_tokens[slot] = key[1]
             self.batch.states.num_computed_tokens_np[slot] = key[1]
-        else:
-            raise ValueError(f"part must be 'seed' or 'position', got {part!r}")
 
     def admit(self, slot: int, request: Request) -> None:
         filler = (request.anchor + 1) % self.vocab_size
@@ -219,7 +212,8 @@ class VllmRejectionServer(JunctionServer):
         self.chunks = []
         drafts = [self.gamma if s in by_slot and bool(self.drafted[s]) else 0 for s in batch]
         step = self.batch.step(batch, drafts=drafts, target_logits=target.transition_logits)
-        rows = [batch.index(s) for s in slots.tolist()]
+        at = {slot: row for row, slot in enumerate(batch)}
+        rows = [at[s] for s in slots.tolist()]
         for row in rows:
             request = by_slot[batch[row]]
             self.keys_read.append(

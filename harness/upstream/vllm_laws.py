@@ -55,7 +55,7 @@ from harness.upstream.law_comparison import (
     compare_rows,
 )
 from harness.upstream.loaders.interpreter_libdevice import libdevice_bodies
-from harness.upstream.loaders.vllm_host import host_memory
+from harness.upstream.loaders.vllm_host import host_memory, stood_in
 from harness.upstream.loaders.vllm_loader import environment_kept
 from harness.upstream.loaders.wheel_functions import UnresolvedName
 from harness.upstream.releases.era_parts import ServerLaws
@@ -222,17 +222,10 @@ def _release_class(qualified: str, *, root: Path) -> Any:
 def cpu_answers() -> Iterator[None]:
     """The release's buffers and top-k/top-p choice as a CPU answers them (the module
     docstring says why), put back as they were when the block ends."""
-    answers = [(importlib.import_module(TOP_K_TOP_P_MODULE), "HAS_TRITON", False)]
-    saved = [(module, name, getattr(module, name)) for module, name, _ in answers]
-    for module, name, answer in answers:
-        setattr(module, name, answer)
-    try:
-        # its pinned buffers on host memory; its sampler's Gumbel kernel, interpreted
-        with host_memory(), libdevice_bodies():
-            yield
-    finally:
-        for module, name, value in saved:
-            setattr(module, name, value)
+    top_k_top_p = importlib.import_module(TOP_K_TOP_P_MODULE)
+    # its pinned buffers on host memory; its sampler's Gumbel kernel, interpreted
+    with stood_in([(top_k_top_p, "HAS_TRITON", False)]), host_memory(), libdevice_bodies():
+        yield
 
 
 def release_sampler(slots: int, vocab: int, *, of: Any = None) -> tuple[Any, Callable[..., Any]]:

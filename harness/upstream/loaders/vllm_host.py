@@ -12,7 +12,7 @@ copy where vLLM asks whether to pin. Everything around it (``UvaBackedTensor``'s
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -45,20 +45,9 @@ def _no() -> bool:
 
 
 @contextmanager
-def host_memory() -> Iterator[None]:
-    """The release's pinned buffers on host memory while the block runs (the module
-    docstring says why), put back as they were after it."""
-    buffers = importlib.import_module(BUFFERS)
-    torch_utils = importlib.import_module(TORCH_UTILS)
-    answers = [
-        (buffers, "UvaBuffer", _host_uva(buffers.UvaBuffer)),
-        # whether to pin a host copy: a constant until 0.31, asked of a function from 0.32
-        *(
-            (torch_utils, name, answer)
-            for name, answer in (("PIN_MEMORY", False), ("is_pin_memory_available", _no))
-            if name in vars(torch_utils)
-        ),
-    ]
+def stood_in(answers: Sequence[tuple[Any, str, Any]]) -> Iterator[None]:
+    """Each ``(module, name, answer)``: ``module.name`` is ``answer`` while the block
+    runs, and what it was after it."""
     saved = [(module, name, getattr(module, name)) for module, name, _ in answers]
     for module, name, answer in answers:
         setattr(module, name, answer)
@@ -69,4 +58,24 @@ def host_memory() -> Iterator[None]:
             setattr(module, name, value)
 
 
-__all__ = ["host_memory"]
+@contextmanager
+def host_memory() -> Iterator[None]:
+    """The release's pinned buffers on host memory while the block runs (the module
+    docstring says why), put back as they were after it."""
+    buffers = importlib.import_module(BUFFERS)
+    torch_utils = importlib.import_module(TORCH_UTILS)
+    with stood_in(
+        [
+            (buffers, "UvaBuffer", _host_uva(buffers.UvaBuffer)),
+            # whether to pin a host copy: a constant until 0.31, asked of a function from 0.32
+            *(
+                (torch_utils, name, answer)
+                for name, answer in (("PIN_MEMORY", False), ("is_pin_memory_available", _no))
+                if name in vars(torch_utils)
+            ),
+        ]
+    ):
+        yield
+
+
+__all__ = ["host_memory", "stood_in"]
