@@ -13,8 +13,15 @@ one change each so that they stay cheap:
 An environment `tox.ini` lists that is neither guarded here nor run by `.ci/run` fails
 the guard: a new environment needs a line in `GUARDS`.
 
-    python3 scripts/guard_tox_envs.py            # every guarded environment
-    python3 scripts/guard_tox_envs.py bench slow # some of them
+Each environment holds its own torch and triton, about 2 GB; ten of them do not fit on a
+machine with little disk. `--discard` removes each environment's directory once its
+guard has run (`.ci/run` does), and `--discard-only` removes the named ones and runs
+nothing.
+
+    python3 scripts/guard_tox_envs.py                 # every guarded environment
+    python3 scripts/guard_tox_envs.py bench slow      # some of them
+    python3 scripts/guard_tox_envs.py --discard       # each removed once guarded
+    python3 scripts/guard_tox_envs.py --discard-only tests lint  # remove, run nothing
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import enum
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -82,16 +90,30 @@ def listed_environments() -> list[str]:
     return [line.strip() for line in listing.stdout.splitlines() if line.strip()]
 
 
-def declared_commands(environment: str) -> list[str]:
-    """The environment's `commands`, each resolved by tox (default posargs included)."""
-    config = tox("config", "-e", environment, "-k", "commands", capture=True)
+def config_value(environment: str, key: str) -> list[str]:
+    """The value of `key` for `environment` as tox resolves it, one entry per line (a
+    multi-line value such as `commands` continues on indented lines)."""
+    config = tox("config", "-e", environment, "-k", key, capture=True)
     if config.returncode != 0:
         raise SystemExit(f"tox config -e {environment} failed:\n{config.stderr}")
     lines = config.stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("commands ="))
-    first = lines[start].removeprefix("commands =").strip()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{key} ="))
+    first = lines[start].removeprefix(f"{key} =").strip()
     rest = [line.strip() for line in lines[start + 1 :] if line.startswith("  ")]
-    return [command for command in [first, *rest] if command]
+    return [entry for entry in [first, *rest] if entry]
+
+
+def discard(environment: str) -> None:
+    """Remove the directory tox set `environment` up in (its `env_dir`), if any."""
+    (env_dir,) = config_value(environment, "env_dir")
+    shutil.rmtree(env_dir, ignore_errors=True)
+    free_gb = shutil.disk_usage(ROOT).free / 2**30
+    print(f"== {environment}: removed {env_dir} ({free_gb:.1f} GB free)", flush=True)
+
+
+def declared_commands(environment: str) -> list[str]:
+    """The environment's `commands`, each resolved by tox (default posargs included)."""
+    return config_value(environment, "commands")
 
 
 def kind_of(command: str) -> str:
@@ -141,8 +163,30 @@ def run_guard(environment: str, *, scratch: Path) -> Outcome:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("environments", nargs="*", help="default: every guarded environment")
+    parser.add_argument(
+        "--discard",
+        action="store_true",
+        help="remove each environment's directory once its guard has run",
+    )
+    parser.add_argument(
+        "--discard-only",
+        action="store_true",
+        help="remove the named environments' directories and run nothing",
+    )
     args = parser.parse_args(argv)
     listed = listed_environments()
+    if args.discard_only:
+        unknown = [name for name in args.environments if name not in listed]
+        if unknown or not args.environments:
+            print(
+                f"error: --discard-only needs environments tox.ini lists ({', '.join(listed)})"
+                + (f"; not listed: {', '.join(unknown)}" if unknown else ""),
+                file=sys.stderr,
+            )
+            return 2
+        for environment in args.environments:
+            discard(environment)
+        return 0
     unguarded = [name for name in listed if name not in GUARDS and name not in RUN_BY_CI]
     if unguarded:
         print(
@@ -167,6 +211,8 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="tox-guard-") as scratch:
         for environment in chosen:
             results[environment] = run_guard(environment, scratch=Path(scratch))
+            if args.discard:
+                discard(environment)
     print(f"\n{'environment':<12} {'exit':>4} {'wall':>8}  commands")
     for environment, outcome in results.items():
         wall = f"{outcome.wall_s:.1f} s"

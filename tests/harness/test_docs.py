@@ -42,6 +42,9 @@ def test_every_option_the_readme_names_exists() -> None:
     }
     plugin = (REPO_ROOT / "harness" / "pytest_plugin.py").read_text()
     options |= set(re.findall(r'"(--dspark-[a-z-]+)"', plugin))  # the pytest plugin's own
+    for script in sorted((REPO_ROOT / "scripts").glob("*.py")):  # the scripts' own
+        options |= set(re.findall(r'^\s*"(--[a-z][a-z-]+)",$', script.read_text(), re.M))
+        options |= set(re.findall(r'add_argument\("(--[a-z][a-z-]+)"', script.read_text()))
     named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", README + USAGE))
     other_tools = {
         "--benchmark-compare",
@@ -49,7 +52,6 @@ def test_every_option_the_readme_names_exists() -> None:
         "--index-url",
         "--no-index",
         "--no-deps",  # pip's, for the upstream package
-        "--jobs",  # scripts/time_jobs.py's
     }
     assert named - other_tools <= options, sorted(named - other_tools - options)
 

@@ -8,6 +8,7 @@ import configparser
 import importlib.util
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -42,6 +43,37 @@ def test_ci_runs_every_environment_in_full_or_guarded() -> None:
     assert "scripts/guard_tox_envs.py" in CI_RUN
     assert set(guard.GUARDS) | in_full == _tox_environments()
     assert not set(guard.GUARDS) & in_full
+
+
+def test_ci_removes_every_environment_once_it_has_run() -> None:
+    """Ten environments of about 2 GB each do not fit on a CI machine with little disk:
+    `.ci/run` removes each one it runs in full, and the guard removes the others."""
+    guard = _guard_script()
+    discarded = set(re.findall(r"^discard_only ([\w ]+)$", CI_RUN, flags=re.MULTILINE))
+    discarded = {name for names in discarded for name in names.split()}
+    assert discarded == set(guard.RUN_BY_CI)
+    assert re.search(r"^python3 scripts/guard_tox_envs.py \"\$\{discard\[@\]\}\"$", CI_RUN, re.M)
+    assert "discard=(--discard)" in CI_RUN
+
+
+def test_discard_removes_the_directory_tox_names(tmp_path: Path, monkeypatch) -> None:
+    guard = _guard_script()
+    env_dir = tmp_path / "env"
+    (env_dir / "lib").mkdir(parents=True)
+    (env_dir / "lib" / "torch.so").write_bytes(b"x")
+    asked: list[tuple[str, ...]] = []
+
+    def fake_tox(*args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
+        asked.append(args)
+        out = f"[testenv:slow]\nenv_dir = {env_dir}\n"
+        return subprocess.CompletedProcess(args, 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(guard, "tox", fake_tox)
+    guard.discard("slow")
+    assert asked == [("config", "-e", "slow", "-k", "env_dir")]
+    assert not env_dir.exists()
+    guard.discard("slow")  # already gone: nothing to do, no error
+    assert not env_dir.exists()
 
 
 def test_the_environment_table_lists_exactly_the_tox_environments() -> None:
