@@ -96,9 +96,13 @@ class HeldVerdict:
         return self.verdict.name
 
     @property
+    def lossless_beside(self) -> bool:
+        """Whether what is judged beside the checks holds: its scan and its parts."""
+        return (self.scan is None or self.scan.ok) and all(p.ok for p in self.parts)
+
+    @property
     def lossless(self) -> bool:
-        beside = (self.scan is None or self.scan.ok) and all(p.ok for p in self.parts)
-        return self.verdict.lossless and beside
+        return self.verdict.lossless and self.lossless_beside
 
     @property
     def drop_in(self) -> bool:

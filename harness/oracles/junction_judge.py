@@ -18,7 +18,8 @@ Three things are judged:
   rows a fixed-token defect must reach to be seen (``detection_fraction``);
 
 and every drafter call of the primary life is held to the exact per-call checks
-(``harness.oracles.percall``).
+(``harness.oracles.percall``). A sampler that raises, built or called, fails ``ran``
+(as in the checks' matrix): the life ends there, with nothing else judged.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from harness.oracles.junction import (
 from harness.oracles.percall import CallChecker
 from harness.oracles.power import TARGET_POWER, detection_fraction
 from harness.oracles.problem import FAR, StatsConfig, build_problem, group_transitions
+from harness.pipeline.call import raised_error
 from harness.pipeline.call_findings import HeldCalls
 from reference import SamplingInfo
 from reference.decode import DraftCall, draft_batch
@@ -89,12 +91,15 @@ class JunctionVerdict:
     incomplete: int = 0  # judged segments short of m tokens (a life that lost a request)
     # per failed exact check, the state of the request that exposed it
     exposed_in: tuple[tuple[str, str], ...] = ()
+    raised: str | None = None  # the sampler raised, built or called: the life ended there
 
     @property
     def ok(self) -> bool:
         return not self.failed_checks()
 
     def failed_checks(self) -> list[str]:
+        if self.raised is not None:
+            return ["ran"]
         failed = [
             c
             for c, bad in (("junction_leftovers", self.leftovers), ("junction_keys", self.keys))
@@ -129,9 +134,20 @@ class JunctionVerdict:
         )
         out.append(f"  keys: {self.keys or 'every row drawn under its own request key'}")
         out += [f"  {f.check}: {f.describe()}" for f in self.held.findings]
+        out += [] if self.raised is None else [f"  ran: {self.raised}"]
         failed = ", ".join(self.failed_checks())
         out.append(f"verdict: {'lossless' if self.ok else 'NOT lossless: ' + failed}")
         return out
+
+
+class SamplerRaised(Exception):
+    """The sampler under test raised in a life: built (``call`` None) or at its
+    ``call``-th drafter call (from 0)."""
+
+    def __init__(self, error: Exception, *, call: int | None) -> None:
+        raised = raised_error(error)
+        at = "while it was built" if call is None else f"at drafter call {call}"
+        super().__init__(f"the sampler raised {at}: {raised.summary()} ({raised.where})")
 
 
 def state_tables(
@@ -243,9 +259,16 @@ def judge_junction(
     ) -> tuple[JunctionLife, JunctionServer, CallChecker | None]:
         """One life from ``poison``; ``hold``: its drafter calls held to the per-call
         checks (the primary's: the twin's calls are the same)."""
-        built = oracle_sampler(
-            sampler_class, problem=problem, head_kind=JUNCTION_HEAD, case=case, sampling_info=staged
-        )
+        try:
+            built = oracle_sampler(
+                sampler_class,
+                problem=problem,
+                head_kind=JUNCTION_HEAD,
+                case=case,
+                sampling_info=staged,
+            )
+        except Exception as error:  # the sampler's own code: its construction failed
+            raise SamplerRaised(error, call=None) from error
         held = (
             CallChecker(
                 model=problem.drafters[JUNCTION_HEAD],
@@ -261,13 +284,16 @@ def judge_junction(
         def drafter(
             slots: torch.Tensor, anchors: torch.Tensor, info: SamplingInfo, index: int
         ) -> DraftBlock:
-            block = draft_batch(
-                built,
-                context=problem.context,
-                anchors=anchors,
-                sampling_info=info,
-                read_draft=built_draft_block,
-            )
+            try:
+                block = draft_batch(
+                    built,
+                    context=problem.context,
+                    anchors=anchors,
+                    sampling_info=info,
+                    read_draft=built_draft_block,
+                )
+            except Exception as error:  # the sampler's own call (staging included)
+                raise SamplerRaised(error, call=index) from error
             if held is not None:
                 held(
                     DraftCall(
@@ -292,8 +318,25 @@ def judge_junction(
             )
         return lived, server, held
 
-    primary, server, checker = life(PRIMARY_POISON, None, hold=True)
-    twin, _, _ = life(TWIN_POISON, TWIN_POISON, hold=False)
+    try:
+        primary, server, checker = life(PRIMARY_POISON, None, hold=True)
+        twin, _, _ = life(TWIN_POISON, TWIN_POISON, hold=False)
+    except SamplerRaised as raised:  # nothing else is judged: its life ended there
+        return JunctionVerdict(
+            sampler=sampler_class.__qualname__,
+            server=server_class.__qualname__,
+            steps=0,
+            calls=0,
+            batch_sizes=(),
+            laws=(),
+            leftovers=None,
+            keys=None,
+            held=HeldCalls(),
+            alpha=alpha,
+            kept=server_class.KEPT,
+            verifier_reads=server_class.VERIFIER_READS,
+            raised=str(raised),
+        )
     assert checker is not None
     sets = [ParameterSet(1.0, top_k=1) if t == GREEDY else ParameterSet(t) for t in JUNCTION_GROUPS]
     transition = group_transitions(target.to("cpu"), groups=sets)

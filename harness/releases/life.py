@@ -104,6 +104,8 @@ def release_life(
 def life_findings(verdict: JunctionVerdict) -> list[LifeFinding]:
     """Each failed check of the life, its evidence naming the request state that
     exposed it."""
+    if verdict.raised is not None:  # its life ended there: nothing else was judged
+        return [LifeFinding("ran", f"the life across the junction: {verdict.raised}")]
     said = dict(verdict.exposed_in)
     found = [
         LifeFinding(check, f"the life across the junction, {said[check]}: {line}")

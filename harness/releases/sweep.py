@@ -338,7 +338,8 @@ def _judged_row(
     held = [parted.held_verdict(path.name) for path in paths]
     for path, path_held in zip(paths, held, strict=True):
         statistical = path_held.verdict.statistical
-        if statistical.gave_no_verdict:  # no defect shown, and the row not journalled
+        shown = path_held.verdict.lossless_failures() or not path_held.lossless_beside
+        if statistical.gave_no_verdict and not shown:  # nothing shown: the row not journalled
             raise OracleGaveNoVerdict(of_path(path, statistical.describe()))
     results = (
         [] if judgement.oracle is None else judgement.oracle.run.results_of(implementation.name)
@@ -386,6 +387,9 @@ def _judged_row(
     if not task.scan_triples:
         not_covered = [*not_covered, "the support scan (--scan-triples 0)"]
     findings += [f for f in life_found if f["class"] not in seen]
+    if not life["states"]:  # its life ended before a state was judged (it raised)
+        said = "; ".join(f["evidence"] for f in life_found)
+        not_covered.append(f"its life's law per request state: no state judged ({said})")
     if other_paths:
         not_covered.append(
             f"its life across the junction: on {implementation.name} only, not on "
@@ -409,8 +413,10 @@ def _judged_row(
 
 class OracleGaveNoVerdict(RuntimeError):
     """A path's statistical oracle ended without a verdict (its process died, or its
-    decode raised): the task gives no row, so the sweep says it gave no answer, counts no
-    defect and judges it again on ``--resume``."""
+    decode raised) and nothing else showed a defect: the task gives no row, so the sweep
+    says it gave no answer, counts no defect and judges it again on ``--resume``. Where a
+    check or a part beside them failed (a sampler that raises fails ``ran``), the row is
+    judged not lossless, as ``judge()`` says, and the oracle's part is not claimed."""
 
 
 def _life_of(

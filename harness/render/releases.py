@@ -50,6 +50,7 @@ def life_cell(row: ReleaseRow) -> str:
     if life is None:
         return "-"
     states = ", ".join(f"{state} {said['rows']}" for state, said in life["states"].items())
+    states = states or "no state judged"
     return f"{'lossless' if life['lossless'] else 'NOT lossless'}: {states}"
 
 

@@ -169,3 +169,34 @@ def test_a_slot_key_is_written_by_part_and_another_part_is_refused() -> None:
     assert server.read_key(1) == (PRIMARY_POISON.seed, 9)
     with pytest.raises(ValueError, match="part must be 'seed' or 'position', got 'slot'"):
         server.write_key(0, (1, 2), part="slot")
+
+
+class RaisesAtItsThirdCall(Fixed):
+    """The fixed sampler, until its third call raises."""
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor) -> None:
+        self.calls = getattr(self, "calls", 0) + 1
+        if self.calls == 3:
+            raise RuntimeError("third call")
+        super().__call__(hidden_states, input_ids)
+
+
+class RaisesWhenBuilt(Fixed):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise ValueError("no config")
+
+
+@pytest.mark.parametrize(
+    ("sampler", "said"),
+    [
+        (RaisesAtItsThirdCall, "the sampler raised at drafter call 2: RuntimeError: third call"),
+        (RaisesWhenBuilt, "the sampler raised while it was built: ValueError: no config"),
+    ],
+)
+def test_a_sampler_that_raises_fails_ran_and_its_life_ends(sampler: type, said: str) -> None:
+    """As in the checks' matrix, a sampler that raises, built or called, fails ``ran``:
+    its life ends there and nothing else is judged or claimed."""
+    verdict = judge_junction(sampler, rows=SMALL)
+    assert verdict.raised is not None and verdict.raised.startswith(said)
+    assert verdict.failed_checks() == ["ran"] and not verdict.ok
+    assert verdict.laws == () and verdict.lines()[-1] == "verdict: NOT lossless: ran"

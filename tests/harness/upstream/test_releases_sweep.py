@@ -438,6 +438,28 @@ def test_a_row_whose_oracle_process_died_gives_no_row_not_a_defect(tmp_path: Pat
         )  # fmt: skip
 
 
+def test_a_sampler_that_raises_gives_a_row_not_lossless_as_judge_says(tmp_path: Path) -> None:
+    """A sampler that raises fails ``ran`` in the matrix and in its life: the row is
+    judged not lossless (a defect shown), as ``judge()`` and the report say, not a task
+    that gave no answer; its oracle's and its life's laws are not claimed."""
+    from harness.plugins.implementations import parse_impl_spec
+
+    raising = parse_impl_spec("raises=tests.plugins.planted_defects:ConfidenceLogitSampler")
+    row = sweep._judged_row(
+        _task(tmp_path, "0.5.19", scan_triples=0), era="e", implementation=raising,
+        verifier="chain", not_covered=[], started=time.perf_counter(),
+    )  # fmt: skip
+    assert (row["judged"], row["lossless"], row["drop_in"]) == (True, False, False)
+    assert row["findings"][0]["class"] == "ran"
+    assert row["life"] is not None and not row["life"]["lossless"]
+    assert row["life"]["states"] == {}
+    assert any(
+        line.startswith("its life's law per request state: no state judged (")
+        and "the sampler raised at drafter call 0: AssertionError" in line
+        for line in row["not_covered"]
+    )
+
+
 def test_each_release_runs_under_its_servers_verifier_and_chain_the_control() -> None:
     assert oracle_verifiers("sglang-blockwise") == ("sglang-blockwise", "chain")
     assert oracle_verifiers("vllm-rejection") == ("vllm-rejection", "chain")
