@@ -139,16 +139,14 @@ class VllmRejectionServer(JunctionServer):
             (sampling.seeds, poison.seed),
             (states.prefill_len, poison.position),
         ):
-            kept.np[slots.numpy()] = value
-            kept.copy_to_uva()
+            self.batch.stage(kept, slots, value)
+        self.batch.set_computed(slots, poison.position)
         for tensor, value in (
-            (self.num_computed_tokens, poison.position),
             (self.total_len, poison.position),
             (self.last_sampled_tokens, token),
             (self.all_token_ids, token),
         ):
             tensor[slots] = value
-        states.num_computed_tokens_np[slots.numpy()] = poison.position
 
     def take_slot(self, free: list[int]) -> int:
         slot = self.batch.next_slot()
@@ -160,12 +158,9 @@ class VllmRejectionServer(JunctionServer):
 
     def write_key(self, slot: int, key: tuple[int, int], *, part: str) -> None:
         if key_part(part) == 0:  # the seed, staged as the sampler stages it
-            seeds = self.batch.sampling_states.seeds
-            seeds.np[slot] = key[0]
-            seeds.copy_to_uva()
+            self.batch.stage(self.batch.sampling_states.seeds, slot, key[0])
         else:
-            self.num_computed_tokens[slot] = key[1]
-            self.batch.states.num_computed_tokens_np[slot] = key[1]
+            self.batch.set_computed(slot, key[1])
 
     def admit(self, slot: int, request: Request) -> None:
         filler = (request.anchor + 1) % self.vocab_size
@@ -214,8 +209,8 @@ class VllmRejectionServer(JunctionServer):
         step = self.batch.step(batch, drafts=drafts, target_logits=target.transition_logits)
         at = {slot: row for row, slot in enumerate(batch)}
         rows = [at[s] for s in slots.tolist()]
-        for row in rows:
-            request = by_slot[batch[row]]
+        for slot, row in zip(slots.tolist(), rows, strict=True):
+            request = by_slot[slot]
             self.keys_read.append(
                 (
                     request.id,

@@ -266,7 +266,7 @@ def _judged_row(
     from harness.pipeline.matrix import standard_matrix
     from harness.plugins.implementations import builtin_implementations
 
-    life, life_found = _life_of(
+    life, life_found, life_gaps = _life_of(
         task, era=release_era, implementation=implementation, verifier=verifier
     )
     if task.life_only:  # --life-only: its life across the junction alone
@@ -279,7 +279,8 @@ def _judged_row(
             findings=life_found,
             not_covered=[
                 "the matrix, the statistical oracle, the support scan and its verify target "
-                "against its sampler (--life-only)"
+                "against its sampler (--life-only)",
+                *life_gaps,
             ],
             life=life,
         )
@@ -387,9 +388,7 @@ def _judged_row(
     if not task.scan_triples:
         not_covered = [*not_covered, "the support scan (--scan-triples 0)"]
     findings += [f for f in life_found if f["class"] not in seen]
-    if not life["states"]:  # its life ended before a state was judged (it raised)
-        said = "; ".join(f["evidence"] for f in life_found)
-        not_covered.append(f"its life's law per request state: no state judged ({said})")
+    not_covered += life_gaps
     if other_paths:
         not_covered.append(
             f"its life across the junction: on {implementation.name} only, not on "
@@ -421,9 +420,10 @@ class OracleGaveNoVerdict(RuntimeError):
 
 def _life_of(
     task: ReleaseTask, *, era: ReleaseEra | None, implementation: Implementation, verifier: str
-) -> tuple[LifeRecord, list[Finding]]:
-    """Its life across the junction (``harness.releases.life``) and its findings, each
-    replayed by the life alone (``--life-only``)."""
+) -> tuple[LifeRecord, list[Finding], list[str]]:
+    """Its life across the junction (``harness.releases.life``), its findings, each
+    replayed by the life alone (``--life-only``), and what of the life it did not cover:
+    the law of every state, where the life ended before one was judged (it raised)."""
     from harness.releases.life import release_life
 
     life, found = release_life(
@@ -434,7 +434,12 @@ def _life_of(
         rows=task.life_rows,
     )
     repro = repro_command(replace(task, life_only=True))
-    return life, [{"class": f.check, "evidence": f.evidence, "repro": repro} for f in found]
+    findings: list[Finding] = [
+        {"class": f.check, "evidence": f.evidence, "repro": repro} for f in found
+    ]
+    said = "; ".join(f.evidence for f in found)
+    gaps = [] if life["states"] else [f"its life's law per request state: no state judged ({said})"]
+    return life, findings, gaps
 
 
 def outside_contract(

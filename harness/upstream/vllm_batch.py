@@ -105,6 +105,21 @@ class ReleaseBatch:
     def sampling_states(self) -> Any:
         return self.sampler.sampling_states
 
+    @staticmethod
+    def stage(kept: Any, slots: torch.Tensor | int, value: float) -> None:
+        """Write ``value`` into ``slots`` of ``kept``, a per-slot buffer the release
+        stages (``UvaBackedTensor``): its host values, then its device view renewed, as
+        the release's staged writes end."""
+        kept.np[slots.numpy() if isinstance(slots, torch.Tensor) else slots] = value
+        kept.copy_to_uva()
+
+    def set_computed(self, slots: torch.Tensor | int, value: int) -> None:
+        """Set the computed tokens of ``slots`` where the release keeps them: the device
+        view its kernels read and the host copy its ``RequestState`` keeps beside it."""
+        self.states.num_computed_tokens.gpu[slots] = value
+        index = slots.numpy() if isinstance(slots, torch.Tensor) else slots
+        self.states.num_computed_tokens_np[index] = value
+
     def next_slot(self) -> int:
         """The slot the next ``add`` takes (``RequestState``'s free list decides)."""
         return int(self.states.free_indices[-1])

@@ -119,7 +119,7 @@ def _compare_laws(
     for batch, members in [*(("alone", (s,)) for s in sets), ("mixed", tuple(sets))]:
         rows = [s for s in members for _ in range(contexts)]
         with cpu_answers():
-            sampler = _staged(release_sampler(len(rows), vocab, of=sampler_class)[0], rows)
+            sampler = _staged(*release_sampler(len(rows), vocab, of=sampler_class), rows)
             batch_logits = logits.repeat(len(members), 1)
             greedy = torch.tensor([s.greedy for s in rows])
             _, sampled_from = _call(
@@ -189,7 +189,7 @@ def _each_request(
     rows, vocab = logits.shape
     extra = {"return_logprobs": False} if method == "sample" else {}
     with cpu_answers():
-        sampler = _staged(release_sampler(len(requests), vocab)[0], requests)
+        sampler = _staged(*release_sampler(len(requests), vocab), requests)
         given = _call(
             getattr(sampler, method),
             logits=logits.to(torch.float32).repeat(len(requests), 1),
@@ -257,9 +257,9 @@ def release_sampler(slots: int, vocab: int, *, of: Any = None) -> tuple[Any, Cal
     return sampler, params
 
 
-def _staged(sampler: Any, rows: Sequence[ParameterSet]) -> Any:
-    """``sampler`` with row ``i`` staged in slot ``i`` as its server stages a request."""
-    params = importlib.import_module("vllm.sampling_params").SamplingParams
+def _staged(sampler: Any, params: Callable[..., Any], rows: Sequence[ParameterSet]) -> Any:
+    """``sampler`` with row ``i`` staged in slot ``i`` as its server stages a request
+    (``params``: the release's ``SamplingParams``)."""
     for slot, row in enumerate(rows):
         call_with(
             sampler.add_request, req_idx=slot, prompt_len=1, sampling_params=_params(row, params)

@@ -453,11 +453,16 @@ def test_a_sampler_that_raises_gives_a_row_not_lossless_as_judge_says(tmp_path: 
     assert row["findings"][0]["class"] == "ran"
     assert row["life"] is not None and not row["life"]["lossless"]
     assert row["life"]["states"] == {}
-    assert any(
-        line.startswith("its life's law per request state: no state judged (")
-        and "the sampler raised at drafter call 0: AssertionError" in line
-        for line in row["not_covered"]
-    )
+    said = "the sampler raised at drafter call 0: AssertionError"
+    gap = "its life's law per request state: no state judged ("
+    assert any(line.startswith(gap) and said in line for line in row["not_covered"])
+    life_only = sweep._judged_row(
+        replace(_task(tmp_path, "0.5.19", scan_triples=0), life_only=True), era="e",
+        implementation=raising, verifier="chain", not_covered=[], started=time.perf_counter(),
+    )  # fmt: skip
+    assert (life_only["judged"], life_only["lossless"]) == (True, False)
+    assert [f["class"] for f in life_only["findings"]] == ["ran"]
+    assert any(line.startswith(gap) and said in line for line in life_only["not_covered"])
 
 
 def test_each_release_runs_under_its_servers_verifier_and_chain_the_control() -> None:
