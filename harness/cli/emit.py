@@ -16,7 +16,17 @@ from harness.render.sections import Section
 if TYPE_CHECKING:
     from harness.judgement import Judgement
 
-IN_PROCESS_NOTE = "in-process: plug-in code shares the judge; --isolate keeps it out"
+IN_PROCESS_NOTE = "in-process: plug-in code shares the judge"
+ISOLATE_HINT = "--isolate keeps it out"  # said where the command has --isolate
+
+
+def plugin_note(args: argparse.Namespace) -> str | None:
+    """What the heading says of the ``--impl`` plug-ins' code: it shares the judge
+    unless the command isolated it, and ``--isolate`` is named only where the command
+    has it; ``None`` without plug-ins, or isolated."""
+    if not getattr(args, "impl", None) or getattr(args, "isolate", False):
+        return None
+    return f"{IN_PROCESS_NOTE}; {ISOLATE_HINT}" if hasattr(args, "isolate") else IN_PROCESS_NOTE
 
 
 class UsageError(Exception):
@@ -52,8 +62,8 @@ def emit(
     status are the judge's alone. A plug-in run in process is said to share the judge.
     ``said`` replaces PASS/FAIL on the verdict line with what the command found;
     ``top_level`` adds its findings at the top of the JSON."""
-    if getattr(args, "impl", None) and not getattr(args, "isolate", False):
-        heading += f"\n({IN_PROCESS_NOTE})"
+    note = plugin_note(args)
+    heading += "" if note is None else f"\n({note})"
     if judgement is not None:
         ok, cases = judgement.ok, judgement.records
         timing = {**judgement.timing, **(timing or {})}

@@ -77,7 +77,26 @@ def test_in_process_the_report_says_plugin_code_shares_the_judge(
     argv = ["compare", *_case_args(tmp_path, 1), "--only", "reference,fixed", "--no-stats"]
     argv += ["--impl", f"mine={PLANTED}:SlowSampler", "--out-dir", str(tmp_path / "out")]
     assert main(argv) == 0
-    assert "in-process: plug-in code shares the judge" in capsys.readouterr().out
+    assert "(in-process: plug-in code shares the judge; --isolate keeps it out)" in (
+        capsys.readouterr().out
+    )
+
+
+def test_a_command_without_isolate_names_no_isolate_option() -> None:
+    """``releases`` (each row judged in a process of its own) and the other commands
+    that take ``--impl`` without ``--isolate`` say the plug-in shares the judge, and do
+    not point to an option they lack."""
+    from harness.cli import build_parser
+    from harness.cli.emit import IN_PROCESS_NOTE, plugin_note
+
+    parser = build_parser()
+    releases = parser.parse_args(["releases", "--sglang", "none", "--impl", "x=m:C"])
+    assert not hasattr(releases, "isolate")
+    assert plugin_note(releases) == IN_PROCESS_NOTE
+    compare = parser.parse_args(["compare", "--impl", "x=m:C"])
+    assert plugin_note(compare) == f"{IN_PROCESS_NOTE}; --isolate keeps it out"
+    assert plugin_note(parser.parse_args(["compare", "--impl", "x=m:C", "--isolate"])) is None
+    assert plugin_note(parser.parse_args(["compare"])) is None
 
 
 @pytest.mark.parametrize("isolate", [False, pytest.param(True, marks=pytest.mark.e2e)])
